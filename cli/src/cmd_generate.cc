@@ -1,0 +1,4 @@
+#include "commands.h"
+namespace strata::cli {
+int RunGenerate(const Args&) { return 1; }
+}  // namespace strata::cli

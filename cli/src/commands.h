@@ -1,0 +1,18 @@
+#pragma once
+// Subcommands of the `strata` binary. Each takes the arguments after its name and returns the
+// process exit code: 0 success, 1 runtime failure, 2 usage error (one-line reason on stderr).
+#include <string>
+#include <vector>
+
+namespace strata::cli {
+
+using Args = std::vector<std::string>;
+
+int RunGenerate(const Args& args);
+int RunModel(const Args& args);       // `strata model init ...`
+int RunPluginTest(const Args& args);  // conformance suite against the CPU reference
+
+// Prints "strata <cmd>: <reason>" to stderr and returns `code`.
+int Fail(const std::string& command, const std::string& reason, int code);
+
+}  // namespace strata::cli

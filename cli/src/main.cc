@@ -1,0 +1,58 @@
+// The one strata binary: every role and tool is a subcommand.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+
+namespace strata::cli {
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Args&);
+};
+
+constexpr Command kCommands[] = {
+    {"generate", "generate completions for prompts with the local engine", RunGenerate},
+    {"model", "model tools: `model init` writes a preset checkpoint", RunModel},
+    {"plugin-test", "run the plugin conformance suite against the CPU reference", RunPluginTest},
+};
+
+void PrintUsage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: strata <command> [flags]\n\n"
+               "strata: a disaggregated LLM serving cluster in one native binary.\n\n"
+               "commands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nRun `strata <command> --help` for a command's flags.\n");
+}
+
+}  // namespace
+
+int Fail(const std::string& command, const std::string& reason, int code) {
+  std::fprintf(stderr, "strata %s: %s\n", command.c_str(), reason.c_str());
+  return code;
+}
+
+}  // namespace strata::cli
+
+int main(int argc, char** argv) {
+  using namespace strata::cli;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    PrintUsage(stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("strata 0.1.0\n");
+    return 0;
+  }
+  Args args(argv + 2, argv + argc);
+  for (const auto& c : kCommands) {
+    if (argv[1] == std::string(c.name)) return c.run(args);
+  }
+  std::fprintf(stderr, "strata: unknown command '%s' (see strata --help)\n", argv[1]);
+  return 2;
+}

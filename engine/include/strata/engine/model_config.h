@@ -1,0 +1,75 @@
+#pragma once
+// A model's architecture, parsed from a Hugging Face `config.json`.
+// Supported families: Llama 3.x (incl. rope_scaling "llama3"), Mistral, Qwen2/2.5 (attention
+// bias), Qwen3 (QK-norm), Mixtral and Qwen3-MoE (top-k routing, norm_topk_prob).
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
+
+const char* ModelFamilyName(ModelFamily family);
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                 // llama3
+  double high_freq_factor = 4.0;                // llama3
+  int original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  ModelFamily family = ModelFamily::kLlama;
+  std::string model_type;  // config.json "model_type"
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;  // dense MLP width (Mixtral: the expert width)
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // explicit "head_dim" or hidden_size / num_heads
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  RopeScaling rope_scaling;
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool tie_word_embeddings = false;
+  int sliding_window = 0;  // 0 = none
+  // Mixture of experts (num_experts == 0 for dense models).
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;  // expert width
+  bool norm_topk_prob = true;     // renormalize the top-k weights
+  int decoder_sparse_step = 1;    // Qwen3-MoE: layer l is MoE if (l+1) % step == 0 ...
+  std::vector<int> mlp_only_layers;  // ... and l is not listed here
+  // Special token ids from config.json (generation_config.json may add more eos ids).
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+  std::string torch_dtype = "float32";
+
+  bool is_moe() const { return num_experts > 0; }
+  bool IsMoeLayer(int layer) const;
+  int rotary_dim() const;  // head_dim * partial_rotary_factor, even
+
+  // Inverse frequencies [rotary_dim / 2] exactly as transformers computes them (float64 math,
+  // rounded to float32), including llama3 and linear scaling.
+  std::vector<float> RopeInvFreq() const;
+
+  // Parses and validates; errors are InvalidArgument naming `origin` and the offending key.
+  static absl::StatusOr<ModelConfig> FromJson(const nlohmann::json& json, std::string_view origin);
+  // Reads DIR/config.json, then DIR/generation_config.json (extra eos ids) when present.
+  static absl::StatusOr<ModelConfig> FromDirectory(const std::string& dir);
+  // A config.json that transformers loads back to the same architecture.
+  nlohmann::json ToJson() const;
+};
+
+}  // namespace strata

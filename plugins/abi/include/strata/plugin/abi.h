@@ -1,0 +1,228 @@
+/*
+ * strata engine plugin ABI, version 1.
+ *
+ * A plugin is a shared library that exports one C symbol,
+ *
+ *     const strata_plugin_api_v1* strata_plugin_get_api(void);
+ *
+ * returning a pointer to a static table of function pointers. Only C types cross this
+ * boundary: plugins may be built with any compiler and C++ standard library.
+ *
+ * Conventions (every op):
+ *  - Return STRATA_OK or an error code; on error, `last_error(backend)` returns a
+ *    NUL-terminated message owned by the backend, valid until the next call on that backend.
+ *  - All data pointers inside strata_tensor / strata_kv_cache / index arrays are *device*
+ *    pointers obtained from `alloc` (for the CPU plugin device memory is host memory).
+ *  - Ops are enqueued on `stream` and may run asynchronously; results are visible to the host
+ *    after `stream_synchronize`. The host never calls two ops on the same stream concurrently.
+ *    Distinct streams may be used from distinct threads.
+ *  - Tensors are row-major. The innermost dimension is always dense (element stride 1).
+ *    `row_stride` is the stride, in elements, of dimension 0 (the token dimension); all
+ *    dimensions between 0 and the innermost are dense. This lets the host pass the q/k/v
+ *    column slices of one fused QKV projection without copies. row_stride == 0 means dense.
+ *  - Index arrays (token ids, positions, block tables, lengths) are int32 device arrays.
+ *  - Floating point ops accumulate in fp32 whatever the storage dtype.
+ *
+ * KV cache layout (one pool per model, shared by all layers):
+ *     cache[num_blocks][num_layers][2 (K then V)][block_size][num_kv_heads][head_dim]
+ * so one block holds every layer of `block_size` tokens contiguously and moves as one
+ * transfer. Block b, layer l, K or V (kv = 0/1) starts at element
+ *     ((b * num_layers + l) * 2 + kv) * block_size * num_kv_heads * head_dim.
+ */
+#ifndef STRATA_PLUGIN_ABI_H_
+#define STRATA_PLUGIN_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_PLUGIN_API_VERSION 1u
+#define STRATA_PLUGIN_ENTRY_SYMBOL "strata_plugin_get_api"
+#define STRATA_MAX_DIMS 4
+
+#if defined(_WIN32)
+#define STRATA_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define STRATA_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef enum strata_status {
+  STRATA_OK = 0,
+  STRATA_ERR_INVALID_ARGUMENT = 1, /* bad shape, dtype, pointer or parameter */
+  STRATA_ERR_OUT_OF_MEMORY = 2,
+  STRATA_ERR_UNSUPPORTED = 3, /* valid request this backend does not implement */
+  STRATA_ERR_INTERNAL = 4
+} strata_status;
+
+typedef enum strata_dtype {
+  STRATA_DTYPE_F32 = 0,
+  STRATA_DTYPE_F16 = 1,
+  STRATA_DTYPE_BF16 = 2,
+  STRATA_DTYPE_I32 = 3
+} strata_dtype;
+
+typedef struct strata_backend_s* strata_backend; /* opaque, owned by the plugin */
+typedef struct strata_stream_s* strata_stream;   /* opaque, owned by the plugin */
+
+typedef struct strata_tensor {
+  void* data;
+  strata_dtype dtype;
+  int32_t ndim;
+  int64_t shape[STRATA_MAX_DIMS];
+  int64_t row_stride; /* elements between consecutive indices of dim 0; 0 = dense */
+} strata_tensor;
+
+typedef struct strata_kv_cache {
+  void* data; /* base of the pool, layout in the header comment */
+  strata_dtype dtype;
+  int32_t num_blocks;
+  int32_t num_layers;
+  int32_t block_size; /* tokens per block */
+  int32_t num_kv_heads;
+  int32_t head_dim;
+} strata_kv_cache;
+
+/* A batch of sequences for attention. Arrays are int32 device arrays.
+ * Sequence s owns query rows [q_start[s], q_start[s+1]) of q/out; its context (cached prefix
+ * plus the new tokens, whose K/V must already be in the cache) has kv_len[s] tokens, held in
+ * blocks block_tables[s * max_blocks_per_seq + i]. The query row j of sequence s sits at
+ * absolute position kv_len[s] - (q_start[s+1] - q_start[s]) + j, and attends causally to
+ * positions <= its own (and > own - sliding_window when sliding_window > 0). */
+typedef struct strata_attention_batch {
+  int32_t num_seqs;
+  int32_t max_blocks_per_seq;
+  int32_t max_q_len;  /* max over s of query rows; a hint for scheduling */
+  int32_t max_kv_len; /* max over s of kv_len; a hint for scheduling */
+  const int32_t* q_start;      /* [num_seqs + 1] */
+  const int32_t* kv_len;       /* [num_seqs] */
+  const int32_t* block_tables; /* [num_seqs * max_blocks_per_seq] */
+} strata_attention_batch;
+
+typedef struct strata_attention_params {
+  int32_t layer;
+  float scale;            /* softmax scale, usually 1/sqrt(head_dim) */
+  int32_t sliding_window; /* 0 = full attention */
+} strata_attention_params;
+
+typedef struct strata_backend_info {
+  const char* name;           /* e.g. "cpu", "cuda" */
+  const char* device_name;    /* human readable */
+  strata_dtype weight_dtype;  /* dtype the host must upload weights in */
+  strata_dtype act_dtype;     /* dtype of activations the host allocates */
+  strata_dtype kv_dtype;      /* dtype of the KV cache pool */
+  uint64_t total_memory;      /* bytes of device memory */
+  uint64_t free_memory;       /* bytes free at the time of the call */
+} strata_backend_info;
+
+typedef struct strata_plugin_api_v1 {
+  uint32_t api_version; /* == STRATA_PLUGIN_API_VERSION */
+  uint32_t struct_size; /* sizeof(strata_plugin_api_v1) as the plugin was built */
+  const char* plugin_name;
+
+  /* --- lifecycle ------------------------------------------------------------------ */
+  /* `config_json` may be NULL or a JSON object of backend options (e.g. {"threads":4,
+   * "device":0}); unknown keys are ignored. */
+  strata_status (*create)(const char* config_json, strata_backend* out);
+  void (*destroy)(strata_backend backend);
+  const char* (*last_error)(strata_backend backend);
+  strata_status (*get_info)(strata_backend backend, strata_backend_info* out);
+
+  /* --- memory and streams ----------------------------------------------------------- */
+  strata_status (*alloc)(strata_backend backend, size_t bytes, void** out);
+  void (*free)(strata_backend backend, void* ptr);
+  strata_status (*stream_create)(strata_backend backend, strata_stream* out);
+  void (*stream_destroy)(strata_backend backend, strata_stream stream);
+  strata_status (*stream_synchronize)(strata_backend backend, strata_stream stream);
+  strata_status (*copy_h2d)(strata_backend b, strata_stream s, void* dst, const void* src,
+                            size_t bytes);
+  strata_status (*copy_d2h)(strata_backend b, strata_stream s, void* dst, const void* src,
+                            size_t bytes);
+  strata_status (*copy_d2d)(strata_backend b, strata_stream s, void* dst, const void* src,
+                            size_t bytes);
+
+  /* --- dense ops ----------------------------------------------------------------------- */
+  /* out[t, :] = table[ids[t], :]. table [V, H], ids int32 [T], out [T, H]. */
+  strata_status (*embedding)(strata_backend b, strata_stream s, const strata_tensor* table,
+                             const strata_tensor* ids, strata_tensor* out);
+  /* RMSNorm over the innermost dim of x ([T, H] or [T, heads, D]); weight [H or D].
+   * If residual != NULL: residual = residual + x first (in place), then out = norm(residual).
+   * out may alias x. out = x * rsqrt(mean(x^2) + eps) * weight, computed in fp32. */
+  strata_status (*rms_norm)(strata_backend b, strata_stream s, const strata_tensor* x,
+                            strata_tensor* residual, const strata_tensor* weight, float eps,
+                            strata_tensor* out);
+  /* out[M, N] = x[M, K] * w[N, K]^T (+ bias[N]) (+ out if accumulate != 0).
+   * w is an nn.Linear weight as stored by Hugging Face. */
+  strata_status (*gemm)(strata_backend b, strata_stream s, const strata_tensor* x,
+                        const strata_tensor* w, const strata_tensor* bias, int32_t accumulate,
+                        strata_tensor* out);
+  /* Rotary embedding in place, "rotate half" (GPT-NeoX) pairing over the first
+   * 2 * inv_freq.shape[0] dims of each head: q [T, Hq, D], k [T, Hk, D], positions int32 [T],
+   * inv_freq f32 [R]. angle = positions[t] * inv_freq[i];
+   * (x[i], x[i+R]) -> mscale * (x[i] cos - x[i+R] sin, x[i+R] cos + x[i] sin). q and k may
+   * have different row strides; k may be NULL. */
+  strata_status (*rope)(strata_backend b, strata_stream s, strata_tensor* q, strata_tensor* k,
+                        const strata_tensor* positions, const strata_tensor* inv_freq,
+                        float mscale);
+  /* out[T, I] = silu(x[T, 0:I]) * x[T, I:2I]  (gate first, then up). */
+  strata_status (*silu_mul)(strata_backend b, strata_stream s, const strata_tensor* x,
+                            strata_tensor* out);
+  /* out[n, :] = x[rows[n], :]. rows int32 [N]. Used to pick the rows that produce logits. */
+  strata_status (*gather_rows)(strata_backend b, strata_stream s, const strata_tensor* x,
+                               const strata_tensor* rows, strata_tensor* out);
+
+  /* --- KV cache and attention --------------------------------------------------------- */
+  /* Write new keys/values of `layer`: k, v [T, Hk, D]; slots int32 [T] where slot =
+   * block * block_size + offset. A negative slot skips the row. */
+  strata_status (*kv_append)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
+                             int32_t layer, const strata_tensor* k, const strata_tensor* v,
+                             const strata_tensor* slots);
+  /* Causal paged attention for a batch of sequences (see strata_attention_batch).
+   * q, out [T, Hq, D], Hq a multiple of the cache's num_kv_heads (GQA). */
+  strata_status (*attention_prefill)(strata_backend b, strata_stream s,
+                                     const strata_kv_cache* cache,
+                                     const strata_attention_batch* batch,
+                                     const strata_attention_params* params,
+                                     const strata_tensor* q, strata_tensor* out);
+  /* Same contract with exactly one query row per sequence (q_start[s] == s). */
+  strata_status (*attention_decode)(strata_backend b, strata_stream s,
+                                    const strata_kv_cache* cache,
+                                    const strata_attention_batch* batch,
+                                    const strata_attention_params* params,
+                                    const strata_tensor* q, strata_tensor* out);
+  /* Copy whole blocks (all layers): for i < n, block dst[i] = block src[i]. int32 arrays. */
+  strata_status (*kv_copy_blocks)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
+                                  const strata_tensor* src_blocks,
+                                  const strata_tensor* dst_blocks);
+  /* Pack blocks[i] (whole blocks) into the contiguous buffer `dst` in order. */
+  strata_status (*kv_gather)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
+                             const strata_tensor* blocks, void* dst);
+  /* Unpack the contiguous buffer `src` into blocks[i] in order. */
+  strata_status (*kv_scatter)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
+                              const strata_tensor* blocks, const void* src);
+
+  /* --- mixture of experts (optional: NULL if the plugin has no MoE support) -------------- */
+  /* Softmax over router_logits [T, E] (fp32 math), pick the top_k experts per row (ties:
+   * lower expert id first), renormalize the k weights to sum 1 if renormalize != 0.
+   * topk_weights f32 [T, k], topk_ids int32 [T, k], sorted by descending weight. */
+  strata_status (*moe_route)(strata_backend b, strata_stream s, const strata_tensor* router_logits,
+                             int32_t top_k, int32_t renormalize, strata_tensor* topk_weights,
+                             strata_tensor* topk_ids);
+  /* out[t] = sum_j topk_weights[t, j] * Expert_{topk_ids[t, j]}(x[t]) where
+   * Expert_e(x) = w_down[e] * (silu(w_gate_up[e, 0:I] x) * (w_gate_up[e, I:2I] x)).
+   * x [T, H]; w_gate_up [E, 2I, H]; w_down [E, H, I]; out [T, H]. */
+  strata_status (*moe_experts)(strata_backend b, strata_stream s, const strata_tensor* x,
+                               const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                               const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                               strata_tensor* out);
+} strata_plugin_api_v1;
+
+typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* STRATA_PLUGIN_ABI_H_ */

@@ -1,0 +1,2 @@
+// placeholder: implemented in progress
+#include <gtest/gtest.h>
