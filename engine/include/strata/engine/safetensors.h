@@ -2,10 +2,14 @@
 // Safetensors checkpoints: memory-mapped reading (single file or sharded through
 // model.safetensors.index.json) and writing.
 //
-// Reading validates everything before use: header length within the file, JSON well formed,
-// every tensor's dtype known, data_offsets in range, ordered and matching dtype * shape. Any
-// violation is an InvalidArgument error naming the file and the tensor; nothing crashes on a
-// hostile file. Tensor data stays mapped for the life of the SafetensorsFile / Checkpoint.
+// Reading validates everything before use, as the reference `safetensors` library does: header
+// length within the file (and at most 100 MB), JSON an object without duplicate names, every
+// tensor's dtype known, shape non-negative without overflow, data_offsets in range and of exactly
+// dtype size * numel bytes, and the tensors tiling the data section without overlap, holes or
+// trailing bytes. Any violation is an InvalidArgument error naming the file and the tensor;
+// nothing crashes on a hostile file. Tensor data stays mapped (read-only) for the life of the
+// SafetensorsFile / Checkpoint; `data` may be unaligned. Thread-compatible: const methods may be
+// called concurrently.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,6 +51,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  absl::Status ParseHeader();  // fills tensors_ / metadata_ from the mapping
+
   std::string path_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
@@ -54,8 +60,10 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// All tensors of a checkpoint directory: DIR/model.safetensors, or the shards listed in
-// DIR/model.safetensors.index.json (each shard checked to hold the tensors the index says).
+// All tensors of a checkpoint directory: the shards listed in DIR/model.safetensors.index.json
+// when it exists (each shard opened once and checked to hold the tensors the index maps to it;
+// only the tensors in weight_map are visible), else DIR/model.safetensors. NotFound when neither
+// exists or a listed shard is missing.
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
@@ -70,24 +78,32 @@ class Checkpoint {
   std::vector<std::string> TensorNames() const;
 
  private:
+  Checkpoint() = default;
+  absl::Status OpenSharded(const std::string& index_path, const std::string& index_text);
+
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*> index_;
 };
 
 // Converts a floating tensor (F32/F16/BF16) into float32 / bfloat16 / float16 at `dst`
-// (numel elements). Other source dtypes are InvalidArgument naming the tensor.
+// (numel elements; rounding to nearest even). Other source dtypes are InvalidArgument naming the
+// file and the tensor.
 absl::Status ConvertToF32(const TensorInfo& t, float* dst);
 absl::Status ConvertToBF16(const TensorInfo& t, uint16_t* dst);
 absl::Status ConvertToF16(const TensorInfo& t, uint16_t* dst);
 
-// Builds a .safetensors file in memory and writes it (header padded to 8 bytes, tensors in
-// insertion order, optional __metadata__).
+// Builds a .safetensors file in memory and writes it (header padded with spaces to a multiple of
+// 8 bytes, tensors in insertion order, optional __metadata__). The Python `safetensors` package
+// loads the result.
 class SafetensorsWriter {
  public:
-  void Add(const std::string& name, DType dtype, std::vector<int64_t> shape,
-           std::span<const uint8_t> bytes);
-  void AddF32(const std::string& name, std::vector<int64_t> shape, std::span<const float> v);
+  // InvalidArgument for a duplicate or reserved name, a negative dimension, or bytes.size() !=
+  // numel * DTypeSize(dtype); the writer is unchanged then.
+  absl::Status Add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                   std::span<const uint8_t> bytes);
+  absl::Status AddF32(const std::string& name, std::vector<int64_t> shape,
+                      std::span<const float> v);
   void SetMetadata(const std::string& key, const std::string& value);
   std::string Serialize() const;
   absl::Status WriteFile(const std::string& path) const;
