@@ -1,2 +1,149 @@
+// CPU engine benchmarks: decode step and prefill on built-in presets, reported as tokens/s and
+// as a fraction of this machine's memory roofline (weight + KV bytes per step over the read
+// bandwidth measured in the same run). See docs/BENCHMARKS.md.
+//
+//   build/bin/engine_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "strata/engine/model_runner.h"
+#include "strata/engine/presets.h"
+#include "strata/plugin/plugin.h"
+
+namespace strata {
+namespace {
+
+constexpr int kBlockSize = 16;
+
+// Read bandwidth of this machine with as many threads as the CPU plugin uses.
+double MeasureReadBandwidth() {
+  static double cached = [] {
+    const size_t n = size_t{1} << 27;  // 512 MiB of floats
+    std::vector<float> data(n, 1.0f);
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      std::atomic<double> sink{0};
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::thread> pool;
+      for (unsigned t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          const size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+          float acc[16] = {};
+          for (size_t i = lo; i + 16 <= hi; i += 16) {
+            for (int j = 0; j < 16; ++j) acc[j] += data[i + j];
+          }
+          sink.store(sink.load() + std::accumulate(acc, acc + 16, 0.0));
+        });
+      }
+      for (auto& th : pool) th.join();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                           .count();
+      best = std::max(best, n * sizeof(float) / s);
+    }
+    return best;
+  }();
+  return cached;
+}
+
+ModelRunner& Runner(const std::string& preset, int blocks) {
+  static std::map<std::string, std::unique_ptr<ModelRunner>> runners;
+  auto& slot = runners[preset];
+  if (!slot) {
+    auto dir = ResolveModelPath("preset:" + preset);
+    auto plugin = LoadPlugin("cpu");
+    if (!dir.ok() || !plugin.ok()) std::abort();
+    RunnerOptions opts;
+    opts.block_size = kBlockSize;
+    opts.num_kv_blocks = blocks;
+    auto runner = ModelRunner::Create(*plugin, *dir, opts);
+    if (!runner.ok()) {
+      std::fprintf(stderr, "%s\n", runner.status().ToString().c_str());
+      std::abort();
+    }
+    slot = std::move(*runner);
+  }
+  return *slot;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(MeasureReadBandwidth());
+  state.counters["GB/s"] = MeasureReadBandwidth() / 1e9;
+}
+
+// One decode step of `batch` sequences with `ctx` tokens of context each.
+void Decode(benchmark::State& state, const std::string& preset) {
+  const int batch = static_cast<int>(state.range(0)), ctx = static_cast<int>(state.range(1));
+  const int per_seq = ctx / kBlockSize + 1;
+  ModelRunner& runner = Runner(preset, 8192);
+  if (batch * per_seq > runner.num_kv_blocks()) {
+    state.SkipWithError("KV cache too small");
+    return;
+  }
+  std::vector<std::vector<BlockId>> tables(batch);
+  std::vector<int32_t> prompt(ctx, 1), next(1, 2);
+  for (int s = 0; s < batch; ++s) {
+    tables[s].resize(per_seq);
+    std::iota(tables[s].begin(), tables[s].end(), s * per_seq);
+    ForwardSeq fill{prompt, 0, tables[s], ForwardSeq::Logits::kNone};
+    if (!runner.Forward(std::span(&fill, 1)).ok()) std::abort();
+  }
+  std::vector<ForwardSeq> step(batch);
+  for (int s = 0; s < batch; ++s) step[s] = {next, ctx, tables[s], ForwardSeq::Logits::kLast};
+  for (auto _ : state) {
+    auto out = runner.Forward(step);
+    benchmark::DoNotOptimize(out);
+  }
+  const auto& c = runner.config();
+  const double kv_bytes = double(batch) * (ctx + 1) * c.num_layers * 2 * c.num_kv_heads *
+                          c.head_dim * sizeof(float);
+  const double bytes = double(runner.weight_bytes()) + kv_bytes;
+  state.counters["tok/s"] =
+      benchmark::Counter(double(batch) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["roofline_ms"] = bytes / MeasureReadBandwidth() * 1e3;
+  // roofline time / measured time (rate of roofline-seconds per second).
+  state.counters["frac_roofline"] = benchmark::Counter(
+      bytes / MeasureReadBandwidth() * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+void Prefill(benchmark::State& state, const std::string& preset) {
+  const int n = static_cast<int>(state.range(0));
+  ModelRunner& runner = Runner(preset, 8192);
+  std::vector<BlockId> table(n / kBlockSize + 1);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> prompt(n);
+  for (int i = 0; i < n; ++i) prompt[i] = (i * 7919) % 1000 + 1;
+  ForwardSeq seq{prompt, 0, table, ForwardSeq::Logits::kLast};
+  for (auto _ : state) {
+    auto out = runner.Forward(std::span(&seq, 1));
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(double(n) * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_ReadBandwidth)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Decode, tiny_llama, "tiny-llama")
+    ->ArgsProduct({{1, 8, 32}, {128, 1024}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(Decode, llama_100m, "llama-100m")
+    ->ArgsProduct({{1, 8}, {128, 1024}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(Prefill, tiny_llama, "tiny-llama")
+    ->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(Prefill, llama_100m, "llama-100m")
+    ->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace strata
+
 BENCHMARK_MAIN();

@@ -1,1 +1,113 @@
-// placeholder: implemented in progress
+#include "strata/engine/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "strata/common/file_util.h"
+#include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
+
+namespace strata {
+namespace {
+
+// A model identity for block hashes that is the same on every machine holding the same
+// checkpoint: config.json plus a sample of every tensor's bytes (so two fine-tunes of one
+// architecture never share KV blocks).
+absl::StatusOr<std::string> ModelIdentity(const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(std::string config, ReadFileToString(dir + "/config.json"));
+  STRATA_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  uint64_t h = BlockHashSeed(config);
+  for (const std::string& name : ckpt->TensorNames()) {
+    STRATA_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt->Get(name));
+    const size_t n = std::min<size_t>(t->nbytes, 4096);
+    h = BlockHashSeed(std::string_view(reinterpret_cast<const char*>(t->data), n),
+                      absl::StrCat(name, h));
+  }
+  return absl::StrFormat("%016x", h);
+}
+
+}  // namespace
+
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir,
+                                                       const EngineOptions& options) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  STRATA_ASSIGN_OR_RETURN(auto plugin, LoadPlugin(options.plugin));
+  STRATA_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromFile(model_dir + "/tokenizer.json"));
+  STRATA_ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(plugin, model_dir, options.runner));
+  STRATA_ASSIGN_OR_RETURN(std::string identity, ModelIdentity(model_dir));
+  e->blocks_ = std::make_unique<BlockManager>(e->runner_->num_kv_blocks(),
+                                              e->runner_->block_size(),
+                                              options.enable_prefix_caching);
+  e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get(),
+                                              BlockHashSeed(identity, options.cache_salt));
+  e->max_model_len_ = options.max_model_len > 0 ? options.max_model_len
+                                                : e->config().max_position_embeddings;
+  if (e->max_model_len_ <= 0) e->max_model_len_ = 4096;
+  return e;
+}
+
+absl::Status Engine::AddTextRequest(const std::string& request_id, const std::string& prompt,
+                                    const SamplingParams& params) {
+  return AddRequest(request_id, tokenizer_->Encode(prompt, /*add_special_tokens=*/true), params);
+}
+
+absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                const SamplingParams& params) {
+  STRATA_RETURN_IF_ERROR(params.Validate(config().vocab_size));
+  if (requests_.contains(request_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("duplicate request id '", request_id, "'"));
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token id ", t, " out of range [0, ", config().vocab_size, ")"));
+    }
+  }
+  const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
+  const int64_t limit = std::min<int64_t>(max_model_len_, cache_tokens);
+  if (static_cast<int64_t>(prompt.size()) >= limit) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt.size(),
+                                                   " tokens; this engine's limit is ", limit - 1));
+  }
+  auto r = std::make_unique<Request>();
+  r->id = request_id;
+  r->arrival = next_arrival_++;
+  r->prompt_len = static_cast<int32_t>(prompt.size());
+  r->tokens = std::move(prompt);
+  r->max_total_tokens =
+      static_cast<int32_t>(std::min<int64_t>(limit, int64_t{r->prompt_len} + params.max_tokens));
+  r->params = params;
+  r->rng = std::make_unique<Rng>(params.seed.value_or(options_.default_seed + r->arrival));
+  r->detok = std::make_unique<StreamDecoder>(tokenizer_.get(), params.skip_special_tokens);
+  for (const auto& s : params.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+  Request* raw = r.get();
+  requests_.emplace(request_id, std::move(r));
+  if (params.max_tokens == 0) {
+    Finish(raw, FinishReason::kLength);  // nothing to generate; Step reports it
+    return absl::OkStatus();
+  }
+  scheduler_->Add(raw);
+  return absl::OkStatus();
+}
+
+bool Engine::Abort(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  scheduler_->Remove(it->second.get());
+  requests_.erase(it);
+  return true;
+}
+
+void Engine::Finish(Request* r, FinishReason reason) {
+  r->finish = reason;
+  r->state = Request::State::kFinished;
+  scheduler_->Remove(r);
+}
+
+}  // namespace strata

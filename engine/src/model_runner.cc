@@ -1,1 +1,131 @@
-// placeholder: implemented in progress
+#include "strata/engine/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "strata/common/half.h"
+#include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
+#include "model_runner_internal.h"
+
+namespace strata {
+
+namespace {
+
+size_t ElemSize(strata_dtype d) { return DtypeSize(d); }
+
+}  // namespace
+
+ModelRunner::~ModelRunner() = default;
+
+size_t ModelRunner::kv_block_bytes() const {
+  return static_cast<size_t>(cache_.num_layers) * 2 * cache_.block_size * cache_.num_kv_heads *
+         cache_.head_dim * ElemSize(cache_.dtype);
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<Plugin> plugin,
+                                                                 const std::string& model_dir,
+                                                                 const RunnerOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(model_dir));
+  STRATA_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_dir));
+  if (config.is_moe() && !plugin->has_moe()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        plugin->origin(), ": plugin has no MoE ops but ", model_dir, " is a MoE model"));
+  }
+  std::unique_ptr<ModelRunner> runner(new ModelRunner());
+  STRATA_ASSIGN_OR_RETURN(runner->backend_, Backend::Create(plugin, options.backend_config));
+  STRATA_ASSIGN_OR_RETURN(runner->model_,
+                          Model::Load(config, *checkpoint, runner->backend_.get()));
+  strata_kv_cache& c = runner->cache_;
+  const strata_backend_info& info = runner->backend_->info();
+  c.dtype = info.kv_dtype;
+  c.num_layers = config.num_layers;
+  c.block_size = options.block_size;
+  c.num_kv_heads = config.num_kv_heads;
+  c.head_dim = config.head_dim;
+  const size_t block_bytes = runner->kv_block_bytes();
+  int64_t blocks = options.num_kv_blocks;
+  if (blocks <= 0) {
+    int64_t budget = options.kv_cache_bytes;
+    if (budget <= 0) budget = static_cast<int64_t>(info.free_memory * options.kv_cache_fraction);
+    blocks = budget / static_cast<int64_t>(block_bytes);
+  }
+  if (blocks < 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache too small: ", blocks, " blocks of ", block_bytes, " bytes (raise the budget)"));
+  }
+  c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, 1 << 30));
+  STRATA_ASSIGN_OR_RETURN(runner->kv_pool_,
+                          DeviceBuffer::Allocate(runner->backend_.get(), block_bytes * c.num_blocks));
+  c.data = runner->kv_pool_.data();
+  runner->scratch_ = std::make_unique<Scratch>();
+  return runner;
+}
+
+absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t table,
+                                        int64_t rows) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype;
+  const size_t a = ElemSize(act);
+  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
+    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+    buf.Reset();
+    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), bytes));
+    return absl::OkStatus();
+  };
+  if (tokens > s.tokens) {
+    s.tokens = std::max<int64_t>(tokens, 2 * s.tokens);
+    const int64_t t = s.tokens, h = c.hidden_size, d = c.head_dim;
+    int64_t width = c.intermediate_size;
+    for (const auto& l : model_->layers()) width = std::max<int64_t>(width, l.mlp_width);
+    const int64_t k = std::max(c.num_experts_per_tok, 1);
+    STRATA_RETURN_IF_ERROR(grow(s.hidden, t * h * a));
+    STRATA_RETURN_IF_ERROR(grow(s.residual, t * h * a));
+    STRATA_RETURN_IF_ERROR(grow(s.normed, t * h * a));
+    STRATA_RETURN_IF_ERROR(grow(s.qkv, t * (c.num_heads + 2 * c.num_kv_heads) * d * a));
+    STRATA_RETURN_IF_ERROR(grow(s.attn, t * c.num_heads * d * a));
+    STRATA_RETURN_IF_ERROR(grow(s.mlp_in, t * 2 * width * a));
+    STRATA_RETURN_IF_ERROR(grow(s.mlp_act, t * width * a));
+    STRATA_RETURN_IF_ERROR(grow(s.router, t * std::max(c.num_experts, 1) * a));
+    STRATA_RETURN_IF_ERROR(grow(s.topk_w, t * k * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(s.topk_ids, t * k * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(grow(s.ids, t * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(grow(s.positions, t * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(grow(s.slots, t * sizeof(int32_t)));
+  }
+  if (seqs > s.seqs) {
+    s.seqs = std::max<int64_t>(seqs, 2 * s.seqs);
+    STRATA_RETURN_IF_ERROR(grow(s.q_start, (s.seqs + 1) * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(grow(s.kv_len, s.seqs * sizeof(int32_t)));
+  }
+  if (table > s.table) {
+    s.table = std::max<int64_t>(table, 2 * s.table);
+    STRATA_RETURN_IF_ERROR(grow(s.block_tables, s.table * sizeof(int32_t)));
+  }
+  if (rows > s.rows) {
+    s.rows = std::max<int64_t>(rows, 2 * s.rows);
+    STRATA_RETURN_IF_ERROR(grow(s.logit_rows, s.rows * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(grow(s.head_in, s.rows * c.hidden_size * a));
+    STRATA_RETURN_IF_ERROR(grow(s.logits, s.rows * c.vocab_size * a));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Upload(const StepInputs& in) {
+  Scratch& s = *scratch_;
+  auto up = [&](DeviceBuffer& dst, const std::vector<int32_t>& v) -> absl::Status {
+    if (v.empty()) return absl::OkStatus();
+    return backend_->CopyToDevice(dst.data(), v.data(), v.size() * sizeof(int32_t));
+  };
+  STRATA_RETURN_IF_ERROR(up(s.ids, in.ids));
+  STRATA_RETURN_IF_ERROR(up(s.positions, in.positions));
+  STRATA_RETURN_IF_ERROR(up(s.slots, in.slots));
+  STRATA_RETURN_IF_ERROR(up(s.q_start, in.q_start));
+  STRATA_RETURN_IF_ERROR(up(s.kv_len, in.kv_len));
+  STRATA_RETURN_IF_ERROR(up(s.block_tables, in.block_tables));
+  return up(s.logit_rows, in.logit_rows);
+}
+
+}  // namespace strata

@@ -1,2 +1,212 @@
-// placeholder: implemented in progress
+// End-to-end engine behavior on the built-in tiny-llama preset.
+#include "strata/engine/engine.h"
+
 #include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "strata/common/file_util.h"
+#include "strata/engine/presets.h"
+
+namespace strata {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Per process: ctest runs each test case as its own process, in parallel.
+    dir_ = new std::string(::testing::TempDir() + "/strata_engine_test_tiny_llama_" +
+                           std::to_string(::getpid()));
+    ASSERT_TRUE(WritePreset("tiny-llama", *dir_).ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  std::unique_ptr<Engine> Make(bool prefix_caching = true, int num_blocks = 128) {
+    EngineOptions opts;
+    opts.runner.block_size = 8;
+    opts.runner.num_kv_blocks = num_blocks;
+    opts.enable_prefix_caching = prefix_caching;
+    auto e = Engine::Create(*dir_, opts);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  static std::string* dir_;
+};
+std::string* EngineTest::dir_ = nullptr;
+
+SamplingParams Greedy(int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+TEST_F(EngineTest, GeneratesExactlyMaxTokensAndStreamsTheSameText) {
+  auto e = Make();
+  ASSERT_NE(e, nullptr);
+  auto out = e->Generate({"The capital of France is"}, Greedy(12));
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Completion& c = (*out)[0];
+  EXPECT_EQ(c.tokens.size(), 12u);
+  EXPECT_EQ(c.finish_reason, FinishReason::kLength);
+  // Streamed text pieces add up to the full decode of the tokens.
+  EXPECT_EQ(c.text, e->tokenizer().Decode(c.tokens, /*skip_special_tokens=*/true));
+}
+
+TEST_F(EngineTest, PrefixCachingReportsCachedTokensAndKeepsOutputs) {
+  auto e = Make();
+  ASSERT_NE(e, nullptr);
+  const std::string prompt =
+      "Time to first token and time per output token are the two latencies that users feel.";
+  auto first = e->Generate({prompt}, Greedy(8));
+  auto second = e->Generate({prompt}, Greedy(8));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ((*first)[0].cached_tokens, 0);
+  EXPECT_GT((*second)[0].cached_tokens, 0);
+  EXPECT_EQ((*second)[0].cached_tokens % 8, 0);
+  EXPECT_EQ((*first)[0].tokens, (*second)[0].tokens);
+  auto cold = Make(/*prefix_caching=*/false);
+  auto third = cold->Generate({prompt}, Greedy(8));
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)[0].tokens, (*first)[0].tokens);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto e = Make();
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  p.max_tokens = 16;
+  p.seed = 1234;
+  p.ignore_eos = true;
+  auto a = e->Generate({"Once upon a time"}, p);
+  auto b = e->Generate({"Once upon a time"}, p);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)[0].tokens, (*b)[0].tokens);
+  p.seed = 99;
+  auto c = e->Generate({"Once upon a time"}, p);
+  EXPECT_NE((*a)[0].tokens, (*c)[0].tokens);
+}
+
+TEST_F(EngineTest, StopStringTruncatesTextAndStops) {
+  auto e = Make();
+  auto full = e->Generate({"Hello"}, Greedy(24));
+  ASSERT_TRUE(full.ok());
+  const std::string text = (*full)[0].text;
+  ASSERT_GE(text.size(), 6u);
+  // Stop on a piece of the greedy text: output ends right before its first occurrence.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  SamplingParams p = Greedy(24);
+  p.stop = {stop};
+  auto out = e->Generate({"Hello"}, p);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ((*out)[0].text, text.substr(0, text.find(stop)));
+}
+
+TEST_F(EngineTest, StopTokenIdEndsGeneration) {
+  auto e = Make();
+  auto full = e->Generate({"Hello"}, Greedy(10));
+  ASSERT_TRUE(full.ok());
+  SamplingParams p = Greedy(10);
+  p.stop_token_ids = {(*full)[0].tokens[3]};
+  auto out = e->Generate({"Hello"}, p);
+  ASSERT_TRUE(out.ok());
+  const auto& toks = (*out)[0].tokens;
+  EXPECT_EQ((*out)[0].finish_reason, FinishReason::kStop);
+  EXPECT_LE(toks.size(), 4u);
+  EXPECT_EQ(toks.back(), (*full)[0].tokens[3]);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsWithoutDisturbingOthers) {
+  auto e = Make(true, 16);  // 128 tokens of cache
+  ASSERT_TRUE(e->AddRequest("ok", {1, 2, 3}, Greedy(4)).ok());
+  EXPECT_EQ(e->AddRequest("ok", {1}, Greedy(4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("empty", {}, Greedy(4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("bad", {1, 1 << 20}, Greedy(4)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("long", std::vector<int32_t>(500, 1), Greedy(4)).code(),
+            absl::StatusCode::kInvalidArgument);
+  SamplingParams bad = Greedy(4);
+  bad.top_p = 2;
+  EXPECT_EQ(e->AddRequest("p", {1}, bad).code(), absl::StatusCode::kInvalidArgument);
+  int tokens = 0;
+  bool finished = false;
+  while (e->HasUnfinished()) {
+    auto step = e->Step();
+    ASSERT_TRUE(step.ok());
+    for (const auto& o : *step) {
+      EXPECT_EQ(o.request_id, "ok");
+      tokens += static_cast<int>(o.new_tokens.size());
+      finished = finished || o.finished;
+    }
+  }
+  EXPECT_EQ(tokens, 4);
+  EXPECT_TRUE(finished);
+}
+
+TEST_F(EngineTest, AbortFreesBlocksAndLengthIsClippedToTheCache) {
+  auto e = Make(false, 16);
+  const int free_before = e->block_manager().num_free_blocks();
+  ASSERT_TRUE(e->AddRequest("a", {1, 2, 3, 4, 5}, Greedy(1000)).ok());
+  ASSERT_TRUE(e->Step().ok());
+  EXPECT_LT(e->block_manager().num_free_blocks(), free_before);
+  EXPECT_TRUE(e->Abort("a"));
+  EXPECT_FALSE(e->Abort("a"));
+  EXPECT_EQ(e->block_manager().num_free_blocks(), free_before);
+  // A request asking for more than the cache holds stops at the cache's size.
+  ASSERT_TRUE(e->AddRequest("b", {1, 2, 3}, Greedy(1000)).ok());
+  int n = 0;
+  FinishReason reason = FinishReason::kNone;
+  while (e->HasUnfinished()) {
+    auto step = e->Step();
+    ASSERT_TRUE(step.ok());
+    for (const auto& o : *step) {
+      n += static_cast<int>(o.new_tokens.size());
+      if (o.finished) reason = o.finish_reason;
+    }
+  }
+  EXPECT_EQ(n, 16 * 8 - 3);
+  EXPECT_EQ(reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, MaxTokensZeroFinishesImmediately) {
+  auto e = Make();
+  ASSERT_TRUE(e->AddRequest("z", {1, 2}, Greedy(0)).ok());
+  auto step = e->Step();
+  ASSERT_TRUE(step.ok());
+  ASSERT_EQ(step->size(), 1u);
+  EXPECT_TRUE((*step)[0].finished);
+  EXPECT_EQ((*step)[0].completion_tokens, 0);
+  EXPECT_FALSE(e->HasUnfinished());
+}
+
+TEST(PresetTest, PresetsAreDeterministicAndUnknownNamesFail) {
+  const std::string base = ::testing::TempDir() + "/preset_" + std::to_string(::getpid());
+  const std::string a = base + "_a", b = base + "_b";
+  ASSERT_TRUE(WritePreset("tiny-moe", a).ok());
+  ASSERT_TRUE(WritePreset("tiny-moe", b).ok());
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    EXPECT_EQ(*ReadFileToString(a + "/" + f), *ReadFileToString(b + "/" + f)) << f;
+  }
+  EngineOptions opts;
+  opts.runner.num_kv_blocks = 64;
+  auto e = Engine::Create(a, opts);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto out = (*e)->Generate({"Hello", "The five boxing wizards"}, Greedy(6));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[1].tokens.size(), 6u);
+  EXPECT_EQ(WritePreset("nope", a).code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
+}
+
+}  // namespace
+}  // namespace strata

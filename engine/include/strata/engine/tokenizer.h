@@ -1,13 +1,19 @@
 #pragma once
 // Hugging Face `tokenizer.json` byte-level BPE (GPT-2, Llama 3, Qwen2/3 style).
 //
-// Supported: normalizer (none, NFC, Sequence of those); pre_tokenizer ByteLevel (with or
-// without its GPT-2 regex, add_prefix_space), Split (Regex/String pattern, behaviors
-// Isolated/Removed/MergedWithPrevious/MergedWithNext/Contiguous, invert), Digits, Sequence;
-// model BPE with merges (string "a b" or pair form), ignore_merges, unk token; added tokens
-// (special and not, lstrip/rstrip/single_word/normalized); post_processor TemplateProcessing /
-// ByteLevel / Sequence; decoder ByteLevel (invalid UTF-8 decodes as U+FFFD like HF).
-// Encoding matches `tokenizers` exactly; anything unsupported is an error at load time.
+// Supported: normalizer (none, NFC/NFD/NFKC/NFKD via ICU, Sequence of those); pre_tokenizer
+// ByteLevel (with or without its GPT-2 regex, add_prefix_space), Split (Regex via PCRE2 with
+// Unicode properties, or String pattern; behaviors Isolated/Removed/MergedWithPrevious/
+// MergedWithNext/Contiguous; invert), Digits, Sequence; model BPE with merges ("a b" strings or
+// [a, b] pairs), ignore_merges, unk_token/fuse_unk, byte_fallback; added tokens (special and
+// not; lstrip/rstrip/single_word/normalized; leftmost-longest match before normalization);
+// post_processor TemplateProcessing / ByteLevel / RobertaProcessing / BertProcessing / Sequence;
+// decoder ByteLevel (invalid UTF-8 decodes as U+FFFD exactly like HF).
+// Encoding and decoding match `tokenizers` exactly; anything unsupported is an InvalidArgument
+// error at load time naming the file and the feature. "truncation" and "padding" are ignored
+// (transformers turns them off for every call it does not ask them for, too).
+// Not supported: other models (WordPiece, Unigram, ...), BPE dropout / subword prefixes, and
+// pipelines without a ByteLevel pre-tokenizer and ByteLevel decoder.
 //
 // Thread-safe after construction (Encode/Decode are const).
 #include <cstdint>
@@ -30,24 +36,35 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // add_special_tokens applies the post-processor (e.g. Llama 3's BOS), as HF's default does.
+  // Invalid UTF-8 in `text` is first replaced by U+FFFD (one per maximal invalid subpart).
   virtual std::vector<int32_t> Encode(std::string_view text,
                                       bool add_special_tokens = false) const = 0;
+  // Like HF: ids that are neither vocab nor added tokens (negative, out of range) are skipped;
+  // runs of vocab tokens go through the ByteLevel decoder (invalid UTF-8 -> U+FFFD per maximal
+  // subpart); added tokens are inserted as their content (normalized content when
+  // normalized=true), special ones dropped when skip_special_tokens.
   virtual std::string Decode(std::span<const int32_t> ids,
                              bool skip_special_tokens = false) const = 0;
-  // Raw bytes of one token after the decoder's byte mapping (may be a partial UTF-8 sequence).
+  // Raw bytes of one token after the decoder's byte mapping (may be a partial UTF-8 sequence);
+  // an added token's decoded content; empty for an unknown id.
   virtual std::string TokenBytes(int32_t id) const = 0;
 
   virtual int32_t vocab_size() const = 0;  // max id + 1 over vocab and added tokens
+  // Added tokens by content first, then the vocab (spelled in the ByteLevel alphabet: "Ġthe").
   virtual std::optional<int32_t> TokenToId(std::string_view token) const = 0;
   virtual std::optional<std::string> IdToToken(int32_t id) const = 0;
   virtual bool IsSpecial(int32_t id) const = 0;
+  // True for every "added_tokens" entry, special or not.
+  virtual bool IsAddedToken(int32_t id) const = 0;
 };
 
 // Incremental detokenization for streaming: Push returns only text that is complete UTF-8
 // (never a broken sequence); bytes of an unfinished character wait for the next tokens.
-// Flush returns what is left (an unfinishable tail as U+FFFD).
+// Flush returns what is left (an unfinishable tail as U+FFFD). The concatenation of all Push
+// results and Flush equals Decode(all ids, skip_special_tokens). Not thread-safe; one per stream.
 class StreamDecoder {
  public:
+  // `tokenizer` must outlive the decoder.
   explicit StreamDecoder(const Tokenizer* tokenizer, bool skip_special_tokens = true);
   std::string Push(int32_t id);
   std::string Flush();
@@ -58,10 +75,18 @@ class StreamDecoder {
   std::string pending_;  // bytes of an incomplete UTF-8 character
 };
 
-// Trains a byte-level BPE tokenizer (Llama-3 pre-tokenizer regex, ByteLevel decoder) on
-// `corpus` deterministically and returns its tokenizer.json, loadable by HF `tokenizers`.
-// vocab_size counts the 256 byte tokens and the merges; special tokens are appended after.
+// Trains a byte-level BPE tokenizer (Llama-3 pre-tokenizer regex + ByteLevel(use_regex=false),
+// ignore_merges, ByteLevel decoder) on `corpus` deterministically and returns its
+// tokenizer.json, loadable by HF `tokenizers` and encoding the same there as here.
+// vocab_size counts the 256 byte tokens (ids 0..255 in byte order) and the merged tokens; it is
+// smaller when the corpus runs out of pairs. Each step merges the most frequent adjacent pair
+// (ties: smallest left id, then smallest right id). Special tokens get the ids after the vocab,
+// in order; occurrences of them in the corpus are not trained on. A non-empty `bos_token` (one
+// of special_tokens) is added by Encode(..., add_special_tokens=true), like Llama 3.
+// InvalidArgument when vocab_size < 256, a special token is empty or repeated, or bos_token is
+// not one of them.
 absl::StatusOr<std::string> TrainByteLevelBpe(std::string_view corpus, int vocab_size,
-                                              const std::vector<std::string>& special_tokens);
+                                              const std::vector<std::string>& special_tokens,
+                                              std::string_view bos_token = "");
 
 }  // namespace strata

@@ -90,7 +90,8 @@ typedef struct strata_kv_cache {
  * plus the new tokens, whose K/V must already be in the cache) has kv_len[s] tokens, held in
  * blocks block_tables[s * max_blocks_per_seq + i]. The query row j of sequence s sits at
  * absolute position kv_len[s] - (q_start[s+1] - q_start[s]) + j, and attends causally to
- * positions <= its own (and > own - sliding_window when sliding_window > 0). */
+ * positions <= its own (and > own - sliding_window when sliding_window > 0). Table entries
+ * past ceil(kv_len[s] / block_size) may hold anything and must not be dereferenced. */
 typedef struct strata_attention_batch {
   int32_t num_seqs;
   int32_t max_blocks_per_seq;
@@ -160,7 +161,8 @@ typedef struct strata_plugin_api_v1 {
                         strata_tensor* out);
   /* Rotary embedding in place, "rotate half" (GPT-NeoX) pairing over the first
    * 2 * inv_freq.shape[0] dims of each head: q [T, Hq, D], k [T, Hk, D], positions int32 [T],
-   * inv_freq f32 [R]. angle = positions[t] * inv_freq[i];
+   * inv_freq f32 [R]. angle = (float)positions[t] * inv_freq[i], an fp32 product as in
+   * Hugging Face transformers (a double product differs by ~2e-4 rad at position 4k);
    * (x[i], x[i+R]) -> mscale * (x[i] cos - x[i+R] sin, x[i+R] cos + x[i] sin). q and k may
    * have different row strides; k may be NULL. */
   strata_status (*rope)(strata_backend b, strata_stream s, strata_tensor* q, strata_tensor* k,
@@ -192,7 +194,8 @@ typedef struct strata_plugin_api_v1 {
                                     const strata_attention_batch* batch,
                                     const strata_attention_params* params,
                                     const strata_tensor* q, strata_tensor* out);
-  /* Copy whole blocks (all layers): for i < n, block dst[i] = block src[i]. int32 arrays. */
+  /* Copy whole blocks (all layers): for i < n, block dst[i] = block src[i]. int32 arrays.
+   * No block may appear in both lists, and dst may not repeat (the host guarantees it). */
   strata_status (*kv_copy_blocks)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
                                   const strata_tensor* src_blocks,
                                   const strata_tensor* dst_blocks);

@@ -1,0 +1,114 @@
+#pragma once
+// The engine: a model on a plugin backend, a paged KV cache with prefix caching, continuous
+// batching, sampling, stop conditions and streaming detokenization.
+//
+// Usage: AddRequest(...) any number of times, then call Step() until HasUnfinished() is
+// false; each Step returns the incremental output of every request that made progress.
+// Generate() does exactly that for a list of prompts.
+//
+// Not thread-safe: one thread drives an Engine (a worker wraps it in its own loop).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "strata/engine/model_runner.h"
+#include "strata/engine/request.h"
+#include "strata/engine/scheduler.h"
+#include "strata/engine/tokenizer.h"
+
+namespace strata {
+
+struct EngineOptions {
+  std::string plugin = "cpu";  // plugin name or path (see LoadPlugin)
+  RunnerOptions runner;
+  SchedulerOptions scheduler;
+  bool enable_prefix_caching = true;
+  std::string cache_salt;  // mixed into block hashes (tenant isolation)
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  uint64_t default_seed = 0;  // seeds requests without a seed (request i gets seed + i)
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_tokens;
+  std::string new_text;
+  std::vector<SampleResult> logprobs;  // one per new token when requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_reason;
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+struct Completion {
+  std::string request_id;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<SampleResult> logprobs;
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t cached_tokens = 0;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const std::string& model_dir,
+                                                        const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return runner_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  ModelRunner& runner() { return *runner_; }
+  const BlockManager& block_manager() const { return *blocks_; }
+  const EngineStats& stats() const { return stats_; }
+  int64_t max_model_len() const { return max_model_len_; }
+
+  // InvalidArgument for bad parameters, an empty or too long prompt, or a duplicate id.
+  absl::Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                          const SamplingParams& params);
+  // Encodes `prompt` with the model's tokenizer (adding its special tokens, e.g. BOS).
+  absl::Status AddTextRequest(const std::string& request_id, const std::string& prompt,
+                              const SamplingParams& params);
+  // Finishes the request with reason "abort" and frees its blocks; false if unknown.
+  bool Abort(const std::string& request_id);
+
+  bool HasUnfinished() const { return !requests_.empty(); }
+  absl::StatusOr<std::vector<RequestOutput>> Step();
+
+  // Runs prompts as one continuous batch to completion.
+  absl::StatusOr<std::vector<Completion>> Generate(const std::vector<std::string>& prompts,
+                                                   const SamplingParams& params);
+  // Logits of every position of `tokens` (a fresh sequence, no caching): for tests/tools.
+  absl::StatusOr<std::vector<float>> ComputeLogits(const std::vector<int32_t>& tokens);
+
+ private:
+  Engine() = default;
+  void ProcessSample(Request* r, std::span<float> logits, RequestOutput& out);
+  bool CheckStopStrings(Request* r);
+  void Finish(Request* r, FinishReason reason);
+  void EmitText(Request* r, RequestOutput& out);
+
+  EngineOptions options_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
+  uint64_t next_arrival_ = 0;
+  int64_t max_model_len_ = 0;
+  size_t max_stop_len_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace strata

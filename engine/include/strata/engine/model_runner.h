@@ -1,0 +1,75 @@
+#pragma once
+// Runs the transformer forward pass for a batch of sequences through an engine plugin.
+//
+// One call = one engine step: any mix of prefill chunks and decode tokens, each sequence with
+// its own paged block table. New K/V are appended to the paged cache, attention reads the
+// whole context from it, and the requested logits rows are returned to the host as float32.
+//
+// Not thread-safe: driven by one engine thread.
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strata/engine/block_manager.h"
+#include "strata/engine/model.h"
+
+namespace strata {
+
+struct RunnerOptions {
+  int block_size = 16;
+  // KV pool size: num_kv_blocks if > 0, else kv_cache_bytes, else kv_cache_fraction of the
+  // backend's free memory after the weights are loaded.
+  int num_kv_blocks = 0;
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_fraction = 0.5;
+  std::string backend_config;  // JSON passed to the plugin's create()
+};
+
+struct ForwardSeq {
+  enum class Logits { kNone, kLast, kAll };
+  std::span<const int32_t> tokens;  // new tokens to run
+  int32_t num_computed = 0;         // tokens already in the cache; positions start here
+  std::span<const BlockId> blocks;  // covers num_computed + tokens.size() tokens
+  Logits logits = Logits::kLast;
+};
+
+class ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<Plugin> plugin,
+                                                             const std::string& model_dir,
+                                                             const RunnerOptions& options);
+  ~ModelRunner();
+
+  const ModelConfig& config() const { return model_->config(); }
+  Backend& backend() { return *backend_; }
+  int num_kv_blocks() const { return cache_.num_blocks; }
+  int block_size() const { return cache_.block_size; }
+  size_t kv_block_bytes() const;
+  const strata_kv_cache& kv_cache() const { return cache_; }
+  size_t weight_bytes() const { return model_->weight_bytes(); }
+
+  // Logits rows in order: for each sequence, none / its last token / all its tokens.
+  // Each row has vocab_size floats.
+  absl::StatusOr<std::vector<float>> Forward(std::span<const ForwardSeq> seqs);
+
+  struct Scratch;     // model_runner_internal.h
+  struct StepInputs;  // model_runner_internal.h
+
+ private:
+  ModelRunner() = default;
+  absl::Status EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows);
+  absl::Status Upload(const StepInputs& in);
+  absl::Status RunLayer(int layer, const StepInputs& in);
+  absl::Status RunAttention(int layer, const StepInputs& in);
+  absl::Status RunMlp(int layer, const StepInputs& in);
+  absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  DeviceBuffer kv_pool_;
+  strata_kv_cache cache_{};
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace strata

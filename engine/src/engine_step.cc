@@ -1,0 +1,183 @@
+// Engine::Step and what happens to each sampled token: stop conditions, detokenization.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "strata/common/status_macros.h"
+#include "strata/engine/engine.h"
+
+namespace strata {
+
+absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
+  SchedulerOutput sched = scheduler_->Schedule();
+  stats_.preemptions += static_cast<int64_t>(sched.preempted.size());
+  std::vector<ForwardSeq> seqs;
+  seqs.reserve(sched.seqs.size());
+  for (const auto& s : sched.seqs) {
+    Request* r = s.request;
+    ForwardSeq f;
+    f.tokens = std::span<const int32_t>(r->tokens.data() + r->num_computed, size_t(s.num_tokens));
+    f.num_computed = r->num_computed;
+    f.blocks = r->blocks;
+    f.logits = r->num_computed + s.num_tokens == r->num_tokens() ? ForwardSeq::Logits::kLast
+                                                                 : ForwardSeq::Logits::kNone;
+    seqs.push_back(f);
+  }
+  std::vector<float> logits;
+  if (!seqs.empty()) {
+    STRATA_ASSIGN_OR_RETURN(logits, runner_->Forward(seqs));
+    ++stats_.steps;
+  }
+  scheduler_->OnStepDone(sched);
+  std::vector<RequestOutput> outputs;
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  size_t row = 0;
+  for (size_t i = 0; i < sched.seqs.size(); ++i) {
+    Request* r = sched.seqs[i].request;
+    if (r->num_computed <= r->prompt_len) {
+      stats_.prompt_tokens_computed += sched.seqs[i].num_tokens;
+    }
+    if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
+    RequestOutput out;
+    ProcessSample(r, std::span<float>(logits.data() + row * vocab, vocab), out);
+    ++row;
+    outputs.push_back(std::move(out));
+  }
+  // Report and drop finished requests (also those finished without running, max_tokens 0).
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    auto cur = it++;
+    Request* r = cur->second.get();
+    if (r->state != Request::State::kFinished) continue;
+    auto found = std::find_if(outputs.begin(), outputs.end(),
+                              [&](const RequestOutput& o) { return o.request_id == r->id; });
+    if (found == outputs.end()) {
+      outputs.emplace_back();
+      found = outputs.end() - 1;
+      found->request_id = r->id;
+      found->prompt_tokens = r->prompt_len;
+      found->cached_tokens = r->num_cached_prompt;
+    }
+    found->finished = true;
+    found->finish_reason = r->finish;
+    found->stop_reason = r->stop_reason;
+    found->completion_tokens = r->num_output();
+    requests_.erase(cur);
+  }
+  return outputs;
+}
+
+void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {
+  SampleResult s = Sample(logits, r->params, r->prompt(), r->output(), *r->rng);
+  r->tokens.push_back(s.token);
+  ++stats_.generated_tokens;
+  out.request_id = r->id;
+  out.new_tokens.push_back(s.token);
+  if (r->params.logprobs >= 0) out.logprobs.push_back(s);
+  out.prompt_tokens = r->prompt_len;
+  out.cached_tokens = r->num_cached_prompt;
+  out.completion_tokens = r->num_output();
+
+  const bool is_eos = !r->params.ignore_eos &&
+                      std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(),
+                                s.token) != config().eos_token_ids.end();
+  const bool is_stop_token = std::find(r->params.stop_token_ids.begin(),
+                                       r->params.stop_token_ids.end(),
+                                       s.token) != r->params.stop_token_ids.end();
+  if (is_eos || is_stop_token) {
+    r->stop_reason = absl::StrCat(s.token);
+    r->text += r->detok->Flush();
+    Finish(r, FinishReason::kStop);
+  } else {
+    r->text += r->detok->Push(s.token);
+    if (CheckStopStrings(r)) {
+      Finish(r, FinishReason::kStop);
+    } else if (r->num_tokens() >= r->max_total_tokens) {
+      r->text += r->detok->Flush();
+      Finish(r, FinishReason::kLength);
+    }
+  }
+  EmitText(r, out);
+}
+
+// Truncates the text at the first stop string, if any appeared; true if one did.
+bool Engine::CheckStopStrings(Request* r) {
+  if (r->params.stop.empty()) return false;
+  // Only the tail that can contain a new match needs scanning.
+  const size_t from = r->text_emitted > max_stop_len_ ? r->text_emitted - max_stop_len_ : 0;
+  size_t best = std::string::npos;
+  const std::string* which = nullptr;
+  for (const auto& stop : r->params.stop) {
+    const size_t pos = r->text.find(stop, from);
+    if (pos < best) {
+      best = pos;
+      which = &stop;
+    }
+  }
+  if (which == nullptr) return false;
+  r->text.resize(best);
+  r->stop_reason = *which;
+  return true;
+}
+
+// Returns new text, holding back a tail that could still become a stop string.
+void Engine::EmitText(Request* r, RequestOutput& out) {
+  size_t upto = r->text.size();
+  if (r->state != Request::State::kFinished && !r->params.stop.empty()) {
+    const size_t hold = max_stop_len_ - 1;
+    upto = upto > hold ? upto - hold : 0;
+  }
+  if (upto > r->text_emitted) {
+    out.new_text = r->text.substr(r->text_emitted, upto - r->text_emitted);
+    r->text_emitted = upto;
+  }
+}
+
+absl::StatusOr<std::vector<Completion>> Engine::Generate(const std::vector<std::string>& prompts,
+                                                         const SamplingParams& params) {
+  std::vector<Completion> results(prompts.size());
+  absl::flat_hash_map<std::string, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = absl::StrCat("generate-", next_arrival_, "-", i);
+    std::vector<int32_t> ids = tokenizer_->Encode(prompts[i], /*add_special_tokens=*/true);
+    results[i].request_id = id;
+    results[i].prompt_tokens = ids;
+    STRATA_RETURN_IF_ERROR(AddRequest(id, std::move(ids), params));
+    index[id] = i;
+  }
+  while (HasUnfinished()) {
+    STRATA_ASSIGN_OR_RETURN(auto outputs, Step());
+    for (auto& o : outputs) {
+      auto it = index.find(o.request_id);
+      if (it == index.end()) continue;
+      Completion& c = results[it->second];
+      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      c.text += o.new_text;
+      c.logprobs.insert(c.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      c.cached_tokens = o.cached_tokens;
+      if (o.finished) c.finish_reason = o.finish_reason;
+    }
+  }
+  return results;
+}
+
+absl::StatusOr<std::vector<float>> Engine::ComputeLogits(const std::vector<int32_t>& tokens) {
+  const int bs = blocks_->block_size();
+  std::vector<BlockId> blocks;
+  auto release = [&] { blocks_->ReleaseAll(blocks); };
+  for (size_t n = 0; n < (tokens.size() + bs - 1) / bs; ++n) {
+    auto b = blocks_->Allocate();
+    if (!b.ok()) {
+      release();
+      return b.status();
+    }
+    blocks.push_back(*b);
+  }
+  ForwardSeq seq;
+  seq.tokens = tokens;
+  seq.blocks = blocks;
+  seq.logits = ForwardSeq::Logits::kAll;
+  auto logits = runner_->Forward(std::span<const ForwardSeq>(&seq, 1));
+  release();
+  return logits;
+}
+
+}  // namespace strata

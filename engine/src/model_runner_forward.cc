@@ -1,0 +1,267 @@
+// ModelRunner's forward pass: one engine step through the plugin's ops.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model_runner_internal.h"
+#include "strata/common/half.h"
+#include "strata/common/status_macros.h"
+
+namespace strata {
+namespace {
+
+absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
+                         int num_blocks, ModelRunner::StepInputs& in);
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardSeq> seqs) {
+  StepInputs in;
+  STRATA_RETURN_IF_ERROR(
+      BuildInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
+  if (in.num_tokens == 0) return std::vector<float>();
+  STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
+                                       static_cast<int64_t>(in.block_tables.size()),
+                                       static_cast<int64_t>(in.logit_rows.size())));
+  STRATA_RETURN_IF_ERROR(Upload(in));
+  const auto& api = backend_->api();
+  const strata_dtype act = backend_->info().act_dtype;
+  const int64_t t = in.num_tokens, h = config().hidden_size;
+  const strata_dtype wdt = backend_->info().weight_dtype;
+  strata_tensor table = MakeTensor(model_->embed().data(), wdt, {config().vocab_size, h});
+  strata_tensor ids = MakeTensor(scratch_->ids.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor residual = MakeTensor(scratch_->residual.data(), act, {t, h});
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.embedding(backend_->handle(), backend_->stream(), &table, &ids, &residual),
+      "embedding"));
+  for (int l = 0; l < config().num_layers; ++l) STRATA_RETURN_IF_ERROR(RunLayer(l, in));
+  return RunHead(in);
+}
+
+namespace {
+
+absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
+                         int num_blocks, ModelRunner::StepInputs& in) {
+  in.num_seqs = static_cast<int32_t>(seqs.size());
+  for (const auto& s : seqs) {
+    in.max_blocks = std::max<int32_t>(in.max_blocks, static_cast<int32_t>(s.blocks.size()));
+  }
+  in.block_tables.assign(static_cast<size_t>(in.num_seqs) * std::max(in.max_blocks, 1), 0);
+  in.q_start.push_back(0);
+  for (int32_t i = 0; i < in.num_seqs; ++i) {
+    const ForwardSeq& s = seqs[i];
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t total = s.num_computed + n;
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", i, " has no tokens"));
+    if (total > static_cast<int64_t>(s.blocks.size()) * block_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", i, ": ", s.blocks.size(),
+                                                     " blocks cannot hold ", total, " tokens"));
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t tok = s.tokens[j];
+      if (tok < 0 || tok >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", tok, " out of range [0, ", vocab, ")"));
+      }
+      const int32_t pos = s.num_computed + j;
+      const BlockId block = s.blocks[pos / block_size];
+      if (block < 0 || block >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("bad block id ", block));
+      }
+      in.ids.push_back(tok);
+      in.positions.push_back(pos);
+      in.slots.push_back(block * block_size + pos % block_size);
+    }
+    std::copy(s.blocks.begin(), s.blocks.end(),
+              in.block_tables.begin() + static_cast<size_t>(i) * in.max_blocks);
+    const int32_t first_row = static_cast<int32_t>(in.num_tokens);
+    in.num_tokens += n;
+    in.q_start.push_back(static_cast<int32_t>(in.num_tokens));
+    in.kv_len.push_back(static_cast<int32_t>(total));
+    in.max_q = std::max<int32_t>(in.max_q, static_cast<int32_t>(n));
+    in.max_kv = std::max<int32_t>(in.max_kv, static_cast<int32_t>(total));
+    in.all_decode = in.all_decode && n == 1;
+    if (s.logits == ForwardSeq::Logits::kLast) {
+      in.logit_rows.push_back(static_cast<int32_t>(in.num_tokens - 1));
+    } else if (s.logits == ForwardSeq::Logits::kAll) {
+      for (int32_t r = first_row; r < in.num_tokens; ++r) in.logit_rows.push_back(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ModelRunner::RunLayer(int layer, const StepInputs& in) {
+  const auto& api = backend_->api();
+  const LayerWeights& w = model_->layers()[layer];
+  const strata_dtype act = backend_->info().act_dtype;
+  const strata_dtype wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = config().hidden_size;
+  const float eps = static_cast<float>(config().rms_norm_eps);
+  strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
+  strata_tensor residual = MakeTensor(scratch_->residual.data(), act, {t, h});
+  strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
+  strata_tensor in_norm = MakeTensor(w.input_norm.data(), wdt, {h});
+  // Layer 0 normalizes the embeddings already in `residual`; later layers first add the
+  // previous MLP output (in `hidden`) into the residual stream.
+  const strata_status st =
+      layer == 0
+          ? api.rms_norm(backend_->handle(), backend_->stream(), &residual, nullptr, &in_norm,
+                         eps, &normed)
+          : api.rms_norm(backend_->handle(), backend_->stream(), &hidden, &residual, &in_norm,
+                         eps, &normed);
+  STRATA_RETURN_IF_ERROR(backend_->Check(st, "rms_norm(input)"));
+  STRATA_RETURN_IF_ERROR(RunAttention(layer, in));
+  strata_tensor post_norm = MakeTensor(w.post_norm.data(), wdt, {h});
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.rms_norm(backend_->handle(), backend_->stream(), &hidden, &residual, &post_norm, eps,
+                   &normed),
+      "rms_norm(post_attention)"));
+  return RunMlp(layer, in);
+}
+
+absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
+  const auto& api = backend_->api();
+  auto* b = backend_->handle();
+  auto* s = backend_->stream();
+  const LayerWeights& w = model_->layers()[layer];
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype, wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = c.hidden_size, d = c.head_dim;
+  const int64_t hq = c.num_heads, hk = c.num_kv_heads, width = (hq + 2 * hk) * d;
+  strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
+  strata_tensor qkv = MakeTensor(scratch_->qkv.data(), act, {t, width});
+  strata_tensor wqkv = MakeTensor(w.qkv.data(), wdt, {width, h});
+  strata_tensor bias = MakeTensor(w.qkv_bias.data(), wdt, {width});
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.gemm(b, s, &normed, &wqkv, w.qkv_bias.data() ? &bias : nullptr, 0, &qkv), "gemm(qkv)"));
+  char* base = static_cast<char*>(scratch_->qkv.data());
+  const size_t a = DtypeSize(act);
+  strata_tensor q = MakeTensor(base, act, {t, hq, d}, width);
+  strata_tensor k = MakeTensor(base + hq * d * a, act, {t, hk, d}, width);
+  strata_tensor v = MakeTensor(base + (hq + hk) * d * a, act, {t, hk, d}, width);
+  if (c.qk_norm) {
+    strata_tensor qn = MakeTensor(w.q_norm.data(), wdt, {d});
+    strata_tensor kn = MakeTensor(w.k_norm.data(), wdt, {d});
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    STRATA_RETURN_IF_ERROR(
+        backend_->Check(api.rms_norm(b, s, &q, nullptr, &qn, eps, &q), "rms_norm(q_norm)"));
+    STRATA_RETURN_IF_ERROR(
+        backend_->Check(api.rms_norm(b, s, &k, nullptr, &kn, eps, &k), "rms_norm(k_norm)"));
+  }
+  strata_tensor pos = MakeTensor(scratch_->positions.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor inv_freq =
+      MakeTensor(model_->inv_freq().data(), STRATA_DTYPE_F32, {c.rotary_dim() / 2});
+  STRATA_RETURN_IF_ERROR(backend_->Check(api.rope(b, s, &q, &k, &pos, &inv_freq, 1.0f), "rope"));
+  strata_tensor slots = MakeTensor(scratch_->slots.data(), STRATA_DTYPE_I32, {t});
+  STRATA_RETURN_IF_ERROR(
+      backend_->Check(api.kv_append(b, s, &cache_, layer, &k, &v, &slots), "kv_append"));
+  strata_attention_batch batch{};
+  batch.num_seqs = in.num_seqs;
+  batch.max_blocks_per_seq = in.max_blocks;
+  batch.max_q_len = in.max_q;
+  batch.max_kv_len = in.max_kv;
+  batch.q_start = static_cast<const int32_t*>(scratch_->q_start.data());
+  batch.kv_len = static_cast<const int32_t*>(scratch_->kv_len.data());
+  batch.block_tables = static_cast<const int32_t*>(scratch_->block_tables.data());
+  strata_attention_params params{layer, 1.0f / std::sqrt(static_cast<float>(d)),
+                                 c.SlidingWindow(layer)};
+  strata_tensor out = MakeTensor(scratch_->attn.data(), act, {t, hq, d});
+  const strata_status st = in.all_decode
+                               ? api.attention_decode(b, s, &cache_, &batch, &params, &q, &out)
+                               : api.attention_prefill(b, s, &cache_, &batch, &params, &q, &out);
+  STRATA_RETURN_IF_ERROR(backend_->Check(st, in.all_decode ? "attention_decode"
+                                                            : "attention_prefill"));
+  strata_tensor attn2d = MakeTensor(scratch_->attn.data(), act, {t, hq * d});
+  strata_tensor wo = MakeTensor(w.o.data(), wdt, {h, hq * d});
+  strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
+  strata_tensor ob = MakeTensor(w.o_bias.data(), wdt, {h});
+  return backend_->Check(
+      api.gemm(b, s, &attn2d, &wo, w.o_bias.data() ? &ob : nullptr, 0, &hidden), "gemm(o_proj)");
+}
+
+absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
+  const auto& api = backend_->api();
+  auto* b = backend_->handle();
+  auto* s = backend_->stream();
+  const LayerWeights& w = model_->layers()[layer];
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype, wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = c.hidden_size, i = w.mlp_width;
+  strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
+  strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
+  if (!w.moe) {
+    strata_tensor gu = MakeTensor(scratch_->mlp_in.data(), act, {t, 2 * i});
+    strata_tensor wgu = MakeTensor(w.gate_up.data(), wdt, {2 * i, h});
+    strata_tensor mid = MakeTensor(scratch_->mlp_act.data(), act, {t, i});
+    strata_tensor wd = MakeTensor(w.down.data(), wdt, {h, i});
+    strata_tensor gub = MakeTensor(w.gate_up_bias.data(), wdt, {2 * i});
+    strata_tensor db = MakeTensor(w.down_bias.data(), wdt, {h});
+    const bool bias = w.gate_up_bias.data() != nullptr;
+    STRATA_RETURN_IF_ERROR(backend_->Check(
+        api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
+    STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
+    return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden),
+                           "gemm(down)");
+  }
+  const int64_t e = c.num_experts, k = c.num_experts_per_tok;
+  const bool renorm = c.family == ModelFamily::kMixtral || c.norm_topk_prob;
+  strata_tensor logits = MakeTensor(scratch_->router.data(), act, {t, e});
+  strata_tensor wr = MakeTensor(w.router.data(), wdt, {e, h});
+  strata_tensor tw = MakeTensor(scratch_->topk_w.data(), STRATA_DTYPE_F32, {t, k});
+  strata_tensor ti = MakeTensor(scratch_->topk_ids.data(), STRATA_DTYPE_I32, {t, k});
+  strata_tensor wgu = MakeTensor(w.gate_up.data(), wdt, {e, 2 * i, h});
+  strata_tensor wd = MakeTensor(w.down.data(), wdt, {e, h, i});
+  STRATA_RETURN_IF_ERROR(
+      backend_->Check(api.gemm(b, s, &normed, &wr, nullptr, 0, &logits), "gemm(router)"));
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.moe_route(b, s, &logits, static_cast<int32_t>(k), renorm ? 1 : 0, &tw, &ti),
+      "moe_route"));
+  return backend_->Check(api.moe_experts(b, s, &normed, &tw, &ti, &wgu, &wd, &hidden),
+                         "moe_experts");
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
+  const auto& api = backend_->api();
+  auto* b = backend_->handle();
+  auto* s = backend_->stream();
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype, wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = c.hidden_size, v = c.vocab_size;
+  const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
+  strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
+  strata_tensor residual = MakeTensor(scratch_->residual.data(), act, {t, h});
+  strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
+  strata_tensor norm_w = MakeTensor(model_->final_norm().data(), wdt, {h});
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.rms_norm(b, s, &hidden, &residual, &norm_w, eps, &normed), "rms_norm(final)"));
+  if (rows == 0) {
+    STRATA_RETURN_IF_ERROR(backend_->Synchronize());
+    return std::vector<float>();
+  }
+  strata_tensor row_ids = MakeTensor(scratch_->logit_rows.data(), STRATA_DTYPE_I32, {rows});
+  strata_tensor head_in = MakeTensor(scratch_->head_in.data(), act, {rows, h});
+  strata_tensor head_w = MakeTensor(model_->lm_head().data(), wdt, {v, h});
+  strata_tensor logits = MakeTensor(scratch_->logits.data(), act, {rows, v});
+  STRATA_RETURN_IF_ERROR(
+      backend_->Check(api.gather_rows(b, s, &normed, &row_ids, &head_in), "gather_rows"));
+  STRATA_RETURN_IF_ERROR(
+      backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits), "gemm(lm_head)"));
+  std::vector<float> out(static_cast<size_t>(rows * v));
+  if (act == STRATA_DTYPE_F32) {
+    STRATA_RETURN_IF_ERROR(
+        backend_->CopyToHost(out.data(), scratch_->logits.data(), out.size() * sizeof(float)));
+    return out;
+  }
+  std::vector<uint16_t> half(out.size());
+  STRATA_RETURN_IF_ERROR(
+      backend_->CopyToHost(half.data(), scratch_->logits.data(), half.size() * sizeof(uint16_t)));
+  for (size_t j = 0; j < out.size(); ++j) {
+    out[j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
+  }
+  return out;
+}
+
+}  // namespace strata

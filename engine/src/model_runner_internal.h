@@ -1,0 +1,28 @@
+#pragma once
+// Private state of ModelRunner shared by model_runner.cc (setup) and
+// model_runner_forward.cc (the forward pass).
+#include <cstdint>
+#include <vector>
+
+#include "strata/engine/model_runner.h"
+
+namespace strata {
+
+// Device buffers reused across steps; grown (never shrunk) when a step needs more.
+struct ModelRunner::Scratch {
+  int64_t tokens = 0, seqs = 0, table = 0, rows = 0;
+  DeviceBuffer hidden, residual, normed, qkv, attn, mlp_in, mlp_act, router, topk_w, topk_ids;
+  DeviceBuffer ids, positions, slots, q_start, kv_len, block_tables, logit_rows;
+  DeviceBuffer head_in, logits;
+};
+
+// Host-side description of one step, flattened from the ForwardSeqs. Lives until the step's
+// results are copied back, so asynchronous uploads from it stay valid.
+struct ModelRunner::StepInputs {
+  int64_t num_tokens = 0;
+  std::vector<int32_t> ids, positions, slots, q_start, kv_len, block_tables, logit_rows;
+  int32_t num_seqs = 0, max_blocks = 0, max_q = 0, max_kv = 0;
+  bool all_decode = true;
+};
+
+}  // namespace strata

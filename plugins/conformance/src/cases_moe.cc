@@ -1,0 +1,110 @@
+// Conformance cases for the optional MoE entries: moe_route and moe_experts. They are skipped
+// (not failed) when either backend leaves the MoE entries NULL.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "harness.h"
+
+namespace strata::conformance {
+namespace {
+
+enum class Logits { kDistinct, kTies };
+
+// kDistinct: each row a shuffle of values 6/E apart, so the top-k set and order do not hinge
+// on rounding. kTies: values from {-1, 0, 0.5, 1.5}, exact in every dtype, so equal
+// probabilities are common and the lower-id-first rule decides.
+std::vector<float> RouterLogits(Rng& rng, int64_t tokens, int32_t experts, Logits kind) {
+  std::vector<float> logits;
+  static constexpr float kLevels[] = {-1.0f, 0.0f, 0.5f, 1.5f};
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<int32_t> perm = rng.Permutation(experts);
+    for (int32_t e = 0; e < experts; ++e) {
+      logits.push_back(kind == Logits::kTies ? kLevels[rng.Int(0, 3)]
+                                             : static_cast<float>(-3.0 + 6.0 * perm[e] / experts +
+                                                                  rng.Uniform(0, 0.5 / experts)));
+    }
+  }
+  return logits;
+}
+
+void AddMoeRoute(uint64_t seed, int64_t tokens, int32_t experts, int32_t top_k, bool renormalize,
+                 Logits kind, CaseList* out) {
+  std::string name = absl::StrFormat("T=%d E=%d k=%d", tokens, experts, top_k);
+  if (renormalize) absl::StrAppend(&name, " renormalize");
+  if (kind == Logits::kTies) absl::StrAppend(&name, " ties");
+  CaseBuilder cb(seed, "moe_route", name);
+  const int logits =
+      cb.Values("router_logits", Role::kAct, RouterLogits(cb.rng(), tokens, experts, kind));
+  const int weights = cb.Output(cb.Uniform("topk_weights", Role::kF32, tokens * top_k));
+  const int ids = cb.Output(cb.Ints("topk_ids", std::vector<int32_t>(tokens * top_k, -1)));
+  out->push_back(cb.Build(
+      [=](OpContext& ctx) {
+        strata_tensor lt = ctx.Tensor(logits, {tokens, experts});
+        strata_tensor wt = ctx.Tensor(weights, {tokens, top_k});
+        strata_tensor it = ctx.Tensor(ids, {tokens, top_k});
+        return ctx.Check(ctx.api().moe_route(ctx.backend(), ctx.stream(), &lt, top_k,
+                                             renormalize ? 1 : 0, &wt, &it),
+                         "moe_route");
+      },
+      /*needs_moe=*/true));
+}
+
+struct ExpertsSpec {
+  int64_t tokens, hidden, inter;
+  int32_t experts, top_k;
+};
+
+void AddMoeExperts(uint64_t seed, const ExpertsSpec& s, CaseList* out) {
+  CaseBuilder cb(
+      seed, "moe_experts",
+      absl::StrFormat("T=%d H=%d I=%d E=%d k=%d", s.tokens, s.hidden, s.inter, s.experts, s.top_k));
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    const std::vector<int32_t> perm = cb.rng().Permutation(s.experts);
+    double sum = 0;
+    std::vector<double> w(s.top_k);
+    for (double& v : w) sum += (v = cb.rng().Uniform(0.1, 1.0));
+    for (int32_t j = 0; j < s.top_k; ++j) {
+      ids.push_back(perm[j]);
+      weights.push_back(static_cast<float>(w[j] / sum));
+    }
+  }
+  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
+  const int tw = cb.Values("topk_weights", Role::kF32, weights);
+  const int ti = cb.Ints("topk_ids", ids);
+  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
+  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
+  const int y = cb.Output(cb.Uniform("out", Role::kAct, s.tokens * s.hidden));
+  out->push_back(cb.Build(
+      [=](OpContext& ctx) {
+        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
+        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
+        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
+        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
+        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
+        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
+        return ctx.Check(
+            ctx.api().moe_experts(ctx.backend(), ctx.stream(), &xt, &wt, &it, &gt, &dt, &ot),
+            "moe_experts");
+      },
+      /*needs_moe=*/true));
+}
+
+}  // namespace
+
+void AddMoeRouteCases(uint64_t seed, CaseList* out) {
+  AddMoeRoute(seed, 17, 8, 2, true, Logits::kDistinct, out);
+  AddMoeRoute(seed, 33, 64, 8, false, Logits::kDistinct, out);
+  AddMoeRoute(seed, 9, 128, 8, true, Logits::kDistinct, out);
+  AddMoeRoute(seed, 12, 16, 4, true, Logits::kTies, out);
+}
+
+void AddMoeExpertsCases(uint64_t seed, CaseList* out) {
+  AddMoeExperts(seed, {1, 256, 128, 4, 1}, out);
+  AddMoeExperts(seed, {7, 64, 32, 8, 2}, out);
+  AddMoeExperts(seed, {20, 128, 96, 16, 4}, out);
+}
+
+}  // namespace strata::conformance

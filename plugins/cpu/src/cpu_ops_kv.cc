@@ -1,0 +1,140 @@
+// KV cache maintenance: kv_append, kv_copy_blocks, kv_gather, kv_scatter, and the parallel
+// memcpy the plugin's copy entries share. Every block id and slot is checked against the pool
+// before anything is written.
+#include <algorithm>
+#include <cstring>
+
+#include "cpu_ops.h"
+#include "cpu_tensor.h"
+
+namespace strata::cpu {
+namespace {
+
+// Copies below this size stay on the calling thread; above, 1 MiB pieces go to the pool.
+constexpr size_t kParallelCopyBytes = size_t{1} << 20;
+
+// Moves whole blocks between the pool and a packed buffer, in `ids` order.
+void CopyBlocks(CpuBackend& be, const CacheView& cache, const int32_t* ids, int64_t n, char* packed,
+                bool to_packed) {
+  const size_t block_bytes = static_cast<size_t>(cache.block_elems()) * sizeof(float);
+  auto copy_one = [&](int64_t i, bool parallel) {
+    char* block = reinterpret_cast<char*>(cache.Plane(ids[i], 0, 0));
+    char* buf = packed + i * block_bytes;
+    void* dst = to_packed ? buf : block;
+    const void* src = to_packed ? block : buf;
+    if (parallel) {
+      ParallelCopy(be, dst, src, block_bytes);
+    } else {
+      std::memcpy(dst, src, block_bytes);
+    }
+  };
+  if (n >= 2 * be.threads()) {
+    be.pool().ParallelFor(n, be.pool().GrainFor(n, 1), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) copy_one(i, false);
+    });
+  } else {
+    for (int64_t i = 0; i < n; ++i) copy_one(i, true);
+  }
+}
+
+Status ViewBlockList(const char* op, const char* name, const strata_tensor* t,
+                     const CacheView& cache, TensorView* view) {
+  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(op, name, t, STRATA_DTYPE_I32, 1, 1, view));
+  return CheckIndices(op, name, view->Ints(), view->rows, 1, cache.num_blocks);
+}
+
+}  // namespace
+
+void ParallelCopy(CpuBackend& be, void* dst, const void* src, size_t bytes) {
+  if (bytes < 2 * kParallelCopyBytes || be.threads() == 1) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  const int64_t pieces =
+      static_cast<int64_t>((bytes + kParallelCopyBytes - 1) / kParallelCopyBytes);
+  be.pool().ParallelFor(pieces, be.pool().GrainFor(pieces, 1), [&](int64_t b, int64_t e) {
+    const size_t begin = static_cast<size_t>(b) * kParallelCopyBytes;
+    const size_t end = std::min(bytes, static_cast<size_t>(e) * kParallelCopyBytes);
+    std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin,
+                end - begin);
+  });
+}
+
+Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
+                const strata_tensor* v, const strata_tensor* slots) {
+  constexpr const char* kOp = "kv_append";
+  CacheView cv;
+  TensorView kv, vv, sv;
+  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  if (layer < 0 || layer >= cv.num_layers) {
+    return InvalidArgument(kOp, "layer ", layer, " is out of range [0, ", cv.num_layers, ")");
+  }
+  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, STRATA_DTYPE_F32, 3, 3, &kv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "v", v, STRATA_DTYPE_F32, 3, 3, &vv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "slots", slots, STRATA_DTYPE_I32, 1, 1, &sv));
+  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 1, cv.num_kv_heads));
+  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, cv.head_dim));
+  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(kOp, "v", vv, "k", kv));
+  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "slots", sv, 0, kv.rows));
+  STRATA_CPU_RETURN_IF_ERROR(CheckIndices(kOp, "slots", sv.Ints(), sv.rows, 1,
+                                          cv.num_blocks * cv.block_size,
+                                          /*allow_negative=*/true));
+  const int32_t* slot = sv.Ints();
+  const size_t row_bytes = static_cast<size_t>(cv.token_elems()) * sizeof(float);
+  const int64_t grain = be.pool().GrainFor(kv.rows, std::max<int64_t>(1, 8192 / kv.cols));
+  be.pool().ParallelFor(kv.rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      if (slot[t] < 0) continue;
+      const int64_t block = slot[t] / cv.block_size;
+      const int64_t offset = (slot[t] % cv.block_size) * cv.token_elems();
+      std::memcpy(cv.Plane(block, layer, 0) + offset, kv.Row(t), row_bytes);
+      std::memcpy(cv.Plane(block, layer, 1) + offset, vv.Row(t), row_bytes);
+    }
+  });
+  return Status();
+}
+
+Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* src,
+                    const strata_tensor* dst) {
+  constexpr const char* kOp = "kv_copy_blocks";
+  CacheView cv;
+  TensorView sv, dv;
+  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "src_blocks", src, cv, &sv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "dst_blocks", dst, cv, &dv));
+  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "dst_blocks", dv, 0, sv.rows));
+  const size_t block_bytes = static_cast<size_t>(cv.block_elems()) * sizeof(float);
+  // In order, one block at a time: a later pair may read a block an earlier pair wrote.
+  for (int64_t i = 0; i < sv.rows; ++i) {
+    const int32_t from = sv.Ints()[i], to = dv.Ints()[i];
+    if (from != to) ParallelCopy(be, cv.Plane(to, 0, 0), cv.Plane(from, 0, 0), block_bytes);
+  }
+  return Status();
+}
+
+Status KvGather(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* blocks,
+                void* dst) {
+  constexpr const char* kOp = "kv_gather";
+  CacheView cv;
+  TensorView bv;
+  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
+  if (dst == nullptr && bv.rows > 0) return InvalidArgument(kOp, "dst is NULL");
+  CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(dst), /*to_packed=*/true);
+  return Status();
+}
+
+Status KvScatter(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* blocks,
+                 const void* src) {
+  constexpr const char* kOp = "kv_scatter";
+  CacheView cv;
+  TensorView bv;
+  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
+  if (src == nullptr && bv.rows > 0) return InvalidArgument(kOp, "src is NULL");
+  CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(const_cast<void*>(src)),
+             /*to_packed=*/false);
+  return Status();
+}
+
+}  // namespace strata::cpu
