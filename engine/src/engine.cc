@@ -34,6 +34,10 @@ Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir,
                                                        const EngineOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("model directory not found: ", model_dir));
+  }
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
   STRATA_ASSIGN_OR_RETURN(auto plugin, LoadPlugin(options.plugin));
