@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
 #include "strata/engine/presets.h"
 
@@ -206,6 +207,45 @@ TEST(PresetTest, PresetsAreDeterministicAndUnknownNamesFail) {
   EXPECT_EQ(WritePreset("nope", a).code(), absl::StatusCode::kNotFound);
   std::filesystem::remove_all(a);
   std::filesystem::remove_all(b);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The presets load in transformers and generate what it generates: the fixture was recorded
+// from transformers by scripts/fixtures/make_preset_fixtures.py.
+TEST(PresetTest, PresetsGenerateWhatTransformersGenerates) {
+  auto text = ReadFileToString(std::string(STRATA_SOURCE_DIR) +
+                               "/tests/fixtures/presets/reference.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto ref = nlohmann::json::parse(*text);
+  ASSERT_FALSE(ref["presets"].empty());
+  for (const auto& [preset, entry] : ref["presets"].items()) {
+    const std::string dir =
+        ::testing::TempDir() + "/preset_golden_" + preset + "_" + std::to_string(::getpid());
+    ASSERT_TRUE(WritePreset(preset, dir).ok());
+    EngineOptions opts;
+    opts.runner.num_kv_blocks = 64;
+    auto e = Engine::Create(dir, opts);
+    ASSERT_TRUE(e.ok()) << e.status();
+    for (const auto& c : entry["cases"]) {
+      const auto ids = c["input_ids"].get<std::vector<int32_t>>();
+      EXPECT_EQ((*e)->tokenizer().Encode(c["prompt"].get<std::string>(), true), ids) << preset;
+      const auto expected = c["greedy_new_ids"].get<std::vector<int32_t>>();
+      ASSERT_TRUE((*e)->AddRequest("r", ids, Greedy(static_cast<int>(expected.size()))).ok());
+      std::vector<int32_t> got;
+      while ((*e)->HasUnfinished()) {
+        auto step = (*e)->Step();
+        ASSERT_TRUE(step.ok());
+        for (const auto& o : *step) got.insert(got.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+      EXPECT_EQ(got, expected) << preset << ": " << c["prompt"];
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace
