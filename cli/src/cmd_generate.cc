@@ -1,4 +1,6 @@
 // `strata generate`: run prompts through the local engine as one continuous batch.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -108,6 +110,9 @@ absl::Status Run(Engine& engine, const GenerateFlags& f, const SamplingParams& p
       return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, ": ", st.message()));
     }
   }
+  // A batch prints nothing until it is done: show progress on a terminal meanwhile.
+  const bool progress = !stream && isatty(STDERR_FILENO);
+  size_t done = 0, tokens = 0;
   while (engine.HasUnfinished()) {
     auto outputs = engine.Step();
     if (!outputs.ok()) return outputs.status();
@@ -115,13 +120,22 @@ absl::Status Run(Engine& engine, const GenerateFlags& f, const SamplingParams& p
       Result& r = results[std::stoul(o.request_id)];
       r.text += o.new_text;
       r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      if (o.finished) r.finish = o.finish_reason;
+      tokens += o.new_tokens.size();
+      if (o.finished) {
+        r.finish = o.finish_reason;
+        ++done;
+      }
       if (stream) {
         std::fputs(o.new_text.c_str(), stdout);
         std::fflush(stdout);
       }
     }
+    if (progress) {
+      std::fprintf(stderr, "\rgenerate: %zu/%zu prompts done, %zu tokens", done, results.size(),
+                   tokens);
+    }
   }
+  if (progress) std::fputs("\n", stderr);
   PrintResults(f, results, stream);
   return absl::OkStatus();
 }

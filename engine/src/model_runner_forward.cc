@@ -121,7 +121,9 @@ absl::Status ModelRunner::RunLayer(int layer, const StepInputs& in) {
   return RunMlp(layer, in);
 }
 
-absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
+// QKV projection, QK-norm, RoPE, and the append of the new K/V to the paged cache. Leaves q
+// (a strided view of the QKV buffer) for the attention that follows.
+absl::Status ModelRunner::RunQkv(int layer, const StepInputs& in, strata_tensor* q_out) {
   const auto& api = backend_->api();
   auto* b = backend_->handle();
   auto* s = backend_->stream();
@@ -157,6 +159,20 @@ absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
   strata_tensor slots = MakeTensor(scratch_->slots.data(), STRATA_DTYPE_I32, {t});
   STRATA_RETURN_IF_ERROR(
       backend_->Check(api.kv_append(b, s, &cache_, layer, &k, &v, &slots), "kv_append"));
+  *q_out = q;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
+  strata_tensor q;
+  STRATA_RETURN_IF_ERROR(RunQkv(layer, in, &q));
+  const auto& api = backend_->api();
+  auto* b = backend_->handle();
+  auto* s = backend_->stream();
+  const LayerWeights& w = model_->layers()[layer];
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype, wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = c.hidden_size, d = c.head_dim, hq = c.num_heads;
   strata_attention_batch batch{};
   batch.num_seqs = in.num_seqs;
   batch.max_blocks_per_seq = in.max_blocks;
@@ -182,6 +198,31 @@ absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
 }
 
 absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
+  const LayerWeights& w = model_->layers()[layer];
+  if (w.moe) return RunMoe(layer, in);
+  const auto& api = backend_->api();
+  auto* b = backend_->handle();
+  auto* s = backend_->stream();
+  const ModelConfig& c = config();
+  const strata_dtype act = backend_->info().act_dtype, wdt = backend_->info().weight_dtype;
+  const int64_t t = in.num_tokens, h = c.hidden_size, i = w.mlp_width;
+  strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
+  strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
+  strata_tensor gu = MakeTensor(scratch_->mlp_in.data(), act, {t, 2 * i});
+  strata_tensor wgu = MakeTensor(w.gate_up.data(), wdt, {2 * i, h});
+  strata_tensor mid = MakeTensor(scratch_->mlp_act.data(), act, {t, i});
+  strata_tensor wd = MakeTensor(w.down.data(), wdt, {h, i});
+  strata_tensor gub = MakeTensor(w.gate_up_bias.data(), wdt, {2 * i});
+  strata_tensor db = MakeTensor(w.down_bias.data(), wdt, {h});
+  const bool bias = w.gate_up_bias.data() != nullptr;
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
+  STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
+  return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden),
+                         "gemm(down)");
+}
+
+absl::Status ModelRunner::RunMoe(int layer, const StepInputs& in) {
   const auto& api = backend_->api();
   auto* b = backend_->handle();
   auto* s = backend_->stream();
@@ -191,20 +232,6 @@ absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
   const int64_t t = in.num_tokens, h = c.hidden_size, i = w.mlp_width;
   strata_tensor normed = MakeTensor(scratch_->normed.data(), act, {t, h});
   strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
-  if (!w.moe) {
-    strata_tensor gu = MakeTensor(scratch_->mlp_in.data(), act, {t, 2 * i});
-    strata_tensor wgu = MakeTensor(w.gate_up.data(), wdt, {2 * i, h});
-    strata_tensor mid = MakeTensor(scratch_->mlp_act.data(), act, {t, i});
-    strata_tensor wd = MakeTensor(w.down.data(), wdt, {h, i});
-    strata_tensor gub = MakeTensor(w.gate_up_bias.data(), wdt, {2 * i});
-    strata_tensor db = MakeTensor(w.down_bias.data(), wdt, {h});
-    const bool bias = w.gate_up_bias.data() != nullptr;
-    STRATA_RETURN_IF_ERROR(backend_->Check(
-        api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
-    STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
-    return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden),
-                           "gemm(down)");
-  }
   const int64_t e = c.num_experts, k = c.num_experts_per_tok;
   const bool renorm = c.family == ModelFamily::kMixtral || c.norm_topk_prob;
   strata_tensor logits = MakeTensor(scratch_->router.data(), act, {t, e});

@@ -1,6 +1,5 @@
 #include "cpu_backend.h"
 
-#include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,15 +73,21 @@ Status CpuBackend::Create(const char* config_json, std::unique_ptr<CpuBackend>* 
     return InvalidArgument("create",
                            "config \"threads\" must be an integer in [1, 1024]: ", config_json);
   }
-  out->reset(new CpuBackend(threads));
+  std::string error;
+  const Blas* blas = GetBlas(&error);
+  if (blas == nullptr) return Status(STRATA_ERR_INTERNAL, Cat("create: ", error));
+  // GEMMs call OpenBLAS from the submitting thread only; give it the same thread budget.
+  blas->set_num_threads(threads);
+  out->reset(new CpuBackend(threads, blas));
   return Status();
 }
 
-CpuBackend::CpuBackend(int threads)
+CpuBackend::CpuBackend(int threads, const Blas* blas)
     : threads_(threads),
       pool_(threads),
+      blas_(blas),
       device_name_(Cat(CpuModelName(), " (", threads, " threads, OpenBLAS ",
-                       openblas_get_corename(), " kernels)")) {}
+                       blas->get_corename(), " kernels)")) {}
 
 void CpuBackend::RecordError(std::string_view prefix, std::string_view message) noexcept {
   StoreThreadError(this, prefix, message);

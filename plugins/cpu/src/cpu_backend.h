@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "cpu_blas.h"
 #include "cpu_status.h"
 #include "cpu_thread_pool.h"
 #include "strata/plugin/abi.h"
@@ -28,6 +29,7 @@ class CpuBackend {
 
   ThreadPool& pool() { return pool_; }
   int threads() const { return threads_; }
+  const Blas& blas() const { return *blas_; }
   const std::string& device_name() const { return device_name_; }
 
   // Records prefix + message (truncated to 1 KiB) without throwing. Thread-safe: the message
@@ -37,10 +39,11 @@ class CpuBackend {
   const char* LastError();
 
  private:
-  explicit CpuBackend(int threads);
+  CpuBackend(int threads, const Blas* blas);
 
   int threads_;
   ThreadPool pool_;
+  const Blas* blas_;  // process-wide, never null
   std::string device_name_;
   std::mutex error_mu_;
   std::string error_;  // guarded by error_mu_

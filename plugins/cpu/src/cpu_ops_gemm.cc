@@ -5,12 +5,13 @@
 // 2-core Xeon VM: M = 1 at 9.5 GB/s vs 20 GB/s for a streaming dot product). So small M goes
 // through SkinnyGemmRows on the pool, which streams each weight row once from memory and reuses
 // it from L2 for every group of 8 rows of x. Larger M goes to sgemm.
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "cpu_backend.h"
+#include "cpu_blas.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
 #include "cpu_tensor.h"
@@ -52,8 +53,9 @@ void SkinnyMatMul(CpuBackend& be, int64_t m, int64_t n, int64_t k, const float* 
 }
 
 // OpenBLAS path; sgemm runs its own threads, so this is called on the submitting thread.
-void BlasMatMul(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
-                int64_t ldw, const float* bias, bool accumulate, float* out, int64_t ldo) {
+void BlasMatMul(const Blas& blas, int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
+                const float* w, int64_t ldw, const float* bias, bool accumulate, float* out,
+                int64_t ldo) {
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias != nullptr) {
     for (int64_t r = 0; r < m; ++r) {
@@ -68,7 +70,7 @@ void BlasMatMul(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, co
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+  blas.sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), w, static_cast<int>(ldw), beta,
               out, static_cast<int>(ldo));
 }
@@ -81,10 +83,10 @@ Status CheckBlasDims(const char* op, const TensorView& x, const TensorView& w,
   return Status();
 }
 
-int64_t SkinnyMaxM() {
-  static const int64_t max_m = [] {
+int64_t SkinnyMaxM(const Blas& blas) {
+  static const int64_t max_m = [&blas] {
 #if defined(__x86_64__)
-    const char* core = openblas_get_corename();
+    const char* core = blas.get_corename();
     if (__builtin_cpu_supports("avx2") && core != nullptr && std::strcmp(core, "Prescott") == 0) {
       return kSkinnyMaxMWeakBlas;
     }
@@ -100,10 +102,10 @@ void MatMulNT(CpuBackend& be, int64_t m, int64_t n, int64_t k, const float* x, i
               const float* w, int64_t ldw, const float* bias, bool accumulate, float* out,
               int64_t ldo) {
   if (m == 0 || n == 0) return;
-  if (m <= SkinnyMaxM()) {
+  if (m <= SkinnyMaxM(be.blas())) {
     SkinnyMatMul(be, m, n, k, x, ldx, w, ldw, bias, accumulate, out, ldo);
   } else {
-    BlasMatMul(m, n, k, x, ldx, w, ldw, bias, accumulate, out, ldo);
+    BlasMatMul(be.blas(), m, n, k, x, ldx, w, ldw, bias, accumulate, out, ldo);
   }
 }
 

@@ -4,7 +4,6 @@
 // Every entry point catches everything: no C++ exception crosses the C ABI. Ops run
 // synchronously when called, so a stream is only a token and stream_synchronize has nothing
 // to wait for.
-#include <cblas.h>
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -67,8 +66,6 @@ strata_status Create(const char* config_json, strata_backend* out) noexcept {
     std::unique_ptr<CpuBackend> be;
     Status status = CpuBackend::Create(config_json, &be);
     if (!status.ok()) return Fail(nullptr, status.code(), status.message());
-    // GEMMs call OpenBLAS from the submitting thread only; give it the same thread budget.
-    openblas_set_num_threads(be->threads());
     *out = be.release()->handle();
     return STRATA_OK;
   } catch (const std::bad_alloc&) {

@@ -61,8 +61,10 @@ class ModelRunner {
   absl::Status EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows);
   absl::Status Upload(const StepInputs& in);
   absl::Status RunLayer(int layer, const StepInputs& in);
+  absl::Status RunQkv(int layer, const StepInputs& in, strata_tensor* q);
   absl::Status RunAttention(int layer, const StepInputs& in);
   absl::Status RunMlp(int layer, const StepInputs& in);
+  absl::Status RunMoe(int layer, const StepInputs& in);
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
 
   std::unique_ptr<Backend> backend_;
