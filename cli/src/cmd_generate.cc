@@ -27,6 +27,10 @@ struct GenerateFlags {
   double min_p = 0.0;
   long long seed = -1;
   bool ignore_eos = false;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  int logprobs = -1;
   int block_size = 16;
   int kv_cache_mb = 256;
   int max_batched_tokens = 512;
@@ -45,6 +49,11 @@ void AddFlags(ArgParser& p, GenerateFlags& f) {
   p.AddInt64("--seed", &f.seed, "sampling seed (-1 = request order)");
   p.AddRepeated("--stop", &f.stops, "stop string");
   p.AddBool("--ignore-eos", &f.ignore_eos, "keep generating past end-of-sequence tokens");
+  p.AddDouble("--presence-penalty", &f.presence_penalty, "OpenAI presence penalty [-2, 2]");
+  p.AddDouble("--frequency-penalty", &f.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
+  p.AddDouble("--repetition-penalty", &f.repetition_penalty, "HF repetition penalty (> 0)");
+  p.AddInt("--logprobs", &f.logprobs,
+           "with --json: each token's logprob and the top N alternatives (-1 = off)");
   p.AddString("--plugin", &f.plugin, "engine plugin: a name (cpu) or a path to a .so");
   p.AddInt("--block-size", &f.block_size, "KV cache block size in tokens");
   p.AddInt("--kv-cache-mb", &f.kv_cache_mb, "KV cache size in MiB");
@@ -64,6 +73,10 @@ SamplingParams ToParams(const GenerateFlags& f) {
   if (f.seed >= 0) s.seed = static_cast<uint64_t>(f.seed);
   s.stop = f.stops;
   s.ignore_eos = f.ignore_eos;
+  s.presence_penalty = static_cast<float>(f.presence_penalty);
+  s.frequency_penalty = static_cast<float>(f.frequency_penalty);
+  s.repetition_penalty = static_cast<float>(f.repetition_penalty);
+  s.logprobs = f.logprobs;
   return s;
 }
 
@@ -80,9 +93,20 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const GenerateFlags& f) {
 
 struct Result {
   std::vector<int32_t> prompt_tokens, tokens;
+  std::vector<SampleResult> logprobs;
   std::string text;
   FinishReason finish = FinishReason::kNone;
 };
+
+nlohmann::json LogprobsJson(const std::vector<SampleResult>& samples) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : samples) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& t : s.top) top.push_back({{"token", t.token}, {"logprob", t.logprob}});
+    out.push_back({{"token", s.token}, {"logprob", s.logprob}, {"top", top}});
+  }
+  return out;
+}
 
 void PrintResults(const GenerateFlags& f, const std::vector<Result>& results, bool streamed) {
   for (size_t i = 0; i < results.size(); ++i) {
@@ -91,6 +115,7 @@ void PrintResults(const GenerateFlags& f, const std::vector<Result>& results, bo
       nlohmann::json j = {{"prompt", f.prompts[i]},         {"prompt_tokens", r.prompt_tokens},
                           {"tokens", r.tokens},             {"text", r.text},
                           {"finish_reason", FinishReasonName(r.finish)}};
+      if (f.logprobs >= 0) j["logprobs"] = LogprobsJson(r.logprobs);
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else if (streamed) {
       std::fputs("\n", stdout);
@@ -120,6 +145,7 @@ absl::Status Run(Engine& engine, const GenerateFlags& f, const SamplingParams& p
       Result& r = results[std::stoul(o.request_id)];
       r.text += o.new_text;
       r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      r.logprobs.insert(r.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
       tokens += o.new_tokens.size();
       if (o.finished) {
         r.finish = o.finish_reason;

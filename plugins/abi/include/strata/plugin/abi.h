@@ -10,7 +10,11 @@
  *
  * Conventions (every op):
  *  - Return STRATA_OK or an error code; on error, `last_error(backend)` returns a
- *    NUL-terminated message owned by the backend, valid until the next call on that backend.
+ *    NUL-terminated message owned by the backend, valid until the next call on that backend
+ *    from the same thread (a backend used from several threads keeps one message per thread).
+ *    A failing op writes nothing. A dtype the backend does not implement for a valid request
+ *    is STRATA_ERR_UNSUPPORTED; a dtype that makes no sense for the argument (e.g. I32
+ *    weights) is STRATA_ERR_INVALID_ARGUMENT.
  *  - All data pointers inside strata_tensor / strata_kv_cache / index arrays are *device*
  *    pointers obtained from `alloc` (for the CPU plugin device memory is host memory).
  *  - Ops are enqueued on `stream` and may run asynchronously; results are visible to the host
