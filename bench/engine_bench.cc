@@ -24,8 +24,8 @@ constexpr int kBlockSize = 16;
 
 // A read-only stream the compiler vectorizes with the widest instructions this CPU has, so the
 // loop is bound by memory, not by adds.
-__attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t SumWords(
-    const uint64_t* p, size_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t SumWords(const uint64_t* p,
+                                                                               size_t n) {
   uint64_t acc = 0;
   for (size_t i = 0; i < n; ++i) acc += p[i];
   return acc;
@@ -116,8 +116,8 @@ void Decode(benchmark::State& state, const std::string& preset) {
     benchmark::DoNotOptimize(out);
   }
   const auto& c = runner.config();
-  const double kv_bytes = double(batch) * (ctx + 1) * c.num_layers * 2 * c.num_kv_heads *
-                          c.head_dim * sizeof(float);
+  const double kv_bytes =
+      double(batch) * (ctx + 1) * c.num_layers * 2 * c.num_kv_heads * c.head_dim * sizeof(float);
   // Bytes a step must read: every weight but the embedding table (only `batch` rows of it are
   // touched, unless it doubles as the LM head), plus the KV of every sequence.
   const double embed = c.tie_word_embeddings ? 0.0 : double(c.vocab_size) * c.hidden_size * 4;
@@ -157,9 +157,15 @@ BENCHMARK_CAPTURE(Decode, llama_100m, "llama-100m")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(Prefill, tiny_llama, "tiny-llama")
-    ->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Arg(128)
+    ->Arg(512)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(Prefill, llama_100m, "llama-100m")
-    ->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Arg(128)
+    ->Arg(512)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace strata

@@ -16,8 +16,7 @@ void ArgParser::AddString(const std::string& name, std::string* out, const std::
 }
 
 void ArgParser::AddInt(const std::string& name, int* out, const std::string& help) {
-  flags_.push_back({name, help, true, std::to_string(*out),
-                    [out, name](const std::string& v) {
+  flags_.push_back({name, help, true, std::to_string(*out), [out, name](const std::string& v) {
                       if (!absl::SimpleAtoi(v, out)) {
                         return absl::InvalidArgumentError(
                             absl::StrCat(name, " expects an integer, got '", v, "'"));
@@ -27,8 +26,7 @@ void ArgParser::AddInt(const std::string& name, int* out, const std::string& hel
 }
 
 void ArgParser::AddInt64(const std::string& name, long long* out, const std::string& help) {
-  flags_.push_back({name, help, true, std::to_string(*out),
-                    [out, name](const std::string& v) {
+  flags_.push_back({name, help, true, std::to_string(*out), [out, name](const std::string& v) {
                       int64_t parsed;
                       if (!absl::SimpleAtoi(v, &parsed)) {
                         return absl::InvalidArgumentError(
@@ -40,14 +38,14 @@ void ArgParser::AddInt64(const std::string& name, long long* out, const std::str
 }
 
 void ArgParser::AddDouble(const std::string& name, double* out, const std::string& help) {
-  flags_.push_back({name, help, true, absl::StrFormat("%g", *out),
-                    [out, name](const std::string& v) {
-                      if (!absl::SimpleAtod(v, out)) {
-                        return absl::InvalidArgumentError(
-                            absl::StrCat(name, " expects a number, got '", v, "'"));
-                      }
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {name, help, true, absl::StrFormat("%g", *out), [out, name](const std::string& v) {
+         if (!absl::SimpleAtod(v, out)) {
+           return absl::InvalidArgumentError(
+               absl::StrCat(name, " expects a number, got '", v, "'"));
+         }
+         return absl::OkStatus();
+       }});
 }
 
 void ArgParser::AddBool(const std::string& name, bool* out, const std::string& help) {

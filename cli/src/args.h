@@ -19,8 +19,7 @@ class ArgParser {
   void AddInt64(const std::string& name, long long* out, const std::string& help);
   void AddDouble(const std::string& name, double* out, const std::string& help);
   void AddBool(const std::string& name, bool* out, const std::string& help);  // no value
-  void AddRepeated(const std::string& name, std::vector<std::string>* out,
-                   const std::string& help);
+  void AddRepeated(const std::string& name, std::vector<std::string>* out, const std::string& help);
   // Positional arguments (anything not starting with "--"); default: none allowed.
   void AllowPositional(std::vector<std::string>* out, const std::string& help);
 

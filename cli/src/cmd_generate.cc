@@ -112,8 +112,10 @@ void PrintResults(const GenerateFlags& f, const std::vector<Result>& results, bo
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     if (f.json) {
-      nlohmann::json j = {{"prompt", f.prompts[i]},         {"prompt_tokens", r.prompt_tokens},
-                          {"tokens", r.tokens},             {"text", r.text},
+      nlohmann::json j = {{"prompt", f.prompts[i]},
+                          {"prompt_tokens", r.prompt_tokens},
+                          {"tokens", r.tokens},
+                          {"text", r.text},
                           {"finish_reason", FinishReasonName(r.finish)}};
       if (f.logprobs >= 0) j["logprobs"] = LogprobsJson(r.logprobs);
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -196,8 +198,9 @@ int RunGenerate(const Args& args) {
     const auto end = std::chrono::steady_clock::now();
     const auto& s = (*engine)->stats();
     const double gen_s = std::chrono::duration<double>(end - loaded).count();
-    std::fprintf(stderr, "load %.3f s, generate %.3f s, %lld prompt + %lld generated tokens, "
-                         "%lld steps, %.1f tok/s\n",
+    std::fprintf(stderr,
+                 "load %.3f s, generate %.3f s, %lld prompt + %lld generated tokens, "
+                 "%lld steps, %.1f tok/s\n",
                  std::chrono::duration<double>(loaded - start).count(), gen_s,
                  static_cast<long long>(s.prompt_tokens_computed),
                  static_cast<long long>(s.generated_tokens), static_cast<long long>(s.steps),

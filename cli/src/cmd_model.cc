@@ -23,12 +23,14 @@ int RunInit(const Args& args) {
     std::printf("%s", p.Help().c_str());
     return 0;
   }
-  if (preset.empty() || out.empty()) return Fail("model init", "--preset and --out are required", 2);
+  if (preset.empty() || out.empty())
+    return Fail("model init", "--preset and --out are required", 2);
   if (auto st = WritePreset(preset, out, dtype); !st.ok()) {
-    return Fail("model init", std::string(st.message()), st.code() == absl::StatusCode::kNotFound ||
-                                                                 st.code() == absl::StatusCode::kInvalidArgument
-                                                             ? 2
-                                                             : 1);
+    return Fail(
+        "model init", std::string(st.message()),
+        st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kInvalidArgument
+            ? 2
+            : 1);
   }
   std::printf("wrote preset %s to %s\n", preset.c_str(), out.c_str());
   return 0;

@@ -44,13 +44,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   STRATA_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromFile(model_dir + "/tokenizer.json"));
   STRATA_ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(plugin, model_dir, options.runner));
   STRATA_ASSIGN_OR_RETURN(std::string identity, ModelIdentity(model_dir));
-  e->blocks_ = std::make_unique<BlockManager>(e->runner_->num_kv_blocks(),
-                                              e->runner_->block_size(),
+  e->blocks_ = std::make_unique<BlockManager>(e->runner_->num_kv_blocks(), e->runner_->block_size(),
                                               options.enable_prefix_caching);
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get(),
                                               BlockHashSeed(identity, options.cache_salt));
-  e->max_model_len_ = options.max_model_len > 0 ? options.max_model_len
-                                                : e->config().max_position_embeddings;
+  e->max_model_len_ =
+      options.max_model_len > 0 ? options.max_model_len : e->config().max_position_embeddings;
   if (e->max_model_len_ <= 0) e->max_model_len_ = 4096;
   return e;
 }
@@ -76,8 +75,8 @@ absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32
   const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
   const int64_t limit = std::min<int64_t>(max_model_len_, cache_tokens);
   if (static_cast<int64_t>(prompt.size()) >= limit) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt.size(),
-                                                   " tokens; this engine's limit is ", limit - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", prompt.size(), " tokens; this engine's limit is ", limit - 1));
   }
   auto r = std::make_unique<Request>();
   r->id = request_id;

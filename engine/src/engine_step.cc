@@ -79,9 +79,9 @@ void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& o
   const bool is_eos = !r->params.ignore_eos &&
                       std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(),
                                 s.token) != config().eos_token_ids.end();
-  const bool is_stop_token = std::find(r->params.stop_token_ids.begin(),
-                                       r->params.stop_token_ids.end(),
-                                       s.token) != r->params.stop_token_ids.end();
+  const bool is_stop_token =
+      std::find(r->params.stop_token_ids.begin(), r->params.stop_token_ids.end(), s.token) !=
+      r->params.stop_token_ids.end();
   if (is_eos || is_stop_token) {
     r->stop_reason = absl::StrCat(s.token);
     r->text += r->detok->Flush();

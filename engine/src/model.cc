@@ -62,9 +62,12 @@ class Model::Loader {
  private:
   absl::Status Convert(const TensorInfo& t, uint8_t* dst) {
     switch (dtype_) {
-      case STRATA_DTYPE_F32: return ConvertToF32(t, reinterpret_cast<float*>(dst));
-      case STRATA_DTYPE_BF16: return ConvertToBF16(t, reinterpret_cast<uint16_t*>(dst));
-      case STRATA_DTYPE_F16: return ConvertToF16(t, reinterpret_cast<uint16_t*>(dst));
+      case STRATA_DTYPE_F32:
+        return ConvertToF32(t, reinterpret_cast<float*>(dst));
+      case STRATA_DTYPE_BF16:
+        return ConvertToBF16(t, reinterpret_cast<uint16_t*>(dst));
+      case STRATA_DTYPE_F16:
+        return ConvertToF16(t, reinterpret_cast<uint16_t*>(dst));
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("backend weight dtype ", DtypeName(dtype_), " is not a float type"));
@@ -94,7 +97,8 @@ ExpertNames MoeNames(const ModelConfig& c, const std::string& prefix, int e) {
   }
   const std::string base = prefix + "mlp.";
   return {base + "gate.weight", base + "experts." + idx + ".gate_proj.weight",
-          base + "experts." + idx + ".up_proj.weight", base + "experts." + idx + ".down_proj.weight"};
+          base + "experts." + idx + ".up_proj.weight",
+          base + "experts." + idx + ".down_proj.weight"};
 }
 
 absl::Status LoadMlp(Model::Loader& ld, const ModelConfig& c, const std::string& prefix, int l,
@@ -114,8 +118,8 @@ absl::Status LoadMlp(Model::Loader& ld, const ModelConfig& c, const std::string&
     }
     return absl::OkStatus();
   }
-  const int64_t i = c.family == ModelFamily::kMixtral ? c.intermediate_size
-                                                      : c.moe_intermediate_size;
+  const int64_t i =
+      c.family == ModelFamily::kMixtral ? c.intermediate_size : c.moe_intermediate_size;
   const int64_t e_count = c.num_experts;
   w.mlp_width = static_cast<int>(i);
   std::vector<Part> gate_up, down;
@@ -161,8 +165,7 @@ absl::Status LoadLayer(Model::Loader& ld, const ModelConfig& c, int l, LayerWeig
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config,
-                                                   const Checkpoint& checkpoint,
-                                                   Backend* backend) {
+                                                   const Checkpoint& checkpoint, Backend* backend) {
   std::unique_ptr<Model> model(new Model(config));
   Loader ld(checkpoint, backend);
   const int64_t v = config.vocab_size, h = config.hidden_size;

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "model_runner_internal.h"
 #include "strata/common/half.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
-#include "model_runner_internal.h"
 
 namespace strata {
 
@@ -35,8 +35,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   STRATA_ASSIGN_OR_RETURN(runner->backend_, Backend::Create(plugin, options.backend_config));
-  STRATA_ASSIGN_OR_RETURN(runner->model_,
-                          Model::Load(config, *checkpoint, runner->backend_.get()));
+  STRATA_ASSIGN_OR_RETURN(runner->model_, Model::Load(config, *checkpoint, runner->backend_.get()));
   strata_kv_cache& c = runner->cache_;
   const strata_backend_info& info = runner->backend_->info();
   c.dtype = info.kv_dtype;
@@ -52,19 +51,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
     blocks = budget / static_cast<int64_t>(block_bytes);
   }
   if (blocks < 2) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache too small: ", blocks, " blocks of ", block_bytes, " bytes (raise the budget)"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache too small: ", blocks, " blocks of ",
+                                                     block_bytes, " bytes (raise the budget)"));
   }
   c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, 1 << 30));
-  STRATA_ASSIGN_OR_RETURN(runner->kv_pool_,
-                          DeviceBuffer::Allocate(runner->backend_.get(), block_bytes * c.num_blocks));
+  STRATA_ASSIGN_OR_RETURN(
+      runner->kv_pool_, DeviceBuffer::Allocate(runner->backend_.get(), block_bytes * c.num_blocks));
   c.data = runner->kv_pool_.data();
   runner->scratch_ = std::make_unique<Scratch>();
   return runner;
 }
 
-absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t table,
-                                        int64_t rows) {
+absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   const strata_dtype act = backend_->info().act_dtype;

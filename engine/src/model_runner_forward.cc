@@ -32,8 +32,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardS
   strata_tensor ids = MakeTensor(scratch_->ids.data(), STRATA_DTYPE_I32, {t});
   strata_tensor residual = MakeTensor(scratch_->residual.data(), act, {t, h});
   STRATA_RETURN_IF_ERROR(backend_->Check(
-      api.embedding(backend_->handle(), backend_->stream(), &table, &ids, &residual),
-      "embedding"));
+      api.embedding(backend_->handle(), backend_->stream(), &table, &ids, &residual), "embedding"));
   for (int l = 0; l < config().num_layers; ++l) STRATA_RETURN_IF_ERROR(RunLayer(l, in));
   return RunHead(in);
 }
@@ -105,19 +104,16 @@ absl::Status ModelRunner::RunLayer(int layer, const StepInputs& in) {
   strata_tensor in_norm = MakeTensor(w.input_norm.data(), wdt, {h});
   // Layer 0 normalizes the embeddings already in `residual`; later layers first add the
   // previous MLP output (in `hidden`) into the residual stream.
-  const strata_status st =
-      layer == 0
-          ? api.rms_norm(backend_->handle(), backend_->stream(), &residual, nullptr, &in_norm,
-                         eps, &normed)
-          : api.rms_norm(backend_->handle(), backend_->stream(), &hidden, &residual, &in_norm,
-                         eps, &normed);
+  const strata_status st = layer == 0 ? api.rms_norm(backend_->handle(), backend_->stream(),
+                                                     &residual, nullptr, &in_norm, eps, &normed)
+                                      : api.rms_norm(backend_->handle(), backend_->stream(),
+                                                     &hidden, &residual, &in_norm, eps, &normed);
   STRATA_RETURN_IF_ERROR(backend_->Check(st, "rms_norm(input)"));
   STRATA_RETURN_IF_ERROR(RunAttention(layer, in));
   strata_tensor post_norm = MakeTensor(w.post_norm.data(), wdt, {h});
-  STRATA_RETURN_IF_ERROR(backend_->Check(
-      api.rms_norm(backend_->handle(), backend_->stream(), &hidden, &residual, &post_norm, eps,
-                   &normed),
-      "rms_norm(post_attention)"));
+  STRATA_RETURN_IF_ERROR(backend_->Check(api.rms_norm(backend_->handle(), backend_->stream(),
+                                                      &hidden, &residual, &post_norm, eps, &normed),
+                                         "rms_norm(post_attention)"));
   return RunMlp(layer, in);
 }
 
@@ -187,14 +183,14 @@ absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
   const strata_status st = in.all_decode
                                ? api.attention_decode(b, s, &cache_, &batch, &params, &q, &out)
                                : api.attention_prefill(b, s, &cache_, &batch, &params, &q, &out);
-  STRATA_RETURN_IF_ERROR(backend_->Check(st, in.all_decode ? "attention_decode"
-                                                            : "attention_prefill"));
+  STRATA_RETURN_IF_ERROR(
+      backend_->Check(st, in.all_decode ? "attention_decode" : "attention_prefill"));
   strata_tensor attn2d = MakeTensor(scratch_->attn.data(), act, {t, hq * d});
   strata_tensor wo = MakeTensor(w.o.data(), wdt, {h, hq * d});
   strata_tensor hidden = MakeTensor(scratch_->hidden.data(), act, {t, h});
   strata_tensor ob = MakeTensor(w.o_bias.data(), wdt, {h});
-  return backend_->Check(
-      api.gemm(b, s, &attn2d, &wo, w.o_bias.data() ? &ob : nullptr, 0, &hidden), "gemm(o_proj)");
+  return backend_->Check(api.gemm(b, s, &attn2d, &wo, w.o_bias.data() ? &ob : nullptr, 0, &hidden),
+                         "gemm(o_proj)");
 }
 
 absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
@@ -218,8 +214,7 @@ absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
   STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
-  return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden),
-                         "gemm(down)");
+  return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden), "gemm(down)");
 }
 
 absl::Status ModelRunner::RunMoe(int layer, const StepInputs& in) {

@@ -1,10 +1,10 @@
 #include "strata/engine/presets.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -160,7 +160,8 @@ std::vector<TensorSpec> PresetTensors(const ModelConfig& c) {
     }
   }
   t.push_back({"model.norm.weight", {h}, I::kOnes});
-  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, h}, I::kNormal, in_std});
+  if (!c.tie_word_embeddings)
+    t.push_back({"lm_head.weight", {c.vocab_size, h}, I::kNormal, in_std});
   return t;
 }
 
@@ -232,8 +233,8 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& name) {
   if (p == nullptr) {
     std::vector<std::string> names;
     for (const auto& q : kPresets) names.push_back(q.name);
-    return absl::NotFoundError(absl::StrCat("unknown preset '", name,
-                                            "'; known presets: ", absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("unknown preset '", name, "'; known presets: ", absl::StrJoin(names, ", ")));
   }
   return p->config();
 }
@@ -251,8 +252,8 @@ absl::Status WritePreset(const std::string& name, const std::string& out_dir,
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(out_dir, ": ", ec.message()));
   std::vector<std::string> specials(std::begin(kSpecialTokens), std::end(kSpecialTokens));
-  STRATA_ASSIGN_OR_RETURN(std::string tok_json,
-                          TrainByteLevelBpe(kCorpus, p->tokenizer_vocab, specials, kSpecialTokens[0]));
+  STRATA_ASSIGN_OR_RETURN(std::string tok_json, TrainByteLevelBpe(kCorpus, p->tokenizer_vocab,
+                                                                  specials, kSpecialTokens[0]));
   STRATA_ASSIGN_OR_RETURN(auto tok, Tokenizer::FromJson(tok_json, "preset tokenizer"));
   // The embedding covers every tokenizer id, rounded up to a multiple of 64 like real models.
   c.vocab_size = std::max(c.vocab_size, (tok->vocab_size() + 63) / 64 * 64);

@@ -1,5 +1,3 @@
-#include "strata/engine/sampling.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "strata/engine/sampling.h"
 
 namespace strata {
 namespace {
@@ -32,8 +31,8 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
     }
     for (int t = 0; t < vocab; ++t) {
       if (!seen[t]) continue;
-      logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty
-                                : logits[t] * p.repetition_penalty;
+      logits[t] =
+          logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
     }
   }
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {

@@ -8,10 +8,14 @@ namespace strata {
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kNone: return "";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      return "";
   }
   return "";
 }
@@ -130,8 +134,8 @@ void Scheduler::CommitFullBlocks(Request* r) {
   while (r->block_hashes.size() < full) {
     const size_t b = r->block_hashes.size();
     const BlockHash parent = b == 0 ? kRootBlockHash : r->block_hashes[b - 1];
-    const BlockHash h = HashBlock(
-        hash_seed_, parent, std::span<const int32_t>(r->tokens.data() + b * bs, size_t(bs)));
+    const BlockHash h = HashBlock(hash_seed_, parent,
+                                  std::span<const int32_t>(r->tokens.data() + b * bs, size_t(bs)));
     r->block_hashes.push_back(h);
     blocks_->Commit(r->blocks[b], h);
   }

@@ -13,8 +13,7 @@ TEST(HalfTest, Bf16RoundTripAndRounding) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
   // 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (1.0).
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
-  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8))),
-            1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
   EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
 }
 

@@ -2,7 +2,6 @@
 #include "strata/engine/engine.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -218,8 +217,8 @@ namespace {
 // The presets load in transformers and generate what it generates: the fixture was recorded
 // from transformers by scripts/fixtures/make_preset_fixtures.py.
 TEST(PresetTest, PresetsGenerateWhatTransformersGenerates) {
-  auto text = ReadFileToString(std::string(STRATA_SOURCE_DIR) +
-                               "/tests/fixtures/presets/reference.json");
+  auto text =
+      ReadFileToString(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/presets/reference.json");
   ASSERT_TRUE(text.ok()) << text.status();
   auto ref = nlohmann::json::parse(*text);
   ASSERT_FALSE(ref["presets"].empty());

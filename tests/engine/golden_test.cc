@@ -76,8 +76,9 @@ SamplingParams Greedy(int n) {
 std::vector<std::vector<int32_t>> RunBatch(Engine& engine, const std::vector<GoldenCase>& cases) {
   std::vector<std::vector<int32_t>> out(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_TRUE(engine.AddRequest(std::to_string(i), cases[i].input_ids,
-                                  Greedy(cases[i].greedy.size())).ok());
+    EXPECT_TRUE(
+        engine.AddRequest(std::to_string(i), cases[i].input_ids, Greedy(cases[i].greedy.size()))
+            .ok());
   }
   while (engine.HasUnfinished()) {
     auto step = engine.Step();
@@ -97,8 +98,7 @@ TEST_P(GoldenTest, TokenizerMatchesTransformers) {
   auto engine = MakeEngine(GetParam());
   ASSERT_NE(engine, nullptr);
   for (const auto& c : LoadCases(GetParam())) {
-    EXPECT_EQ(engine->tokenizer().Encode(c.prompt, c.add_special_tokens), c.input_ids)
-        << c.prompt;
+    EXPECT_EQ(engine->tokenizer().Encode(c.prompt, c.add_special_tokens), c.input_ids) << c.prompt;
   }
 }
 

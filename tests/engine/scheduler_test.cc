@@ -44,7 +44,7 @@ TEST(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
   EXPECT_EQ(chunks, (std::vector<int>{10, 10, 5}));
   EXPECT_EQ(a->num_computed, 25);
   EXPECT_EQ(a->num_tokens(), 26);  // sampled after the last chunk only
-  auto out = s.Schedule();  // decode: one token
+  auto out = s.Schedule();         // decode: one token
   ASSERT_EQ(out.seqs.size(), 1u);
   EXPECT_EQ(out.seqs[0].num_tokens, 1);
 }

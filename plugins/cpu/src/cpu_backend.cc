@@ -86,8 +86,8 @@ CpuBackend::CpuBackend(int threads, const Blas* blas)
     : threads_(threads),
       pool_(threads),
       blas_(blas),
-      device_name_(Cat(CpuModelName(), " (", threads, " threads, OpenBLAS ",
-                       blas->get_corename(), " kernels)")) {}
+      device_name_(Cat(CpuModelName(), " (", threads, " threads, OpenBLAS ", blas->get_corename(),
+                       " kernels)")) {}
 
 void CpuBackend::RecordError(std::string_view prefix, std::string_view message) noexcept {
   StoreThreadError(this, prefix, message);

@@ -52,8 +52,9 @@ const Blas* GetBlas(std::string* error) {
     if (!Resolve(lib, "cblas_sgemm", &b.sgemm) ||
         !Resolve(lib, "openblas_set_num_threads", &b.set_num_threads) ||
         !Resolve(lib, "openblas_get_corename", &b.get_corename)) {
-      load_error = "libopenblas.so.0 lacks cblas_sgemm / openblas_set_num_threads / "
-                   "openblas_get_corename";
+      load_error =
+          "libopenblas.so.0 lacks cblas_sgemm / openblas_set_num_threads / "
+          "openblas_get_corename";
       return;
     }
     blas = b;

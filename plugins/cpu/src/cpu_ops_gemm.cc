@@ -71,8 +71,8 @@ void BlasMatMul(const Blas& blas, int64_t m, int64_t n, int64_t k, const float* 
     return;
   }
   blas.sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), w, static_cast<int>(ldw), beta,
-              out, static_cast<int>(ldo));
+             static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), w, static_cast<int>(ldw), beta,
+             out, static_cast<int>(ldo));
 }
 
 Status CheckBlasDims(const char* op, const TensorView& x, const TensorView& w,

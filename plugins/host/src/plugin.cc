@@ -76,8 +76,8 @@ absl::StatusOr<std::shared_ptr<Plugin>> Plugin::FromTable(const strata_plugin_ap
   }
   auto missing = MissingRequiredEntries(*api);
   if (!missing.empty()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        origin, ": plugin lacks required entries: ", absl::StrJoin(missing, ", "))));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat(origin, ": plugin lacks required entries: ", absl::StrJoin(missing, ", "))));
   }
   return std::shared_ptr<Plugin>(new Plugin(api, std::move(origin), dl_handle));
 }
@@ -97,8 +97,8 @@ absl::StatusOr<std::shared_ptr<Plugin>> Plugin::Load(const std::string& path) {
   void* sym = dlsym(handle, STRATA_PLUGIN_ENTRY_SYMBOL);
   if (sym == nullptr) {
     dlclose(handle);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a strata plugin (no symbol ",
-                                                   STRATA_PLUGIN_ENTRY_SYMBOL, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a strata plugin (no symbol ", STRATA_PLUGIN_ENTRY_SYMBOL, ")"));
   }
   auto get_api = reinterpret_cast<strata_plugin_get_api_fn>(sym);
   return FromTable(get_api(), path, handle);
@@ -109,8 +109,7 @@ Plugin::~Plugin() {
 }
 
 absl::StatusOr<std::shared_ptr<Plugin>> LoadPlugin(const std::string& name_or_path) {
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       name_or_path.ends_with(".so");
+  const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".so");
   if (is_path) return Plugin::Load(name_or_path);
   const std::string file = absl::StrCat("libstrata_", name_or_path, ".so");
   std::vector<std::string> dirs;
@@ -155,10 +154,14 @@ absl::Status Backend::Check(strata_status status, const char* what) const {
   const char* msg = api().last_error(handle_);
   std::string text = absl::StrCat(plugin_->origin(), ": ", what, ": ", msg ? msg : "error");
   switch (status) {
-    case STRATA_ERR_INVALID_ARGUMENT: return absl::InvalidArgumentError(text);
-    case STRATA_ERR_OUT_OF_MEMORY: return absl::ResourceExhaustedError(text);
-    case STRATA_ERR_UNSUPPORTED: return absl::UnimplementedError(text);
-    default: return absl::InternalError(text);
+    case STRATA_ERR_INVALID_ARGUMENT:
+      return absl::InvalidArgumentError(text);
+    case STRATA_ERR_OUT_OF_MEMORY:
+      return absl::ResourceExhaustedError(text);
+    case STRATA_ERR_UNSUPPORTED:
+      return absl::UnimplementedError(text);
+    default:
+      return absl::InternalError(text);
   }
 }
 
@@ -215,20 +218,28 @@ void DeviceBuffer::Reset() {
 
 size_t DtypeSize(strata_dtype dtype) {
   switch (dtype) {
-    case STRATA_DTYPE_F32: return 4;
-    case STRATA_DTYPE_F16: return 2;
-    case STRATA_DTYPE_BF16: return 2;
-    case STRATA_DTYPE_I32: return 4;
+    case STRATA_DTYPE_F32:
+      return 4;
+    case STRATA_DTYPE_F16:
+      return 2;
+    case STRATA_DTYPE_BF16:
+      return 2;
+    case STRATA_DTYPE_I32:
+      return 4;
   }
   return 0;
 }
 
 const char* DtypeName(strata_dtype dtype) {
   switch (dtype) {
-    case STRATA_DTYPE_F32: return "f32";
-    case STRATA_DTYPE_F16: return "f16";
-    case STRATA_DTYPE_BF16: return "bf16";
-    case STRATA_DTYPE_I32: return "i32";
+    case STRATA_DTYPE_F32:
+      return "f32";
+    case STRATA_DTYPE_F16:
+      return "f16";
+    case STRATA_DTYPE_BF16:
+      return "bf16";
+    case STRATA_DTYPE_I32:
+      return "i32";
   }
   return "unknown";
 }

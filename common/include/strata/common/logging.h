@@ -25,14 +25,14 @@ class LogMessage {
 
 }  // namespace strata
 
-#define STRATA_LOG(level)                                                     \
-  if (::strata::LogLevel::k##level < ::strata::MinLogLevel()) {               \
-  } else                                                                      \
+#define STRATA_LOG(level)                                       \
+  if (::strata::LogLevel::k##level < ::strata::MinLogLevel()) { \
+  } else                                                        \
     ::strata::LogMessage(::strata::LogLevel::k##level, __FILE__, __LINE__).stream()
 
 // An impossible state: crash with a message, in every build type.
-#define STRATA_CHECK(cond)                                                          \
-  if (cond) {                                                                       \
-  } else                                                                            \
-    ::strata::LogMessage(::strata::LogLevel::kFatal, __FILE__, __LINE__).stream()  \
+#define STRATA_CHECK(cond)                                                        \
+  if (cond) {                                                                     \
+  } else                                                                          \
+    ::strata::LogMessage(::strata::LogLevel::kFatal, __FILE__, __LINE__).stream() \
         << "Check failed: " #cond " "

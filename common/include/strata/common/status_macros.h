@@ -10,10 +10,10 @@
 #define STRATA_STATUS_CONCAT_INNER_(a, b) a##b
 #define STRATA_STATUS_CONCAT_(a, b) STRATA_STATUS_CONCAT_INNER_(a, b)
 
-#define STRATA_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::absl::Status strata_status_ = (expr);           \
-    if (!strata_status_.ok()) return strata_status_;  \
+#define STRATA_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status strata_status_ = (expr);          \
+    if (!strata_status_.ok()) return strata_status_; \
   } while (0)
 
 #define STRATA_ASSIGN_OR_RETURN(lhs, expr) \

@@ -31,9 +31,9 @@ struct KvCacheEvent {
 };
 
 struct BlockManagerStats {
-  int64_t prefix_queries = 0;     // blocks looked up
-  int64_t prefix_hits = 0;        // of which found cached
-  int64_t evictions = 0;          // cached blocks whose hash was dropped for reuse
+  int64_t prefix_queries = 0;  // blocks looked up
+  int64_t prefix_hits = 0;     // of which found cached
+  int64_t evictions = 0;       // cached blocks whose hash was dropped for reuse
 };
 
 class BlockManager {
@@ -79,9 +79,9 @@ class BlockManager {
   bool prefix_caching_;
   int num_free_ = 0;
   std::vector<int32_t> ref_count_;
-  std::vector<BlockHash> hash_;     // valid if has_hash_
+  std::vector<BlockHash> hash_;  // valid if has_hash_
   std::vector<uint8_t> has_hash_;
-  std::vector<BlockId> unused_;     // never-committed free blocks (stack)
+  std::vector<BlockId> unused_;               // never-committed free blocks (stack)
   std::vector<BlockId> lru_prev_, lru_next_;  // intrusive LRU of cached free blocks
   BlockId lru_head_ = kNone, lru_tail_ = kNone;
   absl::flat_hash_map<BlockHash, BlockId> cached_;

@@ -26,7 +26,7 @@ struct EngineOptions {
   RunnerOptions runner;
   SchedulerOptions scheduler;
   bool enable_prefix_caching = true;
-  std::string cache_salt;  // mixed into block hashes (tenant isolation)
+  std::string cache_salt;     // mixed into block hashes (tenant isolation)
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   uint64_t default_seed = 0;  // seeds requests without a seed (request i gets seed + i)
 };

@@ -25,11 +25,11 @@ struct LayerWeights {
   DeviceBuffer q_norm;      // [D] (QK-norm) or empty
   DeviceBuffer k_norm;      // [D] or empty
   bool moe = false;
-  int mlp_width = 0;        // I of this layer (dense or expert)
-  DeviceBuffer gate_up;     // dense [2 I, H] | experts [E, 2 I, H]
-  DeviceBuffer down;        // dense [H, I]   | experts [E, H, I]
+  int mlp_width = 0;                     // I of this layer (dense or expert)
+  DeviceBuffer gate_up;                  // dense [2 I, H] | experts [E, 2 I, H]
+  DeviceBuffer down;                     // dense [H, I]   | experts [E, H, I]
   DeviceBuffer gate_up_bias, down_bias;  // dense MLP biases (mlp_bias) or empty
-  DeviceBuffer router;      // [E, H] (MoE only)
+  DeviceBuffer router;                   // [E, H] (MoE only)
 };
 
 class Model {
@@ -48,7 +48,7 @@ class Model {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
- class Loader;  // reads, converts and uploads tensors (model.cc)
+  class Loader;  // reads, converts and uploads tensors (model.cc)
 
  private:
   explicit Model(const ModelConfig& config) : config_(config) {}

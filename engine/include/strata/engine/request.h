@@ -19,27 +19,27 @@ struct Request {
   enum class State { kWaiting, kRunning, kFinished };
 
   std::string id;
-  uint64_t arrival = 0;            // admission order (FCFS priority)
-  std::vector<int32_t> tokens;     // prompt followed by generated tokens
+  uint64_t arrival = 0;         // admission order (FCFS priority)
+  std::vector<int32_t> tokens;  // prompt followed by generated tokens
   int32_t prompt_len = 0;
-  int32_t max_total_tokens = 0;    // prompt_len + max_tokens, clipped to the model's context
+  int32_t max_total_tokens = 0;  // prompt_len + max_tokens, clipped to the model's context
   SamplingParams params;
   std::unique_ptr<Rng> rng;
   State state = State::kWaiting;
   FinishReason finish = FinishReason::kNone;
-  std::string stop_reason;         // the stop string or token that ended it
+  std::string stop_reason;  // the stop string or token that ended it
 
   // KV cache state.
   std::vector<BlockId> blocks;
-  int32_t num_computed = 0;        // tokens whose KV is in `blocks`
-  int32_t num_cached_prompt = 0;   // prompt tokens served from the prefix cache (last admit)
+  int32_t num_computed = 0;             // tokens whose KV is in `blocks`
+  int32_t num_cached_prompt = 0;        // prompt tokens served from the prefix cache (last admit)
   std::vector<BlockHash> block_hashes;  // chain hashes of the committed full blocks
   int num_preemptions = 0;
 
   // Detokenization and stop strings.
   std::unique_ptr<StreamDecoder> detok;
-  std::string text;                // all generated text (stop string removed)
-  size_t text_emitted = 0;         // bytes of `text` already returned to the caller
+  std::string text;         // all generated text (stop string removed)
+  size_t text_emitted = 0;  // bytes of `text` already returned to the caller
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output() const { return num_tokens() - prompt_len; }

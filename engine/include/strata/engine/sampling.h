@@ -45,8 +45,8 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token;
-  float logprob = 0.0f;              // of the chosen token (when logprobs >= 0)
-  std::vector<TokenLogprob> top;     // top `logprobs` tokens, descending
+  float logprob = 0.0f;           // of the chosen token (when logprobs >= 0)
+  std::vector<TokenLogprob> top;  // top `logprobs` tokens, descending
 };
 
 // Deterministic 64-bit generator (xoshiro256**) seeded by splitmix64: the same seed gives the

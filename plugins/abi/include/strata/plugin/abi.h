@@ -99,8 +99,8 @@ typedef struct strata_kv_cache {
 typedef struct strata_attention_batch {
   int32_t num_seqs;
   int32_t max_blocks_per_seq;
-  int32_t max_q_len;  /* max over s of query rows; a hint for scheduling */
-  int32_t max_kv_len; /* max over s of kv_len; a hint for scheduling */
+  int32_t max_q_len;           /* max over s of query rows; a hint for scheduling */
+  int32_t max_kv_len;          /* max over s of kv_len; a hint for scheduling */
   const int32_t* q_start;      /* [num_seqs + 1] */
   const int32_t* kv_len;       /* [num_seqs] */
   const int32_t* block_tables; /* [num_seqs * max_blocks_per_seq] */
@@ -113,13 +113,13 @@ typedef struct strata_attention_params {
 } strata_attention_params;
 
 typedef struct strata_backend_info {
-  const char* name;           /* e.g. "cpu", "cuda" */
-  const char* device_name;    /* human readable */
-  strata_dtype weight_dtype;  /* dtype the host must upload weights in */
-  strata_dtype act_dtype;     /* dtype of activations the host allocates */
-  strata_dtype kv_dtype;      /* dtype of the KV cache pool */
-  uint64_t total_memory;      /* bytes of device memory */
-  uint64_t free_memory;       /* bytes free at the time of the call */
+  const char* name;          /* e.g. "cpu", "cuda" */
+  const char* device_name;   /* human readable */
+  strata_dtype weight_dtype; /* dtype the host must upload weights in */
+  strata_dtype act_dtype;    /* dtype of activations the host allocates */
+  strata_dtype kv_dtype;     /* dtype of the KV cache pool */
+  uint64_t total_memory;     /* bytes of device memory */
+  uint64_t free_memory;      /* bytes free at the time of the call */
 } strata_backend_info;
 
 typedef struct strata_plugin_api_v1 {
@@ -190,19 +190,17 @@ typedef struct strata_plugin_api_v1 {
   strata_status (*attention_prefill)(strata_backend b, strata_stream s,
                                      const strata_kv_cache* cache,
                                      const strata_attention_batch* batch,
-                                     const strata_attention_params* params,
-                                     const strata_tensor* q, strata_tensor* out);
+                                     const strata_attention_params* params, const strata_tensor* q,
+                                     strata_tensor* out);
   /* Same contract with exactly one query row per sequence (q_start[s] == s). */
-  strata_status (*attention_decode)(strata_backend b, strata_stream s,
-                                    const strata_kv_cache* cache,
+  strata_status (*attention_decode)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
                                     const strata_attention_batch* batch,
-                                    const strata_attention_params* params,
-                                    const strata_tensor* q, strata_tensor* out);
+                                    const strata_attention_params* params, const strata_tensor* q,
+                                    strata_tensor* out);
   /* Copy whole blocks (all layers): for i < n, block dst[i] = block src[i]. int32 arrays.
    * No block may appear in both lists, and dst may not repeat (the host guarantees it). */
   strata_status (*kv_copy_blocks)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
-                                  const strata_tensor* src_blocks,
-                                  const strata_tensor* dst_blocks);
+                                  const strata_tensor* src_blocks, const strata_tensor* dst_blocks);
   /* Pack blocks[i] (whole blocks) into the contiguous buffer `dst` in order. */
   strata_status (*kv_gather)(strata_backend b, strata_stream s, const strata_kv_cache* cache,
                              const strata_tensor* blocks, void* dst);
