@@ -1,0 +1,108 @@
+#include "cuda_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace strata::cuda {
+namespace {
+
+constexpr size_t kMaxErrorBytes = 1024;
+
+thread_local std::string detached_error;
+
+// Reads an integer "key": N from a JSON object without a JSON library: the plugin links only
+// the ABI header. Returns false when the key is absent or its value is not an integer.
+bool FindIntKey(const char* json, const char* key, long* value) {
+  if (json == nullptr) return false;
+  const std::string quoted = Cat("\"", key, "\"");
+  const char* at = std::strstr(json, quoted.c_str());
+  if (at == nullptr) return false;
+  at += quoted.size();
+  while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r') ++at;
+  if (*at != ':') return false;
+  ++at;
+  char* end = nullptr;
+  *value = std::strtol(at, &end, 10);
+  return end != at;
+}
+
+}  // namespace
+
+Status Stream::Create(const char* op, std::unique_ptr<Stream>* out) {
+  auto s = std::make_unique<Stream>();
+  STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(
+      op, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  STRATA_CUDA_RETURN_IF_ERROR(CublasStatus(op, cublasCreate(&s->blas), "cublasCreate"));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      CublasStatus(op, cublasSetStream(s->blas, s->stream), "cublasSetStream"));
+  *out = std::move(s);
+  return Status();
+}
+
+Stream::~Stream() {
+  if (blas != nullptr) cublasDestroy(blas);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  magic = 0;
+}
+
+Status CudaBackend::Create(const char* config_json, std::unique_ptr<CudaBackend>* out) {
+  constexpr const char* kOp = "create";
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Unsupported(kOp, "no CUDA device is available",
+                       err != cudaSuccess ? Cat(" (", cudaGetErrorString(err), ")") : "");
+  }
+  long device = 0;
+  if (FindIntKey(config_json, "device", &device) && (device < 0 || device >= count)) {
+    return InvalidArgument(kOp, "config \"device\": ", device, " is out of range [0, ", count, ")");
+  }
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->device_ = static_cast<int>(device);
+  STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(kOp, cudaSetDevice(be->device_), "cudaSetDevice"));
+  cudaDeviceProp prop;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      CudaStatus(kOp, cudaGetDeviceProperties(&prop, be->device_), "cudaGetDeviceProperties"));
+  be->device_name_ = Cat(prop.name, " (device ", be->device_, ", sm_", prop.major, prop.minor, ")");
+  be->total_memory_ = prop.totalGlobalMem;
+  STRATA_CUDA_RETURN_IF_ERROR(Stream::Create(kOp, &be->default_stream_));
+  *out = std::move(be);
+  return Status();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (default_stream_ != nullptr) cudaStreamSynchronize(default_stream_->stream);
+}
+
+void CudaBackend::RecordError(std::string_view prefix, std::string_view message) noexcept {
+  try {
+    std::string text(prefix);
+    text.append(message);
+    if (text.size() > kMaxErrorBytes) text.resize(kMaxErrorBytes);
+    std::lock_guard<std::mutex> lock(error_mu_);
+    errors_[std::this_thread::get_id()] = std::move(text);
+  } catch (...) {
+    // Out of host memory while recording: the code returned still tells the caller.
+  }
+}
+
+const char* CudaBackend::LastError() {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  auto it = errors_.find(std::this_thread::get_id());
+  return it == errors_.end() ? "" : it->second.c_str();
+}
+
+void RecordDetachedError(std::string_view prefix, std::string_view message) noexcept {
+  try {
+    detached_error.assign(prefix);
+    detached_error.append(message);
+    if (detached_error.size() > kMaxErrorBytes) detached_error.resize(kMaxErrorBytes);
+  } catch (...) {
+  }
+}
+
+const char* DetachedLastError() { return detached_error.c_str(); }
+
+}  // namespace strata::cuda

@@ -1,0 +1,78 @@
+#pragma once
+// The CUDA backend behind the opaque strata_backend handle (one device, its default stream,
+// the last_error bookkeeping the ABI asks for) and the stream behind strata_stream (a CUDA
+// stream plus the cuBLAS handle bound to it, so distinct streams on distinct threads never
+// share a cuBLAS handle).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "cuda_status.h"
+#include "strata/plugin/abi.h"
+
+namespace strata::cuda {
+
+struct Stream {
+  static constexpr uint32_t kMagic = 0x53545247;  // "STRG"
+  uint32_t magic = kMagic;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+
+  // Creates a non-blocking stream and its cuBLAS handle on the current device.
+  static Status Create(const char* op, std::unique_ptr<Stream>* out);
+  ~Stream();
+
+  static Stream* FromHandle(strata_stream handle) { return reinterpret_cast<Stream*>(handle); }
+  strata_stream handle() { return reinterpret_cast<strata_stream>(this); }
+};
+
+class CudaBackend {
+ public:
+  // Parses `config_json` (may be NULL): only "device": N is read, other keys are ignored.
+  // UNSUPPORTED when the machine has no CUDA device.
+  static Status Create(const char* config_json, std::unique_ptr<CudaBackend>* out);
+  ~CudaBackend();
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  static CudaBackend* FromHandle(strata_backend handle) {
+    return reinterpret_cast<CudaBackend*>(handle);
+  }
+  strata_backend handle() { return reinterpret_cast<strata_backend>(this); }
+
+  int device() const { return device_; }
+  const std::string& device_name() const { return device_name_; }
+  uint64_t total_memory() const { return total_memory_; }
+  // The stream an op runs on: `handle`, or the backend's own stream when it is NULL.
+  Stream* Resolve(strata_stream handle) {
+    return handle != nullptr ? Stream::FromHandle(handle) : default_stream_.get();
+  }
+
+  // Records prefix + message (truncated to 1 KiB) for the calling thread, without throwing.
+  void RecordError(std::string_view prefix, std::string_view message = {}) noexcept;
+  // The calling thread's last message on this backend ("" if none).
+  const char* LastError();
+
+ private:
+  CudaBackend() = default;
+
+  int device_ = 0;
+  std::string device_name_;
+  uint64_t total_memory_ = 0;
+  std::unique_ptr<Stream> default_stream_;
+  std::mutex error_mu_;
+  std::unordered_map<std::thread::id, std::string> errors_;  // guarded by error_mu_
+};
+
+// Error bookkeeping for calls that have no backend (create, or a NULL handle).
+void RecordDetachedError(std::string_view prefix, std::string_view message = {}) noexcept;
+const char* DetachedLastError();
+
+}  // namespace strata::cuda

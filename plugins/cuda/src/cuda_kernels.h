@@ -1,0 +1,101 @@
+#pragma once
+// Launchers of the plugin's CUDA kernels (kernels_*.cu). Each takes already validated shapes,
+// enqueues its kernel(s) on `stream` and returns the launch's cudaError_t. Pointers are device
+// pointers; strides are in elements between consecutive rows. Index values read on the device
+// (ids, slots, block tables, batch arrays) are bounds-checked there: an out-of-range entry is
+// skipped, never dereferenced.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::cuda {
+
+using bf16 = __nv_bfloat16;
+
+struct CacheDims {
+  int64_t num_blocks = 0;
+  int64_t num_layers = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// ---- dense (kernels_dense.cu) ------------------------------------------------------------
+
+// dst[i, :cols] = src[ids[i], :cols] for i < n; rows with ids outside [0, src_rows) are skipped.
+cudaError_t LaunchGatherRows(const bf16* src, int64_t src_stride, int64_t src_rows,
+                             const int32_t* ids, int64_t n, int64_t cols, bf16* dst,
+                             int64_t dst_stride, cudaStream_t stream);
+
+// Per row and per head of d elements: residual += x (if residual), out = norm * weight.
+cudaError_t LaunchRmsNorm(const bf16* x, int64_t x_stride, bf16* residual, int64_t res_stride,
+                          const bf16* weight, float eps, int64_t rows, int64_t heads, int64_t d,
+                          bf16* out, int64_t out_stride, cudaStream_t stream);
+
+// Rotate-half RoPE in place on q [rows, hq, d] and k [rows, hk, d] (k may be NULL).
+cudaError_t LaunchRope(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64_t k_stride, int64_t hk,
+                       int64_t d, const int32_t* positions, const float* inv_freq, int64_t r,
+                       int64_t rows, float mscale, cudaStream_t stream);
+
+// out[t, i] = silu(x[t, i]) * x[t, inter + i].
+cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t inter, bf16* out,
+                          int64_t out_stride, cudaStream_t stream);
+// Same with fp32 input (the MoE gate/up GEMM output).
+cudaError_t LaunchSiluMulF32(const float* x, int64_t x_stride, int64_t rows, int64_t inter,
+                             bf16* out, int64_t out_stride, cudaStream_t stream);
+
+// out[t, j] = (zero_first ? 0 : out[t, j]) + (bias ? bias[j] : 0).
+cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
+                               const bf16* bias, bool zero_first, cudaStream_t stream);
+
+// ---- KV cache and MoE (kernels_kv_moe.cu) -------------------------------------------------
+
+// Writes k, v [rows, Hk, D] of `layer` at slots[t]; negative or out-of-pool slots skip the row.
+cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, const bf16* k,
+                           int64_t k_stride, const bf16* v, int64_t v_stride, const int32_t* slots,
+                           int64_t rows, cudaStream_t stream);
+
+// Copies n whole blocks of `block_bytes`. With src_ids and dst_ids: pool block src_ids[i] to
+// pool block dst_ids[i]; with src_ids only: pool to packed[i]; with dst_ids only: packed[i] to
+// pool. Ids outside [0, num_blocks) skip their block.
+cudaError_t LaunchCopyBlocks(char* pool, int64_t block_bytes, int64_t num_blocks,
+                             const int32_t* src_ids, const int32_t* dst_ids, char* packed,
+                             int64_t n, cudaStream_t stream);
+
+// Softmax + top-k per row of logits [rows, experts] (see abi.h moe_route).
+cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t rows, int64_t experts,
+                           int32_t top_k, bool renormalize, float* weights, int64_t weights_stride,
+                           int32_t* ids, int64_t ids_stride, cudaStream_t stream);
+
+// out[t, :] = sum_j weights[t, j] * y[inv[t * top_k + j], :] for t < rows, y fp32 [*, hidden].
+cudaError_t LaunchMoeCombine(const float* y, int64_t hidden, const int32_t* inv,
+                             const float* weights, int64_t weights_stride, int64_t rows,
+                             int64_t top_k, bf16* out, int64_t out_stride, cudaStream_t stream);
+
+// ---- attention (kernels_attention.cu) -------------------------------------------------------
+
+struct AttentionArgs {
+  const bf16* q = nullptr;
+  int64_t q_stride = 0;
+  bf16* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t rows = 0;     // query rows T
+  int64_t q_heads = 0;  // Hq, a multiple of dims.num_kv_heads
+  const bf16* cache = nullptr;
+  CacheDims dims;
+  int64_t layer = 0;
+  const int32_t* q_start = nullptr;
+  const int32_t* kv_len = nullptr;
+  const int32_t* block_tables = nullptr;
+  int32_t num_seqs = 0;
+  int32_t max_blocks_per_seq = 0;
+  float scale = 1.0f;
+  int32_t sliding_window = 0;
+};
+
+// Causal paged attention over every (query row, head); head_dim <= kMaxAttentionHeadDim.
+inline constexpr int64_t kMaxAttentionHeadDim = 256;
+cudaError_t LaunchAttention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,45 @@
+#pragma once
+// The CUDA plugin's ops behind the ABI entries: each validates its arguments (shapes, strides,
+// dtypes: everything the host can see without reading device memory), then enqueues its
+// kernels or cuBLAS calls on `stream`. Nothing is enqueued when validation fails.
+#include "cuda_backend.h"
+#include "cuda_status.h"
+#include "strata/plugin/abi.h"
+
+namespace strata::cuda {
+
+Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids,
+                 strata_tensor* out);
+Status RmsNorm(Stream& s, const strata_tensor* x, strata_tensor* residual,
+               const strata_tensor* weight, float eps, strata_tensor* out);
+Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const strata_tensor* bias,
+            int32_t accumulate, strata_tensor* out);
+Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* positions,
+            const strata_tensor* inv_freq, float mscale);
+Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out);
+Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows, strata_tensor* out);
+
+Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
+                const strata_tensor* v, const strata_tensor* slots);
+Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
+                 const strata_attention_batch* batch, const strata_attention_params* params,
+                 const strata_tensor* q, strata_tensor* out);
+Status KvCopyBlocks(Stream& s, const strata_kv_cache* cache, const strata_tensor* src,
+                    const strata_tensor* dst);
+Status KvGather(Stream& s, const strata_kv_cache* cache, const strata_tensor* blocks, void* dst);
+Status KvScatter(Stream& s, const strata_kv_cache* cache, const strata_tensor* blocks,
+                 const void* src);
+
+Status MoeRoute(Stream& s, const strata_tensor* router_logits, int32_t top_k, int32_t renormalize,
+                strata_tensor* topk_weights, strata_tensor* topk_ids);
+Status MoeExperts(Stream& s, const strata_tensor* x, const strata_tensor* topk_weights,
+                  const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                  const strata_tensor* w_down, strata_tensor* out);
+
+// out[m, n] (row stride ldo, dtype out_type) = x[m, k] (bf16, ldx) * w[n, k]^T (bf16, ldw)
+// + beta * out, through cublasGemmEx with fp32 compute. Dimensions must fit in int.
+Status GemmNT(const char* op, Stream& s, int64_t m, int64_t n, int64_t k, const void* x,
+              int64_t ldx, const void* w, int64_t ldw, void* out, cudaDataType_t out_type,
+              int64_t ldo, float beta);
+
+}  // namespace strata::cuda

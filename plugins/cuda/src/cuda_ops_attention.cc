@@ -1,0 +1,68 @@
+// attention_prefill / attention_decode: validates the descriptors, then one kernel launch.
+// The batch arrays (q_start, kv_len, block_tables) are device arrays, so their values are
+// guarded inside the kernel: a row no sequence owns, a sequence whose kv_len does not cover
+// its rows or fit its table, and a table entry outside the pool are skipped.
+#include "cuda_kernels.h"
+#include "cuda_ops.h"
+#include "cuda_tensor.h"
+
+namespace strata::cuda {
+
+Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
+                 const strata_attention_batch* batch, const strata_attention_params* params,
+                 const strata_tensor* q, strata_tensor* out) {
+  const char* op = decode ? "attention_decode" : "attention_prefill";
+  CacheView cv;
+  TensorView qv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewCache(op, cache, &cv));
+  if (params == nullptr) return InvalidArgument(op, "params is NULL");
+  if (params->layer < 0 || params->layer >= cv.num_layers) {
+    return InvalidArgument(op, "params.layer ", params->layer, " is out of range [0, ",
+                           cv.num_layers, ")");
+  }
+  if (params->sliding_window < 0) {
+    return InvalidArgument(op, "params.sliding_window must be >= 0, got ", params->sliding_window);
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(op, "q", q, kStorageDtype, 3, 3, &qv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(op, "out", out, kStorageDtype, 3, 3, &ov));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(op, "out", ov, "q", qv));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(op, "q", qv, 2, cv.head_dim));
+  const int64_t heads = qv.shape[1];
+  if (heads == 0 || heads % cv.num_kv_heads != 0) {
+    return InvalidArgument(op, "q has ", heads, " heads, not a positive multiple of the cache's ",
+                           cv.num_kv_heads, " kv heads");
+  }
+  if (cv.head_dim > kMaxAttentionHeadDim) {
+    return Unsupported(op, "head_dim ", cv.head_dim, " exceeds ", kMaxAttentionHeadDim);
+  }
+  if (batch == nullptr) return InvalidArgument(op, "batch is NULL");
+  if (batch->num_seqs < 0 || batch->max_blocks_per_seq < 0) {
+    return InvalidArgument(op, "batch.num_seqs and batch.max_blocks_per_seq must be >= 0");
+  }
+  if (batch->num_seqs == 0) return Status();
+  if (batch->q_start == nullptr || batch->kv_len == nullptr ||
+      (batch->block_tables == nullptr && batch->max_blocks_per_seq > 0)) {
+    return InvalidArgument(op,
+                           "batch.q_start, batch.kv_len and batch.block_tables must not be NULL");
+  }
+  AttentionArgs a;
+  a.q = static_cast<const bf16*>(qv.data);
+  a.q_stride = qv.stride;
+  a.out = static_cast<bf16*>(ov.data);
+  a.out_stride = ov.stride;
+  a.rows = qv.rows;
+  a.q_heads = heads;
+  a.cache = static_cast<const bf16*>(cv.data);
+  a.dims = CacheDims{cv.num_blocks, cv.num_layers, cv.block_size, cv.num_kv_heads, cv.head_dim};
+  a.layer = params->layer;
+  a.q_start = batch->q_start;
+  a.kv_len = batch->kv_len;
+  a.block_tables = batch->block_tables;
+  a.num_seqs = batch->num_seqs;
+  a.max_blocks_per_seq = batch->max_blocks_per_seq;
+  a.scale = params->scale;
+  a.sliding_window = params->sliding_window;
+  return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,157 @@
+// Dense ops: embedding, rms_norm, gemm (cuBLAS), rope, silu_mul, gather_rows.
+#include <climits>
+
+#include "cuda_kernels.h"
+#include "cuda_ops.h"
+#include "cuda_tensor.h"
+
+namespace strata::cuda {
+namespace {
+
+bf16* Bf16(const TensorView& v) { return static_cast<bf16*>(v.data); }
+const int32_t* Ints(const TensorView& v) { return static_cast<const int32_t*>(v.data); }
+
+Status Launched(const char* op, cudaError_t err) { return CudaStatus(op, err, "kernel launch"); }
+
+}  // namespace
+
+Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids,
+                 strata_tensor* out) {
+  constexpr const char* kOp = "embedding";
+  TensorView tv, iv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "table", table, kStorageDtype, 2, 2, &tv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "ids", ids, STRATA_DTYPE_I32, 1, 1, &iv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
+  return Launched(kOp, LaunchGatherRows(Bf16(tv), tv.stride, tv.rows, Ints(iv), iv.rows, tv.cols,
+                                        Bf16(ov), ov.stride, s.stream));
+}
+
+Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows,
+                  strata_tensor* out) {
+  constexpr const char* kOp = "gather_rows";
+  TensorView xv, rv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &rv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  if (ov.ndim != xv.ndim) return InvalidArgument(kOp, "out and x differ in ndim");
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, rv.rows));
+  for (int d = 1; d < xv.ndim; ++d) {
+    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, d, xv.shape[d]));
+  }
+  return Launched(kOp, LaunchGatherRows(Bf16(xv), xv.stride, xv.rows, Ints(rv), rv.rows, xv.cols,
+                                        Bf16(ov), ov.stride, s.stream));
+}
+
+Status RmsNorm(Stream& s, const strata_tensor* x, strata_tensor* residual,
+               const strata_tensor* weight, float eps, strata_tensor* out) {
+  constexpr const char* kOp = "rms_norm";
+  TensorView xv, rv, wv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "weight", weight, kStorageDtype, 1, 1, &wv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(kOp, "out", ov, "x", xv));
+  const int64_t d = xv.shape[xv.ndim - 1];
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "weight", wv, 0, d));
+  if (residual != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "residual", residual, kStorageDtype, 2, 3, &rv));
+    STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(kOp, "residual", rv, "x", xv));
+  }
+  if (!(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
+  if (d == 0) return Status();
+  return Launched(
+      kOp, LaunchRmsNorm(Bf16(xv), xv.stride, residual != nullptr ? Bf16(rv) : nullptr, rv.stride,
+                         Bf16(wv), eps, xv.rows, xv.cols / d, d, Bf16(ov), ov.stride, s.stream));
+}
+
+Status GemmNT(const char* op, Stream& s, int64_t m, int64_t n, int64_t k, const void* x,
+              int64_t ldx, const void* w, int64_t ldw, void* out, cudaDataType_t out_type,
+              int64_t ldo, float beta) {
+  for (int64_t v : {m, n, k, ldx, ldw, ldo}) {
+    if (v > INT_MAX) return InvalidArgument(op, "a dimension or row stride exceeds INT_MAX");
+  }
+  const float alpha = 1.0f;
+  // Row-major out = x * w^T is column-major out^T = (w^T)^T * x^T: A = w, B = x.
+  return CublasStatus(
+      op,
+      cublasGemmEx(s.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                   static_cast<int>(k), &alpha, w, CUDA_R_16BF, static_cast<int>(ldw), x,
+                   CUDA_R_16BF, static_cast<int>(ldx), &beta, out, out_type, static_cast<int>(ldo),
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
+}
+
+Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const strata_tensor* bias,
+            int32_t accumulate, strata_tensor* out) {
+  constexpr const char* kOp = "gemm";
+  TensorView xv, wv, bv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, kStorageDtype, 2, 2, &wv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  const int64_t m = xv.rows, k = xv.cols, n = wv.rows;
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
+  if (ov.cols != n) return InvalidArgument(kOp, "out has ", ov.cols, " columns, expected N = ", n);
+  if (bias != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, kStorageDtype, 1, 1, &bv));
+    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
+    if (Overlaps(ov, bv)) return InvalidArgument(kOp, "out overlaps bias");
+  }
+  if (Overlaps(ov, xv)) return InvalidArgument(kOp, "out overlaps x");
+  if (Overlaps(ov, wv)) return InvalidArgument(kOp, "out overlaps w");
+  if (m == 0 || n == 0) return Status();
+  const bf16* b = bias != nullptr ? Bf16(bv) : nullptr;
+  if (k == 0) {  // out = (accumulate ? out : 0) + bias, without asking cuBLAS about K = 0
+    return Launched(kOp,
+                    LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, accumulate == 0, s.stream));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
+                                     ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
+  if (b == nullptr) return Status();
+  return Launched(kOp, LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, false, s.stream));
+}
+
+Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* positions,
+            const strata_tensor* inv_freq, float mscale) {
+  constexpr const char* kOp = "rope";
+  TensorView qv, kv, pv, fv;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, kStorageDtype, 3, 3, &qv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &pv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &fv));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "positions", pv, 0, qv.rows));
+  const int64_t d = qv.shape[2], r = fv.rows;
+  if (2 * r > d) {
+    return InvalidArgument(kOp, "inv_freq has ", r, " entries but head_dim ", d, " allows at most ",
+                           d / 2);
+  }
+  if (k != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, kStorageDtype, 3, 3, &kv));
+    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 0, qv.rows));
+    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, d));
+    if (qv.numel() > 0 && qv.data == kv.data) {
+      return InvalidArgument(kOp, "q and k are the same tensor");
+    }
+  }
+  return Launched(kOp,
+                  LaunchRope(Bf16(qv), qv.stride, qv.shape[1], k != nullptr ? Bf16(kv) : nullptr,
+                             kv.stride, k != nullptr ? kv.shape[1] : 0, d, Ints(pv),
+                             static_cast<const float*>(fv.data), r, qv.rows, mscale, s.stream));
+}
+
+Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out) {
+  constexpr const char* kOp = "silu_mul";
+  TensorView xv, ov;
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 2, &xv));
+  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
+  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, xv.rows));
+  const int64_t inter = ov.cols;
+  if (xv.cols != 2 * inter) {
+    return InvalidArgument(kOp, "x.shape[1] is ", xv.cols,
+                           ", expected 2 * out.shape[1] = ", 2 * inter);
+  }
+  return Launched(
+      kOp, LaunchSiluMul(Bf16(xv), xv.stride, xv.rows, inter, Bf16(ov), ov.stride, s.stream));
+}
+
+}  // namespace strata::cuda
