@@ -102,6 +102,7 @@ absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32
 bool Engine::Abort(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return false;
+  std::erase(finished_, it->second.get());
   scheduler_->Remove(it->second.get());
   requests_.erase(it);
   return true;
@@ -111,6 +112,7 @@ void Engine::Finish(Request* r, FinishReason reason) {
   r->finish = reason;
   r->state = Request::State::kFinished;
   scheduler_->Remove(r);
+  finished_.push_back(r);
 }
 
 }  // namespace strata

@@ -42,11 +42,14 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     ++row;
     outputs.push_back(std::move(out));
   }
-  // Report and drop finished requests (also those finished without running, max_tokens 0).
-  for (auto it = requests_.begin(); it != requests_.end();) {
-    auto cur = it++;
-    Request* r = cur->second.get();
-    if (r->state != Request::State::kFinished) continue;
+  ReportFinished(outputs);
+  return outputs;
+}
+
+// Marks the outputs of finished requests (adding one for requests that finished without
+// running, e.g. max_tokens 0) and drops those requests.
+void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
+  for (Request* r : finished_) {
     auto found = std::find_if(outputs.begin(), outputs.end(),
                               [&](const RequestOutput& o) { return o.request_id == r->id; });
     if (found == outputs.end()) {
@@ -60,9 +63,10 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     found->finish_reason = r->finish;
     found->stop_reason = r->stop_reason;
     found->completion_tokens = r->num_output();
-    requests_.erase(cur);
+    const std::string id = r->id;  // the key must outlive the erase that destroys *r
+    requests_.erase(id);
   }
-  return outputs;
+  finished_.clear();
 }
 
 void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {

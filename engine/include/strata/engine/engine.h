@@ -95,6 +95,7 @@ class Engine {
  private:
   Engine() = default;
   void ProcessSample(Request* r, std::span<float> logits, RequestOutput& out);
+  void ReportFinished(std::vector<RequestOutput>& outputs);
   bool CheckStopStrings(Request* r);
   void Finish(Request* r, FinishReason reason);
   void EmitText(Request* r, RequestOutput& out);
@@ -105,6 +106,7 @@ class Engine {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> finished_;  // finished since the last Step, still in requests_
   uint64_t next_arrival_ = 0;
   int64_t max_model_len_ = 0;
   size_t max_stop_len_ = 0;
