@@ -207,7 +207,7 @@ constexpr char kChatTemplate[] =
     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-absl::Status WriteTokenizerFiles(const Tokenizer& tok, const std::string& dir) {
+absl::Status WriteTokenizerConfig(const std::string& dir) {
   nlohmann::json cfg = {
       {"tokenizer_class", "PreTrainedTokenizerFast"},
       {"bos_token", "<|begin_of_text|>"},
@@ -261,7 +261,7 @@ absl::Status WritePreset(const std::string& name, const std::string& out_dir,
   c.eos_token_ids = {*tok->TokenToId("<|end_of_text|>"), *tok->TokenToId("<|im_end|>")};
   c.torch_dtype = dt;
   STRATA_RETURN_IF_ERROR(WriteStringToFile(out_dir + "/tokenizer.json", tok_json));
-  STRATA_RETURN_IF_ERROR(WriteTokenizerFiles(*tok, out_dir));
+  STRATA_RETURN_IF_ERROR(WriteTokenizerConfig(out_dir));
   STRATA_RETURN_IF_ERROR(WriteStringToFile(out_dir + "/config.json", c.ToJson().dump(2) + "\n"));
   nlohmann::json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
   STRATA_RETURN_IF_ERROR(
