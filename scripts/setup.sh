@@ -6,7 +6,9 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libabsl-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libicu-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  libboost-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libucx-dev ucx-utils libyaml-cpp-dev prometheus
+  python3 python3-venv curl
 )
 
 missing=()

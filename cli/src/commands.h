@@ -11,6 +11,9 @@ using Args = std::vector<std::string>;
 int RunGenerate(const Args& args);
 int RunModel(const Args& args);       // `strata model init ...`
 int RunPluginTest(const Args& args);  // conformance suite against the CPU reference
+int RunRouter(const Args& args);      // the router process
+int RunWorker(const Args& args);      // a prefill / decode / mixed worker process
+int RunUp(const Args& args);          // a whole cluster on localhost (cmd_up.cc)
 
 // Prints "strata <cmd>: <reason>" to stderr and returns `code`.
 int Fail(const std::string& command, const std::string& reason, int code);

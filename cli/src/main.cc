@@ -15,6 +15,9 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"up", "start a cluster (router + workers) on localhost and serve until Ctrl-C", RunUp},
+    {"router", "run the router: OpenAI API, worker registry, placement", RunRouter},
+    {"worker", "run a prefill, decode or mixed worker", RunWorker},
     {"generate", "generate completions for prompts with the local engine", RunGenerate},
     {"model", "model tools: `model init` writes a preset checkpoint", RunModel},
     {"plugin-test", "run the plugin conformance suite against the CPU reference", RunPluginTest},

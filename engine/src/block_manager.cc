@@ -90,13 +90,13 @@ int BlockManager::CountCachedPrefix(std::span<const BlockHash> hashes) const {
   return n;
 }
 
-void BlockManager::Commit(BlockId block, BlockHash hash) {
+void BlockManager::Commit(BlockId block, BlockHash hash, BlockHash parent) {
   if (!prefix_caching_ || has_hash_[block]) return;
   auto [it, inserted] = cached_.try_emplace(hash, block);
   if (!inserted) return;  // an identical block is already cached
   hash_[block] = hash;
   has_hash_[block] = 1;
-  if (listener_) listener_({KvCacheEvent::Kind::kStored, hash, block});
+  if (listener_) listener_({KvCacheEvent::Kind::kStored, hash, block, parent});
 }
 
 void BlockManager::Uncache(BlockId block) {

@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   STRATA_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromFile(model_dir + "/tokenizer.json"));
   STRATA_ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(plugin, model_dir, options.runner));
   STRATA_ASSIGN_OR_RETURN(std::string identity, ModelIdentity(model_dir));
+  e->model_identity_ = identity;
   e->blocks_ = std::make_unique<BlockManager>(e->runner_->num_kv_blocks(), e->runner_->block_size(),
                                               options.enable_prefix_caching);
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get(),
@@ -59,8 +60,9 @@ absl::Status Engine::AddTextRequest(const std::string& request_id, const std::st
   return AddRequest(request_id, tokenizer_->Encode(prompt, /*add_special_tokens=*/true), params);
 }
 
-absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
-                                const SamplingParams& params) {
+absl::StatusOr<std::unique_ptr<Request>> Engine::NewRequest(const std::string& request_id,
+                                                            std::vector<int32_t> prompt,
+                                                            const SamplingParams& params) {
   STRATA_RETURN_IF_ERROR(params.Validate(config().vocab_size));
   if (requests_.contains(request_id)) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate request id '", request_id, "'"));
@@ -89,6 +91,12 @@ absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32
   r->rng = std::make_unique<Rng>(params.seed.value_or(options_.default_seed + r->arrival));
   r->detok = std::make_unique<StreamDecoder>(tokenizer_.get(), params.skip_special_tokens);
   for (const auto& s : params.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+  return r;
+}
+
+absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                const SamplingParams& params) {
+  STRATA_ASSIGN_OR_RETURN(auto r, NewRequest(request_id, std::move(prompt), params));
   Request* raw = r.get();
   requests_.emplace(request_id, std::move(r));
   if (params.max_tokens == 0) {
@@ -96,6 +104,98 @@ absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32
     return absl::OkStatus();
   }
   scheduler_->Add(raw);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AddPrefillRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                       const SamplingParams& params) {
+  SamplingParams p = params;
+  p.max_tokens = 1;
+  p.stop.clear();
+  STRATA_ASSIGN_OR_RETURN(auto r, NewRequest(request_id, std::move(prompt), p));
+  r->hold_blocks = true;
+  Request* raw = r.get();
+  requests_.emplace(request_id, std::move(r));
+  scheduler_->Add(raw);
+  return absl::OkStatus();
+}
+
+std::vector<BlockId> Engine::TakeHeldBlocks(const std::string& request_id) {
+  auto it = held_.find(request_id);
+  if (it == held_.end()) return {};
+  std::vector<BlockId> blocks = std::move(it->second);
+  held_.erase(it);
+  return blocks;
+}
+
+void Engine::PinBlocks(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) blocks_->Ref(b);
+}
+
+void Engine::ReleaseBlocks(std::span<const BlockId> blocks) { blocks_->ReleaseAll(blocks); }
+
+const Request* Engine::FindRequest(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second->state == Request::State::kFinished) return nullptr;
+  return it->second.get();
+}
+
+int64_t Engine::queued_prefill_tokens() const { return scheduler_->num_uncomputed_tokens(); }
+
+absl::StatusOr<KvReservation> Engine::ReservePrompt(std::span<const int32_t> prompt) {
+  const int bs = blocks_->block_size();
+  KvReservation res;
+  if (blocks_->prefix_caching() && !prompt.empty()) {
+    const size_t usable = (prompt.size() - 1) / bs;
+    std::vector<BlockHash> hashes =
+        HashBlockChain(scheduler_->hash_seed(), prompt.subspan(0, usable * bs), bs);
+    res.blocks = blocks_->AcquireCachedPrefix(hashes);
+    res.cached_tokens = static_cast<int32_t>(res.blocks.size()) * bs;
+  }
+  const size_t needed = (prompt.size() + bs - 1) / bs;
+  while (res.blocks.size() < needed) {
+    auto b = blocks_->Allocate();
+    if (!b.ok()) {
+      CancelReservation(res);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no free KV blocks for a ", prompt.size(), "-token prompt (", needed, " blocks)"));
+    }
+    res.blocks.push_back(*b);
+  }
+  return res;
+}
+
+void Engine::CancelReservation(KvReservation& reservation) {
+  blocks_->ReleaseAll(reservation.blocks);
+  reservation.blocks.clear();
+  reservation.cached_tokens = 0;
+}
+
+absl::Status Engine::AddPrefilledRequest(const std::string& request_id,
+                                         std::vector<int32_t> prompt,
+                                         const SamplingParams& params, KvReservation& reservation,
+                                         const SampleResult& first) {
+  const size_t bs = static_cast<size_t>(blocks_->block_size());
+  if (reservation.blocks.size() != (prompt.size() + bs - 1) / bs) {
+    return absl::InvalidArgumentError("reservation does not cover the prompt");
+  }
+  if (first.token < 0 || first.token >= config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("first token ", first.token, " out of range"));
+  }
+  if (params.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
+  STRATA_ASSIGN_OR_RETURN(auto r, NewRequest(request_id, std::move(prompt), params));
+  // The prefill side drew from the same seeded generator once for a sampled first token.
+  if (params.temperature > 0.0f) r->rng->Uniform();
+  r->blocks = std::move(reservation.blocks);
+  r->num_computed = r->prompt_len;
+  r->num_cached_prompt = reservation.cached_tokens;
+  reservation = KvReservation{};
+  Request* raw = r.get();
+  requests_.emplace(request_id, std::move(r));
+  scheduler_->AddRunning(raw);
+  RequestOutput out;
+  ApplySample(raw, first, out);
+  pending_.push_back(std::move(out));
   return absl::OkStatus();
 }
 
@@ -111,6 +211,10 @@ bool Engine::Abort(const std::string& request_id) {
 void Engine::Finish(Request* r, FinishReason reason) {
   r->finish = reason;
   r->state = Request::State::kFinished;
+  if (r->hold_blocks) {
+    PinBlocks(r->blocks);
+    held_[r->id] = r->blocks;
+  }
   scheduler_->Remove(r);
   finished_.push_back(r);
 }

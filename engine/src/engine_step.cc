@@ -28,7 +28,8 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     ++stats_.steps;
   }
   scheduler_->OnStepDone(sched);
-  std::vector<RequestOutput> outputs;
+  std::vector<RequestOutput> outputs = std::move(pending_);
+  pending_.clear();
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   size_t row = 0;
   for (size_t i = 0; i < sched.seqs.size(); ++i) {
@@ -70,7 +71,11 @@ void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
 }
 
 void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {
-  SampleResult s = Sample(logits, r->params, r->prompt(), r->output(), *r->rng);
+  ApplySample(r, Sample(logits, r->params, r->prompt(), r->output(), *r->rng), out);
+}
+
+// Appends a sampled token and applies the stop conditions and detokenization.
+void Engine::ApplySample(Request* r, const SampleResult& s, RequestOutput& out) {
   r->tokens.push_back(s.token);
   ++stats_.generated_tokens;
   out.request_id = r->id;

@@ -298,4 +298,13 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& spec) {
   return dir;
 }
 
+std::string ServedModelName(const std::string& spec) {
+  constexpr std::string_view kPrefix = "preset:";
+  if (spec.starts_with(kPrefix)) return spec.substr(kPrefix.size());
+  std::string s = spec;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const size_t slash = s.rfind('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
 }  // namespace strata

@@ -30,6 +30,19 @@ void Scheduler::Add(Request* request) {
   waiting_.push_back(request);
 }
 
+void Scheduler::AddRunning(Request* request) {
+  request->state = Request::State::kRunning;
+  running_.push_back(request);
+  CommitFullBlocks(request);
+}
+
+int64_t Scheduler::num_uncomputed_tokens() const {
+  int64_t n = 0;
+  for (const Request* r : running_) n += r->num_tokens() - r->num_computed;
+  for (const Request* r : waiting_) n += r->num_tokens() - r->num_computed;
+  return n;
+}
+
 void Scheduler::Remove(Request* request) {
   std::erase(running_, request);
   std::erase(waiting_, request);
@@ -137,7 +150,7 @@ void Scheduler::CommitFullBlocks(Request* r) {
     const BlockHash h = HashBlock(hash_seed_, parent,
                                   std::span<const int32_t>(r->tokens.data() + b * bs, size_t(bs)));
     r->block_hashes.push_back(h);
-    blocks_->Commit(r->blocks[b], h);
+    blocks_->Commit(r->blocks[b], h, parent);
   }
 }
 

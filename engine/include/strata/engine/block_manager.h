@@ -28,6 +28,7 @@ struct KvCacheEvent {
   Kind kind;
   BlockHash hash;
   BlockId block;
+  BlockHash parent = kRootBlockHash;  // the chain's previous block (kStored only)
 };
 
 struct BlockManagerStats {
@@ -61,7 +62,7 @@ class BlockManager {
 
   // Records that `block` holds the KV of the block with chain hash `hash`. If another block
   // already holds that hash, the cache keeps the existing one and this block stays private.
-  void Commit(BlockId block, BlockHash hash);
+  void Commit(BlockId block, BlockHash hash, BlockHash parent = kRootBlockHash);
 
   int ref_count(BlockId block) const { return ref_count_[block]; }
   const BlockManagerStats& stats() const { return stats_; }

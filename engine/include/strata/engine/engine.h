@@ -7,6 +7,7 @@
 // Generate() does exactly that for a list of prompts.
 //
 // Not thread-safe: one thread drives an Engine (a worker wraps it in its own loop).
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,15 @@ struct RequestOutput {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;
   int32_t completion_tokens = 0;
+};
+
+// Prompt blocks a decode worker set aside for a prompt whose KV another worker computes:
+// `blocks` covers the whole prompt; its first `cached_tokens / block_size` blocks already hold
+// this engine's cached prefix, the rest are fresh and must be written before the request is
+// added with AddPrefilledRequest (or given back with CancelReservation).
+struct KvReservation {
+  std::vector<BlockId> blocks;
+  int32_t cached_tokens = 0;
 };
 
 struct Completion {
@@ -83,6 +93,44 @@ class Engine {
   // Finishes the request with reason "abort" and frees its blocks; false if unknown.
   bool Abort(const std::string& request_id);
 
+  // --- Disaggregated serving ---------------------------------------------------------------
+  // Prefill side: runs the prompt and samples exactly one token (max_tokens is forced to 1;
+  // stop strings are ignored), and on finishing keeps a reference on every block of the prompt
+  // instead of freeing them, for TakeHeldBlocks().
+  absl::Status AddPrefillRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                 const SamplingParams& params);
+  // The blocks a finished prefill request kept (prompt order); the caller owns one reference on
+  // each and gives it back with ReleaseBlocks. Empty if unknown or already taken.
+  std::vector<BlockId> TakeHeldBlocks(const std::string& request_id);
+  // Extra references, e.g. while a transfer reads the blocks (a lease); ReleaseBlocks undoes.
+  void PinBlocks(std::span<const BlockId> blocks);
+  void ReleaseBlocks(std::span<const BlockId> blocks);
+  // A live request (nullptr when unknown or finished): for progress of its prefill.
+  const Request* FindRequest(const std::string& request_id) const;
+
+  // Decode side: reserves the prompt's blocks, reusing this engine's cached prefix (never the
+  // last prompt token, as for a local request). ResourceExhausted if blocks are short.
+  absl::StatusOr<KvReservation> ReservePrompt(std::span<const int32_t> prompt);
+  void CancelReservation(KvReservation& reservation);
+  // Adds a request whose prompt KV is already in `reservation`'s blocks and whose first token
+  // `first` was sampled by the prefill side (with the same params and seed). The first token is
+  // reported by the next Step() like any other; the request then decodes here. The
+  // reservation is consumed on success and left to the caller on error.
+  absl::Status AddPrefilledRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                   const SamplingParams& params, KvReservation& reservation,
+                                   const SampleResult& first);
+
+  // Load, for heartbeats: sequences running and waiting, prompt tokens not yet computed.
+  int num_running() const { return scheduler_->num_running(); }
+  int num_waiting() const { return scheduler_->num_waiting(); }
+  int64_t queued_prefill_tokens() const;
+  // Observes every KV block stored in or evicted from the prefix cache (engine thread).
+  void SetKvEventListener(std::function<void(const KvCacheEvent&)> listener) {
+    blocks_->SetEventListener(std::move(listener));
+  }
+  uint64_t block_hash_seed() const { return scheduler_->hash_seed(); }
+  const std::string& model_identity() const { return model_identity_; }
+
   bool HasUnfinished() const { return !requests_.empty(); }
   absl::StatusOr<std::vector<RequestOutput>> Step();
 
@@ -99,6 +147,10 @@ class Engine {
   bool CheckStopStrings(Request* r);
   void Finish(Request* r, FinishReason reason);
   void EmitText(Request* r, RequestOutput& out);
+  void ApplySample(Request* r, const SampleResult& s, RequestOutput& out);
+  absl::StatusOr<std::unique_ptr<Request>> NewRequest(const std::string& request_id,
+                                                      std::vector<int32_t> prompt,
+                                                      const SamplingParams& params);
 
   EngineOptions options_;
   std::unique_ptr<ModelRunner> runner_;
@@ -107,8 +159,11 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<Request*> finished_;  // finished since the last Step, still in requests_
+  std::vector<RequestOutput> pending_;  // outputs produced outside Step (prefilled requests)
+  absl::flat_hash_map<std::string, std::vector<BlockId>> held_;  // finished prefill requests
   uint64_t next_arrival_ = 0;
   int64_t max_model_len_ = 0;
+  std::string model_identity_;
   size_t max_stop_len_ = 0;
   EngineStats stats_;
 };

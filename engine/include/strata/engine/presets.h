@@ -32,4 +32,8 @@ absl::Status WritePreset(const std::string& name, const std::string& out_dir,
 // anything else is returned as is (a checkpoint directory).
 absl::StatusOr<std::string> ResolveModelPath(const std::string& spec);
 
+// The model name an API serves for `spec`: NAME for "preset:NAME", else the directory's base
+// name ("/models/Llama-3.1-8B/" -> "Llama-3.1-8B").
+std::string ServedModelName(const std::string& spec);
+
 }  // namespace strata

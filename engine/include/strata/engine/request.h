@@ -35,6 +35,7 @@ struct Request {
   int32_t num_cached_prompt = 0;        // prompt tokens served from the prefix cache (last admit)
   std::vector<BlockHash> block_hashes;  // chain hashes of the committed full blocks
   int num_preemptions = 0;
+  bool hold_blocks = false;  // prefill-only: keep the blocks referenced after finishing
 
   // Detokenization and stop strings.
   std::unique_ptr<StreamDecoder> detok;

@@ -41,6 +41,9 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, BlockManager* blocks, uint64_t hash_seed);
 
   void Add(Request* request);
+  // Adds a request whose first num_computed tokens already have KV in request->blocks (a
+  // prefilled request), straight to the running batch; commits its full blocks.
+  void AddRunning(Request* request);
   // Drops the request from the queues and releases its blocks.
   void Remove(Request* request);
   SchedulerOutput Schedule();
@@ -48,8 +51,11 @@ class Scheduler {
   void OnStepDone(const SchedulerOutput& out);
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
+  uint64_t hash_seed() const { return hash_seed_; }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  // Tokens of running and waiting requests whose KV is not computed yet.
+  int64_t num_uncomputed_tokens() const;
   int64_t num_preemptions() const { return num_preemptions_; }
 
  private:

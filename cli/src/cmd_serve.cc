@@ -1,0 +1,144 @@
+// `strata router` and `strata worker`: the long-running roles of a cluster. Each runs until
+// SIGINT or SIGTERM, then drains (stops taking requests, lets running ones finish) and exits 0.
+#include <csignal>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "args.h"
+#include "commands.h"
+#include "strata/engine/presets.h"
+#include "strata/router/router.h"
+#include "strata/worker/worker.h"
+
+namespace strata::cli {
+namespace {
+
+// Blocks SIGINT/SIGTERM in every thread (call before any thread starts) and waits for one.
+void BlockStopSignals(sigset_t* set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, set, nullptr);
+}
+
+int WaitForStopSignal(const sigset_t& set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+bool ParseRole(const std::string& s, v1::Role* role) {
+  if (s == "prefill") *role = v1::ROLE_PREFILL;
+  else if (s == "decode") *role = v1::ROLE_DECODE;
+  else if (s == "mixed") *role = v1::ROLE_MIXED;
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+int RunRouter(const Args& args) {
+  router::RouterOptions o;
+  std::string model = "preset:tiny-llama";
+  double drain_s = 10;
+  ArgParser p("strata router [flags]",
+              "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
+  p.AddString("--host", &o.host, "address to listen on");
+  p.AddInt("--http-port", &o.http_port, "OpenAI API / metrics port (0: any free port)");
+  p.AddInt("--grpc-port", &o.grpc_port, "worker registry port (0: any free port)");
+  p.AddString("--model", &model, "model directory or preset:NAME (tokenizer and chat template)");
+  p.AddString("--served-model-name", &o.model_name, "model name clients send (default: dir name)");
+  p.AddString("--policy", &o.placement.policy, "routing policy: kv-aware, least-loaded, round-robin");
+  p.AddInt("--min-remote-prefill-tokens", &o.placement.min_remote_prefill_tokens,
+           "kv-aware: prefill remotely only when this many prompt tokens are uncached");
+  p.AddInt("--max-inflight-per-worker", &o.placement.max_inflight_per_worker,
+           "outstanding requests per worker before answering 429");
+  p.AddRepeated("--api-key", &o.api_keys, "accepted API key (repeatable; none: no auth)");
+  p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
+  p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
+  p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
+  if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
+  if (p.help_requested()) {
+    std::printf("%s", p.Help().c_str());
+    return 0;
+  }
+  auto dir = ResolveModelPath(model);
+  if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
+  o.model_dir = *dir;
+  if (o.model_name.empty()) o.model_name = ServedModelName(model);
+  sigset_t set;
+  BlockStopSignals(&set);
+  auto r = router::Router::Create(o);
+  if (!r.ok()) return Fail("router", std::string(r.status().message()), 1);
+  if (auto s = (*r)->Start(); !s.ok()) return Fail("router", std::string(s.message()), 1);
+  std::printf("router: serving the OpenAI API at http://%s:%d/v1, registry at %s:%d\n",
+              o.host.c_str(), (*r)->http_port(), o.host.c_str(), (*r)->grpc_port());
+  std::fflush(stdout);
+  const int sig = WaitForStopSignal(set);
+  std::printf("router: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  (*r)->Shutdown(absl::Seconds(drain_s));
+  std::printf("router: stopped\n");
+  return 0;
+}
+
+int RunWorker(const Args& args) {
+  worker::WorkerOptions o;
+  std::string model = "preset:tiny-llama", role = "mixed";
+  int num_kv_blocks = 0, kv_cache_mb = 256, max_model_len = 0;
+  double drain_s = 10;
+  ArgParser p("strata worker --role prefill|decode|mixed [flags]",
+              "A worker: prefill, decode, or both (mixed, which also serves the OpenAI API).");
+  p.AddString("--role", &role, "prefill, decode or mixed");
+  p.AddString("--id", &o.id, "unique worker name in the cluster");
+  p.AddString("--host", &o.host, "address to listen on");
+  p.AddInt("--http-port", &o.http_port, "health/metrics (and API if mixed) port (0: any)");
+  p.AddInt("--grpc-port", &o.grpc_port, "Worker service port (0: any)");
+  p.AddString("--router", &o.router_address, "router registry host:port (empty: standalone)");
+  p.AddString("--model", &model, "model directory or preset:NAME");
+  p.AddString("--served-model-name", &o.model_name, "model name clients send (mixed)");
+  p.AddString("--plugin", &o.engine.plugin, "engine plugin name or path");
+  p.AddInt("--block-size", &o.engine.runner.block_size, "tokens per KV block");
+  p.AddInt("--num-kv-blocks", &num_kv_blocks, "KV blocks (0: from --kv-cache-mb)");
+  p.AddInt("--kv-cache-mb", &kv_cache_mb, "KV cache size when --num-kv-blocks is 0");
+  p.AddInt("--max-num-seqs", &o.engine.scheduler.max_num_seqs, "running batch limit");
+  p.AddInt("--max-num-batched-tokens", &o.engine.scheduler.max_num_batched_tokens,
+           "token budget of one engine step");
+  p.AddInt("--max-model-len", &max_model_len, "context limit (0: the model's)");
+  p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
+  p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
+  if (auto s = p.Parse(args); !s.ok()) return Fail("worker", std::string(s.message()), 2);
+  if (p.help_requested()) {
+    std::printf("%s", p.Help().c_str());
+    return 0;
+  }
+  if (!ParseRole(role, &o.role)) {
+    return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
+  }
+  if (o.role != v1::ROLE_MIXED && o.router_address.empty()) {
+    return Fail("worker", "a " + role + " worker needs --router", 2);
+  }
+  auto dir = ResolveModelPath(model);
+  if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);
+  o.model_dir = *dir;
+  if (o.model_name.empty()) o.model_name = ServedModelName(model);
+  o.engine.runner.num_kv_blocks = num_kv_blocks;
+  o.engine.runner.kv_cache_bytes = int64_t{kv_cache_mb} << 20;
+  o.engine.max_model_len = max_model_len;
+  sigset_t set;
+  BlockStopSignals(&set);
+  auto w = worker::Worker::Create(o);
+  if (!w.ok()) return Fail("worker", std::string(w.status().message()), 1);
+  if (auto s = (*w)->Start(); !s.ok()) return Fail("worker", std::string(s.message()), 1);
+  std::printf("worker %s (%s): http %s:%d, grpc %s:%d\n", o.id.c_str(), role.c_str(),
+              o.host.c_str(), (*w)->http_port(), o.host.c_str(), (*w)->grpc_port());
+  std::fflush(stdout);
+  WaitForStopSignal(set);
+  std::printf("worker %s: draining\n", o.id.c_str());
+  std::fflush(stdout);
+  (*w)->Shutdown(absl::Seconds(drain_s));
+  std::printf("worker %s: stopped\n", o.id.c_str());
+  return 0;
+}
+
+}  // namespace strata::cli

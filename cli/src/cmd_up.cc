@@ -1,0 +1,212 @@
+// `strata up`: config -> resolved model and ports -> router and workers as child processes ->
+// wait for /ready -> serve until a signal -> stop workers, then the router.
+//
+// A child that dies while serving is reported on stderr and not restarted: a worker's death
+// leaves the rest serving (the router stops routing to it), the router's death stops the whole
+// cluster with exit status 1, since nothing can be served without it.
+#include "cmd_up.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "args.h"
+#include "strata/common/cluster_config.h"
+#include "strata/engine/presets.h"
+#include "supervisor.h"
+
+namespace strata::cli {
+namespace {
+
+struct UpFlags {
+  std::string config_path;
+  std::string model, host, log_dir;
+  int port = -1, prefill = -1, decode = -1, mixed = -1;  // -1 = keep the config's value
+  double grace_seconds = 10;
+  double ready_timeout_seconds = 120;
+};
+
+void AddFlags(ArgParser& p, UpFlags& f) {
+  p.AddString("--config", &f.config_path, "cluster config (YAML or JSON); default: built-in");
+  p.AddString("--model", &f.model, "override: checkpoint directory or preset:NAME");
+  p.AddString("--host", &f.host, "override: address every process binds");
+  p.AddInt("--port", &f.port, "override: the router's HTTP port (0 = any free port)");
+  p.AddInt("--prefill", &f.prefill, "override: number of prefill workers");
+  p.AddInt("--decode", &f.decode, "override: number of decode workers");
+  p.AddInt("--mixed", &f.mixed, "override: number of mixed (prefill+decode) workers");
+  p.AddString("--log-dir", &f.log_dir, "override: directory for <process>.log files");
+  p.AddDouble("--grace-seconds", &f.grace_seconds,
+              "on shutdown, seconds to wait after SIGTERM before SIGKILL");
+  p.AddDouble("--ready-timeout-seconds", &f.ready_timeout_seconds,
+              "seconds to wait for every process to be ready");
+}
+
+absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
+  ClusterConfig c;
+  if (!f.config_path.empty()) {
+    auto loaded = LoadClusterConfig(f.config_path);
+    if (!loaded.ok()) return loaded.status();
+    c = *std::move(loaded);
+  }
+  if (!f.model.empty()) c.model = f.model;
+  if (!f.host.empty()) c.host = f.host;
+  if (!f.log_dir.empty()) c.log_dir = f.log_dir;
+  if (f.port != -1) c.router.http_port = f.port;
+  if (f.prefill != -1) c.prefill.count = f.prefill;
+  if (f.decode != -1) c.decode.count = f.decode;
+  if (f.mixed != -1) c.mixed.count = f.mixed;
+  if (auto st = ValidateClusterConfig(c); !st.ok()) return st;
+  if (!(f.grace_seconds >= 0) || !(f.ready_timeout_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        "--grace-seconds must be >= 0 and --ready-timeout-seconds > 0");
+  }
+  return c;
+}
+
+// Fills every 0 port: the router's in place, the workers' as (http, grpc) pairs.
+absl::StatusOr<std::vector<std::pair<int, int>>> ResolvePorts(ClusterConfig& c) {
+  const int workers = c.prefill.count + c.decode.count + c.mixed.count;
+  const int router_free = (c.router.http_port == 0) + (c.router.grpc_port == 0);
+  auto ports = PickFreePorts(c.host, router_free + 2 * workers);
+  if (!ports.ok()) return ports.status();
+  size_t next = 0;
+  if (c.router.http_port == 0) c.router.http_port = (*ports)[next++];
+  if (c.router.grpc_port == 0) c.router.grpc_port = (*ports)[next++];
+  std::vector<std::pair<int, int>> out;
+  for (int i = 0; i < workers; ++i, next += 2) out.emplace_back((*ports)[next], (*ports)[next + 1]);
+  return out;
+}
+
+// SIGINT/SIGTERM set a flag and wake poll() through a pipe. A handler rather than a blocked
+// mask, so a signal delivered to any thread of this process is seen the same way.
+volatile sig_atomic_t g_signal = 0;
+int g_wake_fd = -1;   // written by the handler
+int g_wake_read = -1;  // polled by Serve()
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  const char c = 1;
+  [[maybe_unused]] ssize_t n = write(g_wake_fd, &c, 1);
+}
+
+absl::Status InstallSignalHandlers() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return absl::InternalError("pipe2 failed");
+  g_wake_read = fds[0];
+  g_wake_fd = fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return absl::OkStatus();
+}
+
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// Serves until a signal (returns 0) or the router dies (returns 1).
+int Serve(Supervisor& sup) {
+  while (g_signal == 0) {
+    pollfd p{g_wake_read, POLLIN, 0};
+    poll(&p, 1, 200);
+    for (const ExitInfo& e : sup.ReapExited()) {
+      std::fprintf(stderr, "strata up: %s %s unexpectedly; see %s\n", e.name.c_str(),
+                   e.Describe().c_str(), e.log_path.c_str());
+      if (e.name == "router") {
+        std::fprintf(stderr, "strata up: the router is gone, stopping the cluster\n");
+        sup.Stop();
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+int Shutdown(Supervisor& sup) {
+  Say(absl::StrCat("stopping (", strsignal(g_signal == 0 ? SIGTERM : g_signal), ") ..."));
+  for (const ExitInfo& e : sup.Stop()) {
+    if (e.killed) Say(absl::StrCat(e.name, " did not stop in time: killed"));
+  }
+  Say("stopped");
+  return 0;
+}
+
+std::vector<std::string> Names(const std::vector<ProcessSpec>& specs) {
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  return names;
+}
+
+int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace, double timeout) {
+  SupervisorOptions options;
+  options.grace = absl::Seconds(grace);
+  options.ready_timeout = absl::Seconds(timeout);
+  options.interrupted = [] { return g_signal != 0; };
+  Supervisor sup(options);
+  Say(absl::StrCat("starting router on http://", ConnectHost(c.host), ":", c.router.http_port,
+                   " (grpc ", c.router.grpc_port, ") ..."));
+  if (auto st = sup.Start(plan.router); !st.ok()) return Fail("up", std::string(st.message()), 1);
+  Say(absl::StrCat("starting ", plan.workers.size(), " workers (",
+                   absl::StrJoin(Names(plan.workers), ", "), ") ..."));
+  if (auto st = sup.Start(plan.workers); !st.ok()) {
+    sup.Stop();
+    return Fail("up", std::string(st.message()), 1);
+  }
+  Say(absl::StrCat("waiting for ", sup.running(), " processes to be ready ..."));
+  if (auto st = sup.WaitReady(); !st.ok()) {
+    if (st.code() == absl::StatusCode::kCancelled) return Shutdown(sup);
+    sup.Stop();
+    return Fail("up", std::string(st.message()), 1);
+  }
+  Say(absl::StrCat("strata is serving at ", plan.url));
+  if (Serve(sup) != 0) return 1;
+  return Shutdown(sup);
+}
+
+}  // namespace
+
+int RunUp(const Args& args) {
+  UpFlags f;
+  ArgParser p("strata up [--config FILE] [--model M] [--prefill N] [--decode N] [--mixed N] "
+              "[--port P] [--host H]",
+              "Run a whole strata cluster on this machine: a router and prefill/decode/mixed\n"
+              "workers as separate processes, until Ctrl-C (see docs/configuration.md).");
+  AddFlags(p, f);
+  if (auto st = p.Parse(args); !st.ok()) return Fail("up", std::string(st.message()), 2);
+  if (p.help_requested()) {
+    std::printf("%s", p.Help().c_str());
+    return 0;
+  }
+  auto config = BuildConfig(f);
+  if (!config.ok()) return Fail("up", std::string(config.status().message()), 2);
+  ClusterConfig& c = *config;
+  // Resolve (and maybe write) the model once here, so the children don't race on the cache.
+  auto model_dir = ResolveModelPath(c.model);
+  if (!model_dir.ok()) return Fail("up", std::string(model_dir.status().message()), 1);
+  auto worker_ports = ResolvePorts(c);
+  if (!worker_ports.ok()) return Fail("up", std::string(worker_ports.status().message()), 1);
+  if (c.log_dir.empty()) c.log_dir = DefaultLogDir();
+  std::error_code ec;
+  std::filesystem::create_directories(c.log_dir, ec);
+  if (ec) return Fail("up", absl::StrCat("cannot create log dir ", c.log_dir, ": ", ec.message()), 1);
+  std::error_code exe_ec;
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe", exe_ec).string();
+  if (exe_ec) return Fail("up", "cannot find this executable: " + exe_ec.message(), 1);
+  if (auto st = InstallSignalHandlers(); !st.ok()) return Fail("up", std::string(st.message()), 1);
+  Say(absl::StrCat("model: ", *model_dir));
+  Say(absl::StrCat("logs: ", c.log_dir));
+  const ClusterPlan plan = PlanCluster(c, exe, *model_dir, c.log_dir, *worker_ports);
+  return StartAndServe(c, plan, f.grace_seconds, f.ready_timeout_seconds);
+}
+
+}  // namespace strata::cli

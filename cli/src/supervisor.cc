@@ -1,0 +1,420 @@
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "strata/engine/presets.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
+
+namespace strata::cli {
+namespace {
+
+// Runs in the forked child: only async-signal-safe calls until exec.
+[[noreturn]] void ExecChild(char* const* argv, int log_fd, int null_fd, int err_fd,
+                            pid_t parent) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(1);  // the supervisor died before prctl took effect
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD}) sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);  // the mask survives exec: clear sigwait's blocks
+  dup2(null_fd, STDIN_FILENO);
+  dup2(log_fd, STDOUT_FILENO);
+  dup2(log_fd, STDERR_FILENO);
+  execv(argv[0], argv);
+  const int err = errno;
+  [[maybe_unused]] ssize_t n = write(err_fd, &err, sizeof(err));
+  _exit(127);
+}
+
+// Forks and execs; returns the pid once exec succeeded (the CLOEXEC pipe closes without data).
+absl::StatusOr<pid_t> Spawn(const ProcessSpec& spec) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError(spec.name + ": empty command");
+  const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec.name, ": cannot open log ", spec.log_path, ": ", std::strerror(errno)));
+  }
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int pipe_fds[2];
+  if (null_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    close(log_fd);
+    if (null_fd >= 0) close(null_fd);
+    return absl::InternalError(absl::StrCat(spec.name, ": ", std::strerror(errno)));
+  }
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) ExecChild(argv.data(), log_fd, null_fd, pipe_fds[1], parent);
+  const int fork_errno = errno;
+  close(pipe_fds[1]);
+  close(log_fd);
+  close(null_fd);
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    return absl::InternalError(absl::StrCat(spec.name, ": fork: ", std::strerror(fork_errno)));
+  }
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = read(pipe_fds[0], &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  if (n == sizeof(exec_errno)) {
+    waitpid(pid, nullptr, 0);
+    return absl::FailedPreconditionError(absl::StrCat(
+        spec.name, ": cannot run ", spec.argv[0], ": ", std::strerror(exec_errno)));
+  }
+  return pid;
+}
+
+struct Url {
+  std::string host;
+  int port = 0;
+  std::string path;
+};
+
+// "http://host:port/path" only; enough for the URLs this file builds.
+absl::StatusOr<Url> ParseUrl(const std::string& url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) return absl::InvalidArgumentError("not an http URL: " + url);
+  const std::string rest = url.substr(kScheme.size());
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  Url out;
+  out.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  const size_t colon = authority.rfind(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(authority.substr(colon + 1), &out.port)) {
+    return absl::InvalidArgumentError("URL without a port: " + url);
+  }
+  out.host = authority.substr(0, colon);
+  return out;
+}
+
+int RemainingMs(absl::Time deadline) {
+  return static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+}
+
+// Connects within the deadline; -1 on failure.
+int ConnectWithDeadline(const std::string& host, int port, absl::Time deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) continue;
+    int err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      err = ETIMEDOUT;
+      socklen_t len = sizeof(err);
+      if (poll(&p, 1, RemainingMs(deadline)) == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,
+                                  absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const int fd = ConnectWithDeadline(host, port, deadline);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port));
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
+                   "\r\nConnection: close\r\n\r\n");
+  std::string response;
+  size_t sent = 0;
+  bool failed = false;
+  while (!failed && response.find("\r\n") == std::string::npos) {
+    const bool sending = sent < request.size();
+    pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    if (poll(&p, 1, RemainingMs(deadline)) != 1) break;
+    char buf[512];
+    const ssize_t n = sending ? send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)
+                              : recv(fd, buf, sizeof(buf), 0);
+    failed = n <= 0;
+    if (n > 0 && sending) sent += static_cast<size_t>(n);
+    if (n > 0 && !sending) response.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  int status = 0;
+  if (!response.starts_with("HTTP/1.") || response.size() < 12 ||
+      !absl::SimpleAtoi(response.substr(9, 3), &status)) {
+    return absl::UnavailableError(absl::StrCat("no HTTP response from ", host, ":", port));
+  }
+  return status;
+}
+
+absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int n) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", host, ": ", gai_strerror(rc)));
+  }
+  std::vector<int> fds, ports;
+  absl::Status status;
+  for (int i = 0; i < n && status.ok(); ++i) {
+    const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      status = absl::UnavailableError(absl::StrCat("cannot bind to ", host, ": ",
+                                                   std::strerror(errno)));
+    } else {
+      ports.push_back(ntohs(addr.ss_family == AF_INET6
+                                ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                : reinterpret_cast<sockaddr_in*>(&addr)->sin_port));
+    }
+    if (fd >= 0) fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  freeaddrinfo(res);
+  if (!status.ok()) return status;
+  return ports;
+}
+
+std::string TailFile(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  std::string line;
+  while (std::getline(in, line)) {
+    tail.push_back(line);
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  return absl::StrJoin(tail, "\n");
+}
+
+std::string ExitInfo::Describe() const {
+  if (WIFEXITED(wait_status)) return absl::StrCat("exited with status ", WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(wait_status), " (",
+                        strsignal(WTERMSIG(wait_status)), ")");
+  }
+  return "ended";
+}
+
+// ---- Supervisor ------------------------------------------------------------------------
+
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+
+Supervisor::~Supervisor() { Stop(); }
+
+absl::Status Supervisor::Start(const std::vector<ProcessSpec>& specs) {
+  const int group = groups_++;
+  for (const auto& spec : specs) {
+    auto pid = Spawn(spec);
+    if (!pid.ok()) return pid.status();
+    Child child;
+    child.spec = spec;
+    child.pid = *pid;
+    child.group = group;
+    child.running = true;
+    child.ready = spec.ready_url.empty();
+    children_.push_back(std::move(child));
+  }
+  return absl::OkStatus();
+}
+
+bool Supervisor::TryReap(Child& child, ExitInfo* info) {
+  if (!child.running) return false;
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(child.pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return false;
+  child.running = false;
+  *info = ExitInfo{child.spec.name, child.pid, status, false, child.spec.log_path};
+  return true;
+}
+
+std::vector<ExitInfo> Supervisor::ReapExited() {
+  std::vector<ExitInfo> out;
+  for (auto& child : children_) {
+    ExitInfo info;
+    if (TryReap(child, &info)) out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::Status Supervisor::ExitedEarly(const ExitInfo& info) const {
+  std::string msg = absl::StrCat(info.name, " ", info.Describe(),
+                                 " before the cluster was ready (log: ", info.log_path, ")");
+  const std::string tail = TailFile(info.log_path, options_.log_tail_lines);
+  if (!tail.empty()) absl::StrAppend(&msg, "; last lines of its log:\n", tail);
+  return absl::FailedPreconditionError(msg);
+}
+
+absl::Status Supervisor::WaitReady() {
+  const absl::Time deadline = absl::Now() + options_.ready_timeout;
+  while (true) {
+    for (const auto& exit : ReapExited()) return ExitedEarly(exit);
+    std::vector<std::string> waiting;
+    for (auto& child : children_) {
+      if (child.ready || !child.running) continue;
+      auto url = ParseUrl(child.spec.ready_url);
+      if (!url.ok()) return url.status();
+      const absl::Duration timeout = std::min(absl::Seconds(1), options_.ready_timeout);
+      auto code = HttpGetStatus(url->host, url->port, url->path, timeout);
+      child.ready = code.ok() && *code == 200;
+      if (!child.ready) waiting.push_back(child.spec.name);
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    if (options_.interrupted && options_.interrupted()) {
+      return absl::CancelledError("interrupted while waiting for the cluster to be ready");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("not ready after ", absl::FormatDuration(options_.ready_timeout), ": ",
+                       absl::StrJoin(waiting, ", ")));
+    }
+    absl::SleepFor(options_.poll_interval);
+  }
+}
+
+void Supervisor::TerminateGroup(int group, std::vector<ExitInfo>& out) {
+  const absl::Time deadline = absl::Now() + options_.grace;
+  for (auto& child : children_) {
+    if (child.group == group && child.running) kill(child.pid, SIGTERM);
+  }
+  bool left = true;
+  while (left && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    left = false;
+    for (auto& child : children_) {
+      ExitInfo info;
+      if (child.group == group && TryReap(child, &info)) out.push_back(std::move(info));
+      left = left || (child.group == group && child.running);
+    }
+  }
+  for (auto& child : children_) {
+    if (child.group != group || !child.running) continue;
+    kill(-child.pid, SIGKILL);  // its whole process group: helpers it started die too
+    kill(child.pid, SIGKILL);
+    int status = 0;
+    while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    child.running = false;
+    out.push_back(ExitInfo{child.spec.name, child.pid, status, true, child.spec.log_path});
+  }
+}
+
+std::vector<ExitInfo> Supervisor::Stop() {
+  std::vector<ExitInfo> out;
+  for (int group = groups_ - 1; group >= 0; --group) TerminateGroup(group, out);
+  return out;
+}
+
+size_t Supervisor::running() const {
+  size_t n = 0;
+  for (const auto& child : children_) n += child.running ? 1 : 0;
+  return n;
+}
+
+pid_t Supervisor::pid(const std::string& name) const {
+  for (const auto& child : children_) {
+    if (child.spec.name == name && child.running) return child.pid;
+  }
+  return 0;
+}
+
+// ---- the processes of `strata up` ----------------------------------------------------------
+
+std::string ConnectHost(const std::string& bind_host) {
+  if (bind_host.empty() || bind_host == "0.0.0.0" || bind_host == "::" || bind_host == "[::]") {
+    return "127.0.0.1";
+  }
+  return bind_host;
+}
+
+namespace {
+
+ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
+                       const std::string& role, const std::string& id, std::pair<int, int> ports,
+                       const std::string& log_dir) {
+  const std::string router =
+      absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
+  std::vector<std::string> argv = {
+      exe, "worker", "--role", role, "--id", id, "--host", c.host,
+      "--http-port", absl::StrCat(ports.first), "--grpc-port", absl::StrCat(ports.second),
+      "--router", router, "--model", model, "--served-model-name", ServedModelName(c.model),
+      "--plugin", c.engine.plugin,
+      "--block-size", absl::StrCat(c.engine.block_size)};
+  for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  if (c.engine.num_kv_blocks > 0) {
+    argv.insert(argv.end(), {"--num-kv-blocks", absl::StrCat(c.engine.num_kv_blocks)});
+  }
+  argv.insert(argv.end(), {"--max-num-seqs", absl::StrCat(c.engine.max_num_seqs),
+                           "--max-num-batched-tokens",
+                           absl::StrCat(c.engine.max_num_batched_tokens)});
+  if (c.engine.max_model_len > 0) {
+    argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
+  }
+  return ProcessSpec{id, std::move(argv),
+                     absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/ready"),
+                     absl::StrCat(log_dir, "/", id, ".log")};
+}
+
+}  // namespace
+
+ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
+                        const std::string& model_dir, const std::string& log_dir,
+                        const std::vector<std::pair<int, int>>& worker_ports) {
+  ClusterPlan plan;
+  std::vector<std::string> argv = {
+      exe, "router", "--host", c.host, "--http-port", absl::StrCat(c.router.http_port),
+      "--grpc-port", absl::StrCat(c.router.grpc_port), "--model", model_dir,
+      "--served-model-name", ServedModelName(c.model), "--policy", c.policy};
+  for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  argv.insert(argv.end(), {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot",
+                           absl::StrCat(c.slo.tpot_s)});
+  const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", c.router.http_port);
+  plan.router.push_back(ProcessSpec{"router", std::move(argv), http + "/ready",
+                                    log_dir + "/router.log"});
+  plan.url = http + "/v1";
+  size_t next = 0;
+  for (const auto& [role, count] : {std::pair<std::string, int>{"prefill", c.prefill.count},
+                                    {"decode", c.decode.count},
+                                    {"mixed", c.mixed.count}}) {
+    for (int i = 0; i < count && next < worker_ports.size(); ++i) {
+      plan.workers.push_back(WorkerSpec(c, exe, model_dir, role, absl::StrCat(role, "-", i),
+                                        worker_ports[next++], log_dir));
+    }
+  }
+  return plan;
+}
+
+}  // namespace strata::cli

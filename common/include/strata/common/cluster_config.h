@@ -1,0 +1,67 @@
+#pragma once
+// The cluster config of `strata up`: which model, how many prefill/decode/mixed workers, their
+// engine settings, the router's ports, SLOs and API keys. Written in YAML (so JSON works too);
+// every key is optional and defaults to the values below. See docs/configuration.md and
+// docs/examples/cluster.yaml.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata {
+
+struct ClusterConfig {
+  std::string model = "preset:tiny-llama";  // checkpoint directory or preset:NAME
+  std::string host = "127.0.0.1";           // every process binds here
+
+  struct Router {
+    int http_port = 8000;  // the OpenAI endpoint; 0 = pick a free port
+    int grpc_port = 0;     // where workers register; 0 = pick a free port
+  } router;
+
+  struct Pool {
+    int count = 0;
+  };
+  Pool prefill{1};
+  Pool decode{1};
+  Pool mixed{0};  // workers that both prefill and decode
+
+  struct Engine {
+    std::string plugin = "cpu";
+    int block_size = 16;               // tokens per KV block: a power of two in 1..256
+    int num_kv_blocks = 0;             // 0 = the engine's default pool size
+    int max_num_seqs = 64;
+    int max_num_batched_tokens = 512;
+    int64_t max_model_len = 0;         // 0 = the model's max_position_embeddings
+  } engine;
+
+  struct Slo {
+    double ttft_s = 2.0;  // time to first token
+    double tpot_s = 0.2;  // time per output token
+  } slo;
+
+  std::string log_dir;                // "" = DefaultLogDir()
+  std::vector<std::string> api_keys;  // empty = no authentication
+  std::string policy = "kv-aware";
+};
+
+// Parses YAML/JSON text. Errors are InvalidArgument, one line, naming the source, line and key:
+//   "cluster.yaml:7: engine.block_size: must be a power of two in 1..256, got 48".
+// Unknown keys, duplicate keys, wrong types and out-of-range values are all errors.
+absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text,
+                                                 const std::string& source = "config");
+
+// Reads and parses a file; a missing file is NotFound naming the path.
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path);
+
+// The range checks ParseClusterConfig applies, for a config changed after parsing (command-line
+// overrides). InvalidArgument naming the key.
+absl::Status ValidateClusterConfig(const ClusterConfig& config);
+
+// A fresh per-run directory for process logs: $XDG_RUNTIME_DIR/strata/run-<time>-<pid> if
+// XDG_RUNTIME_DIR is set, else /tmp/strata-<uid>/run-<time>-<pid>. Not created.
+std::string DefaultLogDir();
+
+}  // namespace strata

@@ -1,0 +1,271 @@
+#include "strata/common/cluster_config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "strata/common/file_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace strata {
+namespace {
+
+// One config key: its dotted path, how to read it from YAML (returns a type error or ""), and
+// its range check (returns the reason or ""). The same table drives parsing and validation.
+struct FieldSpec {
+  std::string path;
+  std::function<std::string(const YAML::Node&, ClusterConfig&)> parse;
+  std::function<std::string(const ClusterConfig&)> check;
+};
+
+template <typename T>
+using Ref = std::function<T&(ClusterConfig&)>;
+
+template <typename T>
+std::string Got(const T& v) {
+  return absl::StrCat(", got ", v);
+}
+
+std::function<std::string(const ClusterConfig&)> NoCheck() {
+  return [](const ClusterConfig&) { return std::string(); };
+}
+
+// Reads a scalar of type T; `what` names the expected type in the error.
+template <typename T>
+FieldSpec Scalar(std::string path, const char* what, Ref<T> ref,
+                 std::function<std::string(const T&)> check) {
+  FieldSpec f;
+  f.path = std::move(path);
+  f.parse = [ref, what](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    T value;
+    if (!node.IsScalar() || !YAML::convert<T>::decode(node, value)) {
+      return absl::StrCat("expected ", what);
+    }
+    ref(c) = value;
+    return "";
+  };
+  f.check = [ref, check](const ClusterConfig& c) {
+    return check ? check(ref(const_cast<ClusterConfig&>(c))) : std::string();
+  };
+  return f;
+}
+
+std::function<std::string(const int&)> IntRange(int lo, int hi) {
+  return [lo, hi](const int& v) -> std::string {
+    if (v >= lo && v <= hi) return "";
+    return absl::StrCat("must be in ", lo, "..", hi, Got(v));
+  };
+}
+
+std::string CheckPositiveSeconds(const double& v) {
+  if (std::isfinite(v) && v > 0) return "";
+  return absl::StrCat("must be a positive number of seconds", Got(v));
+}
+
+std::string CheckNonEmpty(const std::string& v) { return v.empty() ? "must not be empty" : ""; }
+
+std::string CheckBlockSize(const int& v) {
+  if (v >= 1 && v <= 256 && (v & (v - 1)) == 0) return "";
+  return absl::StrCat("must be a power of two in 1..256", Got(v));
+}
+
+FieldSpec ApiKeys() {
+  FieldSpec f;
+  f.path = "api_keys";
+  f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    c.api_keys.clear();
+    if (node.IsNull()) return "";
+    if (!node.IsSequence()) return "expected a list of strings";
+    for (const auto& item : node) {
+      if (!item.IsScalar() || item.Scalar().empty()) return "expected a list of non-empty strings";
+      c.api_keys.push_back(item.Scalar());
+    }
+    return "";
+  };
+  f.check = NoCheck();
+  return f;
+}
+
+const std::vector<FieldSpec>& Fields() {
+  constexpr int kMaxWorkers = 1024;
+  static const auto* fields = new std::vector<FieldSpec>{
+      Scalar<std::string>("model", "a string", [](auto& c) -> auto& { return c.model; },
+                          CheckNonEmpty),
+      Scalar<std::string>("host", "a string", [](auto& c) -> auto& { return c.host; },
+                          CheckNonEmpty),
+      Scalar<int>("router.http_port", "an integer",
+                  [](auto& c) -> auto& { return c.router.http_port; }, IntRange(0, 65535)),
+      Scalar<int>("router.grpc_port", "an integer",
+                  [](auto& c) -> auto& { return c.router.grpc_port; }, IntRange(0, 65535)),
+      Scalar<int>("prefill.count", "an integer",
+                  [](auto& c) -> auto& { return c.prefill.count; }, IntRange(0, kMaxWorkers)),
+      Scalar<int>("decode.count", "an integer",
+                  [](auto& c) -> auto& { return c.decode.count; }, IntRange(0, kMaxWorkers)),
+      Scalar<int>("mixed.count", "an integer",
+                  [](auto& c) -> auto& { return c.mixed.count; }, IntRange(0, kMaxWorkers)),
+      Scalar<std::string>("engine.plugin", "a string",
+                          [](auto& c) -> auto& { return c.engine.plugin; }, CheckNonEmpty),
+      Scalar<int>("engine.block_size", "an integer",
+                  [](auto& c) -> auto& { return c.engine.block_size; }, CheckBlockSize),
+      Scalar<int>("engine.num_kv_blocks", "an integer",
+                  [](auto& c) -> auto& { return c.engine.num_kv_blocks; },
+                  IntRange(0, 1 << 30)),
+      Scalar<int>("engine.max_num_seqs", "an integer",
+                  [](auto& c) -> auto& { return c.engine.max_num_seqs; }, IntRange(1, 1 << 20)),
+      Scalar<int>("engine.max_num_batched_tokens", "an integer",
+                  [](auto& c) -> auto& { return c.engine.max_num_batched_tokens; },
+                  IntRange(1, 1 << 30)),
+      Scalar<int64_t>("engine.max_model_len", "an integer",
+                      [](auto& c) -> auto& { return c.engine.max_model_len; },
+                      [](const int64_t& v) -> std::string {
+                        return v >= 0 ? "" : absl::StrCat("must be >= 0", Got(v));
+                      }),
+      Scalar<double>("slo.ttft_s", "a number", [](auto& c) -> auto& { return c.slo.ttft_s; },
+                     CheckPositiveSeconds),
+      Scalar<double>("slo.tpot_s", "a number", [](auto& c) -> auto& { return c.slo.tpot_s; },
+                     CheckPositiveSeconds),
+      Scalar<std::string>("log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; },
+                          nullptr),
+      ApiKeys(),
+      Scalar<std::string>("policy", "a string", [](auto& c) -> auto& { return c.policy; },
+                          CheckNonEmpty),
+  };
+  return *fields;
+}
+
+const FieldSpec* FindField(const std::string& path) {
+  for (const auto& f : Fields()) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+// The keys allowed directly under `prefix` ("" = top level), in table order.
+std::vector<std::string> KeysUnder(const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const auto& f : Fields()) {
+    if (!prefix.empty() && !f.path.starts_with(prefix + ".")) continue;
+    std::string rest = prefix.empty() ? f.path : f.path.substr(prefix.size() + 1);
+    rest = rest.substr(0, rest.find('.'));
+    if (std::find(keys.begin(), keys.end(), rest) == keys.end()) keys.push_back(rest);
+  }
+  return keys;
+}
+
+std::string CrossCheck(const ClusterConfig& c) {
+  if (c.decode.count + c.mixed.count < 1) {
+    return "at least one decode or mixed worker is required (decode.count + mixed.count >= 1)";
+  }
+  return "";
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Error(const YAML::Mark& mark, const std::string& path, const std::string& msg) {
+    std::string where = source_;
+    if (!mark.is_null()) absl::StrAppend(&where, ":", mark.line + 1);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", path.empty() ? "" : path + ": ", msg));
+  }
+
+  // Walks a mapping at `prefix`, setting fields and recursing into sections.
+  absl::Status Walk(const YAML::Node& map, const std::string& prefix, ClusterConfig& c) {
+    std::set<std::string> seen;
+    for (const auto& kv : map) {
+      const YAML::Mark mark = kv.first.Mark();
+      if (!kv.first.IsScalar()) return Error(mark, prefix, "keys must be strings");
+      const std::string key = kv.first.Scalar();
+      const std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+      if (!seen.insert(key).second) return Error(mark, path, "duplicate key");
+      if (const FieldSpec* field = FindField(path)) {
+        if (auto err = field->parse(kv.second, c); !err.empty()) return Error(mark, path, err);
+        if (auto err = field->check(c); !err.empty()) return Error(mark, path, err);
+        continue;
+      }
+      const std::vector<std::string> sub = KeysUnder(path);
+      if (sub.empty()) {
+        return Error(mark, path,
+                     absl::StrCat("unknown key (known keys",
+                                  prefix.empty() ? "" : absl::StrCat(" in ", prefix), ": ",
+                                  absl::StrJoin(KeysUnder(prefix), ", "), ")"));
+      }
+      if (kv.second.IsNull()) continue;  // an empty section keeps its defaults
+      if (!kv.second.IsMap()) {
+        return Error(mark, path,
+                     absl::StrCat("expected a mapping with keys ", absl::StrJoin(sub, ", ")));
+      }
+      if (auto st = Walk(kv.second, path, c); !st.ok()) return st;
+      if (path == "decode" || path == "mixed") last_pool_mark_ = mark;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ClusterConfig> Parse(const std::string& text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, "", absl::StrCat("invalid YAML: ", e.msg));
+    }
+    ClusterConfig config;
+    if (root.IsNull()) return config;  // an empty file: all defaults
+    if (!root.IsMap()) return Error(root.Mark(), "", "expected a mapping at the top level");
+    try {
+      if (auto st = Walk(root, "", config); !st.ok()) return st;
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, "", e.msg);
+    }
+    if (auto err = CrossCheck(config); !err.empty()) return Error(last_pool_mark_, "", err);
+    return config;
+  }
+
+ private:
+  std::string source_;
+  YAML::Mark last_pool_mark_ = YAML::Mark::null_mark();
+};
+
+}  // namespace
+
+absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text,
+                                                 const std::string& source) {
+  return Parser(source).Parse(text);
+}
+
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  return ParseClusterConfig(*text, path);
+}
+
+absl::Status ValidateClusterConfig(const ClusterConfig& config) {
+  for (const auto& f : Fields()) {
+    if (auto err = f.check(config); !err.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path, ": ", err));
+    }
+  }
+  if (auto err = CrossCheck(config); !err.empty()) return absl::InvalidArgumentError(err);
+  return absl::OkStatus();
+}
+
+std::string DefaultLogDir() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  const std::string base = (xdg != nullptr && xdg[0] != '\0')
+                               ? absl::StrCat(xdg, "/strata")
+                               : absl::StrCat("/tmp/strata-", getuid());
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm;
+  localtime_r(&now, &tm);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  return absl::StrCat(base, "/run-", stamp, "-", getpid());
+}
+
+}  // namespace strata

@@ -1,0 +1,204 @@
+#include "strata/decode/decode_driver.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace strata::decode {
+namespace {
+
+struct Job {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  OutputCallback callback;
+  KvReservation reservation;  // engine thread
+  std::string prefill_address;
+  grpc::ClientContext context;
+  v1::PrefillRequest request;
+  v1::PrefillResponse response;
+  bool cancelled = false;  // guarded by the driver's mutex
+  bool decoding = false;   // handed to the engine
+};
+
+class DecodeDriverImpl final : public DecodeDriver {
+ public:
+  DecodeDriverImpl(EngineLoop* loop, DecodeDriverOptions options)
+      : loop_(loop), options_(std::move(options)) {}
+
+  void Start(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+             std::string prefill_address, OutputCallback callback) override {
+    auto job = std::make_shared<Job>();
+    job->id = std::move(id);
+    job->prompt = std::move(prompt);
+    job->params = std::move(params);
+    job->callback = std::move(callback);
+    job->prefill_address = std::move(prefill_address);
+    {
+      absl::MutexLock lock(&mu_);
+      jobs_[job->id] = job;
+    }
+    loop_->Post([this, job](Engine& e) { Reserve(e, job); });
+  }
+
+  void Cancel(const std::string& id) override {
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) return;
+      job = it->second;
+      job->cancelled = true;
+      if (job->decoding) {
+        jobs_.erase(it);
+        loop_->Abort(id);
+        return;
+      }
+    }
+    // Still reserving or prefilling: tell the prefill worker; the Prefill reply then frees
+    // the reservation (Finish checks `cancelled`).
+    auto req = std::make_shared<v1::AbortPrefillRequest>();
+    req->set_protocol_version(proto::kProtocolVersion);
+    req->set_request_id(id);
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto resp = std::make_shared<v1::AbortPrefillResponse>();
+    Stub(job->prefill_address)
+        ->async()
+        ->AbortPrefill(ctx.get(), req.get(), resp.get(), [req, ctx, resp](grpc::Status) {});
+  }
+
+  DecodeStats stats() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+
+ private:
+  // Engine thread.
+  void Reserve(Engine& e, const std::shared_ptr<Job>& job) {
+    auto res = e.ReservePrompt(job->prompt);
+    if (!res.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++stats_.reserve_failures;
+      Drop(job->id);
+      job->callback(res.status(), {});
+      return;
+    }
+    job->reservation = std::move(*res);
+    {
+      absl::MutexLock lock(&mu_);
+      if (job->cancelled) {  // cancelled before the prefill was asked for
+        e.CancelReservation(job->reservation);
+        Drop(job->id);
+        RequestOutput out;
+        out.request_id = job->id;
+        out.finished = true;
+        out.finish_reason = FinishReason::kAbort;
+        job->callback(absl::OkStatus(), out);
+        return;
+      }
+    }
+    const int first_block = job->reservation.cached_tokens / options_.block_size;
+    v1::PrefillRequest& req = job->request;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_request_id(job->id);
+    req.mutable_prompt()->Assign(job->prompt.begin(), job->prompt.end());
+    proto::ToProto(job->params, req.mutable_params());
+    req.set_model_identity(options_.model_identity);
+    *req.mutable_destination() = options_.self;
+    req.mutable_destination()->set_first_block(first_block);
+    for (size_t i = first_block; i < job->reservation.blocks.size(); ++i) {
+      req.mutable_destination()->add_dest_blocks(job->reservation.blocks[i]);
+    }
+    Stub(job->prefill_address)
+        ->async()
+        ->Prefill(&job->context, &job->request, &job->response,
+                  [this, job](grpc::Status status) { OnPrefilled(job, std::move(status)); });
+  }
+
+  // gRPC thread: the prefill worker replied; nothing more will be written into the blocks.
+  void OnPrefilled(const std::shared_ptr<Job>& job, grpc::Status status) {
+    loop_->Post([this, job, status = std::move(status)](Engine& e) {
+      bool cancelled;
+      {
+        absl::MutexLock lock(&mu_);
+        cancelled = job->cancelled;
+        ++stats_.prefills;
+        if (!status.ok()) ++stats_.prefill_failures;
+        stats_.bytes_received += job->response.bytes_transferred();
+        stats_.transfer_seconds_sum += job->response.transfer_seconds();
+      }
+      if (cancelled || !status.ok()) {
+        e.CancelReservation(job->reservation);
+        absl::MutexLock lock(&mu_);
+        Drop(job->id);
+        if (cancelled) {
+          RequestOutput out;
+          out.request_id = job->id;
+          out.finished = true;
+          out.finish_reason = FinishReason::kAbort;
+          job->callback(absl::OkStatus(), out);
+        } else {
+          job->callback(absl::UnavailableError(absl::StrCat("prefill on ", job->prefill_address,
+                                                            " failed: ", status.error_message())),
+                        {});
+        }
+        return;
+      }
+      Decode(e, job);
+    });
+  }
+
+  // Engine thread.
+  void Decode(Engine& e, const std::shared_ptr<Job>& job) {
+    // Report the prompt tokens that came from a cache on either side.
+    job->reservation.cached_tokens =
+        std::max(job->reservation.cached_tokens, job->response.cached_tokens());
+    const SampleResult first = proto::FromProto(job->response.first());
+    absl::Status s =
+        e.AddPrefilledRequest(job->id, job->prompt, job->params, job->reservation, first);
+    absl::MutexLock lock(&mu_);
+    if (!s.ok()) {
+      e.CancelReservation(job->reservation);
+      Drop(job->id);
+      job->callback(s, {});
+      return;
+    }
+    job->decoding = true;
+    loop_->TrackOnEngineThread(job->id, [this, job](const absl::Status& st,
+                                                    const RequestOutput& out) {
+      if (!st.ok() || out.finished) {
+        absl::MutexLock lock(&mu_);
+        Drop(job->id);
+      }
+      job->callback(st, out);
+    });
+  }
+
+  void Drop(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { jobs_.erase(id); }
+
+  v1::Worker::Stub* Stub(const std::string& address) {
+    absl::MutexLock lock(&stub_mu_);
+    auto& stub = stubs_[address];
+    if (!stub) stub = v1::Worker::NewStub(proto::MakeChannel(address));
+    return stub.get();
+  }
+
+  EngineLoop* loop_;
+  DecodeDriverOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  DecodeStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex stub_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::Worker::Stub>> stubs_
+      ABSL_GUARDED_BY(stub_mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<DecodeDriver> DecodeDriver::Create(EngineLoop* loop, DecodeDriverOptions options) {
+  return std::make_unique<DecodeDriverImpl>(loop, std::move(options));
+}
+
+}  // namespace strata::decode

@@ -1,0 +1,89 @@
+#pragma once
+// Runs an Engine on its own thread and makes it usable from many threads: gRPC handlers,
+// HTTP handlers and the heartbeat all talk to the engine through this loop.
+//
+// Work is posted as closures that run on the engine thread between steps (so they see the
+// engine in a consistent state); the thread steps the engine while it has requests, and sleeps
+// when idle. Per-request output callbacks run on the engine thread and must be cheap (queue the
+// output for a network writer; never block).
+//
+// Thread-safety: every public method is thread-safe.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "strata/engine/engine.h"
+
+namespace strata {
+
+// A snapshot of the engine's load, refreshed after every step.
+struct EngineLoad {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t queued_prefill_tokens = 0;
+  int32_t free_kv_blocks = 0;
+  int32_t total_kv_blocks = 0;
+  double step_seconds_ema = 0;
+  int64_t steps = 0;
+};
+
+// Output of one request: called for each increment, the last one finished (or with an error
+// status, e.g. the engine failed; nothing follows an error).
+using OutputCallback = std::function<void(const absl::Status&, const RequestOutput&)>;
+
+class EngineLoop {
+ public:
+  explicit EngineLoop(std::unique_ptr<Engine> engine);
+  ~EngineLoop();  // Stop()s
+
+  // Runs `fn` on the engine thread before the next step.
+  void Post(std::function<void(Engine&)> fn);
+  // Runs `fn` on the engine thread after every step that ran (e.g. posting KV transfers for
+  // newly computed blocks). Set before the first request.
+  void SetAfterStep(std::function<void(Engine&)> fn);
+
+  // Adds a request (AddRequest, or AddPrefilledRequest via Post + Track). Errors from the
+  // engine (bad parameters) come back through `callback`.
+  void Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+              OutputCallback callback);
+  // Registers `callback` for a request added by a posted closure (engine thread only).
+  void TrackOnEngineThread(const std::string& id, OutputCallback callback);
+  // Aborts the request if it is still running; its callback gets a final output with
+  // FinishReason::kAbort. No-op for unknown ids.
+  void Abort(const std::string& id);
+
+  // KV cache events (stored/removed) since the last call, in order.
+  std::vector<KvCacheEvent> TakeKvEvents();
+  EngineLoad load() const;
+  const Engine& engine_for_config() const { return *engine_; }  // immutable parts only
+
+  // Stops the thread; outstanding requests get an Unavailable error. Idempotent.
+  void Stop();
+
+ private:
+  void Run();
+  void StepOnce();
+  void RefreshLoad(double step_seconds);
+  void FailAll(const absl::Status& status);
+
+  std::unique_ptr<Engine> engine_;
+  mutable absl::Mutex mu_;
+  std::vector<std::function<void(Engine&)>> posted_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<KvCacheEvent> events_ ABSL_GUARDED_BY(mu_);
+  EngineLoad load_ ABSL_GUARDED_BY(mu_);
+  std::function<void(Engine&)> after_step_;
+  // Engine thread only.
+  absl::flat_hash_map<std::string, OutputCallback> callbacks_;
+  std::thread thread_;
+};
+
+}  // namespace strata

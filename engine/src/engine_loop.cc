@@ -1,0 +1,146 @@
+#include "strata/engine/engine_loop.h"
+
+#include <chrono>
+
+#include "strata/common/logging.h"
+
+namespace strata {
+
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  engine_->SetKvEventListener([this](const KvCacheEvent& e) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(e);
+  });
+  RefreshLoad(0);
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+void EngineLoop::Post(std::function<void(Engine&)> fn) {
+  absl::MutexLock lock(&mu_);
+  posted_.push_back(std::move(fn));
+}
+
+void EngineLoop::SetAfterStep(std::function<void(Engine&)> fn) {
+  Post([this, fn = std::move(fn)](Engine&) { after_step_ = fn; });
+}
+
+void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+                        OutputCallback callback) {
+  Post([this, id = std::move(id), prompt = std::move(prompt), params = std::move(params),
+        callback = std::move(callback)](Engine& e) mutable {
+    absl::Status s = e.AddRequest(id, std::move(prompt), params);
+    if (!s.ok()) {
+      callback(s, RequestOutput{});
+      return;
+    }
+    callbacks_[id] = std::move(callback);
+  });
+}
+
+void EngineLoop::TrackOnEngineThread(const std::string& id, OutputCallback callback) {
+  callbacks_[id] = std::move(callback);
+}
+
+void EngineLoop::Abort(const std::string& id) {
+  Post([this, id](Engine& e) {
+    const bool was_running = e.Abort(id);
+    auto it = callbacks_.find(id);
+    if (it == callbacks_.end()) return;
+    OutputCallback cb = std::move(it->second);
+    callbacks_.erase(it);
+    if (!was_running) return;
+    RequestOutput out;
+    out.request_id = id;
+    out.finished = true;
+    out.finish_reason = FinishReason::kAbort;
+    cb(absl::OkStatus(), out);
+  });
+}
+
+std::vector<KvCacheEvent> EngineLoop::TakeKvEvents() {
+  absl::MutexLock lock(&mu_);
+  std::vector<KvCacheEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+EngineLoad EngineLoop::load() const {
+  absl::MutexLock lock(&mu_);
+  return load_;
+}
+
+void EngineLoop::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::Run() {
+  for (;;) {
+    std::vector<std::function<void(Engine&)>> work;
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep while there is nothing to post and nothing to step.
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !posted_.empty();
+      };
+      if (!engine_->HasUnfinished()) mu_.Await(absl::Condition(&ready));
+      if (stopping_) break;
+      work.swap(posted_);
+    }
+    for (auto& fn : work) fn(*engine_);
+    if (engine_->HasUnfinished()) StepOnce();
+  }
+  FailAll(absl::UnavailableError("the worker is shutting down"));
+}
+
+void EngineLoop::StepOnce() {
+  const auto start = std::chrono::steady_clock::now();
+  auto outputs = engine_->Step();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!outputs.ok()) {
+    // A failed forward pass leaves no request in a trustworthy state: fail them all.
+    STRATA_LOG(Error) << "engine step failed: " << outputs.status();
+    FailAll(outputs.status());
+    return;
+  }
+  for (const RequestOutput& o : *outputs) {
+    auto it = callbacks_.find(o.request_id);
+    if (it == callbacks_.end()) continue;
+    it->second(absl::OkStatus(), o);
+    if (o.finished) callbacks_.erase(it);
+  }
+  if (after_step_) after_step_(*engine_);
+  RefreshLoad(seconds);
+}
+
+void EngineLoop::RefreshLoad(double step_seconds) {
+  EngineLoad l;
+  l.running = engine_->num_running();
+  l.waiting = engine_->num_waiting();
+  l.queued_prefill_tokens = engine_->queued_prefill_tokens();
+  l.free_kv_blocks = engine_->block_manager().num_free_blocks();
+  l.total_kv_blocks = engine_->block_manager().num_blocks();
+  absl::MutexLock lock(&mu_);
+  l.steps = load_.steps + (step_seconds > 0 ? 1 : 0);
+  l.step_seconds_ema =
+      step_seconds > 0 ? 0.8 * load_.step_seconds_ema + 0.2 * step_seconds : load_.step_seconds_ema;
+  load_ = l;
+}
+
+void EngineLoop::FailAll(const absl::Status& status) {
+  auto callbacks = std::move(callbacks_);
+  callbacks_.clear();
+  for (auto& [id, cb] : callbacks) {
+    engine_->Abort(id);
+    cb(status, RequestOutput{});
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,33 @@
+#pragma once
+// Prometheus metrics of the OpenAI front end, fed by its RequestObserver hook:
+//   <prefix>_requests_total{endpoint,status}            requests by HTTP status
+//   <prefix>_time_to_first_token_seconds                 histogram
+//   <prefix>_inter_token_latency_seconds                 histogram (every gap between tokens)
+//   <prefix>_e2e_request_latency_seconds                 histogram
+//   <prefix>_prompt_tokens_total, _cached_prompt_tokens_total, _generation_tokens_total
+//   <prefix>_requests_cancelled_total                    clients that disconnected first
+// The router uses prefix "strata_router", a mixed worker "strata_worker".
+#include <string>
+
+#include "strata/common/metrics.h"
+#include "strata/openai/frontend.h"
+
+namespace strata::openai {
+
+class ApiMetrics final : public RequestObserver {
+ public:
+  ApiMetrics(metrics::Registry& registry, const std::string& prefix);
+  void OnFinished(const RequestRecord& record) override;
+
+ private:
+  metrics::CounterFamily& requests_;
+  metrics::HistogramFamily& ttft_;
+  metrics::HistogramFamily& itl_;
+  metrics::HistogramFamily& e2e_;
+  metrics::CounterFamily& prompt_tokens_;
+  metrics::CounterFamily& cached_tokens_;
+  metrics::CounterFamily& generation_tokens_;
+  metrics::CounterFamily& cancelled_;
+};
+
+}  // namespace strata::openai

@@ -1,0 +1,68 @@
+#pragma once
+// What the OpenAI front end generates with: a local engine (a `mixed` worker serving the API
+// itself) or the router placing requests on the cluster. The front end parses and validates the
+// HTTP request, tokenizes it (chat template included) and calls Backend::Generate once per
+// choice (`n`); the backend streams GenerateEvents back.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "strata/engine/request.h"
+#include "strata/engine/sampling.h"
+
+namespace strata::openai {
+
+struct GenerateRequest {
+  std::string request_id;            // unique per choice, e.g. "cmpl-…-0"
+  std::string model;                 // the served model name the client asked for
+  std::vector<int32_t> prompt;       // token ids (chat template already applied)
+  SamplingParams params;             // max_tokens already resolved (never < 0)
+  std::string slo_class;             // from X-SLO-Class; "" = default
+  std::string api_key_id;            // which key authorized it ("" when auth is off)
+};
+
+// One increment of a generation. Events of one request arrive in order, from any thread; the
+// last has `finished` (or a non-OK `status`, after which nothing follows).
+struct GenerateEvent {
+  absl::Status status;                 // non-OK: the request failed (see the code mapping below)
+  std::vector<int32_t> tokens;         // new tokens
+  std::string text;                    // new text (detokenized, stop strings removed)
+  std::vector<SampleResult> logprobs;  // one per new token when requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from a prefix cache (any tier / worker)
+  int32_t completion_tokens = 0;
+};
+// Status codes a backend reports, and the HTTP status the front end answers with if nothing
+// was streamed yet: kInvalidArgument 400, kNotFound 404, kOutOfRange 413 (prompt too long),
+// kResourceExhausted 429 (overloaded), kUnavailable 503 (no worker), kCancelled 499-ish (client
+// gone; nothing is sent), anything else 500.
+
+// Cancels the generation when destroyed or Cancel()ed (a client that disconnected): the
+// backend stops work and frees its KV blocks everywhere. Thread-safe; idempotent.
+class GenerationHandle {
+ public:
+  virtual ~GenerationHandle() = default;
+  virtual void Cancel() = 0;
+};
+
+using EventCallback = std::function<void(GenerateEvent)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Starts the generation and returns at once; `on_event` may run before Generate returns.
+  // Destroying the handle does NOT cancel a request that has already finished.
+  // After delivering the last event (finished or non-OK), or once cancelled, the backend drops
+  // `on_event` and what it captured (the front end's per-request state lives in it).
+  virtual std::unique_ptr<GenerationHandle> Generate(GenerateRequest request,
+                                                     EventCallback on_event) = 0;
+  // True when the backend can take requests now (/ready).
+  virtual bool Ready() const = 0;
+};
+
+}  // namespace strata::openai

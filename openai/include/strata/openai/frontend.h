@@ -1,0 +1,121 @@
+#pragma once
+// The OpenAI-compatible HTTP front end, shared by the router and by a standalone `mixed` worker:
+// POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /ready.
+// (/metrics is installed by the process.) See docs/openai_api.md for the parameters and errors.
+//
+// Per request the Frontend authenticates, parses and validates the body, tokenizes (chat
+// template included), resolves max_tokens against the context window, then calls
+// Backend::Generate once per choice and answers either once (non-streaming) or as
+// Server-Sent Events while the backend's events arrive. A client that disconnects cancels every
+// choice's GenerationHandle.
+//
+// Threading: handlers never block; backend events may arrive on any thread. Lifetime: the
+// Frontend, its Backend, tokenizer and chat template must outlive every in-flight request
+// (shut the http::Server down and drain the backend before destroying them).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/engine/chat_template.h"
+#include "strata/engine/tokenizer.h"
+#include "strata/http/server.h"
+#include "strata/openai/backend.h"
+#include "strata/openai/protocol.h"
+
+namespace strata::openai {
+namespace internal {
+struct JobSpec;
+}  // namespace internal
+
+struct ServedModel {
+  std::string name;                                  // the `model` clients must send
+  const Tokenizer* tokenizer = nullptr;              // required; not owned
+  const engine::ChatTemplate* chat_template = nullptr;  // null: chat answers 400; not owned
+  int64_t max_model_len = 0;                         // context window (prompt + output)
+  int vocab_size = 0;                                // the model's; bounds prompt token ids
+};
+
+// What happened to one HTTP request, for metrics. Durations are wall-clock from the moment the
+// handler started.
+struct RequestRecord {
+  std::string endpoint;  // "/v1/completions" or "/v1/chat/completions"
+  std::string model;
+  std::string slo_class;
+  std::string api_key_id;
+  int http_status = 200;  // a stream that failed after it started keeps 200; see `failed`
+  bool stream = false;
+  bool failed = false;     // any error, before or after the stream started
+  bool cancelled = false;  // the client disconnected first
+  int n = 1;               // choices per prompt
+  absl::Duration ttft = absl::InfiniteDuration();  // to the first token; infinite if none
+  absl::Duration e2e = absl::ZeroDuration();       // to the end of the response
+  // Gaps between successive token-carrying events of each choice (all choices concatenated).
+  std::vector<absl::Duration> inter_token_gaps;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Receives one record per request (also for rejected ones), from any thread; must be
+// thread-safe and quick.
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  virtual void OnFinished(const RequestRecord& record) = 0;
+};
+
+struct FrontendOptions {
+  // Empty: auth off. Otherwise /v1/* need `Authorization: Bearer <key>` (401 otherwise); the
+  // request's api_key_id is "key-<index in this list>".
+  std::vector<std::string> api_keys;
+  // Longest prompt accepted (413 beyond); 0: max_model_len - 1 (room for one output token).
+  int64_t max_prompt_tokens = 0;
+  RequestObserver* observer = nullptr;  // optional; not owned; outlives the Frontend
+};
+
+class Frontend {
+ public:
+  // InvalidArgument when backend or tokenizer is null, or max_model_len / vocab_size <= 0.
+  static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend, ServedModel model,
+                                                          FrontendOptions options);
+
+  // Registers the five routes. Call before server.Start().
+  void Install(http::Server& server);
+
+  // The handlers themselves (unit-testable with any ResponseWriter).
+  void HandleCompletions(const http::Request& request,
+                         std::shared_ptr<http::ResponseWriter> writer);
+  void HandleChatCompletions(const http::Request& request,
+                             std::shared_ptr<http::ResponseWriter> writer);
+  void HandleModels(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleHealth(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleReady(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+
+  const ServedModel& model() const { return model_; }
+
+ private:
+  Frontend(Backend* backend, ServedModel model, FrontendOptions options);
+
+  // Each returns the error to answer with, or nullopt.
+  std::optional<ApiError> Authorize(const http::Request& request, std::string* key_id) const;
+  std::optional<ApiError> PrepareCompletion(const CompletionRequest& request,
+                                            internal::JobSpec* spec) const;
+  std::optional<ApiError> PrepareChat(const ChatRequest& request, internal::JobSpec* spec) const;
+  // Checks prompt lengths, resolves each prompt's max_tokens and validates the sampling.
+  std::optional<ApiError> ResolveLimits(int default_max_tokens, internal::JobSpec* spec) const;
+  // Sends the error and reports the request to the observer.
+  void Reject(const ApiError& error, const internal::JobSpec& spec,
+              http::ResponseWriter& writer) const;
+  internal::JobSpec NewSpec(const http::Request& request, bool chat) const;
+
+  Backend* backend_;
+  ServedModel model_;
+  FrontendOptions options_;
+  int64_t created_;  // Unix seconds, reported by /v1/models
+};
+
+}  // namespace strata::openai

@@ -1,0 +1,51 @@
+#include "strata/openai/api_metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::openai {
+namespace {
+
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
+          0.75,  1.0,    1.5,   2.0,  3.0,   5.0,  7.5,   10,  20,   40,  80};
+}
+
+}  // namespace
+
+ApiMetrics::ApiMetrics(metrics::Registry& r, const std::string& p)
+    : requests_(r.CounterOrDie(absl::StrCat(p, "_requests_total"),
+                               "OpenAI API requests by endpoint and HTTP status",
+                               {"endpoint", "status"})),
+      ttft_(r.HistogramOrDie(absl::StrCat(p, "_time_to_first_token_seconds"),
+                             "Time from request arrival to the first generated token",
+                             LatencyBuckets())),
+      itl_(r.HistogramOrDie(absl::StrCat(p, "_inter_token_latency_seconds"),
+                            "Time between successive generated tokens of one choice",
+                            LatencyBuckets())),
+      e2e_(r.HistogramOrDie(absl::StrCat(p, "_e2e_request_latency_seconds"),
+                            "Time from request arrival to the end of its response",
+                            LatencyBuckets())),
+      prompt_tokens_(r.CounterOrDie(absl::StrCat(p, "_prompt_tokens_total"),
+                                    "Prompt tokens of completed requests")),
+      cached_tokens_(r.CounterOrDie(absl::StrCat(p, "_cached_prompt_tokens_total"),
+                                    "Prompt tokens served from a prefix cache")),
+      generation_tokens_(r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"),
+                                        "Generated tokens")),
+      cancelled_(r.CounterOrDie(absl::StrCat(p, "_requests_cancelled_total"),
+                                "Requests whose client disconnected before the end")) {}
+
+void ApiMetrics::OnFinished(const RequestRecord& rec) {
+  const int status = rec.failed && rec.http_status == 200 ? 500 : rec.http_status;
+  requests_.WithLabels({rec.endpoint, absl::StrCat(status)})->Increment();
+  if (rec.cancelled) cancelled_.Default()->Increment();
+  if (rec.ttft != absl::InfiniteDuration()) {
+    ttft_.Default()->Observe(absl::ToDoubleSeconds(rec.ttft));
+  }
+  for (absl::Duration gap : rec.inter_token_gaps) itl_.Default()->Observe(absl::ToDoubleSeconds(gap));
+  if (!rec.failed) e2e_.Default()->Observe(absl::ToDoubleSeconds(rec.e2e));
+  prompt_tokens_.Default()->Increment(double(rec.prompt_tokens));
+  cached_tokens_.Default()->Increment(double(rec.cached_tokens));
+  generation_tokens_.Default()->Increment(double(rec.completion_tokens));
+}
+
+}  // namespace strata::openai

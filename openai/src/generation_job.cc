@@ -1,0 +1,322 @@
+#include "src/generation_job.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace strata::openai::internal {
+namespace {
+
+struct ChoiceState {
+  std::string text;
+  std::vector<SampleResult> logprobs;
+  FinishReason finish_reason = FinishReason::kNone;
+  bool finished = false;
+  bool role_sent = false;  // chat streams: the {"role":"assistant"} delta went out
+  int64_t tokens = 0;      // tokens received
+  int64_t completion_tokens = 0;  // as reported by the backend
+  int64_t cached_tokens = 0;
+  int64_t text_offset = 0;  // completions logprobs' running text_offset
+  std::optional<absl::Time> last_token_at;
+};
+
+// Shared by the backend callbacks (strong references, released by the backend after a
+// request's last event) and the writer's OnClose callback (a weak reference).
+class Job : public std::enable_shared_from_this<Job> {
+ public:
+  Job(JobSpec spec, const JobContext& context, std::shared_ptr<http::ResponseWriter> writer)
+      : spec_(std::move(spec)),
+        context_(context),
+        writer_(std::move(writer)),
+        choices_(spec_.prompts.size() * spec_.n),
+        handles_(choices_.size()),
+        unfinished_(static_cast<int>(choices_.size())),
+        record_(RecordFor(spec_)) {}
+
+  void Start();
+
+ private:
+  GenerateRequest RequestFor(int choice) const;
+  void OnEvent(int choice, GenerateEvent event);
+  void OnClientGone();
+  // These run under mu_ and leave the request `done_`; they return the record to report.
+  void AccumulateLocked(int choice, GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StreamLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(ApiError error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Usage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<GenerationHandle*> HandlesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteLocked(const OrderedJson& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports the record once the request is done (call without mu_).
+  void ReportIfDone();
+
+  const JobSpec spec_;
+  const JobContext context_;
+  const std::shared_ptr<http::ResponseWriter> writer_;
+
+  absl::Mutex mu_;
+  std::vector<ChoiceState> choices_ ABSL_GUARDED_BY(mu_);
+  // Destroyed only with the Job, so raw pointers taken under mu_ stay valid for Cancel().
+  std::vector<std::unique_ptr<GenerationHandle>> handles_ ABSL_GUARDED_BY(mu_);
+  int unfinished_ ABSL_GUARDED_BY(mu_);
+  bool stream_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // responded, failed or the client left
+  bool reported_ ABSL_GUARDED_BY(mu_) = false;
+  RequestRecord record_ ABSL_GUARDED_BY(mu_);
+};
+
+GenerateRequest Job::RequestFor(int choice) const {
+  const int prompt = choice / spec_.n;
+  GenerateRequest r;
+  r.request_id = absl::StrCat(spec_.meta.id, "-", choice);
+  r.model = spec_.meta.model;
+  r.prompt = spec_.prompts[prompt];
+  r.params = spec_.params;
+  r.params.max_tokens = spec_.max_tokens[prompt];
+  // Choice i of every prompt gets seed + i: the same prompt and seed give the same choices.
+  if (r.params.seed) *r.params.seed += static_cast<uint64_t>(choice % spec_.n);
+  r.slo_class = spec_.slo_class;
+  r.api_key_id = spec_.api_key_id;
+  return r;
+}
+
+void Job::Start() {
+  std::weak_ptr<Job> weak = weak_from_this();
+  writer_->OnClose([weak] {
+    if (std::shared_ptr<Job> job = weak.lock()) job->OnClientGone();
+  });
+  std::shared_ptr<Job> self = shared_from_this();
+  for (int c = 0; c < static_cast<int>(handles_.size()); ++c) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) break;
+    }
+    // Not under mu_: the backend may deliver events (and so lock mu_) before returning.
+    std::unique_ptr<GenerationHandle> handle = context_.backend->Generate(
+        RequestFor(c), [self, c](GenerateEvent event) { self->OnEvent(c, std::move(event)); });
+    GenerationHandle* cancel = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      handles_[c] = std::move(handle);
+      if (done_) cancel = handles_[c].get();
+    }
+    if (cancel != nullptr) cancel->Cancel();
+  }
+}
+
+void Job::OnEvent(int choice, GenerateEvent event) {
+  std::vector<GenerationHandle*> cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    if (!event.status.ok() || event.finish_reason == FinishReason::kAbort) {
+      ApiError error = event.status.ok()
+                           ? ApiErrorFromStatus(absl::AbortedError("generation aborted"))
+                           : ApiErrorFromStatus(event.status);
+      if (error.http_status == 499) {  // cancelled by someone else than this client
+        error.http_status = 503;
+        error.type = "server_error";
+      }
+      FailLocked(std::move(error));
+      cancel = HandlesLocked();
+    } else {
+      AccumulateLocked(choice, event);
+      if (spec_.stream) StreamLocked(choice, event);
+      if (event.finished && --unfinished_ == 0) CompleteLocked();
+    }
+  }
+  for (GenerationHandle* h : cancel) h->Cancel();
+  ReportIfDone();
+}
+
+void Job::OnClientGone() {
+  std::vector<GenerationHandle*> cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    record_.cancelled = true;
+    record_.failed = true;
+    record_.http_status = 499;
+    FinishLocked();
+    cancel = HandlesLocked();
+  }
+  for (GenerationHandle* h : cancel) h->Cancel();
+  ReportIfDone();
+}
+
+void Job::AccumulateLocked(int choice, GenerateEvent& event) {
+  ChoiceState& c = choices_[choice];
+  const absl::Time now = absl::Now();
+  if (!event.tokens.empty()) {
+    if (record_.ttft == absl::InfiniteDuration()) record_.ttft = now - spec_.arrival;
+    if (c.last_token_at) record_.inter_token_gaps.push_back(now - *c.last_token_at);
+    c.last_token_at = now;
+  }
+  c.tokens += static_cast<int64_t>(event.tokens.size());
+  c.completion_tokens = std::max<int64_t>(c.completion_tokens, event.completion_tokens);
+  c.cached_tokens = std::max<int64_t>(c.cached_tokens, event.cached_tokens);
+  if (!spec_.stream) {
+    c.text += event.text;
+    for (SampleResult& s : event.logprobs) c.logprobs.push_back(std::move(s));
+  }
+  if (event.finished) {
+    c.finished = true;
+    c.finish_reason = event.finish_reason;
+  }
+}
+
+void Job::WriteLocked(const OrderedJson& chunk) {
+  if (!stream_started_) {
+    stream_started_ = true;
+    writer_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+  }
+  writer_->Write(SseData(chunk));
+}
+
+void Job::StreamLocked(int choice, const GenerateEvent& event) {
+  ChoiceState& c = choices_[choice];
+  const Tokenizer& tok = *context_.tokenizer;
+  const bool has_output = !event.text.empty() || !event.logprobs.empty();
+  const FinishReason finish = event.finished ? event.finish_reason : FinishReason::kNone;
+  if (spec_.endpoint == Endpoint::kCompletions) {
+    if (!has_output && !event.finished) return;
+    OrderedJson lp = spec_.logprobs ? CompletionLogprobsJson(tok, event.logprobs, &c.text_offset)
+                                    : OrderedJson(nullptr);
+    WriteLocked(CompletionChunkJson(spec_.meta, choice, event.text, std::move(lp), finish,
+                                    spec_.include_usage));
+    return;
+  }
+  if (!c.role_sent) {
+    c.role_sent = true;
+    WriteLocked(ChatChunkJson(spec_.meta, choice, {{"role", "assistant"}, {"content", ""}},
+                              nullptr, FinishReason::kNone, spec_.include_usage));
+  }
+  if (has_output) {
+    OrderedJson lp =
+        spec_.logprobs ? ChatLogprobsJson(tok, event.logprobs) : OrderedJson(nullptr);
+    WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", event.text}}, std::move(lp),
+                              FinishReason::kNone, spec_.include_usage));
+  }
+  if (event.finished) {
+    WriteLocked(ChatChunkJson(spec_.meta, choice, OrderedJson::object(), nullptr, finish,
+                              spec_.include_usage));
+  }
+}
+
+Usage Job::UsageLocked() const {
+  Usage usage;
+  for (size_t p = 0; p < spec_.prompts.size(); ++p) {
+    // Each prompt is counted once however many choices it has, as OpenAI does.
+    usage.prompt_tokens += static_cast<int64_t>(spec_.prompts[p].size());
+    usage.cached_tokens += choices_[p * spec_.n].cached_tokens;
+  }
+  for (const ChoiceState& c : choices_) {
+    usage.completion_tokens += std::max(c.tokens, c.completion_tokens);
+  }
+  return usage;
+}
+
+void Job::CompleteLocked() {
+  const Usage usage = UsageLocked();
+  const bool chat = spec_.endpoint == Endpoint::kChat;
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      WriteLocked(UsageChunkJson(spec_.meta, chat ? "chat.completion.chunk" : "text_completion",
+                                 usage));
+    }
+    writer_->Write(std::string(kSseDone));
+    writer_->End();
+  } else {
+    std::vector<ChoiceOutput> out(choices_.size());
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      out[i].index = static_cast<int>(i);
+      out[i].text = std::move(choices_[i].text);
+      out[i].logprobs = std::move(choices_[i].logprobs);
+      out[i].finish_reason = choices_[i].finish_reason;
+    }
+    const Tokenizer& tok = *context_.tokenizer;
+    OrderedJson body = chat ? ChatResponseJson(spec_.meta, out, usage, tok, spec_.logprobs)
+                            : CompletionResponseJson(spec_.meta, out, usage, tok, spec_.logprobs);
+    writer_->Respond(200, "application/json", DumpJson(body));
+  }
+  record_.http_status = 200;
+  record_.prompt_tokens = usage.prompt_tokens;
+  record_.cached_tokens = usage.cached_tokens;
+  record_.completion_tokens = usage.completion_tokens;
+  FinishLocked();
+}
+
+void Job::FailLocked(ApiError error) {
+  if (stream_started_) {
+    // Too late for a status code: an SSE error event, then the usual terminator.
+    writer_->Write(SseData(ErrorJson(error)));
+    writer_->Write(std::string(kSseDone));
+    writer_->End();
+  } else {
+    RespondApiError(*writer_, error);
+    record_.http_status = error.http_status;
+  }
+  record_.failed = true;
+  const Usage usage = UsageLocked();
+  record_.prompt_tokens = usage.prompt_tokens;
+  record_.completion_tokens = usage.completion_tokens;
+  FinishLocked();
+}
+
+void Job::FinishLocked() {
+  done_ = true;
+  record_.e2e = absl::Now() - spec_.arrival;
+}
+
+std::vector<GenerationHandle*> Job::HandlesLocked() const {
+  std::vector<GenerationHandle*> out;
+  for (const auto& h : handles_) {
+    if (h != nullptr) out.push_back(h.get());
+  }
+  return out;
+}
+
+void Job::ReportIfDone() {
+  std::optional<RequestRecord> record;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_ || reported_) return;
+    reported_ = true;
+    record = std::move(record_);
+  }
+  if (context_.observer != nullptr) context_.observer->OnFinished(*record);
+}
+
+}  // namespace
+
+const char* EndpointPath(Endpoint endpoint) {
+  return endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions";
+}
+
+RequestRecord RecordFor(const JobSpec& spec) {
+  RequestRecord r;
+  r.endpoint = EndpointPath(spec.endpoint);
+  r.model = spec.meta.model;
+  r.slo_class = spec.slo_class;
+  r.api_key_id = spec.api_key_id;
+  r.stream = spec.stream;
+  r.n = spec.n;
+  return r;
+}
+
+void RespondApiError(http::ResponseWriter& writer, const ApiError& error) {
+  writer.Respond(error.http_status, "application/json", DumpJson(ErrorJson(error)));
+}
+
+void StartJob(JobSpec spec, const JobContext& context,
+              std::shared_ptr<http::ResponseWriter> writer) {
+  auto job = std::make_shared<Job>(std::move(spec), context, std::move(writer));
+  job->Start();
+}
+
+}  // namespace strata::openai::internal

@@ -1,0 +1,55 @@
+#pragma once
+// One HTTP generation request in flight: its choices' backend generations, the aggregation of
+// their events and the (streamed or single) response. Internal to strata::openai.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "strata/engine/sampling.h"
+#include "strata/engine/tokenizer.h"
+#include "strata/http/server.h"
+#include "strata/openai/backend.h"
+#include "strata/openai/format.h"
+#include "strata/openai/frontend.h"
+#include "strata/openai/protocol.h"
+
+namespace strata::openai::internal {
+
+enum class Endpoint { kCompletions, kChat };
+
+// A validated, tokenized request.
+struct JobSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  ResponseMeta meta;
+  std::vector<std::vector<int32_t>> prompts;  // choice index = prompt index * n + i
+  std::vector<int> max_tokens;                // per prompt, resolved and clipped
+  SamplingParams params;                      // shared by all choices (max_tokens/seed set later)
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  std::string slo_class;
+  std::string api_key_id;
+  absl::Time arrival;
+};
+
+struct JobContext {
+  Backend* backend;
+  const Tokenizer* tokenizer;
+  RequestObserver* observer;  // may be null
+};
+
+// Starts every choice and answers `writer` when they finish, fail or the client leaves.
+void StartJob(JobSpec spec, const JobContext& context,
+              std::shared_ptr<http::ResponseWriter> writer);
+
+// The record of a request that never reached the backend.
+RequestRecord RecordFor(const JobSpec& spec);
+const char* EndpointPath(Endpoint endpoint);
+
+// Sends {"error": ...} as application/json with error.http_status.
+void RespondApiError(http::ResponseWriter& writer, const ApiError& error);
+
+}  // namespace strata::openai::internal

@@ -1,0 +1,436 @@
+#include "strata/openai/protocol.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::openai {
+namespace {
+
+using Json = nlohmann::json;
+
+#define STRATA_RETURN_IF_API_ERROR(expr)               \
+  do {                                                 \
+    std::optional<ApiError> strata_api_error_ = (expr); \
+    if (strata_api_error_) return strata_api_error_;   \
+  } while (0)
+
+constexpr int kMaxN = 128;
+constexpr int kMaxLogprobs = 20;
+constexpr int kMaxStop = 4;
+
+// Typed access to the known fields of one request object. Every getter leaves *out unchanged
+// when the field is absent or null and returns the 400 to send for a wrong type or range.
+class Fields {
+ public:
+  explicit Fields(const Json& object) : object_(object) {}
+
+  const Json* Find(const char* name) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<ApiError> Float(const char* name, float* out,
+                                const std::function<bool(double)>& in_range,
+                                std::string_view range) const {
+    const Json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return TypeError(name, "a number");
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || !in_range(d)) {
+      return ApiError::BadRequest(
+          absl::StrCat(name, " must be ", std::string(range), ", got ", v->dump()),
+                                  name);
+    }
+    *out = static_cast<float>(d);
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Int(const char* name, int64_t lo, int64_t hi, int64_t* out) const {
+    const Json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer()) return TypeError(name, "an integer");
+    const int64_t i = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                          ? INT64_MAX
+                          : v->get<int64_t>();
+    if (i < lo || i > hi) {
+      return ApiError::BadRequest(absl::StrCat(name, " must be in [", lo, ", ", hi, "], got ",
+                                               v->dump()),
+                                  name);
+    }
+    *out = i;
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Int(const char* name, int64_t lo, int64_t hi, int* out) const {
+    int64_t value = *out;
+    STRATA_RETURN_IF_API_ERROR(Int(name, lo, hi, &value));
+    *out = static_cast<int>(value);
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Bool(const char* name, bool* out) const {
+    const Json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return TypeError(name, "a boolean");
+    *out = v->get<bool>();
+    return std::nullopt;
+  }
+
+  static ApiError TypeError(std::string_view name, std::string_view type) {
+    return ApiError::BadRequest(std::string(name) + " must be " + std::string(type),
+                                std::string(name));
+  }
+
+ private:
+  const Json& object_;
+};
+
+std::optional<ApiError> ParseBody(std::string_view body, Json* out) {
+  *out = Json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    return ApiError::BadRequest("request body is not valid JSON");
+  }
+  if (!out->is_object()) return ApiError::BadRequest("request body must be a JSON object");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStop(const Fields& f, SamplingParams* p) {
+  const Json* v = f.Find("stop");
+  if (v == nullptr) return std::nullopt;
+  std::vector<std::string> stop;
+  if (v->is_string()) {
+    stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStop) {
+      return ApiError::BadRequest(absl::StrCat("stop may hold at most ", kMaxStop, " strings"),
+                                  "stop");
+    }
+    for (const Json& s : *v) {
+      if (!s.is_string()) return Fields::TypeError("stop", "a string or an array of strings");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return Fields::TypeError("stop", "a string or an array of strings");
+  }
+  for (const std::string& s : stop) {
+    if (s.empty()) return ApiError::BadRequest("stop strings must not be empty", "stop");
+  }
+  p->stop = std::move(stop);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStopTokenIds(const Fields& f, SamplingParams* p) {
+  const Json* v = f.Find("stop_token_ids");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_array()) return Fields::TypeError("stop_token_ids", "an array of integers");
+  for (const Json& t : *v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+      return Fields::TypeError("stop_token_ids", "an array of token ids");
+    }
+    p->stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseSampling(const Fields& f, SamplingParams* p) {
+  auto in = [](double lo, double hi) { return [=](double v) { return v >= lo && v <= hi; }; };
+  STRATA_RETURN_IF_API_ERROR(f.Float("temperature", &p->temperature, in(0, 2), "in [0, 2]"));
+  STRATA_RETURN_IF_API_ERROR(f.Float(
+      "top_p", &p->top_p, [](double v) { return v > 0 && v <= 1; }, "in (0, 1]"));
+  STRATA_RETURN_IF_API_ERROR(f.Float("min_p", &p->min_p, in(0, 1), "in [0, 1]"));
+  STRATA_RETURN_IF_API_ERROR(
+      f.Float("presence_penalty", &p->presence_penalty, in(-2, 2), "in [-2, 2]"));
+  STRATA_RETURN_IF_API_ERROR(
+      f.Float("frequency_penalty", &p->frequency_penalty, in(-2, 2), "in [-2, 2]"));
+  STRATA_RETURN_IF_API_ERROR(f.Float(
+      "repetition_penalty", &p->repetition_penalty, [](double v) { return v > 0; }, "> 0"));
+  STRATA_RETURN_IF_API_ERROR(f.Int("top_k", -1, INT32_MAX, &p->top_k));
+  int64_t seed = 0;
+  if (f.Find("seed") != nullptr) {
+    STRATA_RETURN_IF_API_ERROR(f.Int("seed", INT64_MIN, INT64_MAX, &seed));
+    p->seed = static_cast<uint64_t>(seed);
+  }
+  STRATA_RETURN_IF_API_ERROR(f.Bool("ignore_eos", &p->ignore_eos));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("skip_special_tokens", &p->skip_special_tokens));
+  STRATA_RETURN_IF_API_ERROR(ParseStop(f, p));
+  return ParseStopTokenIds(f, p);
+}
+
+std::optional<ApiError> ParseStreamOptions(const Fields& f, CommonRequest* c) {
+  const Json* v = f.Find("stream_options");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_object()) return Fields::TypeError("stream_options", "an object");
+  if (!c->stream) {
+    return ApiError::BadRequest("stream_options is only allowed when stream is true",
+                                "stream_options");
+  }
+  const Fields options(*v);
+  if (auto e = options.Bool("include_usage", &c->include_usage)) {
+    e->param = "stream_options.include_usage";
+    return e;
+  }
+  return std::nullopt;
+}
+
+// model, n, stream, stream_options and the sampling parameters; max_tokens is left to callers.
+std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
+  const Fields f(body);
+  const Json* model = f.Find("model");
+  if (model == nullptr) return ApiError::BadRequest("model is required", "model");
+  if (!model->is_string()) return Fields::TypeError("model", "a string");
+  c->model = model->get<std::string>();
+  c->sampling.max_tokens = -1;
+  STRATA_RETURN_IF_API_ERROR(f.Int("n", 1, kMaxN, &c->n));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("stream", &c->stream));
+  STRATA_RETURN_IF_API_ERROR(ParseStreamOptions(f, c));
+  return ParseSampling(f, &c->sampling);
+}
+
+std::optional<ApiError> ParseMaxTokens(const Fields& f, const char* name, SamplingParams* p) {
+  const Json* v = f.Find(name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return Fields::TypeError(name, "an integer");
+  if (v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0) {
+    return ApiError::BadRequest(absl::StrCat(name, " must be >= 0, got ", v->dump()), name);
+  }
+  const uint64_t value = v->get<uint64_t>();
+  p->max_tokens = static_cast<int>(std::min<uint64_t>(value, INT32_MAX));
+  return std::nullopt;
+}
+
+// ---- /v1/completions -------------------------------------------------------------------
+
+std::optional<ApiError> TokenList(const Json& array, std::vector<int32_t>* out) {
+  for (const Json& t : array) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+      return ApiError::BadRequest("prompt token ids must be non-negative integers", "prompt");
+    }
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  if (out->empty()) return ApiError::BadRequest("prompt must not be empty", "prompt");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseOnePrompt(const Json& v, PromptInput* p) {
+  if (v.is_string()) {
+    p->text = v.get<std::string>();
+    if (p->text.empty()) return ApiError::BadRequest("prompt must not be empty", "prompt");
+    return std::nullopt;
+  }
+  if (v.is_array()) {
+    p->is_tokens = true;
+    return TokenList(v, &p->tokens);
+  }
+  return Fields::TypeError(
+      "prompt", "a string, an array of strings, an array of token ids or an array of those");
+}
+
+std::optional<ApiError> ParsePrompts(const Fields& f, std::vector<PromptInput>* out) {
+  const Json* v = f.Find("prompt");
+  if (v == nullptr) return ApiError::BadRequest("prompt is required", "prompt");
+  if (v->is_array() && v->empty()) {
+    return ApiError::BadRequest("prompt must not be empty", "prompt");
+  }
+  // An array of strings or of token arrays is a batch; an array of integers is one prompt.
+  const bool batch = v->is_array() && ((*v)[0].is_string() || (*v)[0].is_array());
+  if (!batch) {
+    out->emplace_back();
+    return ParseOnePrompt(*v, &out->back());
+  }
+  for (const Json& item : *v) {
+    if (item.type() != (*v)[0].type()) {
+      return Fields::TypeError("prompt", "an array of prompts of one kind");
+    }
+    out->emplace_back();
+    STRATA_RETURN_IF_API_ERROR(ParseOnePrompt(item, &out->back()));
+  }
+  return std::nullopt;
+}
+
+// Fields /v1/completions accepts only in their trivial form (see docs/openai_api.md).
+std::optional<ApiError> CheckUnsupportedCompletionFields(const Fields& f, int n) {
+  bool echo = false;
+  STRATA_RETURN_IF_API_ERROR(f.Bool("echo", &echo));
+  if (echo) return ApiError::BadRequest("echo is not supported", "echo");
+  if (const Json* suffix = f.Find("suffix")) {
+    if (!suffix->is_string()) return Fields::TypeError("suffix", "a string");
+    if (!suffix->get<std::string>().empty()) {
+      return ApiError::BadRequest("suffix is not supported", "suffix");
+    }
+  }
+  int64_t best_of = n;
+  STRATA_RETURN_IF_API_ERROR(f.Int("best_of", 1, kMaxN, &best_of));
+  if (best_of != n) {
+    return ApiError::BadRequest("best_of must equal n (best-of sampling is not supported)",
+                                "best_of");
+  }
+  return std::nullopt;
+}
+
+// ---- /v1/chat/completions --------------------------------------------------------------
+
+std::optional<ApiError> ContentText(const nlohmann::ordered_json& content, std::string* out) {
+  if (content.is_null()) return std::nullopt;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  const ApiError bad = Fields::TypeError(
+      "messages", "an array of messages whose content is a string or an array of text parts");
+  if (!content.is_array()) return bad;
+  std::vector<std::string> parts;
+  for (const auto& part : content) {
+    if (!part.is_object()) return bad;
+    auto type = part.find("type");
+    auto text = part.find("text");
+    if (type == part.end() || *type != "text") {
+      return ApiError::BadRequest("only content parts of type \"text\" are supported",
+                                  "messages");
+    }
+    if (text == part.end() || !text->is_string()) return bad;
+    parts.push_back(text->get<std::string>());
+  }
+  *out = absl::StrJoin(parts, "\n");
+  return std::nullopt;
+}
+
+std::optional<ApiError> NormalizeMessage(const nlohmann::ordered_json& m,
+                                         nlohmann::ordered_json* out) {
+  if (!m.is_object()) return Fields::TypeError("messages", "an array of message objects");
+  auto role = m.find("role");
+  if (role == m.end() || !role->is_string()) {
+    return ApiError::BadRequest("every message needs a string role", "messages");
+  }
+  const std::string r = role->get<std::string>();
+  if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
+    return ApiError::BadRequest(absl::StrCat("unsupported message role '", r, "'"), "messages");
+  }
+  std::string text;
+  auto content = m.find("content");
+  if (content != m.end()) STRATA_RETURN_IF_API_ERROR(ContentText(*content, &text));
+  *out = m;
+  (*out)["content"] = text;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const nlohmann::ordered_json& body,
+                                      nlohmann::ordered_json* out) {
+  auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) {
+    return ApiError::BadRequest("messages is required", "messages");
+  }
+  if (!messages->is_array()) return Fields::TypeError("messages", "an array");
+  if (messages->empty()) return ApiError::BadRequest("messages must not be empty", "messages");
+  *out = nlohmann::ordered_json::array();
+  for (const auto& m : *messages) {
+    nlohmann::ordered_json normalized;
+    STRATA_RETURN_IF_API_ERROR(NormalizeMessage(m, &normalized));
+    out->push_back(std::move(normalized));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseChatLogprobs(const Fields& f, ChatRequest* out) {
+  STRATA_RETURN_IF_API_ERROR(f.Bool("logprobs", &out->logprobs));
+  int top = -1;
+  STRATA_RETURN_IF_API_ERROR(f.Int("top_logprobs", 0, kMaxLogprobs, &top));
+  if (top >= 0 && !out->logprobs) {
+    return ApiError::BadRequest("top_logprobs requires logprobs to be true", "top_logprobs");
+  }
+  out->common.sampling.logprobs = out->logprobs ? std::max(top, 0) : -1;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiError ApiError::BadRequest(std::string message, std::string param) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+ApiError ApiError::ModelNotFound(std::string_view model) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model `" + std::string(model) + "` does not exist.";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+ApiError ApiError::PromptTooLong(std::string message) {
+  ApiError e;
+  e.http_status = 413;
+  e.message = std::move(message);
+  e.param = "prompt";
+  e.code = "context_length_exceeded";
+  return e;
+}
+
+int HttpStatusForCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kOutOfRange: return 413;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kCancelled: return 499;
+    default: return 500;
+  }
+}
+
+ApiError ApiErrorFromStatus(const absl::Status& status) {
+  ApiError e;
+  e.http_status = HttpStatusForCode(status.code());
+  e.message = std::string(status.message());
+  if (e.message.empty()) e.message = absl::StatusCodeToString(status.code());
+  if (e.http_status == 429) {
+    e.type = "rate_limit_error";
+    e.code = "rate_limit_exceeded";
+  } else if (e.http_status >= 500) {
+    e.type = "server_error";
+  }
+  return e;
+}
+
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {
+  Json json;
+  STRATA_RETURN_IF_API_ERROR(ParseBody(body, &json));
+  STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
+  const Fields f(json);
+  STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
+  STRATA_RETURN_IF_API_ERROR(ParsePrompts(f, &out->prompts));
+  STRATA_RETURN_IF_API_ERROR(f.Int("logprobs", 0, kMaxLogprobs, &out->common.sampling.logprobs));
+  return CheckUnsupportedCompletionFields(f, out->common.n);
+}
+
+std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out) {
+  // ordered_json keeps the clients' key order inside messages (templates' tojson shows it).
+  nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) return ApiError::BadRequest("request body is not valid JSON");
+  if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
+  const Json json = Json::parse(body, nullptr, false);
+  STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
+  const Fields f(json);
+  STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
+  STRATA_RETURN_IF_API_ERROR(
+      ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));
+  STRATA_RETURN_IF_API_ERROR(ParseChatLogprobs(f, out));
+  STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
+  auto kwargs = ordered.find("chat_template_kwargs");
+  if (kwargs != ordered.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");
+    out->chat_template_kwargs = *kwargs;
+  }
+  return std::nullopt;
+}
+
+}  // namespace strata::openai

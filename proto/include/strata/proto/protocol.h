@@ -1,0 +1,34 @@
+#pragma once
+// Shared helpers of the control-plane protocol (strata.proto): the version every request
+// carries, message-size limits, and conversions between messages and engine/absl types.
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "strata/engine/sampling.h"
+#include "strata/proto/strata.grpc.pb.h"
+#include "strata/proto/strata.pb.h"
+
+namespace strata::proto {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+// Upper bound for any control-plane message, both directions, on every server and channel.
+inline constexpr int kMaxMessageBytes = 16 << 20;
+
+// FAILED_PRECONDITION naming both versions when `version` is not kProtocolVersion.
+grpc::Status CheckVersion(uint32_t version);
+
+grpc::Status ToGrpc(const absl::Status& status);
+absl::Status FromGrpc(const grpc::Status& status);
+
+void ToProto(const SamplingParams& params, v1::SamplingParams* out);
+SamplingParams FromProto(const v1::SamplingParams& params);
+void ToProto(const SampleResult& sample, v1::Sample* out);
+SampleResult FromProto(const v1::Sample& sample);
+
+// A channel to `address` with strata's message-size limits and keepalive settings.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// Applies strata's limits to a server under construction.
+void ConfigureServer(grpc::ServerBuilder& builder);
+
+}  // namespace strata::proto

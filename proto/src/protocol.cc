@@ -1,0 +1,95 @@
+#include "strata/proto/protocol.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::proto {
+
+grpc::Status CheckVersion(uint32_t version) {
+  if (version == kProtocolVersion) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      absl::StrCat("protocol version ", version, " is not supported (this build "
+                                   "speaks version ", kProtocolVersion, ")"));
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
+  out->set_max_tokens(p.max_tokens);
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_min_p(p.min_p);
+  out->set_has_seed(p.seed.has_value());
+  out->set_seed(p.seed.value_or(0));
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
+  out->set_repetition_penalty(p.repetition_penalty);
+  for (const auto& s : p.stop) out->add_stop(s);
+  for (int32_t t : p.stop_token_ids) out->add_stop_token_ids(t);
+  out->set_ignore_eos(p.ignore_eos);
+  out->set_logprobs(p.logprobs);
+  out->set_skip_special_tokens(p.skip_special_tokens);
+}
+
+SamplingParams FromProto(const v1::SamplingParams& m) {
+  SamplingParams p;
+  p.max_tokens = m.max_tokens();
+  p.temperature = m.temperature();
+  p.top_k = m.top_k();
+  p.top_p = m.top_p();
+  p.min_p = m.min_p();
+  if (m.has_seed()) p.seed = m.seed();
+  p.presence_penalty = m.presence_penalty();
+  p.frequency_penalty = m.frequency_penalty();
+  p.repetition_penalty = m.repetition_penalty();
+  p.stop.assign(m.stop().begin(), m.stop().end());
+  p.stop_token_ids.assign(m.stop_token_ids().begin(), m.stop_token_ids().end());
+  p.ignore_eos = m.ignore_eos();
+  p.logprobs = m.logprobs();
+  p.skip_special_tokens = m.skip_special_tokens();
+  return p;
+}
+
+void ToProto(const SampleResult& s, v1::Sample* out) {
+  out->set_token(s.token);
+  out->set_logprob(s.logprob);
+  for (const auto& t : s.top) {
+    auto* e = out->add_top();
+    e->set_token(t.token);
+    e->set_logprob(t.logprob);
+  }
+}
+
+SampleResult FromProto(const v1::Sample& m) {
+  SampleResult s;
+  s.token = m.token();
+  s.logprob = m.logprob();
+  for (const auto& t : m.top()) s.top.push_back({t.token(), t.logprob()});
+  return s;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  // Reconnect quickly after a worker restarts (the default backoff grows to minutes).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServer(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+}  // namespace strata::proto

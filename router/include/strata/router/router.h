@@ -1,0 +1,42 @@
+#pragma once
+// The router process: the OpenAI API over HTTP for clients, the Registry gRPC service for
+// workers, the worker pool with the global KV index, and placement of every request on a
+// decode worker (and optionally a prefill worker), streaming tokens back over gRPC.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/router/placement.h"
+
+namespace strata::router {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 8000;  // 0: ephemeral
+  int grpc_port = 0;     // registry; 0: ephemeral
+  std::string model_dir;   // for the tokenizer, chat template and context length (no weights)
+  std::string model_name;  // served name; default: the directory's base name
+  std::vector<std::string> api_keys;
+  PlacementOptions placement;
+  absl::Duration dead_after = absl::Seconds(3);
+  int http_threads = 2;
+  double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
+  double slo_tpot_s = 0.2;
+};
+
+class Router {
+ public:
+  static absl::StatusOr<std::unique_ptr<Router>> Create(const RouterOptions& options);
+  virtual ~Router() = default;
+  virtual absl::Status Start() = 0;
+  // Ready when at least one decode-capable worker is registered.
+  virtual bool Ready() const = 0;
+  // Stops accepting, lets streams finish for up to `drain`, stops. Idempotent.
+  virtual void Shutdown(absl::Duration drain) = 0;
+  virtual int http_port() const = 0;
+  virtual int grpc_port() const = 0;
+};
+
+}  // namespace strata::router

@@ -1,0 +1,70 @@
+#pragma once
+// The router's live view of the workers: who is registered, in which role, how loaded (from
+// heartbeats), and what their KV caches hold (the global KV index, fed by the heartbeats' KV
+// events). Workers that miss heartbeats for `dead_after` are dropped (and their index entries
+// pruned); a worker that fails a request is marked down at once.
+//
+// Thread-safety: every method is thread-safe.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "strata/proto/protocol.h"
+#include "strata/router/kv_index.h"
+
+namespace strata::router {
+
+struct WorkerView {
+  WorkerId index_id = 0;  // the worker's id in the KV index
+  v1::WorkerInfo info;
+  v1::WorkerLoad load;
+  absl::Time last_heartbeat;
+  int64_t inflight = 0;  // requests the router has placed and not seen finish
+  std::shared_ptr<v1::Worker::Stub> stub;
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(absl::Duration dead_after = absl::Seconds(3));
+
+  // Adds or replaces the worker. The first worker's model identity fixes the cluster's; a
+  // worker serving another model is rejected with FailedPrecondition.
+  absl::StatusOr<uint64_t> Register(const v1::WorkerInfo& info);
+  // Applies load and KV events; NotFound if the worker is not registered (it must re-register).
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+  void Remove(const std::string& worker_id, const std::string& reason);
+  // Drops workers whose last heartbeat is older than dead_after. Returns their ids.
+  std::vector<std::string> ExpireStale();
+
+  std::vector<WorkerView> Snapshot() const;
+  std::vector<WorkerMatch> MatchPrefix(std::span<const BlockHash> chain) const {
+    return index_.MatchPrefix(chain);
+  }
+  // Router-side accounting of requests placed on a worker (for least-loaded between beats).
+  void AddInflight(const std::string& worker_id, int64_t delta);
+
+  uint64_t epoch() const { return epoch_; }
+  int num_workers() const;
+  const KvIndex& index() const { return index_; }
+  // The cluster's block size and hash seed source (model identity); 0/"" before any worker.
+  int block_size() const;
+  std::string model_identity() const;
+
+ private:
+  const absl::Duration dead_after_;
+  const uint64_t epoch_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, WorkerView> workers_ ABSL_GUARDED_BY(mu_);
+  WorkerId next_index_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string model_identity_ ABSL_GUARDED_BY(mu_);
+  int block_size_ ABSL_GUARDED_BY(mu_) = 0;
+  KvIndex index_;
+};
+
+}  // namespace strata::router

@@ -1,0 +1,183 @@
+#include "cluster_backend.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "strata/common/block_hash.h"
+#include "strata/common/logging.h"
+
+namespace strata::router {
+namespace {
+
+openai::GenerateEvent ToEvent(const v1::GenerateResponse& m) {
+  openai::GenerateEvent ev;
+  ev.tokens.assign(m.tokens().begin(), m.tokens().end());
+  ev.text = m.text();
+  for (const auto& s : m.logprobs()) ev.logprobs.push_back(proto::FromProto(s));
+  ev.finished = m.finished();
+  const std::string& r = m.finish_reason();
+  ev.finish_reason = r == "stop"     ? FinishReason::kStop
+                     : r == "length" ? FinishReason::kLength
+                     : r == "abort"  ? FinishReason::kAbort
+                                     : FinishReason::kNone;
+  if (ev.finish_reason == FinishReason::kAbort) ev.status = absl::CancelledError("aborted");
+  ev.prompt_tokens = m.prompt_tokens();
+  ev.cached_tokens = m.cached_tokens();
+  ev.completion_tokens = m.completion_tokens();
+  return ev;
+}
+
+class Attempt;
+
+// One request's life on the cluster, across attempts (a retry after a worker vanished).
+struct CallState {
+  ClusterBackend* backend;
+  openai::GenerateRequest request;
+  openai::EventCallback on_event;
+  absl::Mutex mu;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  std::shared_ptr<Attempt> current ABSL_GUARDED_BY(mu);
+  std::vector<std::string> exclude;  // workers that failed this request
+  int attempts = 0;
+};
+
+void StartAttempt(std::shared_ptr<CallState> state);
+
+// One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
+class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  Attempt(std::shared_ptr<CallState> state, Placement placement)
+      : state_(std::move(state)), placement_(std::move(placement)) {}
+
+  void Start(std::shared_ptr<Attempt> self) {
+    self_ = std::move(self);
+    const openai::GenerateRequest& r = state_->request;
+    request_.set_protocol_version(proto::kProtocolVersion);
+    request_.set_request_id(r.request_id);
+    request_.mutable_prompt()->Assign(r.prompt.begin(), r.prompt.end());
+    proto::ToProto(r.params, request_.mutable_params());
+    request_.set_prefill_address(placement_.prefill_address);
+    placement_.decode_stub->async()->Generate(&context_, &request_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+  void TryCancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    openai::GenerateEvent ev = ToEvent(response_);
+    got_any_ = true;
+    if (ev.finished) finished_ = true;
+    state_->on_event(std::move(ev));
+    StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    ClusterBackend* b = state_->backend;
+    b->pool()->AddInflight(placement_.decode_id, -1);
+    if (!placement_.prefill_id.empty()) b->pool()->AddInflight(placement_.prefill_id, -1);
+    if (b->metrics().inflight) b->metrics().inflight->Decrement();
+    bool cancelled;
+    {
+      absl::MutexLock lock(&state_->mu);
+      cancelled = state_->cancelled;
+      state_->current.reset();
+    }
+    if (!status.ok() && !finished_ && !cancelled && !got_any_ &&
+        status.error_code() == grpc::StatusCode::UNAVAILABLE && state_->attempts < 2) {
+      // The worker died or vanished before answering: forget it and place again.
+      b->pool()->Remove(placement_.decode_id, status.error_message());
+      state_->exclude.push_back(placement_.decode_id);
+      if (b->metrics().retries) b->metrics().retries->Default()->Increment();
+      StartAttempt(state_);
+    } else if (!status.ok() && !finished_) {
+      openai::GenerateEvent ev;
+      ev.status = cancelled ? absl::CancelledError("cancelled") : proto::FromGrpc(status);
+      state_->on_event(std::move(ev));
+    }
+    self_.reset();  // may delete this
+  }
+
+ private:
+  std::shared_ptr<CallState> state_;
+  Placement placement_;
+  std::shared_ptr<Attempt> self_;
+  grpc::ClientContext context_;
+  v1::GenerateRequest request_;
+  v1::GenerateResponse response_;
+  bool finished_ = false, got_any_ = false;
+};
+
+std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt) {
+  const int bs = pool.block_size();
+  if (bs <= 0) return {};
+  const uint64_t seed = BlockHashSeed(pool.model_identity(), "");
+  const size_t full = prompt.size() / size_t(bs);
+  return pool.MatchPrefix(
+      HashBlockChain(seed, std::span<const int32_t>(prompt.data(), full * bs), bs));
+}
+
+void StartAttempt(std::shared_ptr<CallState> state) {
+  ClusterBackend* b = state->backend;
+  WorkerPool* pool = b->pool();
+  ++state->attempts;
+  auto placed = b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, state->request.prompt),
+                                   int32_t(state->request.prompt.size()), pool->block_size(),
+                                   state->exclude);
+  if (!placed.ok()) {
+    openai::GenerateEvent ev;
+    ev.status = placed.status();
+    state->on_event(std::move(ev));
+    return;
+  }
+  pool->AddInflight(placed->decode_id, 1);
+  if (!placed->prefill_id.empty()) pool->AddInflight(placed->prefill_id, 1);
+  if (b->metrics().inflight) b->metrics().inflight->Increment();
+  if (b->metrics().placements) {
+    b->metrics().placements->WithLabels({placed->prefill_id.empty() ? "local" : "remote"})
+        ->Increment();
+  }
+  auto attempt = std::make_shared<Attempt>(state, std::move(*placed));
+  {
+    absl::MutexLock lock(&state->mu);
+    state->current = attempt;
+    if (state->cancelled) attempt->TryCancel();
+  }
+  attempt->Start(attempt);
+}
+
+// The handle the front end holds: cancels whichever attempt is running.
+class CallHandle final : public openai::GenerationHandle {
+ public:
+  explicit CallHandle(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+  void Cancel() override {
+    absl::MutexLock lock(&state_->mu);
+    state_->cancelled = true;
+    if (state_->current) state_->current->TryCancel();
+  }
+
+ private:
+  std::shared_ptr<CallState> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
+    openai::GenerateRequest request, openai::EventCallback on_event) {
+  auto state = std::make_shared<CallState>();
+  state->backend = this;
+  state->request = std::move(request);
+  state->on_event = std::move(on_event);
+  StartAttempt(state);
+  return std::make_unique<CallHandle>(std::move(state));
+}
+
+bool ClusterBackend::Ready() const {
+  if (draining_) return false;
+  for (const auto& w : pool_->Snapshot()) {
+    if (w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED) return true;
+  }
+  return false;
+}
+
+}  // namespace strata::router

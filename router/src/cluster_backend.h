@@ -1,0 +1,41 @@
+#pragma once
+// openai::Backend over the cluster: hashes the prompt into block chains, asks the KV index who
+// holds what, places the request and streams the decode worker's tokens back. A worker that
+// fails before sending anything is dropped from the pool and the request is placed again once.
+#include <atomic>
+
+#include "strata/common/metrics.h"
+#include "strata/openai/backend.h"
+#include "strata/router/placement.h"
+#include "strata/router/worker_pool.h"
+
+namespace strata::router {
+
+struct ClusterBackendMetrics {
+  metrics::CounterFamily* placements = nullptr;  // {decode, prefill}
+  metrics::CounterFamily* retries = nullptr;
+  metrics::Gauge* inflight = nullptr;
+};
+
+class ClusterBackend final : public openai::Backend {
+ public:
+  ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics)
+      : pool_(pool), placer_(placer), metrics_(metrics) {}
+  std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
+                                                     openai::EventCallback on_event) override;
+  bool Ready() const override;
+  void SetDraining() { draining_ = true; }
+
+  // Used by the call when it must place again (engine-independent, so public for the call).
+  WorkerPool* pool() const { return pool_; }
+  Placer* placer() const { return placer_; }
+  const ClusterBackendMetrics& metrics() const { return metrics_; }
+
+ private:
+  WorkerPool* pool_;
+  Placer* placer_;
+  ClusterBackendMetrics metrics_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace strata::router

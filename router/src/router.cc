@@ -1,0 +1,192 @@
+#include "strata/router/router.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "strata/common/logging.h"
+#include "strata/common/metrics.h"
+#include "strata/common/status_macros.h"
+#include "strata/engine/chat_template.h"
+#include "strata/engine/model_config.h"
+#include "strata/engine/tokenizer.h"
+#include "strata/http/server.h"
+#include "strata/openai/api_metrics.h"
+#include "strata/openai/frontend.h"
+#include "cluster_backend.h"
+
+namespace strata::router {
+namespace {
+
+// The Registry gRPC service: workers register and heartbeat here.
+class RegistryService final : public v1::Registry::Service {
+ public:
+  explicit RegistryService(WorkerPool* pool) : pool_(pool) {}
+
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                        v1::RegisterResponse* resp) override {
+    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
+    auto epoch = pool_->Register(req->worker());
+    if (!epoch.ok()) return proto::ToGrpc(epoch.status());
+    resp->set_epoch(*epoch);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
+    resp->set_reregister(!pool_->Heartbeat(*req).ok());
+    return grpc::Status::OK;
+  }
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+                          v1::DeregisterResponse*) override {
+    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
+    pool_->Remove(req->worker_id(), "deregistered");
+    return grpc::Status::OK;
+  }
+
+ private:
+  WorkerPool* pool_;
+};
+
+class RouterImpl final : public Router {
+ public:
+  explicit RouterImpl(RouterOptions options)
+      : options_(std::move(options)), pool_(options_.dead_after), service_(&pool_) {}
+  ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
+
+  absl::Status Init() {
+    STRATA_ASSIGN_OR_RETURN(placer_, Placer::Create(options_.placement));
+    STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(options_.model_dir));
+    STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
+    auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
+    if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    InitMetrics();
+    backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_);
+    http::ServerOptions ho;
+    ho.host = options_.host;
+    ho.port = options_.http_port;
+    ho.threads = options_.http_threads;
+    STRATA_ASSIGN_OR_RETURN(http_, http::Server::Create(ho));
+    http_->Route("GET", "/metrics", [this](const http::Request&, auto w) {
+      w->Respond(200, std::string(metrics::kContentType), registry_.Serialize());
+    });
+    openai::ServedModel m;
+    m.name = options_.model_name.empty()
+                 ? std::filesystem::path(options_.model_dir).filename().string()
+                 : options_.model_name;
+    m.tokenizer = tokenizer_.get();
+    m.chat_template = chat_template_.get();
+    m.max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
+    m.vocab_size = config.vocab_size;
+    openai::FrontendOptions fo;
+    fo.api_keys = options_.api_keys;
+    fo.observer = api_metrics_.get();
+    STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
+    frontend_->Install(*http_);
+    return absl::OkStatus();
+  }
+
+  void InitMetrics() {
+    api_metrics_ = std::make_unique<openai::ApiMetrics>(registry_, "strata_router");
+    backend_metrics_.placements = &registry_.CounterOrDie(
+        "strata_router_placements_total", "Requests placed, by prefill location", {"prefill"});
+    backend_metrics_.retries = &registry_.CounterOrDie(
+        "strata_router_retries_total", "Requests placed again after a worker failed");
+    backend_metrics_.inflight =
+        registry_.GaugeOrDie("strata_router_inflight_requests", "Requests placed on workers")
+            .Default();
+    auto& workers = registry_.GaugeOrDie("strata_router_workers", "Registered workers by role",
+                                         {"role"});
+    for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_MIXED}) {
+      callbacks_.push_back(workers.AddCallback({RoleName(role)}, [this, role] {
+        int n = 0;
+        for (const auto& w : pool_.Snapshot()) n += w.info.role() == role;
+        return double(n);
+      }));
+    }
+    callbacks_.push_back(
+        registry_.GaugeOrDie("strata_router_kv_index_blocks", "Distinct blocks in the KV index")
+            .AddCallback({}, [this] { return double(pool_.index().num_blocks()); }));
+    callbacks_.push_back(
+        registry_.GaugeOrDie("strata_router_slo_ttft_seconds", "Configured TTFT objective")
+            .AddCallback({}, [this] { return options_.slo_ttft_s; }));
+    callbacks_.push_back(
+        registry_.GaugeOrDie("strata_router_slo_tpot_seconds", "Configured TPOT objective")
+            .AddCallback({}, [this] { return options_.slo_tpot_s; }));
+  }
+
+  static std::string RoleName(v1::Role role) {
+    switch (role) {
+      case v1::ROLE_PREFILL: return "prefill";
+      case v1::ROLE_DECODE: return "decode";
+      case v1::ROLE_MIXED: return "mixed";
+      default: return "unspecified";
+    }
+  }
+
+  absl::Status Start() override {
+    grpc::ServerBuilder builder;
+    proto::ConfigureServer(builder);
+    builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
+                             grpc::InsecureServerCredentials(), &grpc_port_);
+    builder.RegisterService(&service_);
+    grpc_ = builder.BuildAndStart();
+    if (grpc_ == nullptr || grpc_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen for gRPC on ", options_.host, ":", options_.grpc_port));
+    }
+    STRATA_RETURN_IF_ERROR(http_->Start());
+    expiry_ = std::thread([this] {
+      while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(250))) pool_.ExpireStale();
+    });
+    return absl::OkStatus();
+  }
+
+  bool Ready() const override { return backend_ && backend_->Ready(); }
+
+  void Shutdown(absl::Duration drain) override {
+    if (stopped_.exchange(true)) return;
+    if (backend_) backend_->SetDraining();
+    if (http_) http_->Shutdown(drain);
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (expiry_.joinable()) expiry_.join();
+    if (grpc_) {
+      grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      grpc_->Wait();
+    }
+  }
+
+  int http_port() const override { return http_ ? http_->port() : 0; }
+  int grpc_port() const override { return grpc_port_; }
+
+ private:
+  RouterOptions options_;
+  WorkerPool pool_;
+  RegistryService service_;
+  std::unique_ptr<Placer> placer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<engine::ChatTemplate> chat_template_;
+  metrics::Registry registry_;
+  std::unique_ptr<openai::ApiMetrics> api_metrics_;
+  ClusterBackendMetrics backend_metrics_;
+  std::vector<metrics::CallbackHandle> callbacks_;
+  std::unique_ptr<ClusterBackend> backend_;
+  std::unique_ptr<http::Server> http_;
+  std::unique_ptr<openai::Frontend> frontend_;
+  std::unique_ptr<grpc::Server> grpc_;
+  int grpc_port_ = 0;
+  absl::Notification stop_;
+  std::thread expiry_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
+  auto r = std::make_unique<RouterImpl>(options);
+  STRATA_RETURN_IF_ERROR(r->Init());
+  return r;
+}
+
+}  // namespace strata::router

@@ -1,0 +1,179 @@
+// `strata up` cluster configs: defaults, every key, the shipped example, and errors that name
+// the key and line.
+#include "strata/common/cluster_config.h"
+
+#include <cstdlib>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
+  auto c = ParseClusterConfig("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "preset:tiny-llama");
+  EXPECT_EQ(c->host, "127.0.0.1");
+  EXPECT_EQ(c->router.http_port, 8000);
+  EXPECT_EQ(c->router.grpc_port, 0);
+  EXPECT_EQ(c->prefill.count, 1);
+  EXPECT_EQ(c->decode.count, 1);
+  EXPECT_EQ(c->mixed.count, 0);
+  EXPECT_EQ(c->engine.plugin, "cpu");
+  EXPECT_EQ(c->engine.block_size, 16);
+  EXPECT_EQ(c->engine.max_num_seqs, 64);
+  EXPECT_EQ(c->engine.max_num_batched_tokens, 512);
+  EXPECT_EQ(c->slo.ttft_s, 2.0);
+  EXPECT_EQ(c->slo.tpot_s, 0.2);
+  EXPECT_EQ(c->policy, "kv-aware");
+  EXPECT_TRUE(c->api_keys.empty());
+  EXPECT_TRUE(c->log_dir.empty());
+  EXPECT_TRUE(ValidateClusterConfig(*c).ok());
+}
+
+TEST(ClusterConfigTest, ParsesEveryKey) {
+  auto c = ParseClusterConfig(R"(
+model: /models/llama
+host: 0.0.0.0
+router: {http_port: 9000, grpc_port: 9001}
+prefill: {count: 2}
+decode: {count: 3}
+mixed: {count: 1}
+engine:
+  plugin: /opt/libstrata_cuda.so
+  block_size: 32
+  num_kv_blocks: 4096
+  max_num_seqs: 128
+  max_num_batched_tokens: 2048
+  max_model_len: 8192
+slo: {ttft_s: 0.5, tpot_s: 0.05}
+log_dir: /var/log/strata
+api_keys: [k1, "k2"]
+policy: goodput
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "/models/llama");
+  EXPECT_EQ(c->host, "0.0.0.0");
+  EXPECT_EQ(c->router.http_port, 9000);
+  EXPECT_EQ(c->router.grpc_port, 9001);
+  EXPECT_EQ(c->prefill.count, 2);
+  EXPECT_EQ(c->decode.count, 3);
+  EXPECT_EQ(c->mixed.count, 1);
+  EXPECT_EQ(c->engine.plugin, "/opt/libstrata_cuda.so");
+  EXPECT_EQ(c->engine.block_size, 32);
+  EXPECT_EQ(c->engine.num_kv_blocks, 4096);
+  EXPECT_EQ(c->engine.max_num_seqs, 128);
+  EXPECT_EQ(c->engine.max_num_batched_tokens, 2048);
+  EXPECT_EQ(c->engine.max_model_len, 8192);
+  EXPECT_EQ(c->slo.ttft_s, 0.5);
+  EXPECT_EQ(c->slo.tpot_s, 0.05);
+  EXPECT_EQ(c->log_dir, "/var/log/strata");
+  EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2"));
+  EXPECT_EQ(c->policy, "goodput");
+}
+
+TEST(ClusterConfigTest, JsonIsAccepted) {
+  auto c = ParseClusterConfig(R"({"decode": {"count": 0}, "mixed": {"count": 2},
+                                  "slo": {"ttft_s": 1}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decode.count, 0);
+  EXPECT_EQ(c->mixed.count, 2);
+  EXPECT_EQ(c->slo.ttft_s, 1.0);
+}
+
+TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
+  auto c = LoadClusterConfig(STRATA_SOURCE_DIR "/docs/examples/cluster.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto d = ParseClusterConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(c->model, d->model);
+  EXPECT_EQ(c->router.http_port, d->router.http_port);
+  EXPECT_EQ(c->prefill.count, d->prefill.count);
+  EXPECT_EQ(c->decode.count, d->decode.count);
+  EXPECT_EQ(c->engine.block_size, d->engine.block_size);
+  EXPECT_EQ(c->slo.tpot_s, d->slo.tpot_s);
+  EXPECT_EQ(c->policy, d->policy);
+}
+
+struct BadCase {
+  const char* text;
+  const char* message;  // the whole one-line error
+};
+
+class ClusterConfigErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ClusterConfigErrorTest, NamesKeyAndLine) {
+  auto c = ParseClusterConfig(GetParam().text, "cluster.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(c.status().message()), std::string(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ClusterConfigErrorTest,
+    ::testing::Values(
+        BadCase{"model: m\nmodle: x\n",
+                "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
+                "decode, mixed, engine, slo, log_dir, api_keys, policy)"},
+        BadCase{"router:\n  http_port: 80\n  port: 1\n",
+                "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
+                "grpc_port)"},
+        BadCase{"router:\n  http_port: 70000\n",
+                "cluster.yaml:2: router.http_port: must be in 0..65535, got 70000"},
+        BadCase{"router:\n  grpc_port: -1\n",
+                "cluster.yaml:2: router.grpc_port: must be in 0..65535, got -1"},
+        BadCase{"router:\n  http_port: eighty\n",
+                "cluster.yaml:2: router.http_port: expected an integer"},
+        BadCase{"engine:\n  block_size: 1.5\n",
+                "cluster.yaml:2: engine.block_size: expected an integer"},
+        BadCase{"\nengine:\n  block_size: 48\n",
+                "cluster.yaml:3: engine.block_size: must be a power of two in 1..256, got 48"},
+        BadCase{"engine:\n  block_size: 512\n",
+                "cluster.yaml:2: engine.block_size: must be a power of two in 1..256, got 512"},
+        BadCase{"prefill:\n  count: -1\n",
+                "cluster.yaml:2: prefill.count: must be in 0..1024, got -1"},
+        BadCase{"decode: {count: 0}\n",
+                "cluster.yaml:1: at least one decode or mixed worker is required "
+                "(decode.count + mixed.count >= 1)"},
+        BadCase{"slo:\n  ttft_s: 0\n",
+                "cluster.yaml:2: slo.ttft_s: must be a positive number of seconds, got 0"},
+        BadCase{"slo:\n  tpot_s: fast\n", "cluster.yaml:2: slo.tpot_s: expected a number"},
+        BadCase{"model: [a, b]\n", "cluster.yaml:1: model: expected a string"},
+        BadCase{"model:\n", "cluster.yaml:1: model: expected a string"},
+        BadCase{"router: 8000\n",
+                "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port"},
+        BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
+        BadCase{"policy: a\npolicy: b\n", "cluster.yaml:2: policy: duplicate key"},
+        BadCase{"- a\n- b\n", "cluster.yaml:1: expected a mapping at the top level"},
+        BadCase{"model: [unclosed\n",
+                "cluster.yaml:2: invalid YAML: end of sequence flow not found"}));
+
+TEST(ClusterConfigTest, LoadMissingFileIsNotFound) {
+  auto c = LoadClusterConfig("/nonexistent/cluster.yaml");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/cluster.yaml"));
+}
+
+TEST(ClusterConfigTest, ValidateCatchesOverrides) {
+  ClusterConfig c;
+  c.decode.count = 0;
+  EXPECT_THAT(ValidateClusterConfig(c).message(), HasSubstr("at least one decode or mixed"));
+  c.mixed.count = 1;
+  EXPECT_TRUE(ValidateClusterConfig(c).ok());
+  c.router.http_port = 65536;
+  EXPECT_EQ(ValidateClusterConfig(c).message(), "router.http_port: must be in 0..65535, got 65536");
+}
+
+TEST(ClusterConfigTest, DefaultLogDirUsesXdgRuntimeDir) {
+  setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+  EXPECT_THAT(DefaultLogDir(), ::testing::StartsWith("/run/user/4242/strata/run-"));
+  unsetenv("XDG_RUNTIME_DIR");
+  EXPECT_THAT(DefaultLogDir(), ::testing::StartsWith("/tmp/strata-"));
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,287 @@
+// The `strata up` supervisor driving fake servers (testdata/fake_server.py): readiness, early
+// exits, stop order, SIGKILL after the grace period, orphan cleanup, and the cluster plan.
+#include "supervisor.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kFake[] = STRATA_SOURCE_DIR "/tests/config/testdata/fake_server.py";
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";
+    std::string tmpl = (fs::temp_directory_path() / "strata-sup-XXXXXX").string();
+    dir_ = mkdtemp(tmpl.data());
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // A fake server on a fresh port with the given extra flags.
+  ProcessSpec Fake(const std::string& name, std::vector<std::string> flags = {}) {
+    auto ports = PickFreePorts("127.0.0.1", 1);
+    EXPECT_TRUE(ports.ok());
+    const int port = (*ports)[0];
+    std::vector<std::string> argv = {kPython, kFake, "--port", std::to_string(port), "--name",
+                                     name, "--order-file", (dir_ / "order.txt").string()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return ProcessSpec{name, argv, "http://127.0.0.1:" + std::to_string(port) + "/ready",
+                       (dir_ / (name + ".log")).string()};
+  }
+
+  std::vector<std::string> StopOrder() {
+    std::ifstream in(dir_ / "order.txt");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  static SupervisorOptions Fast() {
+    SupervisorOptions o;
+    o.poll_interval = absl::Milliseconds(20);
+    o.ready_timeout = absl::Seconds(30);
+    o.grace = absl::Seconds(10);
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SupervisorTest, WaitsUntilEveryProcessIsReady) {
+  Supervisor sup(Fast());
+  ProcessSpec a = Fake("router", {"--ready-after", "0.4"});
+  ProcessSpec b = Fake("decode-0");
+  ASSERT_TRUE(sup.Start({a}).ok());
+  ASSERT_TRUE(sup.Start({b}).ok());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sup.WaitReady().ok());
+  // The router reports 503 for its first 0.4 s: ready cannot have been seen earlier.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  for (const auto* spec : {&a, &b}) {
+    const int port = std::stoi(spec->ready_url.substr(spec->ready_url.rfind(':') + 1));
+    auto code = HttpGetStatus("127.0.0.1", port, "/ready", absl::Seconds(2));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 200);
+  }
+  EXPECT_EQ(sup.running(), 2u);
+  const auto exits = sup.Stop();
+  EXPECT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) {
+    EXPECT_FALSE(e.killed);
+    EXPECT_EQ(e.Describe(), "exited with status 0");
+  }
+}
+
+TEST_F(SupervisorTest, EarlyExitFailsWithLogTail) {
+  Supervisor sup(Fast());
+  ASSERT_TRUE(sup.Start({Fake("router")}).ok());
+  ASSERT_TRUE(sup.Start({Fake("decode-0", {"--ready-after", "100", "--exit-after", "0.2",
+                                           "--exit-code", "3"})})
+                  .ok());
+  const pid_t router = sup.pid("router");
+  const absl::Status st = sup.WaitReady();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("decode-0 exited with status 3 before the cluster was ready"));
+  EXPECT_THAT(st.message(), HasSubstr("fatal: decode-0 broke on purpose"));
+  EXPECT_THAT(st.message(), HasSubstr((dir_ / "decode-0.log").string()));
+  EXPECT_EQ(sup.running(), 1u);
+  sup.Stop();
+  EXPECT_FALSE(Alive(router));
+}
+
+TEST_F(SupervisorTest, TimesOutNamingProcessesNotReady) {
+  SupervisorOptions o = Fast();
+  o.ready_timeout = absl::Milliseconds(500);
+  Supervisor sup(o);
+  ASSERT_TRUE(sup.Start({Fake("router"), Fake("prefill-0", {"--ready-after", "100"})}).ok());
+  const absl::Status st = sup.WaitReady();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(st.message(), HasSubstr(": prefill-0"));
+  EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("router")));
+}
+
+TEST_F(SupervisorTest, InterruptCancelsWaiting) {
+  SupervisorOptions o = Fast();
+  o.interrupted = [] { return true; };
+  Supervisor sup(o);
+  ASSERT_TRUE(sup.Start({Fake("router", {"--ready-after", "100"})}).ok());
+  EXPECT_EQ(sup.WaitReady().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(SupervisorTest, StopsWorkersBeforeRouterAndLeavesNothing) {
+  Supervisor sup(Fast());
+  ASSERT_TRUE(sup.Start({Fake("router")}).ok());
+  ASSERT_TRUE(sup.Start({Fake("prefill-0", {"--term-delay", "0.2"}), Fake("decode-0")}).ok());
+  ASSERT_TRUE(sup.WaitReady().ok());
+  const std::vector<pid_t> pids = {sup.pid("router"), sup.pid("prefill-0"), sup.pid("decode-0")};
+  sup.Stop();
+  const auto order = StopOrder();
+  ASSERT_EQ(order.size(), 3u);
+  // Workers are told first and must be gone (prefill-0 drains for 0.2 s) before the router is.
+  EXPECT_THAT(std::vector<std::string>(order.begin(), order.begin() + 2),
+              UnorderedElementsAre("prefill-0", "decode-0"));
+  EXPECT_EQ(order[2], "router");
+  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << pid;
+  EXPECT_EQ(sup.running(), 0u);
+}
+
+TEST_F(SupervisorTest, KillsProcessesThatIgnoreSigtermAfterGrace) {
+  SupervisorOptions o = Fast();
+  o.grace = absl::Milliseconds(300);
+  Supervisor sup(o);
+  ASSERT_TRUE(sup.Start({Fake("router")}).ok());
+  ASSERT_TRUE(sup.Start({Fake("decode-0", {"--ignore-term"})}).ok());
+  ASSERT_TRUE(sup.WaitReady().ok());
+  const pid_t stubborn = sup.pid("decode-0");
+  const auto exits = sup.Stop();
+  ASSERT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) {
+    EXPECT_EQ(e.killed, e.name == "decode-0") << e.name;
+    EXPECT_THAT(e.Describe(), HasSubstr(e.name == "decode-0" ? "killed by signal 9"
+                                                              : "exited with status 0"));
+  }
+  // It saw SIGTERM; the router was told only once the worker was gone, and exited by itself.
+  EXPECT_THAT(StopOrder(), ElementsAre("decode-0", "router"));
+  EXPECT_FALSE(Alive(stubborn));
+}
+
+TEST_F(SupervisorTest, ReportsUnexpectedExitWhileServing) {
+  Supervisor sup(Fast());
+  ASSERT_TRUE(sup.Start({Fake("router"), Fake("decode-0")}).ok());
+  ASSERT_TRUE(sup.WaitReady().ok());
+  kill(sup.pid("decode-0"), SIGKILL);
+  std::vector<ExitInfo> exits;
+  for (int i = 0; i < 500 && exits.empty(); ++i) {
+    exits = sup.ReapExited();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].name, "decode-0");
+  EXPECT_THAT(exits[0].Describe(), HasSubstr("killed by signal 9"));
+  EXPECT_EQ(sup.running(), 1u);
+}
+
+TEST_F(SupervisorTest, UnrunnableCommandIsAnError) {
+  Supervisor sup(Fast());
+  const absl::Status st =
+      sup.Start({ProcessSpec{"router", {"/nonexistent/strata"}, "", (dir_ / "r.log").string()}});
+  EXPECT_THAT(st.message(), HasSubstr("cannot run /nonexistent/strata: No such file"));
+  const absl::Status log =
+      sup.Start({ProcessSpec{"router", {kPython}, "", "/nonexistent/dir/r.log"}});
+  EXPECT_THAT(log.message(), HasSubstr("cannot open log /nonexistent/dir/r.log"));
+  EXPECT_EQ(sup.running(), 0u);
+}
+
+// If the supervisor is SIGKILLed, PR_SET_PDEATHSIG still ends its children.
+TEST_F(SupervisorTest, ChildrenDieWithSupervisor) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans come to us, so we can reap them
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const ProcessSpec spec = Fake("router");
+  const pid_t middle = fork();
+  if (middle == 0) {
+    Supervisor sup(Fast());
+    if (!sup.Start({spec}).ok() || !sup.WaitReady().ok()) _exit(1);
+    const pid_t child = sup.pid("router");
+    if (write(fds[1], &child, sizeof(child)) != sizeof(child)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t child = 0;
+  ASSERT_EQ(read(fds[0], &child, sizeof(child)), static_cast<ssize_t>(sizeof(child)));
+  close(fds[0]);
+  ASSERT_TRUE(Alive(child));
+  kill(middle, SIGKILL);
+  ASSERT_EQ(waitpid(middle, nullptr, 0), middle);
+  // The orphan gets SIGTERM from the kernel and exits; it was reparented to us (subreaper).
+  int status = 0;
+  pid_t reaped = 0;
+  for (int i = 0; i < 1000 && reaped == 0; ++i) {
+    reaped = waitpid(child, &status, WNOHANG);
+    if (reaped == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  EXPECT_EQ(reaped, child);
+  EXPECT_FALSE(Alive(child));
+}
+
+TEST(SupervisorHelpersTest, PickFreePortsAreDistinctAndBindable) {
+  auto ports = PickFreePorts("127.0.0.1", 5);
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  ASSERT_EQ(ports->size(), 5u);
+  std::set<int> unique(ports->begin(), ports->end());
+  EXPECT_EQ(unique.size(), 5u);
+  for (int p : *ports) EXPECT_GT(p, 0);
+  EXPECT_FALSE(PickFreePorts("no-such-host.invalid", 1).ok());
+}
+
+TEST(SupervisorHelpersTest, HttpGetStatusOfClosedPortIsUnavailable) {
+  auto ports = PickFreePorts("127.0.0.1", 1);
+  ASSERT_TRUE(ports.ok());
+  EXPECT_EQ(HttpGetStatus("127.0.0.1", (*ports)[0], "/ready", absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
+  ClusterConfig c;
+  c.host = "0.0.0.0";
+  c.router.http_port = 8000;
+  c.router.grpc_port = 9000;
+  c.prefill.count = 1;
+  c.decode.count = 1;
+  c.mixed.count = 1;
+  c.engine.num_kv_blocks = 128;
+  c.api_keys = {"k1", "k2"};
+  const ClusterPlan plan =
+      PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_EQ(plan.router.size(), 1u);
+  EXPECT_THAT(plan.router[0].argv,
+              ElementsAre("/bin/strata", "router", "--host", "0.0.0.0", "--http-port", "8000",
+                          "--grpc-port", "9000", "--model", "/models/m",
+                          "--served-model-name", "tiny-llama", "--policy", "kv-aware", "--api-key", "k1", "--api-key", "k2", "--slo-ttft", "2",
+                          "--slo-tpot", "0.2"));
+  EXPECT_EQ(plan.router[0].ready_url, "http://127.0.0.1:8000/ready");
+  EXPECT_EQ(plan.router[0].log_path, "/logs/router.log");
+  EXPECT_EQ(plan.url, "http://127.0.0.1:8000/v1");
+  ASSERT_EQ(plan.workers.size(), 3u);
+  EXPECT_EQ(plan.workers[0].name, "prefill-0");
+  EXPECT_EQ(plan.workers[1].name, "decode-0");
+  EXPECT_EQ(plan.workers[2].name, "mixed-0");
+  EXPECT_THAT(plan.workers[1].argv,
+              ElementsAre("/bin/strata", "worker", "--role", "decode", "--id", "decode-0",
+                          "--host", "0.0.0.0", "--http-port", "8102", "--grpc-port", "9102",
+                          "--router", "127.0.0.1:9000", "--model", "/models/m",
+                          "--served-model-name", "tiny-llama", "--plugin", "cpu", "--block-size",
+                          "16", "--api-key", "k1", "--api-key", "k2", "--num-kv-blocks", "128", "--max-num-seqs", "64",
+                          "--max-num-batched-tokens", "512"));
+  EXPECT_EQ(plan.workers[2].ready_url, "http://127.0.0.1:8103/ready");
+  EXPECT_EQ(plan.workers[2].log_path, "/logs/mixed-0.log");
+}
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,523 @@
+// The OpenAI front end's handlers against a scripted fake backend and a capturing writer:
+// choices and usage, streaming framing, errors before/after the stream started, client
+// disconnects, auth, the probes and the chat prompt the model actually sees.
+#include "strata/openai/frontend.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/openai/fakes.h"
+
+namespace strata::openai {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ErrorEvent;
+using testing::FakeBackend;
+using testing::FakeWriter;
+using testing::TokensEvent;
+using Json = nlohmann::ordered_json;
+
+const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures";
+
+class RecordingObserver : public RequestObserver {
+ public:
+  void OnFinished(const RequestRecord& record) override {
+    absl::MutexLock lock(&mu_);
+    records_.push_back(record);
+  }
+  std::vector<RequestRecord> records() const {
+    absl::MutexLock lock(&mu_);
+    return records_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<RequestRecord> records_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class FrontendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = Tokenizer::FromFile(kFixtures + "/models/llama3/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    const std::string dir = kFixtures + "/chat_templates/qwen2_5";
+    Json cases = Json::parse(ReadFile(dir + "/cases.json"));
+    auto tmpl = engine::ChatTemplate::FromString(ReadFile(dir + "/template.jinja"),
+                                                 cases["bos_token"], cases["eos_token"]);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    options_.observer = &observer_;
+    MakeFrontend();
+  }
+
+  void MakeFrontend(bool with_template = true) {
+    ServedModel model{"tiny", tokenizer_.get(), with_template ? template_.get() : nullptr,
+                      max_model_len_, 384};
+    auto f = Frontend::Create(&backend_, model, options_);
+    ASSERT_TRUE(f.ok()) << f.status();
+    frontend_ = std::move(*f);
+  }
+
+  std::shared_ptr<FakeWriter> Call(const std::string& method, const std::string& path,
+                                   const std::string& body,
+                                   std::map<std::string, std::string> headers = {}) {
+    http::Request req;
+    req.method = method;
+    req.path = req.target = path;
+    req.body = body;
+    req.headers = std::move(headers);
+    auto writer = std::make_shared<FakeWriter>();
+    if (path == "/v1/completions") frontend_->HandleCompletions(req, writer);
+    if (path == "/v1/chat/completions") frontend_->HandleChatCompletions(req, writer);
+    if (path == "/v1/models") frontend_->HandleModels(req, writer);
+    if (path == "/health") frontend_->HandleHealth(req, writer);
+    if (path == "/ready") frontend_->HandleReady(req, writer);
+    return writer;
+  }
+
+  std::shared_ptr<FakeWriter> Complete(const std::string& fields) {
+    return Call("POST", "/v1/completions", R"({"model":"tiny",)" + fields + "}");
+  }
+  std::shared_ptr<FakeWriter> Chat(const std::string& fields) {
+    return Call("POST", "/v1/chat/completions",
+                R"({"model":"tiny","messages":[{"role":"user","content":"hi"}])" +
+                    (fields.empty() ? "" : "," + fields) + "}");
+  }
+
+  static std::vector<Json> JsonEvents(const FakeWriter& w) {
+    std::vector<Json> out;
+    for (const std::string& e : w.Events()) {
+      if (e != "[DONE]") out.push_back(Json::parse(e));
+    }
+    return out;
+  }
+
+  int64_t max_model_len_ = 256;
+  FakeBackend backend_;
+  RecordingObserver observer_;
+  FrontendOptions options_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<engine::ChatTemplate> template_;
+  std::unique_ptr<Frontend> frontend_;
+};
+
+GenerateEvent Final(std::vector<int32_t> tokens, std::string text, FinishReason reason,
+                    int32_t cached = 0) {
+  GenerateEvent e = TokensEvent(std::move(tokens), std::move(text), true, reason);
+  e.cached_tokens = cached;
+  return e;
+}
+
+TEST_F(FrontendTest, BatchPromptsWithNChoicesAggregateInOrder) {
+  auto w = Complete(R"("prompt":[[1,2,3],[4,5]],"n":2,"seed":10,"max_tokens":4)");
+  ASSERT_EQ(backend_.num_calls(), 4);
+  const std::string id = backend_.request(0).request_id.substr(
+      0, backend_.request(0).request_id.size() - 2);
+  EXPECT_THAT(id, ::testing::StartsWith("cmpl-"));
+  for (int c = 0; c < 4; ++c) {
+    GenerateRequest r = backend_.request(c);
+    EXPECT_EQ(r.request_id, id + "-" + std::to_string(c));
+    EXPECT_EQ(r.model, "tiny");
+    const std::vector<int32_t> prompt =
+        c < 2 ? std::vector<int32_t>{1, 2, 3} : std::vector<int32_t>{4, 5};
+    EXPECT_EQ(r.prompt, prompt);
+    EXPECT_EQ(r.params.max_tokens, 4);
+    EXPECT_EQ(*r.params.seed, 10u + c % 2);
+  }
+  // Finish out of order; nothing is sent until all are done.
+  backend_.Emit(3, Final({7}, "d", FinishReason::kStop));
+  backend_.Emit(0, TokensEvent({5, 6}, "a"));
+  backend_.Emit(0, Final({7}, "b", FinishReason::kLength, /*cached=*/2));
+  backend_.Emit(2, Final({9}, "c", FinishReason::kStop, /*cached=*/1));
+  EXPECT_EQ(w->responses(), 0);
+  backend_.Emit(1, Final({}, "", FinishReason::kStop));
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->content_type(), "application/json");
+  Json body = w->json();
+  EXPECT_EQ(body["id"], id);
+  EXPECT_EQ(body["object"], "text_completion");
+  ASSERT_EQ(body["choices"].size(), 4u);
+  const std::vector<std::string> texts = {"ab", "", "c", "d"};
+  const std::vector<std::string> reasons = {"length", "stop", "stop", "stop"};
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(body["choices"][c]["index"], c);
+    EXPECT_EQ(body["choices"][c]["text"], texts[c]);
+    EXPECT_EQ(body["choices"][c]["finish_reason"], reasons[c]);
+    EXPECT_EQ(body["choices"][c]["logprobs"], nullptr);
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 5);  // each prompt once
+  EXPECT_EQ(body["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(body["usage"]["total_tokens"], 10);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].http_status, 200);
+  EXPECT_EQ(records[0].completion_tokens, 5);
+  EXPECT_EQ(records[0].n, 2);
+  EXPECT_LT(records[0].ttft, absl::InfiniteDuration());
+  EXPECT_EQ(records[0].inter_token_gaps.size(), 1u);  // choice 0's second token event
+}
+
+TEST_F(FrontendTest, TextPromptIsTokenizedWithSpecialTokensAndDefaults) {
+  auto w = Complete(R"("prompt":"hello world","stop":"x","top_k":-1)");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  GenerateRequest r = backend_.request(0);
+  EXPECT_EQ(r.prompt, tokenizer_->Encode("hello world", /*add_special_tokens=*/true));
+  EXPECT_EQ(r.prompt.front(), 380);  // <|begin_of_text|>
+  EXPECT_EQ(r.params.max_tokens, 16);
+  EXPECT_FALSE(r.params.seed.has_value());
+  EXPECT_THAT(r.params.stop, ElementsAre("x"));
+  EXPECT_EQ(r.slo_class, "");
+  EXPECT_EQ(r.api_key_id, "");
+}
+
+TEST_F(FrontendTest, ChatPromptIsTheRenderedTemplateTokenizedWithoutSpecialTokens) {
+  const std::string messages =
+      R"([{"role":"system","content":"Be brief."},)"
+      R"({"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}])";
+  auto w = Call("POST", "/v1/chat/completions",
+                R"({"model":"tiny","messages":)" + messages + "}",
+                {{"x-slo-class", "interactive"}});
+  ASSERT_EQ(backend_.num_calls(), 1);
+  Json expected_messages = Json::parse(
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi\nthere"}])");
+  auto rendered = template_->Render(expected_messages, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_THAT(*rendered, HasSubstr("<|im_start|>assistant\n"));
+  const std::vector<int32_t> expected = tokenizer_->Encode(*rendered, false);
+  GenerateRequest r = backend_.request(0);
+  EXPECT_EQ(r.prompt, expected);
+  EXPECT_NE(r.prompt.front(), 380);  // no BOS added on top of the template
+  EXPECT_THAT(r.prompt, ::testing::Contains(382));  // <|im_start|> as one special token
+  // Chat's default max_tokens: the rest of the context window.
+  EXPECT_EQ(r.params.max_tokens, 256 - static_cast<int>(expected.size()));
+  EXPECT_EQ(r.slo_class, "interactive");
+  EXPECT_THAT(r.request_id, ::testing::StartsWith("chatcmpl-"));
+  backend_.Emit(0, Final({1, 2}, "Hello!", FinishReason::kStop));
+  Json body = w->json();
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello!");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], static_cast<int64_t>(expected.size()));
+}
+
+TEST_F(FrontendTest, ChatStreamInterleavesChoicesWithUsage) {
+  auto w = Chat(R"("n":2,"stream":true,"stream_options":{"include_usage":true})");
+  ASSERT_EQ(backend_.num_calls(), 2);
+  EXPECT_EQ(w->responses(), 0);  // the stream starts with the first event
+  backend_.Emit(1, TokensEvent({10}, "B1"));
+  EXPECT_TRUE(w->streaming());
+  backend_.Emit(0, TokensEvent({11}, "A1"));
+  backend_.Emit(1, Final({12}, "B2", FinishReason::kLength));
+  backend_.Emit(0, Final({}, "", FinishReason::kStop));
+  ASSERT_TRUE(w->ended());
+  EXPECT_EQ(w->status(), 200);
+  EXPECT_EQ(w->content_type(), "text/event-stream");
+  const std::vector<std::string> raw = w->Events();
+  ASSERT_FALSE(raw.empty());
+  EXPECT_EQ(raw.back(), "[DONE]");
+  std::vector<Json> events = JsonEvents(*w);
+  // role B, B1, role A, A1, B2, finish B, finish A, usage
+  ASSERT_EQ(events.size(), 8u);
+  std::vector<std::string> summary;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const Json& e = events[i];
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_TRUE(e.contains("usage") && e["usage"].is_null());
+    const Json& c = e["choices"][0];
+    std::string s = std::to_string(c["index"].get<int>()) + ":" + c["delta"].dump();
+    if (!c["finish_reason"].is_null()) s += ":" + c["finish_reason"].get<std::string>();
+    summary.push_back(s);
+  }
+  EXPECT_THAT(summary, ElementsAre(R"(1:{"role":"assistant","content":""})",
+                                   R"(1:{"content":"B1"})",
+                                   R"(0:{"role":"assistant","content":""})",
+                                   R"(0:{"content":"A1"})", R"(1:{"content":"B2"})",
+                                   "1:{}:length", "0:{}:stop"));
+  const Json& usage = events.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(w->writes_after_end(), 0);
+}
+
+TEST_F(FrontendTest, CompletionStreamWithLogprobs) {
+  auto w = Complete(R"("prompt":[1,2],"stream":true,"logprobs":1)");
+  GenerateEvent e = TokensEvent({65}, "x");
+  e.logprobs = {{65, -0.1f, {{65, -0.1f}}}};
+  backend_.Emit(0, e);
+  GenerateEvent last = Final({66}, "y", FinishReason::kLength);
+  last.logprobs = {{66, -0.2f, {{66, -0.2f}}}};
+  backend_.Emit(0, last);
+  std::vector<Json> events = JsonEvents(*w);
+  ASSERT_EQ(events.size(), 2u);  // no usage chunk without include_usage
+  EXPECT_FALSE(events[0].contains("usage"));
+  EXPECT_EQ(events[0]["object"], "text_completion");
+  EXPECT_EQ(events[0]["choices"][0]["text"], "x");
+  EXPECT_EQ(events[0]["choices"][0]["finish_reason"], nullptr);
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "length");
+  const Json& lp = events[1]["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"][0], tokenizer_->Decode(std::vector<int32_t>{66}));
+  // text_offset runs on across chunks.
+  EXPECT_EQ(lp["text_offset"][0],
+            static_cast<int64_t>(tokenizer_->Decode(std::vector<int32_t>{65}).size()));
+  EXPECT_EQ(w->Events().back(), "[DONE]");
+}
+
+TEST_F(FrontendTest, ErrorBeforeStreamStartsIsAnHttpErrorAndCancelsTheOthers) {
+  auto w = Complete(R"("prompt":[1],"n":3,"stream":true)");
+  ASSERT_EQ(backend_.num_calls(), 3);
+  backend_.Emit(1, ErrorEvent(absl::ResourceExhaustedError("overloaded")));
+  EXPECT_EQ(w->status(), 429);
+  EXPECT_FALSE(w->streaming());
+  Json body = w->json();
+  EXPECT_EQ(body["error"]["message"], "overloaded");
+  EXPECT_EQ(body["error"]["code"], "rate_limit_exceeded");
+  EXPECT_TRUE(backend_.cancelled(0));
+  EXPECT_TRUE(backend_.cancelled(2));
+  backend_.Emit(0, TokensEvent({1}, "late"));  // ignored
+  EXPECT_EQ(w->responses(), 1);
+  EXPECT_THAT(w->body(), ::testing::Not(HasSubstr("late")));
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].http_status, 429);
+  EXPECT_TRUE(records[0].failed);
+}
+
+TEST_F(FrontendTest, ErrorAfterStreamStartIsAnSseErrorEvent) {
+  auto w = Chat(R"("stream":true)");
+  backend_.Emit(0, TokensEvent({5}, "partial"));
+  backend_.Emit(0, ErrorEvent(absl::UnavailableError("decode worker lost")));
+  ASSERT_TRUE(w->ended());
+  const std::vector<std::string> raw = w->Events();
+  ASSERT_GE(raw.size(), 3u);
+  EXPECT_EQ(raw.back(), "[DONE]");
+  Json err = Json::parse(raw[raw.size() - 2]);
+  EXPECT_EQ(err["error"]["message"], "decode worker lost");
+  EXPECT_EQ(err["error"]["type"], "server_error");
+  EXPECT_EQ(w->status(), 200);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_TRUE(records[0].failed);
+  EXPECT_EQ(records[0].http_status, 200);
+}
+
+TEST_F(FrontendTest, AbortedGenerationIsAServerError) {
+  auto w = Complete(R"("prompt":[1])");
+  backend_.Emit(0, Final({}, "", FinishReason::kAbort));
+  EXPECT_EQ(w->status(), 500);
+  EXPECT_EQ(w->json()["error"]["type"], "server_error");
+}
+
+TEST_F(FrontendTest, ClientDisconnectCancelsEveryChoice) {
+  auto w = Complete(R"("prompt":[1],"n":3,"stream":true)");
+  backend_.Emit(0, TokensEvent({1}, "a"));
+  const std::string before = w->body();
+  w->Disconnect();
+  for (int c = 0; c < 3; ++c) EXPECT_TRUE(backend_.cancelled(c)) << c;
+  backend_.Emit(1, TokensEvent({2}, "b"));
+  backend_.Emit(0, ErrorEvent(absl::CancelledError("cancelled")));
+  EXPECT_EQ(w->body(), before);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_TRUE(records[0].cancelled);
+}
+
+TEST_F(FrontendTest, ClientGoneBeforeStartGeneratesNothing) {
+  auto writer = std::make_shared<FakeWriter>();
+  writer->Disconnect();
+  http::Request req;
+  req.body = R"({"model":"tiny","prompt":[1],"n":2})";
+  frontend_->HandleCompletions(req, writer);
+  EXPECT_EQ(backend_.num_calls(), 0);
+  EXPECT_EQ(writer->responses(), 0);
+}
+
+TEST_F(FrontendTest, SynchronousBackendAnswersInsideGenerate) {
+  backend_.on_generate = [this](int i) {
+    backend_.Emit(i, Final({1}, "s" + std::to_string(i), FinishReason::kStop));
+  };
+  auto w = Complete(R"("prompt":[1],"n":2)");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["choices"][1]["text"], "s1");
+}
+
+TEST_F(FrontendTest, SynchronousFailureStopsStartingChoices) {
+  backend_.on_generate = [this](int i) {
+    backend_.Emit(i, ErrorEvent(absl::UnavailableError("no worker")));
+  };
+  auto w = Complete(R"("prompt":[1],"n":4)");
+  EXPECT_EQ(w->status(), 503);
+  EXPECT_EQ(backend_.num_calls(), 1);
+}
+
+TEST_F(FrontendTest, EventsFromManyThreadsAreSerialized) {
+  constexpr int kChoices = 6, kTokens = 40;
+  auto w = Chat(R"("n":6,"stream":true,"stream_options":{"include_usage":true})");
+  ASSERT_EQ(backend_.num_calls(), kChoices);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kChoices; ++c) {
+    threads.emplace_back([this, c] {
+      for (int t = 0; t < kTokens; ++t) {
+        const bool last = t == kTokens - 1;
+        backend_.Emit(c, TokensEvent({t}, std::string(1, char('a' + c)), last,
+                                     last ? FinishReason::kLength : FinishReason::kNone));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(w->ended());
+  EXPECT_EQ(w->Events().back(), "[DONE]");
+  std::vector<std::string> text(kChoices);
+  for (const Json& e : JsonEvents(*w)) {
+    if (e["choices"].empty()) {
+      EXPECT_EQ(e["usage"]["completion_tokens"], kChoices * kTokens);
+      continue;
+    }
+    const Json& c = e["choices"][0];
+    if (c["delta"].contains("content")) text[c["index"].get<int>()] += c["delta"]["content"];
+  }
+  for (int c = 0; c < kChoices; ++c) EXPECT_EQ(text[c], std::string(kTokens, char('a' + c)));
+}
+
+TEST_F(FrontendTest, ValidationErrors) {
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{", 400, "", ""},
+      {"/v1/completions", R"({"model":"other","prompt":"x"})", 404, "model", "model_not_found"},
+      {"/v1/chat/completions", R"({"model":"other","messages":[{"role":"user","content":"x"}]})",
+       404, "model", "model_not_found"},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1,384]})", 400, "prompt", ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1],"max_tokens":-1})", 400, "max_tokens",
+       ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1],"stop_token_ids":[999]})", 400,
+       "stop_token_ids", ""},
+      // 256 tokens leave no room in a 256-token context.
+      {"/v1/completions", R"({"model":"tiny","prompt":)" + Json(std::vector<int>(256, 1)).dump() +
+                              "}",
+       413, "prompt", "context_length_exceeded"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body);
+    auto w = Call("POST", c.path, c.body);
+    EXPECT_EQ(w->status(), c.status);
+    Json e = w->json()["error"];
+    EXPECT_EQ(e["param"], c.param.empty() ? Json(nullptr) : Json(c.param));
+    EXPECT_EQ(e["code"], c.code.empty() ? Json(nullptr) : Json(c.code));
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+  }
+  EXPECT_EQ(backend_.num_calls(), 0);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), cases.size());
+  EXPECT_EQ(records[1].http_status, 404);
+  EXPECT_TRUE(records[1].failed);
+}
+
+TEST_F(FrontendTest, MaxTokensIsClippedToTheContextWindow) {
+  auto w = Complete(R"("prompt":)" + Json(std::vector<int>(250, 1)).dump() +
+                    R"(,"max_tokens":100)");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  EXPECT_EQ(backend_.request(0).params.max_tokens, 6);
+}
+
+TEST_F(FrontendTest, MaxPromptTokensOption) {
+  options_.max_prompt_tokens = 8;
+  MakeFrontend();
+  EXPECT_EQ(Complete(R"("prompt":[1,2,3,4,5,6,7,8,9])")->status(), 413);
+  Complete(R"("prompt":[1,2,3,4,5,6,7,8])");
+  EXPECT_EQ(backend_.num_calls(), 1);
+}
+
+TEST_F(FrontendTest, ChatWithoutTemplateIs400) {
+  MakeFrontend(/*with_template=*/false);
+  auto w = Chat("");
+  EXPECT_EQ(w->status(), 400);
+  EXPECT_THAT(w->json()["error"]["message"].get<std::string>(), HasSubstr("no chat template"));
+}
+
+TEST_F(FrontendTest, ApiKeys) {
+  options_.api_keys = {"k1", "k2"};
+  MakeFrontend();
+  const std::string body = R"({"model":"tiny","prompt":[1]})";
+  auto none = Call("POST", "/v1/completions", body);
+  EXPECT_EQ(none->status(), 401);
+  EXPECT_EQ(none->json()["error"]["code"], "invalid_api_key");
+  auto wrong = Call("POST", "/v1/completions", body, {{"authorization", "Bearer k3"}});
+  EXPECT_EQ(wrong->status(), 401);
+  EXPECT_EQ(Call("GET", "/v1/models", "")->status(), 401);
+  EXPECT_EQ(backend_.num_calls(), 0);
+  Call("POST", "/v1/completions", body, {{"authorization", "Bearer k2"}});
+  ASSERT_EQ(backend_.num_calls(), 1);
+  EXPECT_EQ(backend_.request(0).api_key_id, "key-1");
+  EXPECT_EQ(Call("GET", "/v1/models", "", {{"authorization", "Bearer k1"}})->status(), 200);
+  EXPECT_EQ(Call("GET", "/health", "")->status(), 200);  // probes stay open
+}
+
+TEST_F(FrontendTest, ModelsHealthReady) {
+  auto models = Call("GET", "/v1/models", "");
+  EXPECT_EQ(models->status(), 200);
+  Json m = models->json();
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["owned_by"], "strata");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 256);
+  EXPECT_GT(m["data"][0]["created"].get<int64_t>(), 0);
+
+  auto health = Call("GET", "/health", "");
+  EXPECT_EQ(health->status(), 200);
+  EXPECT_EQ(health->body(), R"({"status":"ok"})");
+  EXPECT_EQ(Call("GET", "/ready", "")->status(), 200);
+  backend_.ready = false;
+  EXPECT_EQ(Call("GET", "/ready", "")->status(), 503);
+}
+
+class RouteRecorder : public http::Server {
+ public:
+  void Route(std::string method, std::string path, http::Handler handler) override {
+    routes[method + " " + path] = std::move(handler);
+  }
+  absl::Status Start() override { return absl::OkStatus(); }
+  int port() const override { return 0; }
+  void Shutdown(absl::Duration) override {}
+  int64_t open_connections() const override { return 0; }
+  std::map<std::string, http::Handler> routes;
+};
+
+TEST_F(FrontendTest, InstallRegistersTheRoutes) {
+  RouteRecorder server;
+  frontend_->Install(server);
+  std::vector<std::string> names;
+  for (const auto& [name, handler] : server.routes) names.push_back(name);
+  EXPECT_THAT(names, ElementsAre("GET /health", "GET /ready", "GET /v1/models",
+                                 "POST /v1/chat/completions", "POST /v1/completions"));
+  auto w = std::make_shared<FakeWriter>();
+  server.routes["GET /health"](http::Request{}, w);
+  EXPECT_EQ(w->status(), 200);
+}
+
+TEST(FrontendCreateTest, RejectsBadArguments) {
+  FakeBackend backend;
+  EXPECT_FALSE(Frontend::Create(nullptr, ServedModel{}, {}).ok());
+  EXPECT_FALSE(Frontend::Create(&backend, ServedModel{"m", nullptr, nullptr, 10, 10}, {}).ok());
+}
+
+}  // namespace
+}  // namespace strata::openai

@@ -1,0 +1,271 @@
+// Request parsing: every parameter's valid and invalid forms, and the error shape.
+#include "strata/openai/protocol.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata::openai {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct BadCase {
+  std::string body;
+  std::string param;    // expected `param` ("" = none)
+  std::string message;  // substring of the message
+};
+
+CompletionRequest ParseCompletionOk(const std::string& body) {
+  CompletionRequest r;
+  std::optional<ApiError> e = ParseCompletionRequest(body, &r);
+  EXPECT_FALSE(e.has_value()) << body << " -> " << (e ? e->message : "");
+  return r;
+}
+
+ChatRequest ParseChatOk(const std::string& body) {
+  ChatRequest r;
+  std::optional<ApiError> e = ParseChatRequest(body, &r);
+  EXPECT_FALSE(e.has_value()) << body << " -> " << (e ? e->message : "");
+  return r;
+}
+
+std::string Completion(const std::string& extra) {
+  return R"({"model":"m","prompt":"hi")" + (extra.empty() ? "" : "," + extra) + "}";
+}
+std::string Chat(const std::string& extra) {
+  return R"({"model":"m","messages":[{"role":"user","content":"hi"}])" +
+         (extra.empty() ? "" : "," + extra) + "}";
+}
+
+TEST(CompletionParseTest, Defaults) {
+  CompletionRequest r = ParseCompletionOk(Completion(""));
+  EXPECT_EQ(r.common.model, "m");
+  EXPECT_EQ(r.common.n, 1);
+  EXPECT_FALSE(r.common.stream);
+  EXPECT_EQ(r.common.sampling.max_tokens, -1);  // resolved by the Frontend
+  EXPECT_EQ(r.common.sampling.logprobs, -1);
+  EXPECT_FLOAT_EQ(r.common.sampling.temperature, 1.0f);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_FALSE(r.prompts[0].is_tokens);
+  EXPECT_EQ(r.prompts[0].text, "hi");
+}
+
+TEST(CompletionParseTest, EveryParameter) {
+  CompletionRequest r = ParseCompletionOk(Completion(
+      R"("max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.1,"seed":-3,)"
+      R"("stop":["a","bc"],"n":3,"logprobs":5,"echo":false,"presence_penalty":-2,)"
+      R"("frequency_penalty":2,"ignore_eos":true,"stream":true,)"
+      R"("stream_options":{"include_usage":true},"user":"u","suffix":null,"best_of":3,)"
+      R"("repetition_penalty":1.1,"stop_token_ids":[5],"unknown_field":{"x":1})"));
+  const SamplingParams& p = r.common.sampling;
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_FLOAT_EQ(p.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_FLOAT_EQ(p.min_p, 0.1f);
+  ASSERT_TRUE(p.seed.has_value());
+  EXPECT_EQ(*p.seed, static_cast<uint64_t>(int64_t{-3}));
+  EXPECT_THAT(p.stop, ElementsAre("a", "bc"));
+  EXPECT_EQ(r.common.n, 3);
+  EXPECT_EQ(p.logprobs, 5);
+  EXPECT_FLOAT_EQ(p.presence_penalty, -2.0f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, 2.0f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_TRUE(r.common.stream);
+  EXPECT_TRUE(r.common.include_usage);
+  EXPECT_THAT(p.stop_token_ids, ElementsAre(5));
+}
+
+TEST(CompletionParseTest, NullMeansDefault) {
+  CompletionRequest r = ParseCompletionOk(Completion(
+      R"("max_tokens":null,"temperature":null,"stop":null,"n":null,"logprobs":null,)"
+      R"("seed":null,"stream":null,"stream_options":null)"));
+  EXPECT_EQ(r.common.sampling.max_tokens, -1);
+  EXPECT_FLOAT_EQ(r.common.sampling.temperature, 1.0f);
+  EXPECT_FALSE(r.common.sampling.seed.has_value());
+  EXPECT_EQ(r.common.n, 1);
+}
+
+TEST(CompletionParseTest, PromptForms) {
+  CompletionRequest one = ParseCompletionOk(R"({"model":"m","prompt":[1,2,3]})");
+  ASSERT_EQ(one.prompts.size(), 1u);
+  EXPECT_TRUE(one.prompts[0].is_tokens);
+  EXPECT_THAT(one.prompts[0].tokens, ElementsAre(1, 2, 3));
+
+  CompletionRequest texts = ParseCompletionOk(R"({"model":"m","prompt":["a","b"]})");
+  ASSERT_EQ(texts.prompts.size(), 2u);
+  EXPECT_EQ(texts.prompts[1].text, "b");
+
+  CompletionRequest batch = ParseCompletionOk(R"({"model":"m","prompt":[[1,2],[3]]})");
+  ASSERT_EQ(batch.prompts.size(), 2u);
+  EXPECT_THAT(batch.prompts[0].tokens, ElementsAre(1, 2));
+  EXPECT_THAT(batch.prompts[1].tokens, ElementsAre(3));
+
+  CompletionRequest single_stop = ParseCompletionOk(Completion(R"("stop":"END")"));
+  EXPECT_THAT(single_stop.common.sampling.stop, ElementsAre("END"));
+}
+
+TEST(CompletionParseTest, InvalidRequests) {
+  const std::vector<BadCase> cases = {
+      {"{not json", "", "not valid JSON"},
+      {"[1,2]", "", "JSON object"},
+      {R"({"prompt":"hi"})", "model", "model is required"},
+      {R"({"model":3,"prompt":"hi"})", "model", "must be a string"},
+      {R"({"model":"m"})", "prompt", "prompt is required"},
+      {R"({"model":"m","prompt":""})", "prompt", "must not be empty"},
+      {R"({"model":"m","prompt":[]})", "prompt", "must not be empty"},
+      {R"({"model":"m","prompt":[[]]})", "prompt", "must not be empty"},
+      {R"({"model":"m","prompt":[1,-2]})", "prompt", "non-negative"},
+      {R"({"model":"m","prompt":[1,"a"]})", "prompt", "token ids"},
+      {R"({"model":"m","prompt":["a",[1]]})", "prompt", "one kind"},
+      {R"({"model":"m","prompt":5})", "prompt", "must be a string"},
+      {R"({"model":"m","prompt":{"a":1}})", "prompt", "must be a string"},
+      {Completion(R"("max_tokens":-1)"), "max_tokens", ">= 0"},
+      {Completion(R"("max_tokens":"5")"), "max_tokens", "integer"},
+      {Completion(R"("max_tokens":1.5)"), "max_tokens", "integer"},
+      {Completion(R"("temperature":2.5)"), "temperature", "[0, 2]"},
+      {Completion(R"("temperature":-0.1)"), "temperature", "[0, 2]"},
+      {Completion(R"("temperature":"hot")"), "temperature", "number"},
+      {Completion(R"("top_p":0)"), "top_p", "(0, 1]"},
+      {Completion(R"("top_p":1.01)"), "top_p", "(0, 1]"},
+      {Completion(R"("top_k":-2)"), "top_k", "[-1,"},
+      {Completion(R"("top_k":1.5)"), "top_k", "integer"},
+      {Completion(R"("min_p":1.5)"), "min_p", "[0, 1]"},
+      {Completion(R"("seed":"x")"), "seed", "integer"},
+      {Completion(R"("stop":["a","b","c","d","e"])"), "stop", "at most 4"},
+      {Completion(R"("stop":[1])"), "stop", "string"},
+      {Completion(R"("stop":5)"), "stop", "string"},
+      {Completion(R"("stop":"")"), "stop", "not be empty"},
+      {Completion(R"("n":0)"), "n", "[1, 128]"},
+      {Completion(R"("n":129)"), "n", "[1, 128]"},
+      {Completion(R"("n":true)"), "n", "integer"},
+      {Completion(R"("logprobs":21)"), "logprobs", "[0, 20]"},
+      {Completion(R"("logprobs":-1)"), "logprobs", "[0, 20]"},
+      {Completion(R"("logprobs":true)"), "logprobs", "integer"},
+      {Completion(R"("echo":true)"), "echo", "not supported"},
+      {Completion(R"("echo":"yes")"), "echo", "boolean"},
+      {Completion(R"("presence_penalty":2.5)"), "presence_penalty", "[-2, 2]"},
+      {Completion(R"("frequency_penalty":-3)"), "frequency_penalty", "[-2, 2]"},
+      {Completion(R"("repetition_penalty":0)"), "repetition_penalty", "> 0"},
+      {Completion(R"("ignore_eos":1)"), "ignore_eos", "boolean"},
+      {Completion(R"("stream":"true")"), "stream", "boolean"},
+      {Completion(R"("stream_options":{"include_usage":true})"), "stream_options",
+       "only allowed when stream"},
+      {Completion(R"("stream":true,"stream_options":5)"), "stream_options", "object"},
+      {Completion(R"("stream":true,"stream_options":{"include_usage":1})"),
+       "stream_options.include_usage", "boolean"},
+      {Completion(R"("suffix":"tail")"), "suffix", "not supported"},
+      {Completion(R"("best_of":2)"), "best_of", "must equal n"},
+      {Completion(R"("stop_token_ids":[-1])"), "stop_token_ids", "token ids"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    CompletionRequest r;
+    std::optional<ApiError> e = ParseCompletionRequest(c.body, &r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->type, "invalid_request_error");
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+TEST(ChatParseTest, MessagesAreNormalized) {
+  ChatRequest r = ParseChatOk(
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},)"
+      R"({"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],)"
+      R"("name":"bob"},{"role":"assistant","content":null},{"role":"tool","content":"r"}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_EQ(r.messages[1]["name"], "bob");  // other keys kept, in order
+  EXPECT_EQ(r.messages[1].dump(), R"({"role":"user","content":"a\nb","name":"bob"})");
+  EXPECT_EQ(r.messages[2]["content"], "");
+  EXPECT_EQ(r.common.sampling.logprobs, -1);
+  EXPECT_FALSE(r.logprobs);
+}
+
+TEST(ChatParseTest, Parameters) {
+  ChatRequest r = ParseChatOk(Chat(
+      R"("max_tokens":5,"max_completion_tokens":9,"logprobs":true,"top_logprobs":3,)"
+      R"("n":2,"seed":1,"stop":"x","ignore_eos":true,"stream":true,)"
+      R"("stream_options":{"include_usage":false},"chat_template_kwargs":{"k":1})"));
+  EXPECT_EQ(r.common.sampling.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.common.sampling.logprobs, 3);
+  EXPECT_EQ(r.common.n, 2);
+  EXPECT_TRUE(r.common.stream);
+  EXPECT_FALSE(r.common.include_usage);
+  EXPECT_EQ(r.chat_template_kwargs["k"], 1);
+
+  ChatRequest only_logprobs = ParseChatOk(Chat(R"("logprobs":true)"));
+  EXPECT_EQ(only_logprobs.common.sampling.logprobs, 0);
+}
+
+TEST(ChatParseTest, InvalidRequests) {
+  const std::vector<BadCase> cases = {
+      {"{", "", "not valid JSON"},
+      {R"({"model":"m"})", "messages", "messages is required"},
+      {R"({"model":"m","messages":[]})", "messages", "must not be empty"},
+      {R"({"model":"m","messages":"hi"})", "messages", "array"},
+      {R"({"model":"m","messages":[5]})", "messages", "message objects"},
+      {R"({"model":"m","messages":[{"content":"x"}]})", "messages", "role"},
+      {R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", "messages", "robot"},
+      {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages", "content"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages", "text"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":1}]}]})",
+       "messages", "text parts"},
+      {Chat(R"("max_tokens":-5)"), "max_tokens", ">= 0"},
+      {Chat(R"("max_completion_tokens":-1)"), "max_completion_tokens", ">= 0"},
+      {Chat(R"("logprobs":3)"), "logprobs", "boolean"},
+      {Chat(R"("top_logprobs":2)"), "top_logprobs", "requires logprobs"},
+      {Chat(R"("logprobs":true,"top_logprobs":21)"), "top_logprobs", "[0, 20]"},
+      {Chat(R"("temperature":3)"), "temperature", "[0, 2]"},
+      {Chat(R"("n":0)"), "n", "[1, 128]"},
+      {Chat(R"("chat_template_kwargs":[1])"), "chat_template_kwargs", "object"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    ChatRequest r;
+    std::optional<ApiError> e = ParseChatRequest(c.body, &r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+TEST(ApiErrorTest, StatusMapping) {
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kOutOfRange), 413);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kCancelled), 499);
+  EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kInternal), 500);
+
+  ApiError busy = ApiErrorFromStatus(absl::ResourceExhaustedError("queue full"));
+  EXPECT_EQ(busy.http_status, 429);
+  EXPECT_EQ(busy.type, "rate_limit_error");
+  EXPECT_EQ(busy.code, "rate_limit_exceeded");
+  EXPECT_EQ(busy.message, "queue full");
+  ApiError internal = ApiErrorFromStatus(absl::InternalError(""));
+  EXPECT_EQ(internal.http_status, 500);
+  EXPECT_EQ(internal.type, "server_error");
+  EXPECT_FALSE(internal.message.empty());
+
+  ApiError missing = ApiError::ModelNotFound("gpt-x");
+  EXPECT_EQ(missing.http_status, 404);
+  EXPECT_EQ(missing.code, "model_not_found");
+  EXPECT_THAT(missing.message, HasSubstr("gpt-x"));
+  EXPECT_EQ(ApiError::PromptTooLong("long").http_status, 413);
+}
+
+}  // namespace
+}  // namespace strata::openai

@@ -1,0 +1,145 @@
+// A real peer process (transport_peer): metadata over a socketpair, a write + notification
+// verified by the peer, then the peer is SIGKILLed and transfers must fail with kUnavailable
+// naming it, promptly and without hanging.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "strata/transport/agent.h"
+#include "test_util.h"
+
+namespace strata::transport {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Fnv1a;
+using testing::PatternByte;
+using testing::RecvFrame;
+
+constexpr size_t kRegionBytes = 4u << 20;
+
+struct PeerProcess {
+  pid_t pid = -1;
+  int fd = -1;
+};
+
+PeerProcess Spawn(const char* memory_mode) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec: make the child's end inheritable and exec.
+    int fd = dup(sv[1]);  // dup clears FD_CLOEXEC
+    char fd_arg[16], bytes_arg[32];
+    snprintf(fd_arg, sizeof(fd_arg), "%d", fd);
+    snprintf(bytes_arg, sizeof(bytes_arg), "%zu", kRegionBytes);
+    execl(TRANSPORT_PEER_BIN, TRANSPORT_PEER_BIN, fd_arg, bytes_arg, memory_mode,
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(sv[1]);
+  return {pid, sv[0]};
+}
+
+// (UCX_TLS for both processes, "" = UCX's own choice; how the peer provides its region).
+using Param = std::pair<const char*, const char*>;
+
+class TwoProcessTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    const char* tls = GetParam().first;
+    if (*tls != '\0') setenv("UCX_TLS", tls, 1);
+    peer_ = Spawn(GetParam().second);
+    ASSERT_GT(peer_.pid, 0);
+    auto agent = Agent::Create({.name = "prefill"});
+    if (*tls != '\0') unsetenv("UCX_TLS");
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agent_ = std::move(*agent);
+    src_.resize(kRegionBytes);
+    for (size_t i = 0; i < src_.size(); ++i) src_[i] = PatternByte(7, i);
+    auto local = agent_->RegisterMemory(src_.data(), src_.size());
+    ASSERT_TRUE(local.ok());
+    local_ = *local;
+    auto meta = RecvFrame(peer_.fd);
+    auto blob = RecvFrame(peer_.fd);
+    ASSERT_TRUE(meta && blob) << "peer process did not start";
+    ASSERT_TRUE(agent_->AddPeer("peer", *meta).ok());
+    auto remote = agent_->ImportRegion("peer", *blob);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    remote_ = *remote;
+  }
+
+  void TearDown() override {
+    agent_.reset();
+    if (peer_.fd >= 0) close(peer_.fd);
+    if (peer_.pid > 0) {
+      kill(peer_.pid, SIGKILL);
+      waitpid(peer_.pid, nullptr, 0);
+    }
+  }
+
+  PeerProcess peer_;
+  std::unique_ptr<Agent> agent_;
+  std::vector<char> src_;
+  uint64_t local_ = 0, remote_ = 0;
+};
+
+TEST_P(TwoProcessTest, WriteNotifyThenPeerKilled) {
+  // 1. Two runs; the peer hashes the second one when the notification arrives.
+  const std::vector<transport::Run> runs = {{0, 1u << 20, 1u << 20}, {12345, 2u << 20, 1500000}};
+  auto t = agent_->PostWrite("peer", local_, remote_, runs, "hash 2097152 1500000");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(agent_->Wait(*t, absl::Seconds(10)).ok());
+  agent_->Release(*t);
+  auto reply = RecvFrame(peer_.fd);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(*reply, "prefill " + std::to_string(Fnv1a(src_.data() + 12345, 1500000)));
+
+  // 2. Kill the peer; the next transfers must fail with kUnavailable naming it, never hang.
+  ASSERT_EQ(kill(peer_.pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(peer_.pid, nullptr, 0), peer_.pid);
+  peer_.pid = -1;
+  const absl::Time start = absl::Now();
+  absl::Status failure;
+  int attempts = 0;
+  while (failure.ok() && absl::Now() - start < absl::Seconds(15)) {
+    ++attempts;
+    auto next = agent_->PostWrite("peer", local_, remote_, runs, "hash 0 1");
+    if (!next.ok()) {
+      failure = next.status();
+      break;
+    }
+    failure = agent_->Wait(*next, absl::Seconds(5));
+    agent_->Release(*next);
+    if (failure.ok()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << failure;
+  EXPECT_THAT(failure.message(), HasSubstr("peer"));
+  EXPECT_LT(took, absl::Seconds(10)) << "after " << attempts << " attempts";
+  // Failure is sticky until the peer is re-added: posting fails at once.
+  auto again = agent_->PostWrite("peer", local_, remote_, runs);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(again.status().message(), HasSubstr("'peer'"));
+  EXPECT_GE(agent_->Stats().peer_failures, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, TwoProcessTest,
+                         ::testing::Values(Param{"", "register"}, Param{"", "allocate"},
+                                           Param{"tcp", "register"}),
+                         [](const auto& info) {
+                           return std::string(*info.param.first ? info.param.first : "default") +
+                                  "_" + info.param.second;
+                         });
+
+}  // namespace
+}  // namespace strata::transport

@@ -1,0 +1,136 @@
+#include "wire_format.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::transport::wire {
+namespace {
+
+constexpr uint32_t kMetadataMagic = 0x4d525453;  // "STRM"
+constexpr uint32_t kRegionMagic = 0x52525453;    // "STRR"
+constexpr uint32_t kNotificationMagic = 0x4e525453;  // "STRN"
+constexpr uint32_t kVersion = 1;
+
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutBytes(std::string& out, std::string_view bytes) {
+  PutU32(out, static_cast<uint32_t>(bytes.size()));
+  out.append(bytes);
+}
+
+// Sequential reader over untrusted bytes; every read is bounds-checked.
+class Reader {
+ public:
+  Reader(std::string_view bytes, const char* what) : bytes_(bytes), what_(what) {}
+
+  bool U32(uint32_t* v) { return Fixed(v, 4); }
+  bool U64(uint64_t* v) { return Fixed(v, 8); }
+  bool Bytes(std::string* out) {
+    uint32_t n = 0;
+    if (!U32(&n) || n > bytes_.size() - pos_) return false;
+    out->assign(bytes_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool AtEnd() const { return pos_ == bytes_.size(); }
+  absl::Status Malformed() const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed transport ", what_, " (", bytes_.size(), " bytes)"));
+  }
+  // Checks magic and version at the front.
+  absl::Status Header(uint32_t magic) {
+    uint32_t m = 0, v = 0;
+    if (!U32(&m) || m != magic) return Malformed();
+    if (!U32(&v) || v != kVersion) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transport ", what_, " version ", v, ", expected ", kVersion));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T>
+  bool Fixed(T* v, size_t n) {
+    if (bytes_.size() - pos_ < n) return false;
+    T out = 0;
+    for (size_t i = 0; i < n; ++i) {
+      out |= static_cast<T>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i);
+    }
+    pos_ += n;
+    *v = out;
+    return true;
+  }
+
+  std::string_view bytes_;
+  const char* what_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string EncodeMetadata(const AgentMetadata& metadata) {
+  std::string out;
+  PutU32(out, kMetadataMagic);
+  PutU32(out, kVersion);
+  PutBytes(out, metadata.name);
+  PutBytes(out, metadata.worker_address);
+  return out;
+}
+
+absl::StatusOr<AgentMetadata> DecodeMetadata(std::string_view bytes) {
+  Reader r(bytes, "metadata");
+  if (absl::Status s = r.Header(kMetadataMagic); !s.ok()) return s;
+  AgentMetadata m;
+  if (!r.Bytes(&m.name) || !r.Bytes(&m.worker_address) || !r.AtEnd() ||
+      m.worker_address.empty()) {
+    return r.Malformed();
+  }
+  return m;
+}
+
+std::string EncodeRegion(const RegionDescriptor& region) {
+  std::string out;
+  PutU32(out, kRegionMagic);
+  PutU32(out, kVersion);
+  PutU64(out, region.address);
+  PutU64(out, region.length);
+  PutBytes(out, region.packed_rkey);
+  return out;
+}
+
+absl::StatusOr<RegionDescriptor> DecodeRegion(std::string_view bytes) {
+  Reader r(bytes, "region blob");
+  if (absl::Status s = r.Header(kRegionMagic); !s.ok()) return s;
+  RegionDescriptor d;
+  if (!r.U64(&d.address) || !r.U64(&d.length) || !r.Bytes(&d.packed_rkey) || !r.AtEnd() ||
+      d.packed_rkey.empty()) {
+    return r.Malformed();
+  }
+  return d;
+}
+
+std::string EncodeNotification(std::string_view sender, std::string_view message) {
+  std::string out;
+  out.reserve(16 + sender.size() + message.size());
+  PutU32(out, kNotificationMagic);
+  PutU32(out, kVersion);
+  PutBytes(out, sender);
+  PutBytes(out, message);
+  return out;
+}
+
+absl::StatusOr<Notification> DecodeNotification(std::string_view bytes) {
+  Reader r(bytes, "notification");
+  if (absl::Status s = r.Header(kNotificationMagic); !s.ok()) return s;
+  Notification n;
+  if (!r.Bytes(&n.sender) || !r.Bytes(&n.message) || !r.AtEnd()) return r.Malformed();
+  return n;
+}
+
+}  // namespace strata::transport::wire

@@ -1,0 +1,52 @@
+#pragma once
+// A strata worker process: an engine on its own thread, the Worker gRPC service, the transport
+// agent owning its KV pool's registration, registration and heartbeats with the router, and an
+// HTTP server for /health, /ready and /metrics — plus the OpenAI API when the role is `mixed`
+// (a standalone aggregated server).
+//
+// Roles: prefill (computes prompts for decode workers), decode (reserves blocks, receives KV,
+// decodes), mixed (both phases locally; also accepts KV from prefill workers).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/engine/engine.h"
+#include "strata/proto/protocol.h"
+
+namespace strata::worker {
+
+struct WorkerOptions {
+  std::string id = "worker-0";
+  v1::Role role = v1::ROLE_MIXED;
+  std::string host = "127.0.0.1";
+  int grpc_port = 0;            // 0: ephemeral
+  int http_port = 0;            // 0: ephemeral
+  std::string router_address;   // host:port of the router's registry; empty: standalone
+  std::string model_dir;
+  std::string model_name;       // served name; default: the model directory's base name
+  EngineOptions engine;
+  std::vector<std::string> api_keys;  // mixed role's OpenAI API; empty: no auth
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  int http_threads = 2;
+};
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options);
+  virtual ~Worker() = default;
+
+  // Starts the servers and registration. Returns once both servers listen.
+  virtual absl::Status Start() = 0;
+  // Serving and (when a router is configured) registered.
+  virtual bool Ready() const = 0;
+  // Stops taking requests (/ready turns 503, deregisters), lets running ones finish for up to
+  // `drain`, then stops everything. Idempotent.
+  virtual void Shutdown(absl::Duration drain) = 0;
+
+  virtual int grpc_port() const = 0;
+  virtual int http_port() const = 0;
+};
+
+}  // namespace strata::worker

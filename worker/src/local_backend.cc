@@ -1,0 +1,61 @@
+#include "local_backend.h"
+
+#include <atomic>
+
+namespace strata::worker {
+namespace {
+
+class LocalHandle final : public openai::GenerationHandle {
+ public:
+  LocalHandle(EngineLoop* loop, std::string id, std::shared_ptr<std::atomic<bool>> done)
+      : loop_(loop), id_(std::move(id)), done_(std::move(done)) {}
+  ~LocalHandle() override = default;  // a finished request needs no cancel; see backend.h
+  void Cancel() override {
+    if (!done_->exchange(true)) loop_->Abort(id_);
+  }
+
+ private:
+  EngineLoop* loop_;
+  std::string id_;
+  std::shared_ptr<std::atomic<bool>> done_;
+};
+
+}  // namespace
+
+openai::GenerateEvent ToEvent(const RequestOutput& out) {
+  openai::GenerateEvent ev;
+  ev.tokens = out.new_tokens;
+  ev.text = out.new_text;
+  ev.logprobs = out.logprobs;
+  ev.finished = out.finished;
+  ev.finish_reason = out.finish_reason;
+  ev.prompt_tokens = out.prompt_tokens;
+  ev.cached_tokens = out.cached_tokens;
+  ev.completion_tokens = out.completion_tokens;
+  if (out.finish_reason == FinishReason::kAbort) {
+    ev.status = absl::CancelledError("request aborted");
+  }
+  return ev;
+}
+
+std::unique_ptr<openai::GenerationHandle> LocalBackend::Generate(openai::GenerateRequest request,
+                                                                 openai::EventCallback on_event) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto handle = std::make_unique<LocalHandle>(loop_, request.request_id, done);
+  loop_->Submit(request.request_id, std::move(request.prompt), std::move(request.params),
+                [on_event = std::move(on_event), done](const absl::Status& st,
+                                                       const RequestOutput& out) {
+                  if (!st.ok()) {
+                    done->store(true);
+                    openai::GenerateEvent ev;
+                    ev.status = st;
+                    on_event(std::move(ev));
+                    return;
+                  }
+                  if (out.finished) done->store(true);
+                  on_event(ToEvent(out));
+                });
+  return handle;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,24 @@
+#pragma once
+// openai::Backend over this worker's own engine: a `mixed` worker serving the API itself.
+#include "strata/engine/engine_loop.h"
+#include "strata/openai/backend.h"
+
+namespace strata::worker {
+
+class LocalBackend final : public openai::Backend {
+ public:
+  LocalBackend(EngineLoop* loop, std::function<bool()> ready)
+      : loop_(loop), ready_(std::move(ready)) {}
+  std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
+                                                     openai::EventCallback on_event) override;
+  bool Ready() const override { return ready_(); }
+
+ private:
+  EngineLoop* loop_;
+  std::function<bool()> ready_;
+};
+
+// The event a backend reports for one engine output.
+openai::GenerateEvent ToEvent(const RequestOutput& out);
+
+}  // namespace strata::worker

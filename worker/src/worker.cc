@@ -1,0 +1,193 @@
+#include "strata/worker/worker.h"
+
+#include <atomic>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
+#include "strata/decode/decode_driver.h"
+#include "strata/engine/chat_template.h"
+#include "strata/engine/engine_loop.h"
+#include "strata/http/server.h"
+#include "strata/openai/frontend.h"
+#include "strata/prefill/prefill_driver.h"
+#include "strata/transport/agent.h"
+#include "local_backend.h"
+#include "registry_client.h"
+#include "worker_metrics.h"
+#include "worker_service.h"
+
+namespace strata::worker {
+namespace {
+
+class WorkerImpl final : public Worker {
+ public:
+  explicit WorkerImpl(WorkerOptions options) : options_(std::move(options)) {}
+  ~WorkerImpl() override { Shutdown(absl::ZeroDuration()); }
+
+  absl::Status Init() {
+    auto engine = Engine::Create(options_.model_dir, options_.engine);
+    if (!engine.ok()) return engine.status();
+    Engine& e = **engine;
+    const int64_t max_model_len = e.max_model_len();
+    const int vocab = e.config().vocab_size;
+    model_identity_ = e.model_identity();
+    const size_t block_bytes = e.runner().kv_block_bytes();
+    const strata_kv_cache& kv = e.runner().kv_cache();
+    num_kv_blocks_ = kv.num_blocks;
+    loop_ = std::make_unique<EngineLoop>(std::move(*engine));
+    STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create({.name = options_.id}));
+    STRATA_ASSIGN_OR_RETURN(kv_region_,
+                            agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks)));
+    const v1::Role role = options_.role;
+    if (role == v1::ROLE_PREFILL || role == v1::ROLE_MIXED) {
+      prefill_ = prefill::PrefillDriver::Create(loop_.get(), agent_.get(), kv_region_, block_bytes,
+                                                options_.engine.runner.block_size);
+    }
+    if (role == v1::ROLE_DECODE || role == v1::ROLE_MIXED) {
+      decode::DecodeDriverOptions d;
+      d.model_identity = model_identity_;
+      d.block_size = options_.engine.runner.block_size;
+      d.self.set_agent_name(options_.id);
+      d.self.set_agent_metadata(agent_->Metadata());
+      STRATA_ASSIGN_OR_RETURN(std::string region, agent_->ExportRegion(kv_region_));
+      d.self.set_region(region);
+      d.self.set_block_bytes(block_bytes);
+      decode_ = decode::DecodeDriver::Create(loop_.get(), std::move(d));
+    }
+    service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());
+    STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
+    auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
+    if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
+                                               prefill_.get(), decode_.get());
+    return InitHttp(max_model_len, vocab);
+  }
+
+  absl::Status InitHttp(int64_t max_model_len, int vocab) {
+    http::ServerOptions ho;
+    ho.host = options_.host;
+    ho.port = options_.http_port;
+    ho.threads = options_.http_threads;
+    STRATA_ASSIGN_OR_RETURN(http_, http::Server::Create(ho));
+    http_->Route("GET", "/metrics", [this](const http::Request&, auto w) {
+      w->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Serialize());
+    });
+    if (options_.role == v1::ROLE_MIXED) {
+      backend_ = std::make_unique<LocalBackend>(loop_.get(), [this] { return Ready(); });
+      openai::ServedModel m;
+      m.name = ModelName();
+      m.tokenizer = tokenizer_.get();
+      m.chat_template = chat_template_.get();
+      m.max_model_len = max_model_len;
+      m.vocab_size = vocab;
+      openai::FrontendOptions fo;
+      fo.api_keys = options_.api_keys;
+      fo.observer = metrics_->observer();
+      STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
+      frontend_->Install(*http_);
+    } else {
+      http_->Route("GET", "/health", [](const http::Request&, auto w) {
+        w->Respond(200, "application/json", R"({"status":"ok"})");
+      });
+      http_->Route("GET", "/ready", [this](const http::Request&, auto w) {
+        if (Ready()) w->Respond(200, "application/json", R"({"status":"ready"})");
+        else w->Respond(503, "application/json", R"({"status":"not ready"})");
+      });
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Start() override {
+    grpc::ServerBuilder builder;
+    proto::ConfigureServer(builder);
+    builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
+                             grpc::InsecureServerCredentials(), &grpc_port_);
+    builder.RegisterService(service_.get());
+    grpc_ = builder.BuildAndStart();
+    if (grpc_ == nullptr || grpc_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen for gRPC on ", options_.host, ":", options_.grpc_port));
+    }
+    STRATA_RETURN_IF_ERROR(http_->Start());
+    if (!options_.router_address.empty()) {
+      v1::WorkerInfo info;
+      info.set_id(options_.id);
+      info.set_role(options_.role);
+      info.set_grpc_address(absl::StrCat(options_.host, ":", grpc_port_));
+      info.set_http_address(absl::StrCat(options_.host, ":", http_->port()));
+      info.set_model(ModelName());
+      info.set_model_identity(model_identity_);
+      info.set_block_size(options_.engine.runner.block_size);
+      info.set_num_kv_blocks(num_kv_blocks_);
+      info.set_max_model_len(loop_->engine_for_config().max_model_len());
+      registry_ = std::make_unique<RegistryClient>(options_.router_address, info, loop_.get(),
+                                                   options_.heartbeat_interval);
+      registry_->Start();
+    }
+    started_ = true;
+    return absl::OkStatus();
+  }
+
+  bool Ready() const override {
+    return started_ && !draining_ && (registry_ == nullptr || registry_->registered());
+  }
+
+  void Shutdown(absl::Duration drain) override {
+    if (stopped_.exchange(true)) return;
+    draining_ = true;
+    if (registry_) registry_->Stop();  // the router stops sending new requests
+    const absl::Time deadline = absl::Now() + drain;
+    while (loop_ && absl::Now() < deadline) {
+      const EngineLoad l = loop_->load();
+      if (l.running == 0 && l.waiting == 0) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (http_) http_->Shutdown(absl::Seconds(1));
+    if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (loop_) loop_->Stop();
+    if (grpc_) grpc_->Wait();
+    prefill_.reset();
+    decode_.reset();
+  }
+
+  int grpc_port() const override { return grpc_port_; }
+  int http_port() const override { return http_ ? http_->port() : 0; }
+
+ private:
+  std::string ModelName() const {
+    if (!options_.model_name.empty()) return options_.model_name;
+    return std::filesystem::path(options_.model_dir).filename().string();
+  }
+
+  WorkerOptions options_;
+  std::string model_identity_;
+  int num_kv_blocks_ = 0;
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<transport::Agent> agent_;
+  uint64_t kv_region_ = 0;
+  std::unique_ptr<prefill::PrefillDriver> prefill_;
+  std::unique_ptr<decode::DecodeDriver> decode_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<engine::ChatTemplate> chat_template_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<http::Server> http_;
+  std::unique_ptr<LocalBackend> backend_;
+  std::unique_ptr<openai::Frontend> frontend_;
+  std::unique_ptr<grpc::Server> grpc_;
+  int grpc_port_ = 0;
+  std::unique_ptr<RegistryClient> registry_;
+  std::atomic<bool> started_{false}, draining_{false}, stopped_{false};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
+  auto w = std::make_unique<WorkerImpl>(options);
+  STRATA_RETURN_IF_ERROR(w->Init());
+  return w;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,58 @@
+#include "worker_metrics.h"
+
+namespace strata::worker {
+
+WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
+                             transport::Agent* agent, prefill::PrefillDriver* prefill,
+                             decode::DecodeDriver* decode)
+    : api_(registry_, "strata_worker") {
+  Gauge("strata_worker_running_requests", "Sequences in the running batch",
+        [loop] { return loop->load().running; });
+  Gauge("strata_worker_waiting_requests", "Sequences waiting for admission (queue depth)",
+        [loop] { return loop->load().waiting; });
+  Gauge("strata_worker_queued_prefill_tokens", "Prompt tokens not yet computed",
+        [loop] { return double(loop->load().queued_prefill_tokens); });
+  Gauge("strata_worker_kv_blocks_total", "KV cache blocks in the pool",
+        [loop] { return loop->load().total_kv_blocks; });
+  Gauge("strata_worker_kv_blocks_used", "KV cache blocks referenced by requests",
+        [loop] {
+          const EngineLoad l = loop->load();
+          return double(l.total_kv_blocks - l.free_kv_blocks);
+        });
+  Gauge("strata_worker_step_seconds", "Recent engine step time (exponential moving average)",
+        [loop] { return loop->load().step_seconds_ema; });
+  CounterFn("strata_worker_engine_steps_total", "Engine steps run",
+            [loop] { return double(loop->load().steps); });
+  CounterFn("strata_worker_transport_bytes_written_total", "KV bytes written to peers",
+            [agent] { return double(agent->Stats().bytes_written); });
+  CounterFn("strata_worker_transport_transfers_failed_total", "KV transfers that failed",
+            [agent] { return double(agent->Stats().transfers_failed); });
+  if (prefill != nullptr) {
+    CounterFn("strata_worker_prefill_jobs_total", "Prefills computed for decode workers",
+              [prefill] { return double(prefill->stats().jobs); });
+    CounterFn("strata_worker_prefill_failed_total", "Prefills for decode workers that failed",
+              [prefill] { return double(prefill->stats().failed); });
+  }
+  if (decode != nullptr) {
+    CounterFn("strata_worker_kv_received_bytes_total", "KV bytes prefill workers wrote here",
+              [decode] { return double(decode->stats().bytes_received); });
+    CounterFn("strata_worker_kv_transfer_seconds_total",
+              "Sum of KV transfer durations of remote prefills (divide by _count)",
+              [decode] { return decode->stats().transfer_seconds_sum; });
+    CounterFn("strata_worker_kv_transfer_count_total", "Remote prefills whose KV arrived here",
+              [decode] { return double(decode->stats().prefills); });
+  }
+  (void)worker_id;
+}
+
+void WorkerMetrics::Gauge(const std::string& name, const std::string& help,
+                          std::function<double()> fn) {
+  callbacks_.push_back(registry_.GaugeOrDie(name, help).AddCallback({}, std::move(fn)));
+}
+
+void WorkerMetrics::CounterFn(const std::string& name, const std::string& help,
+                              std::function<double()> fn) {
+  callbacks_.push_back(registry_.CounterOrDie(name, help).AddCallback({}, std::move(fn)));
+}
+
+}  // namespace strata::worker

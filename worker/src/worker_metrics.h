@@ -1,0 +1,34 @@
+#pragma once
+// A worker's /metrics: engine load, KV blocks, KV transfers, and (mixed role) the API's
+// request metrics. Values owned elsewhere are read at scrape time through callbacks.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/common/metrics.h"
+#include "strata/decode/decode_driver.h"
+#include "strata/engine/engine_loop.h"
+#include "strata/openai/api_metrics.h"
+#include "strata/prefill/prefill_driver.h"
+#include "strata/transport/agent.h"
+
+namespace strata::worker {
+
+class WorkerMetrics {
+ public:
+  // Any of prefill / decode may be null. All pointers outlive this object.
+  WorkerMetrics(const std::string& worker_id, EngineLoop* loop, transport::Agent* agent,
+                prefill::PrefillDriver* prefill, decode::DecodeDriver* decode);
+  std::string Serialize() const { return registry_.Serialize(); }
+  openai::RequestObserver* observer() { return &api_; }
+
+ private:
+  void Gauge(const std::string& name, const std::string& help, std::function<double()> fn);
+  void CounterFn(const std::string& name, const std::string& help, std::function<double()> fn);
+
+  metrics::Registry registry_;
+  openai::ApiMetrics api_;
+  std::vector<metrics::CallbackHandle> callbacks_;
+};
+
+}  // namespace strata::worker

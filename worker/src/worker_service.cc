@@ -1,0 +1,179 @@
+#include "worker_service.h"
+
+#include <deque>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace strata::worker {
+namespace {
+
+// Streams one request's outputs. Outputs arrive on the engine thread and are queued; one
+// write is in flight at a time. The reactor deletes itself in OnDone; outputs arriving after
+// that find `alive_` false and are dropped.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit GenerateReactor(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+
+  // From any thread: queue a message (`last` ends the stream with OK) or end with an error.
+  void Push(v1::GenerateResponse msg, bool last) {
+    absl::MutexLock lock(&mu_);
+    if (!alive_ || finishing_) return;
+    queue_.push_back(std::move(msg));
+    if (last) end_after_queue_ = true;
+    MaybeWriteLocked();
+  }
+  void Fail(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (!alive_ || finishing_) return;
+    finishing_ = true;
+    if (!writing_) Finish(std::move(status));
+    else pending_status_ = std::move(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {  // the router went away; OnCancel will follow
+      finishing_ = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      return;
+    }
+    if (pending_status_) {
+      Finish(*pending_status_);
+      return;
+    }
+    MaybeWriteLocked();
+  }
+  void OnCancel() override { cancel_(); }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      alive_ = false;
+    }
+    self_.reset();  // may delete this
+  }
+  std::shared_ptr<GenerateReactor> self_;
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finishing_) return;
+    if (queue_.empty()) return;
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    if (queue_.empty() && end_after_queue_) {
+      finishing_ = true;
+      StartWriteAndFinish(&current_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  std::function<void()> cancel_;
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateResponse current_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_after_queue_ ABSL_GUARDED_BY(mu_) = false;
+  bool alive_ ABSL_GUARDED_BY(mu_) = true;
+  std::optional<grpc::Status> pending_status_ ABSL_GUARDED_BY(mu_);
+};
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, grpc::Status status) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+}  // namespace
+
+v1::GenerateResponse ToResponse(const RequestOutput& out) {
+  v1::GenerateResponse m;
+  m.mutable_tokens()->Assign(out.new_tokens.begin(), out.new_tokens.end());
+  m.set_text(out.new_text);
+  for (const auto& lp : out.logprobs) proto::ToProto(lp, m.add_logprobs());
+  m.set_finished(out.finished);
+  m.set_finish_reason(FinishReasonName(out.finish_reason));
+  m.set_stop_reason(out.stop_reason);
+  m.set_prompt_tokens(out.prompt_tokens);
+  m.set_cached_tokens(out.cached_tokens);
+  m.set_completion_tokens(out.completion_tokens);
+  return m;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  const std::string id = request->request_id();
+  const bool remote_prefill = !request->prefill_address().empty();
+  decode::DecodeDriver* decode = decode_;
+  EngineLoop* loop = loop_;
+  auto reactor = std::make_shared<GenerateReactor>([=] {
+    if (remote_prefill) decode->Cancel(id);
+    else loop->Abort(id);
+  });
+  reactor->self_ = reactor;
+  grpc::Status bad = proto::CheckVersion(request->protocol_version());
+  if (bad.ok() && role_ == v1::ROLE_PREFILL) {
+    bad = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a prefill worker does not decode");
+  }
+  if (bad.ok() && remote_prefill && decode_ == nullptr) {
+    bad = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this worker cannot take KV");
+  }
+  if (!bad.ok()) {
+    reactor->Fail(bad);
+    return reactor.get();
+  }
+  std::weak_ptr<GenerateReactor> weak = reactor;
+  OutputCallback on_output = [weak](const absl::Status& st, const RequestOutput& out) {
+    auto r = weak.lock();
+    if (!r) return;
+    if (!st.ok()) {
+      r->Fail(proto::ToGrpc(st));
+      return;
+    }
+    r->Push(ToResponse(out), out.finished);
+  };
+  std::vector<int32_t> prompt(request->prompt().begin(), request->prompt().end());
+  SamplingParams params = proto::FromProto(request->params());
+  if (remote_prefill) {
+    decode_->Start(id, std::move(prompt), std::move(params), request->prefill_address(),
+                   std::move(on_output));
+  } else {
+    loop_->Submit(id, std::move(prompt), std::move(params), std::move(on_output));
+  }
+  return reactor.get();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Prefill(grpc::CallbackServerContext* context,
+                                                 const v1::PrefillRequest* request,
+                                                 v1::PrefillResponse* response) {
+  grpc::Status bad = proto::CheckVersion(request->protocol_version());
+  if (!bad.ok()) return FinishNow(context, bad);
+  if (prefill_ == nullptr) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "this worker does not prefill for others"));
+  }
+  if (request->model_identity() != loop_->engine_for_config().model_identity()) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "decode and prefill workers serve different models"));
+  }
+  auto* reactor = context->DefaultReactor();
+  prefill_->Start(*request, [reactor, response](const absl::Status& st,
+                                                const v1::PrefillResponse& resp) {
+    *response = resp;
+    reactor->Finish(proto::ToGrpc(st));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::AbortPrefill(grpc::CallbackServerContext* context,
+                                                      const v1::AbortPrefillRequest* request,
+                                                      v1::AbortPrefillResponse* response) {
+  grpc::Status bad = proto::CheckVersion(request->protocol_version());
+  if (bad.ok() && prefill_ != nullptr) prefill_->Abort(request->request_id());
+  return FinishNow(context, bad);
+}
+
+}  // namespace strata::worker
