@@ -94,7 +94,11 @@ void EngineLoop::Run() {
       work.swap(posted_);
     }
     for (auto& fn : work) fn(*engine_);
-    if (engine_->HasUnfinished()) StepOnce();
+    if (engine_->HasUnfinished()) {
+      StepOnce();
+    } else {
+      RefreshLoad(0);  // posted work (aborts, released leases) changed the load
+    }
   }
   FailAll(absl::UnavailableError("the worker is shutting down"));
 }

@@ -1,5 +1,7 @@
 #include "strata/openai/protocol.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -400,10 +402,39 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
   return e;
 }
 
+// Rejects what OpenAI rejects: a field this endpoint does not know ("Unrecognized request
+// argument supplied"), or an OpenAI feature strata does not implement (silently ignoring it
+// would change the meaning of the request). A few purely informational fields pass.
+std::optional<ApiError> CheckFieldNames(const Json& body,
+                                        std::initializer_list<std::string_view> endpoint_fields) {
+  static constexpr std::string_view kCommon[] = {
+      "model", "n", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+      "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
+      "ignore_eos", "skip_special_tokens", "max_tokens",
+      // informational, no effect on generation
+      "user", "store", "metadata", "service_tier", "parallel_tool_calls"};
+  static constexpr std::string_view kUnsupported[] = {
+      "logit_bias", "tools", "tool_choice", "response_format", "functions", "function_call",
+      "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+  for (const auto& [key, value] : body.items()) {
+    auto in = [&](auto& list) { return std::find(std::begin(list), std::end(list), key) != std::end(list); };
+    if (in(kCommon) || in(endpoint_fields)) continue;
+    if (in(kUnsupported)) {
+      if (value.is_null()) continue;
+      return ApiError::BadRequest(absl::StrCat(key, " is not supported by this server"), key);
+    }
+    return ApiError::BadRequest(absl::StrCat("Unrecognized request argument supplied: ", key),
+                                key);
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {
   Json json;
   STRATA_RETURN_IF_API_ERROR(ParseBody(body, &json));
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
+  STRATA_RETURN_IF_API_ERROR(
+      CheckFieldNames(json, {"prompt", "logprobs", "echo", "suffix", "best_of"}));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParsePrompts(f, &out->prompts));
@@ -419,6 +450,8 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
   const Json json = Json::parse(body, nullptr, false);
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
+  STRATA_RETURN_IF_API_ERROR(CheckFieldNames(json, {"messages", "max_completion_tokens", "logprobs",
+                                                    "top_logprobs", "chat_template_kwargs"}));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(

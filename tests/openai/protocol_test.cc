@@ -60,7 +60,7 @@ TEST(CompletionParseTest, EveryParameter) {
       R"("stop":["a","bc"],"n":3,"logprobs":5,"echo":false,"presence_penalty":-2,)"
       R"("frequency_penalty":2,"ignore_eos":true,"stream":true,)"
       R"("stream_options":{"include_usage":true},"user":"u","suffix":null,"best_of":3,)"
-      R"("repetition_penalty":1.1,"stop_token_ids":[5],"unknown_field":{"x":1})"));
+      R"("repetition_penalty":1.1,"stop_token_ids":[5],"logit_bias":null,"metadata":{"x":1})"));
   const SamplingParams& p = r.common.sampling;
   EXPECT_EQ(p.max_tokens, 7);
   EXPECT_FLOAT_EQ(p.temperature, 0.5f);
@@ -114,6 +114,10 @@ TEST(CompletionParseTest, InvalidRequests) {
   const std::vector<BadCase> cases = {
       {"{not json", "", "not valid JSON"},
       {"[1,2]", "", "JSON object"},
+      {R"({"model":"m","prompt":"hi","unknown_field":1})", "unknown_field",
+       "Unrecognized request argument supplied: unknown_field"},
+      {R"({"model":"m","prompt":"hi","messages":[]})", "messages", "Unrecognized"},
+      {R"({"model":"m","prompt":"hi","logit_bias":{"1":5}})", "logit_bias", "not supported"},
       {R"({"prompt":"hi"})", "model", "model is required"},
       {R"({"model":3,"prompt":"hi"})", "model", "must be a string"},
       {R"({"model":"m"})", "prompt", "prompt is required"},
@@ -210,6 +214,10 @@ TEST(ChatParseTest, Parameters) {
 TEST(ChatParseTest, InvalidRequests) {
   const std::vector<BadCase> cases = {
       {"{", "", "not valid JSON"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"prompt":"p"})", "prompt",
+       "Unrecognized request argument supplied: prompt"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})", "tools",
+       "not supported"},
       {R"({"model":"m"})", "messages", "messages is required"},
       {R"({"model":"m","messages":[]})", "messages", "must not be empty"},
       {R"({"model":"m","messages":"hi"})", "messages", "array"},

@@ -12,7 +12,7 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
         [loop] { return loop->load().waiting; });
   Gauge("strata_worker_queued_prefill_tokens", "Prompt tokens not yet computed",
         [loop] { return double(loop->load().queued_prefill_tokens); });
-  Gauge("strata_worker_kv_blocks_total", "KV cache blocks in the pool",
+  Gauge("strata_worker_kv_blocks_capacity", "KV cache blocks in the pool",
         [loop] { return loop->load().total_kv_blocks; });
   Gauge("strata_worker_kv_blocks_used", "KV cache blocks referenced by requests",
         [loop] {

@@ -4,6 +4,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "strata/common/logging.h"
 
 namespace strata::worker {
 namespace {
@@ -47,10 +48,15 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
   void OnCancel() override { cancel_(); }
   void OnDone() override {
+    bool completed;
     {
       absl::MutexLock lock(&mu_);
       alive_ = false;
+      completed = completed_;
     }
+    // A stream that ended early (router gone, write failed) may not have seen OnCancel: make
+    // sure the request stops and frees its blocks. Cancelling a finished request is a no-op.
+    if (!completed) cancel_();
     self_.reset();  // may delete this
   }
   std::shared_ptr<GenerateReactor> self_;
@@ -63,6 +69,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     queue_.pop_front();
     if (queue_.empty() && end_after_queue_) {
       finishing_ = true;
+      completed_ = true;
       StartWriteAndFinish(&current_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -78,6 +85,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool end_after_queue_ ABSL_GUARDED_BY(mu_) = false;
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
+  bool completed_ ABSL_GUARDED_BY(mu_) = false;  // the final message was written
   std::optional<grpc::Status> pending_status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,0 +1,238 @@
+"""End-to-end tests of a strata cluster: real router, prefill and decode worker processes on
+loopback, driven by a plain HTTP client and by the official `openai` client.
+
+Usage: cluster_test.py STRATA_BINARY   (ctest passes it; the test command installs `openai`)
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_util as cu  # noqa: E402
+
+STRATA = None
+MODEL = "tiny-llama"
+LONG_PROMPT = ("A disaggregated cluster computes the prompt on a prefill worker, moves the KV "
+               "cache to a decode worker and streams the answer back to the client. ")
+
+
+def completion_body(prompt, max_tokens=12, **kw):
+    return {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, **kw}
+
+
+class ClusterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="strata_cluster_test_")
+        cls.model = os.path.join(cls.tmp, "model")
+        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", cls.model],
+                       check=True, stdout=subprocess.DEVNULL)
+        name = ["--served-model-name", MODEL]
+        cls.router = cu.start_router(STRATA, cls.model, cls.tmp, name)
+        cls.http = int(cls.router.match.group(1))
+        grpc = cls.router.match.group(2)
+        cls.workers = {
+            wid: cu.start_worker(STRATA, cls.model, cls.tmp, role, wid, grpc, name)
+            for role, wid in [("prefill", "prefill-0"), ("decode", "decode-0"),
+                              ("decode", "decode-1")]}
+        cls.mixed = cu.start_worker(STRATA, cls.model, cls.tmp, "mixed", "mixed-solo",
+                                    extra=name)
+        cls.mixed_http = int(cls.mixed.match.group(1))
+        assert cu.wait_until(lambda: cu.metric(cls.http, "strata_router_workers",
+                                               {"role": "decode"}) == 2, timeout=30)
+        assert cu.wait_until(lambda: cu.request(cls.http, "GET", "/ready")[0] == 200)
+
+    @classmethod
+    def tearDownClass(cls):
+        for w in cls.workers.values():
+            w.stop()
+        cls.mixed.stop()
+        rc = cls.router.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert rc == 0, f"router exited {rc}"
+
+    def worker_port(self, wid):
+        return int(self.workers[wid].match.group(1))
+
+    def test_disaggregated_greedy_output_matches_mixed_worker_and_generate(self):
+        remote_before = cu.metric(self.http, "strata_router_placements_total",
+                                  {"prefill": "remote"}) or 0
+        received_before = sum(cu.metric(self.worker_port(w), "strata_worker_kv_received_bytes_total")
+                              for w in ("decode-0", "decode-1"))
+        status, via_router = cu.request(self.http, "POST", "/v1/completions",
+                                        completion_body(LONG_PROMPT, 16))
+        self.assertEqual(status, 200, via_router)
+        status, via_mixed = cu.request(self.mixed_http, "POST", "/v1/completions",
+                                       completion_body(LONG_PROMPT, 16))
+        self.assertEqual(status, 200, via_mixed)
+        gen = subprocess.run([STRATA, "generate", "--model", self.model, "--prompt", LONG_PROMPT,
+                              "--max-tokens", "16", "--temperature", "0", "--ignore-eos",
+                              "--json"], check=True, capture_output=True, text=True)
+        want = json.loads(gen.stdout.strip().splitlines()[-1])
+        text = via_router["choices"][0]["text"]
+        self.assertEqual(via_router["usage"]["completion_tokens"], 16)
+        self.assertEqual(text, via_mixed["choices"][0]["text"])
+        self.assertEqual(text, want["text"])
+        # It really went prefill worker -> UCX -> decode worker.
+        self.assertGreater(cu.metric(self.http, "strata_router_placements_total",
+                                     {"prefill": "remote"}), remote_before)
+        received = sum(cu.metric(self.worker_port(w), "strata_worker_kv_received_bytes_total")
+                       for w in ("decode-0", "decode-1"))
+        self.assertGreater(received, received_before)
+
+    def test_token_array_prompts_and_prefix_cache_hits(self):
+        tokens = list(range(100, 180))
+        body = completion_body(tokens, 4)
+        first = cu.request(self.http, "POST", "/v1/completions", body)[1]
+        # The KV index learns the blocks from heartbeats; the same prompt then hits a cache.
+        time.sleep(1.2)
+        second = cu.request(self.http, "POST", "/v1/completions", body)[1]
+        self.assertEqual(first["choices"][0]["text"], second["choices"][0]["text"])
+        self.assertGreater(second["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+
+    def test_streaming_completion_and_chat(self):
+        status, events, done = cu.stream(self.http, "/v1/completions", completion_body(
+            LONG_PROMPT, 6, stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(status, 200)
+        self.assertTrue(done)
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 6)
+        streamed = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+        full = cu.request(self.http, "POST", "/v1/completions", completion_body(LONG_PROMPT, 6))[1]
+        self.assertEqual(streamed, full["choices"][0]["text"])
+
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi! " * 10}],
+                "max_tokens": 5, "temperature": 0, "ignore_eos": True}
+        status, events, done = cu.stream(self.http, "/v1/chat/completions", {**chat, "stream": True})
+        self.assertEqual(status, 200)
+        self.assertTrue(done)
+        self.assertEqual(events[0]["choices"][0]["delta"]["role"], "assistant")
+        self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
+        status, whole = cu.request(self.http, "POST", "/v1/chat/completions", chat)
+        self.assertEqual(status, 200)
+        self.assertEqual(whole["object"], "chat.completion")
+        self.assertEqual("".join(e["choices"][0]["delta"].get("content", "") for e in events),
+                         whole["choices"][0]["message"]["content"])
+
+    def test_official_openai_client(self):
+        import openai
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.http}/v1", api_key="unused")
+        self.assertIn(MODEL, [m.id for m in client.models.list().data])
+        c = client.completions.create(model=MODEL, prompt=LONG_PROMPT, max_tokens=8,
+                                      temperature=0, extra_body={"ignore_eos": True})
+        self.assertEqual(c.usage.completion_tokens, 8)
+        pieces = [ch.choices[0].text for ch in client.completions.create(
+            model=MODEL, prompt=LONG_PROMPT, max_tokens=8, temperature=0, stream=True,
+            extra_body={"ignore_eos": True}) if ch.choices]
+        self.assertEqual("".join(pieces), c.choices[0].text)
+        chat = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
+        self.assertEqual(chat.choices[0].message.role, "assistant")
+        self.assertEqual(len(chat.choices[0].logprobs.content), chat.usage.completion_tokens)
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=6, temperature=0, stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(chunks[-1].usage.completion_tokens, chat.usage.completion_tokens)
+        with self.assertRaises(openai.NotFoundError):
+            client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+
+    def test_200_concurrent_streams(self):
+        def one(i):
+            return cu.stream(self.http, "/v1/completions", completion_body(
+                f"request {i}: " + LONG_PROMPT, 8, stream=True))
+        with concurrent.futures.ThreadPoolExecutor(200) as pool:
+            results = list(pool.map(one, range(200)))
+        for status, events, done in results:
+            self.assertEqual(status, 200, events)
+            self.assertTrue(done)
+            self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
+
+    def test_client_disconnect_frees_blocks_on_both_workers(self):
+        got = cu.open_stream_and_drop(self.http, completion_body(
+            "disconnect me " + LONG_PROMPT, 3000, stream=True))
+        self.assertIn(b"data: ", got)
+        ports = [self.worker_port(w) for w in self.workers] + [self.http]
+
+        def idle():
+            busy = sum(cu.metric(p, "strata_worker_running_requests") or 0 for p in ports[:-1])
+            used = sum(cu.metric(p, "strata_worker_kv_blocks_used") or 0 for p in ports[:-1])
+            return busy == 0 and used == 0 and \
+                cu.metric(self.http, "strata_router_inflight_requests") == 0
+        self.assertTrue(cu.wait_until(idle, timeout=20), "blocks or requests left behind")
+
+    def test_errors_are_openai_shaped_and_the_cluster_keeps_serving(self):
+        cases = [
+            (b"{not json", 400, None),
+            (completion_body("x", 4, frobnicate=1), 400, "frobnicate"),
+            (completion_body("x", -1), 400, "max_tokens"),
+            (completion_body([i % 1000 for i in range(5000)], 4), 413, None),
+            ({**completion_body("x", 4), "model": "nope"}, 404, "model"),
+        ]
+        for body, want, param in cases:
+            status, err = cu.request(self.http, "POST", "/v1/completions", body)
+            self.assertEqual(status, want, err)
+            self.assertIn("message", err["error"])
+            self.assertIn("type", err["error"])
+            if param:
+                self.assertEqual(err["error"]["param"], param)
+        status, ok = cu.request(self.http, "POST", "/v1/completions", completion_body("x", 2))
+        self.assertEqual(status, 200, ok)
+
+    def test_metrics_pass_promtool(self):
+        promtool = shutil.which("promtool")
+        if not promtool:
+            self.skipTest("promtool not installed")
+        for port in [self.http, self.mixed_http] + [self.worker_port(w) for w in self.workers]:
+            text = cu.request(port, "GET", "/metrics")[1]
+            r = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                               capture_output=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        text = cu.request(self.http, "GET", "/metrics")[1]
+        self.assertIn("strata_router_time_to_first_token_seconds_bucket", text)
+
+    def test_zz_killed_decode_worker_is_routed_around(self):
+        self.workers["decode-1"].stop(signal.SIGKILL)
+        for _ in range(6):
+            status, body = cu.request(self.http, "POST", "/v1/completions",
+                                      completion_body(LONG_PROMPT, 3))
+            self.assertEqual(status, 200, body)
+        self.assertTrue(cu.wait_until(lambda: cu.metric(
+            self.http, "strata_router_workers", {"role": "decode"}) == 1, timeout=10))
+
+
+class UpTest(unittest.TestCase):
+    def test_up_serves_and_stops_every_process(self):
+        tmp = tempfile.mkdtemp(prefix="strata_up_test_")
+        try:
+            config = os.path.join(tmp, "cluster.yaml")
+            with open(config, "w") as f:
+                f.write(f"prefill: {{count: 1}}\ndecode: {{count: 1}}\nrouter: {{http_port: 0}}\n"
+                        f"engine: {{num_kv_blocks: 256}}\nlog_dir: {tmp}/logs\n")
+            up = cu.Proc([STRATA, "up", "--config", config], os.path.join(tmp, "up.err"),
+                         r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=120)
+            port = int(up.match.group(1))
+            children = [int(p) for p in subprocess.run(
+                ["pgrep", "-P", str(up.p.pid)], capture_output=True, text=True).stdout.split()]
+            self.assertEqual(len(children), 3)
+            status, body = cu.request(port, "POST", "/v1/completions",
+                                      completion_body(LONG_PROMPT, 4))
+            self.assertEqual(status, 200, body)
+            self.assertEqual(up.stop(signal.SIGTERM, timeout=60), 0, up.tail())
+            for pid in children:
+                self.assertFalse(os.path.exists(f"/proc/{pid}"), f"process {pid} left behind")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    STRATA = sys.argv.pop(1)
+    unittest.main(verbosity=2)
