@@ -129,6 +129,9 @@ class DecodeDriverImpl final : public DecodeDriver {
         stats_.bytes_received += job->response.bytes_transferred();
         stats_.transfer_seconds_sum += job->response.transfer_seconds();
       }
+      if (status.ok() && options_.on_transfer) {
+        options_.on_transfer(job->response.transfer_seconds(), job->response.bytes_transferred());
+      }
       if (cancelled || !status.ok()) {
         e.CancelReservation(job->reservation);
         absl::MutexLock lock(&mu_);

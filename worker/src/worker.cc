@@ -54,6 +54,9 @@ class WorkerImpl final : public Worker {
       STRATA_ASSIGN_OR_RETURN(std::string region, agent_->ExportRegion(kv_region_));
       d.self.set_region(region);
       d.self.set_block_bytes(block_bytes);
+      d.on_transfer = [this](double seconds, uint64_t bytes) {
+        metrics_->ObserveTransfer(seconds, bytes);
+      };
       decode_ = decode::DecodeDriver::Create(loop_.get(), std::move(d));
     }
     service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());

@@ -5,7 +5,18 @@ namespace strata::worker {
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
                              transport::Agent* agent, prefill::PrefillDriver* prefill,
                              decode::DecodeDriver* decode)
-    : api_(registry_, "strata_worker") {
+    : api_(registry_, "strata_worker"),
+      transfer_seconds_(registry_
+                            .HistogramOrDie("strata_worker_kv_transfer_seconds",
+                                            "KV transfer time of a remote prefill into this "
+                                            "worker (first write posted to last landed)",
+                                            metrics::ExponentialBuckets(0.0001, 2, 18))
+                            .Default()),
+      transfer_bytes_(registry_
+                          .HistogramOrDie("strata_worker_kv_transfer_bytes",
+                                          "KV bytes of one remote prefill into this worker",
+                                          metrics::ExponentialBuckets(4096, 4, 12))
+                          .Default()) {
   Gauge("strata_worker_running_requests", "Sequences in the running batch",
         [loop] { return loop->load().running; });
   Gauge("strata_worker_waiting_requests", "Sequences waiting for admission (queue depth)",
@@ -36,13 +47,13 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
   if (decode != nullptr) {
     CounterFn("strata_worker_kv_received_bytes_total", "KV bytes prefill workers wrote here",
               [decode] { return double(decode->stats().bytes_received); });
-    CounterFn("strata_worker_kv_transfer_seconds_total",
-              "Sum of KV transfer durations of remote prefills (divide by _count)",
-              [decode] { return decode->stats().transfer_seconds_sum; });
-    CounterFn("strata_worker_kv_transfer_count_total", "Remote prefills whose KV arrived here",
-              [decode] { return double(decode->stats().prefills); });
   }
   (void)worker_id;
+}
+
+void WorkerMetrics::ObserveTransfer(double seconds, uint64_t bytes) {
+  transfer_seconds_->Observe(seconds);
+  transfer_bytes_->Observe(double(bytes));
 }
 
 void WorkerMetrics::Gauge(const std::string& name, const std::string& help,

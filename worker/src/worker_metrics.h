@@ -21,6 +21,8 @@ class WorkerMetrics {
                 prefill::PrefillDriver* prefill, decode::DecodeDriver* decode);
   std::string Serialize() const { return registry_.Serialize(); }
   openai::RequestObserver* observer() { return &api_; }
+  // Records one KV transfer into this worker (a remote prefill's blocks landing here).
+  void ObserveTransfer(double seconds, uint64_t bytes);
 
  private:
   void Gauge(const std::string& name, const std::string& help, std::function<double()> fn);
@@ -29,6 +31,8 @@ class WorkerMetrics {
   metrics::Registry registry_;
   openai::ApiMetrics api_;
   std::vector<metrics::CallbackHandle> callbacks_;
+  metrics::Histogram* transfer_seconds_;
+  metrics::Histogram* transfer_bytes_;
 };
 
 }  // namespace strata::worker

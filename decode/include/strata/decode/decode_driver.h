@@ -12,6 +12,7 @@
 // Prefill call has completed, i.e. when no write into those blocks can still arrive.
 //
 // Thread-safety: every method is thread-safe; output callbacks run on the engine thread.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct DecodeDriverOptions {
   std::string model_identity;
   v1::KvDestination self;  // agent name, metadata, region blob and block bytes of this worker
   int block_size = 16;
+  // Called once per remote prefill that completed: its KV transfer time (first write posted to
+  // last landed, as the prefill worker measured it) and bytes. Any thread; must be cheap.
+  std::function<void(double seconds, uint64_t bytes)> on_transfer;
 };
 
 struct DecodeStats {
