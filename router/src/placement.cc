@@ -31,9 +31,10 @@ absl::StatusOr<std::unique_ptr<Placer>> Placer::Create(const PlacementOptions& o
 }
 
 const WorkerView* Placer::Pick(const std::vector<const WorkerView*>& c,
-                               const std::vector<WorkerMatch>& matches) {
+                               const std::vector<WorkerMatch>& matches,
+                               std::atomic<uint64_t>& rr) {
   if (c.empty()) return nullptr;
-  if (options_.policy == "round-robin") return c[rr_.fetch_add(1) % c.size()];
+  if (options_.policy == "round-robin") return c[rr.fetch_add(1) % c.size()];
   const WorkerView* best = nullptr;
   for (const WorkerView* w : c) {
     if (best == nullptr) {
@@ -74,7 +75,7 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
   if (decode.empty()) {
     return absl::ResourceExhaustedError("every worker is at its limit of outstanding requests");
   }
-  const WorkerView* d = Pick(decode, matches);
+  const WorkerView* d = Pick(decode, matches, decode_rr_);
   Placement p;
   p.decode_id = d->info.id();
   p.decode_stub = d->stub;
@@ -83,7 +84,7 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
   const bool worth_it =
       options_.policy != "kv-aware" || uncached >= options_.min_remote_prefill_tokens;
   if (!prefill.empty() && worth_it) {
-    const WorkerView* pw = Pick(prefill, matches);
+    const WorkerView* pw = Pick(prefill, matches, prefill_rr_);
     p.prefill_id = pw->info.id();
     p.prefill_address = pw->info.grpc_address();
   }

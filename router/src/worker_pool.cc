@@ -1,5 +1,7 @@
 #include "strata/router/worker_pool.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "strata/common/logging.h"
 
@@ -92,6 +94,9 @@ std::vector<WorkerView> WorkerPool::Snapshot() const {
   std::vector<WorkerView> out;
   out.reserve(workers_.size());
   for (const auto& [id, v] : workers_) out.push_back(v);
+  // A stable order, so round-robin rotates and ties break the same way every time.
+  std::sort(out.begin(), out.end(),
+            [](const WorkerView& a, const WorkerView& b) { return a.info.id() < b.info.id(); });
   return out;
 }
 

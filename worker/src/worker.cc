@@ -38,14 +38,30 @@ class WorkerImpl final : public Worker {
     num_kv_blocks_ = kv.num_blocks;
     loop_ = std::make_unique<EngineLoop>(std::move(*engine));
     STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create({.name = options_.id}));
-    STRATA_ASSIGN_OR_RETURN(kv_region_,
-                            agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks)));
     const v1::Role role = options_.role;
-    if (role == v1::ROLE_PREFILL || role == v1::ROLE_MIXED) {
+    auto region = agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks));
+    if (!region.ok()) {
+      // E.g. device memory with a UCX build lacking CUDA transports. A mixed worker still serves
+      // on its own; the disaggregated roles cannot work without it.
+      if (role != v1::ROLE_MIXED) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the KV pool cannot be registered with the transport: ", region.status().message()));
+      }
+      STRATA_LOG(Warning) << "KV pool not registered with the transport ("
+                          << region.status().message() << "); serving without KV handoff";
+      return FinishInit(role, max_model_len, vocab, /*handoff=*/false, block_bytes);
+    }
+    kv_region_ = *region;
+    return FinishInit(role, max_model_len, vocab, /*handoff=*/true, block_bytes);
+  }
+
+  absl::Status FinishInit(v1::Role role, int64_t max_model_len, int vocab, bool handoff,
+                          size_t block_bytes) {
+    if (handoff && (role == v1::ROLE_PREFILL || role == v1::ROLE_MIXED)) {
       prefill_ = prefill::PrefillDriver::Create(loop_.get(), agent_.get(), kv_region_, block_bytes,
                                                 options_.engine.runner.block_size);
     }
-    if (role == v1::ROLE_DECODE || role == v1::ROLE_MIXED) {
+    if (handoff && (role == v1::ROLE_DECODE || role == v1::ROLE_MIXED)) {
       decode::DecodeDriverOptions d;
       d.model_identity = model_identity_;
       d.block_size = options_.engine.runner.block_size;

@@ -47,10 +47,11 @@ class Placer {
 
  private:
   explicit Placer(PlacementOptions options) : options_(std::move(options)) {}
+  // `rr` is the round-robin counter of this pool (decode and prefill rotate independently).
   const WorkerView* Pick(const std::vector<const WorkerView*>& candidates,
-                         const std::vector<WorkerMatch>& matches);
+                         const std::vector<WorkerMatch>& matches, std::atomic<uint64_t>& rr);
   PlacementOptions options_;
-  std::atomic<uint64_t> rr_{0};
+  std::atomic<uint64_t> decode_rr_{0}, prefill_rr_{0};
 };
 
 }  // namespace strata::router

@@ -1,0 +1,142 @@
+// The router's worker pool and placement, without processes: registration rules, heartbeats
+// feeding the KV index, expiry, and each policy's choices, 429 and 503.
+#include <gtest/gtest.h>
+
+#include "strata/router/placement.h"
+#include "strata/router/worker_pool.h"
+
+namespace strata::router {
+namespace {
+
+v1::WorkerInfo Info(const std::string& id, v1::Role role, const std::string& identity = "m1") {
+  v1::WorkerInfo w;
+  w.set_id(id);
+  w.set_role(role);
+  w.set_grpc_address("127.0.0.1:1");
+  w.set_model_identity(identity);
+  w.set_block_size(16);
+  return w;
+}
+
+v1::HeartbeatRequest Beat(const std::string& id, uint64_t epoch, int running,
+                          std::vector<uint64_t> stored = {}) {
+  v1::HeartbeatRequest h;
+  h.set_worker_id(id);
+  h.set_epoch(epoch);
+  h.mutable_load()->set_running(running);
+  uint64_t parent = 0;
+  for (uint64_t hash : stored) {
+    auto* e = h.add_events();
+    e->set_kind(v1::KvEvent::STORED);
+    e->set_hash(hash);
+    e->set_parent_hash(parent);
+    parent = hash;
+  }
+  return h;
+}
+
+TEST(WorkerPoolTest, RegistrationRejectsForeignModelsAndBlockSizes) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.Register(Info("d0", v1::ROLE_DECODE)).ok());
+  EXPECT_EQ(pool.Register(Info("d1", v1::ROLE_DECODE, "m2")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::WorkerInfo bs = Info("d2", v1::ROLE_DECODE);
+  bs.set_block_size(32);
+  EXPECT_EQ(pool.Register(bs).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool.Register(Info("", v1::ROLE_DECODE)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool.Register(Info("x", v1::ROLE_UNSPECIFIED)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool.num_workers(), 1);
+}
+
+TEST(WorkerPoolTest, HeartbeatsFeedTheIndexAndUnknownWorkersMustReregister) {
+  WorkerPool pool;
+  const uint64_t epoch = *pool.Register(Info("d0", v1::ROLE_DECODE));
+  ASSERT_TRUE(pool.Heartbeat(Beat("d0", epoch, 3, {11, 12, 13})).ok());
+  std::vector<BlockHash> chain = {11, 12, 13, 14};
+  auto m = pool.MatchPrefix(chain);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].blocks, 3);
+  EXPECT_EQ(pool.Snapshot()[0].load.running(), 3);
+  EXPECT_EQ(pool.Heartbeat(Beat("ghost", epoch, 0)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(pool.Heartbeat(Beat("d0", epoch + 1, 0)).code(), absl::StatusCode::kNotFound);
+  pool.Remove("d0", "test");
+  EXPECT_TRUE(pool.MatchPrefix(chain).empty());
+}
+
+TEST(WorkerPoolTest, SilentWorkersExpire) {
+  WorkerPool pool(absl::Milliseconds(50));
+  ASSERT_TRUE(pool.Register(Info("d0", v1::ROLE_DECODE)).ok());
+  EXPECT_TRUE(pool.ExpireStale().empty());
+  absl::SleepFor(absl::Milliseconds(80));
+  EXPECT_EQ(pool.ExpireStale(), std::vector<std::string>{"d0"});
+  EXPECT_EQ(pool.num_workers(), 0);
+}
+
+class PlacementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    epoch_ = *pool_.Register(Info("p0", v1::ROLE_PREFILL));
+    ASSERT_TRUE(pool_.Register(Info("d0", v1::ROLE_DECODE)).ok());
+    ASSERT_TRUE(pool_.Register(Info("d1", v1::ROLE_DECODE)).ok());
+  }
+  Placement Place(Placer& p, int32_t prompt, std::vector<BlockHash> chain = {},
+                  std::vector<std::string> exclude = {}) {
+    auto r = p.Place(pool_.Snapshot(), pool_.MatchPrefix(chain), prompt, 16, exclude);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : Placement{};
+  }
+  std::unique_ptr<Placer> Make(const std::string& policy, int max_inflight = 256) {
+    PlacementOptions o;
+    o.policy = policy;
+    o.max_inflight_per_worker = max_inflight;
+    return *Placer::Create(o);
+  }
+  WorkerPool pool_;
+  uint64_t epoch_ = 0;
+};
+
+TEST_F(PlacementTest, LeastLoadedPicksTheLightestDecodeWorker) {
+  ASSERT_TRUE(pool_.Heartbeat(Beat("d0", epoch_, 5)).ok());
+  ASSERT_TRUE(pool_.Heartbeat(Beat("d1", epoch_, 1)).ok());
+  auto placer = Make("least-loaded");
+  Placement p = Place(*placer, 100);
+  EXPECT_EQ(p.decode_id, "d1");
+  EXPECT_EQ(p.prefill_id, "p0");
+  pool_.AddInflight("d1", 10);  // the router's own count reacts before the next heartbeat
+  EXPECT_EQ(Place(*placer, 100).decode_id, "d0");
+}
+
+TEST_F(PlacementTest, KvAwarePrefersTheCachedPrefixAndPrefillsShortRemaindersLocally) {
+  ASSERT_TRUE(pool_.Heartbeat(Beat("d1", epoch_, 0, {1, 2, 3})).ok());
+  auto placer = Make("kv-aware");
+  Placement p = Place(*placer, 56, {1, 2, 3});
+  EXPECT_EQ(p.decode_id, "d1");
+  EXPECT_EQ(p.cached_blocks, 3);
+  EXPECT_TRUE(p.prefill_id.empty()) << "8 uncached tokens should prefill on the decode worker";
+  p = Place(*placer, 200, {1, 2, 3});
+  EXPECT_EQ(p.prefill_id, "p0");
+  EXPECT_EQ(p.prefill_address, "127.0.0.1:1");
+}
+
+TEST_F(PlacementTest, RoundRobinAlternatesAndExclusionsAreHonored) {
+  auto placer = Make("round-robin");
+  const std::string a = Place(*placer, 10).decode_id, b = Place(*placer, 10).decode_id;
+  EXPECT_NE(a, b);
+  EXPECT_EQ(Place(*placer, 10, {}, {"d0"}).decode_id, "d1");
+}
+
+TEST_F(PlacementTest, OverloadIs429AndNoDecodeWorkerIs503) {
+  auto placer = Make("least-loaded", /*max_inflight=*/2);
+  pool_.AddInflight("d0", 2);
+  pool_.AddInflight("d1", 2);
+  auto r = placer->Place(pool_.Snapshot(), {}, 10, 16, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  r = placer->Place(pool_.Snapshot(), {}, 10, 16, {"d0", "d1"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(Placer::Create({.policy = "random"}).ok());
+}
+
+}  // namespace
+}  // namespace strata::router
