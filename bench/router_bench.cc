@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -59,13 +60,13 @@ struct Flags {
   int max_inflight = 1000000;
 };
 
-bool ParseFlag(std::string_view arg, Flags& f) {
+bool ParseFlag(absl::string_view arg, Flags& f) {
   const size_t eq = arg.find('=');
-  if (arg.substr(0, 2) != "--" || eq == std::string_view::npos) return false;
-  const std::string_view name = arg.substr(2, eq - 2), value = arg.substr(eq + 1);
+  if (arg.substr(0, 2) != "--" || eq == absl::string_view::npos) return false;
+  const absl::string_view name = arg.substr(2, eq - 2), value = arg.substr(eq + 1);
   if (name == "concurrency") {
     f.concurrency.clear();
-    for (std::string_view part : absl::StrSplit(value, ',')) {
+    for (absl::string_view part : absl::StrSplit(value, ',')) {
       int c = 0;
       if (!absl::SimpleAtoi(part, &c) || c <= 0) return false;
       f.concurrency.push_back(c);
@@ -93,6 +94,14 @@ void RaiseFileLimit() {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// User + system CPU seconds of this whole process (router, fake worker and clients alike).
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Measurement
 
@@ -104,6 +113,7 @@ struct Sample {
 // One level's shared state: the window, the stop flag, and how many clients are still running.
 struct Run {
   Clock::time_point window_begin, window_end;
+  double window_cpu_s = 0;  // process CPU seconds spent inside the window
   std::atomic<bool> stop{false};
   std::atomic<int> active{0};
   std::mutex mu;
@@ -139,6 +149,7 @@ struct ClientStats {
 struct LevelResult {
   double rps = 0;
   double e2e_p50 = 0, e2e_p99 = 0, ttft_p50 = 0, ttft_p99 = 0;
+  double cpu_us_per_req = 0;  // whole-process CPU inside the window / completed requests
   int64_t completed = 0, errors = 0, stuck = 0;
   std::string first_error;
 };
@@ -150,7 +161,8 @@ double Percentile(std::vector<double>& v, double q) {
   return v[i];
 }
 
-LevelResult Summarize(const std::vector<const ClientStats*>& clients, double seconds) {
+LevelResult Summarize(const Run& run, const std::vector<const ClientStats*>& clients,
+                      double seconds) {
   LevelResult r;
   std::vector<double> e2e, ttft;
   for (const ClientStats* c : clients) {
@@ -167,6 +179,7 @@ LevelResult Summarize(const std::vector<const ClientStats*>& clients, double sec
   r.e2e_p99 = Percentile(e2e, 0.99);
   r.ttft_p50 = Percentile(ttft, 0.5);
   r.ttft_p99 = Percentile(ttft, 0.99);
+  if (r.completed > 0) r.cpu_us_per_req = run.window_cpu_s * 1e6 / static_cast<double>(r.completed);
   return r;
 }
 
@@ -499,7 +512,10 @@ int64_t RunLevel(Run& run, const Flags& flags, int clients, const std::function<
   run.window_begin = Clock::now() + warmup;
   run.window_end = run.window_begin + window;
   setup();
+  std::this_thread::sleep_until(run.window_begin);
+  const double cpu_begin = ProcessCpuSeconds();
   std::this_thread::sleep_until(run.window_end);
+  run.window_cpu_s = ProcessCpuSeconds() - cpu_begin;
   run.stop = true;
   if (run.WaitIdle(std::chrono::seconds(10))) return 0;
   const int64_t stuck = run.active.load();
@@ -535,7 +551,7 @@ LevelResult RunRouterLevel(const Flags& flags, int port, int clients) {
   for (auto& t : threads) t.join();
   std::vector<const ClientStats*> stats;
   for (auto& c : all) stats.push_back(&c->stats());
-  LevelResult r = Summarize(stats, flags.seconds);
+  LevelResult r = Summarize(run, stats, flags.seconds);
   r.stuck = stuck;
   return r;
 }
@@ -645,7 +661,7 @@ LevelResult RunDirectLevel(const Flags& flags, const std::string& worker_address
   const int64_t stuck = RunLevel(run, flags, clients, setup, abort);
   std::vector<const ClientStats*> stats;
   for (auto& c : all) stats.push_back(&c->stats);
-  LevelResult r = Summarize(stats, flags.seconds);
+  LevelResult r = Summarize(run, stats, flags.seconds);
   r.stuck = stuck;
   return r;
 }
@@ -661,12 +677,13 @@ std::string Fmt(const char* format, double v) {
 void PrintRow(int c, const LevelResult& r, const LevelResult& d) {
   const auto ms = [](double s) { return Fmt("%.3f", s * 1e3); };
   std::printf("| %d | %.0f | %.0f | %.2f | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |"
-              " %lld / %lld |\n",
+              " %.0f / %.0f | %lld / %lld |\n",
               c, r.rps, d.rps, d.rps > 0 ? r.rps / d.rps : 0.0, ms(r.e2e_p50).c_str(),
               ms(r.e2e_p99).c_str(), ms(d.e2e_p50).c_str(), ms(d.e2e_p99).c_str(),
               ms(r.e2e_p50 - d.e2e_p50).c_str(), ms(r.e2e_p99 - d.e2e_p99).c_str(),
               ms(r.ttft_p50).c_str(), ms(r.ttft_p99).c_str(), ms(d.ttft_p50).c_str(),
-              ms(d.ttft_p99).c_str(), static_cast<long long>(r.errors + r.stuck),
+              ms(d.ttft_p99).c_str(), r.cpu_us_per_req, d.cpu_us_per_req,
+              static_cast<long long>(r.errors + r.stuck),
               static_cast<long long>(d.errors + d.stuck));
   std::fflush(stdout);
 }
@@ -750,8 +767,8 @@ int Main(int argc, char** argv) {
               flags.router_threads, flags.client_threads);
   std::printf("| streams | router req/s | direct req/s | ratio | router e2e p50 / p99 | "
               "direct e2e p50 / p99 | added p50 / p99 | router TTFT p50 / p99 | "
-              "direct TTFT p50 / p99 | errors router / direct |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "direct TTFT p50 / p99 | CPU us/req router / direct | errors router / direct |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int c : flags.concurrency) {
     const LevelResult r = RunRouterLevel(flags, cluster.router->http_port(), c);
     const LevelResult d = RunDirectLevel(flags, cluster.worker_address, c);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "strata/engine/presets.h"
 #include "strata/proto/protocol.h"
@@ -149,6 +150,39 @@ TEST_F(WorkerTest, AnUnreachablePrefillWorkerFailsTheRequestAndFreesTheReservati
   for (int i = 0; i < 60; ++i) {
     EXPECT_TRUE(Generate(*stub, Request("ok-" + std::to_string(i), 40, 2)).status.ok());
   }
+}
+
+bool AllBlocksFree(const Worker& w) {
+  const EngineLoad l = w.load();
+  return l.running == 0 && l.waiting == 0 && l.free_kv_blocks == l.total_kv_blocks;
+}
+
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 200 && !done(); ++i) absl::SleepFor(absl::Milliseconds(25));
+  return done();
+}
+
+TEST_F(WorkerTest, CancellingDuringPrefillOrDecodeFreesBlocksOnBothWorkers) {
+  auto stub = Stub(*decode_);
+  for (int delay_ms : {0, 5, 40, 150}) {
+    // 1,500 prompt tokens at 32 per step: the prefill runs for many steps, then a long decode.
+    v1::GenerateRequest req = Request("cancel-" + std::to_string(delay_ms), 1500, 500);
+    req.set_prefill_address(Address(*prefill_));
+    grpc::ClientContext ctx;
+    auto reader = stub->Generate(&ctx, req);
+    absl::SleepFor(absl::Milliseconds(delay_ms));
+    ctx.TryCancel();
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_TRUE(WaitFor([] { return AllBlocksFree(*prefill_); })) << "prefill, " << delay_ms;
+    EXPECT_TRUE(WaitFor([] { return AllBlocksFree(*decode_); })) << "decode, " << delay_ms;
+  }
+  // Both still serve, with the same result as before.
+  v1::GenerateRequest req = Request("after-cancel", 40, 4);
+  req.set_prefill_address(Address(*prefill_));
+  EXPECT_TRUE(Generate(*stub, req).status.ok());
 }
 
 }  // namespace

@@ -173,6 +173,7 @@ class WorkerImpl final : public Worker {
 
   int grpc_port() const override { return grpc_port_; }
   int http_port() const override { return http_ ? http_->port() : 0; }
+  EngineLoad load() const override { return loop_->load(); }
 
  private:
   std::string ModelName() const {

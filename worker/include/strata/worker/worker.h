@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "strata/engine/engine.h"
+#include "strata/engine/engine_loop.h"
 #include "strata/proto/protocol.h"
 
 namespace strata::worker {
@@ -47,6 +48,8 @@ class Worker {
 
   virtual int grpc_port() const = 0;
   virtual int http_port() const = 0;
+  // The engine's load as of its last step or posted work (running, waiting, free blocks, ...).
+  virtual EngineLoad load() const = 0;
 };
 
 }  // namespace strata::worker
