@@ -1,22 +1,31 @@
 // The router's own overhead: requests/s and latency of streaming completions through a real
 // in-process Router against a fake worker that answers at once, side by side with the same load
 // sent straight to that worker over gRPC (the worker without the router), at several numbers
-// of concurrent streams. A plain main that prints a markdown table; scripts/bench_router.sh runs it.
+// of concurrent streams. A plain main that prints a markdown table; scripts/bench_router.sh runs
+// it.
 //
 //   router_bench [--concurrency=1,64,1000] [--seconds=5] [--warmup=1] [--tokens=16]
 //                [--prompt-tokens=32] [--router-threads=2] [--client-threads=1]
-//                [--max-inflight=1000000]
+//                [--max-inflight=1000000] [--absl-deadlock-check=1]
 //
 // Each level runs C closed-loop clients: every client sends its next request as soon as the
 // previous one completed. Router clients each hold one keep-alive HTTP/1.1 connection and are
 // Boost.Asio async sockets on --client-threads threads; direct clients are gRPC callback-API
 // streams on one channel, as the router itself uses. A request counts if it completed inside
 // the measuring window [warmup, warmup + seconds); errors count over the whole level.
+#include <pthread.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -31,11 +40,10 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio.hpp>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "strata/engine/presets.h"
 #include "strata/proto/protocol.h"
@@ -58,6 +66,9 @@ struct Flags {
   // The router's default cap (256 outstanding per worker) would answer 429 to most of 1,000
   // streams on one worker; the bench measures forwarding, so the cap is lifted by default.
   int max_inflight = 1000000;
+  // 0 turns off absl::Mutex deadlock detection, which Debian's abseil (built without NDEBUG)
+  // runs on every lock; 1 (default) leaves it on, as in the real router process.
+  int absl_deadlock_check = 1;
 };
 
 bool ParseFlag(absl::string_view arg, Flags& f) {
@@ -72,6 +83,9 @@ bool ParseFlag(absl::string_view arg, Flags& f) {
       f.concurrency.push_back(c);
     }
     return !f.concurrency.empty();
+  }
+  if (name == "absl-deadlock-check") {
+    return absl::SimpleAtoi(value, &f.absl_deadlock_check);
   }
   if (name == "seconds") return absl::SimpleAtod(value, &f.seconds) && f.seconds > 0;
   if (name == "warmup") return absl::SimpleAtod(value, &f.warmup) && f.warmup >= 0;
@@ -102,6 +116,19 @@ double ProcessCpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+// CPU seconds `threads` have used so far (0 for any whose clock cannot be read).
+double ThreadsCpuSeconds(std::vector<std::thread>& threads) {
+  double total = 0;
+  for (std::thread& t : threads) {
+    clockid_t clock;
+    timespec ts{};
+    if (pthread_getcpuclockid(t.native_handle(), &clock) != 0) continue;
+    if (clock_gettime(clock, &ts) != 0) continue;
+    total += static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  return total;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Measurement
 
@@ -113,7 +140,9 @@ struct Sample {
 // One level's shared state: the window, the stop flag, and how many clients are still running.
 struct Run {
   Clock::time_point window_begin, window_end;
-  double window_cpu_s = 0;  // process CPU seconds spent inside the window
+  double window_cpu_s = 0;               // process CPU seconds spent inside the window
+  double window_client_cpu_s = 0;        // of which the load generator's own threads, where known
+  std::function<double()> client_cpu_s;  // CPU seconds of the load generator's threads so far
   std::atomic<bool> stop{false};
   std::atomic<int> active{0};
   std::mutex mu;
@@ -149,7 +178,8 @@ struct ClientStats {
 struct LevelResult {
   double rps = 0;
   double e2e_p50 = 0, e2e_p99 = 0, ttft_p50 = 0, ttft_p99 = 0;
-  double cpu_us_per_req = 0;  // whole-process CPU inside the window / completed requests
+  double cpu_us_per_req = 0;         // whole-process CPU inside the window / completed requests
+  double client_cpu_us_per_req = 0;  // the part spent by the HTTP load generator's threads
   int64_t completed = 0, errors = 0, stuck = 0;
   std::string first_error;
 };
@@ -179,7 +209,11 @@ LevelResult Summarize(const Run& run, const std::vector<const ClientStats*>& cli
   r.e2e_p99 = Percentile(e2e, 0.99);
   r.ttft_p50 = Percentile(ttft, 0.5);
   r.ttft_p99 = Percentile(ttft, 0.99);
-  if (r.completed > 0) r.cpu_us_per_req = run.window_cpu_s * 1e6 / static_cast<double>(r.completed);
+  if (r.completed > 0) {
+    const double n = static_cast<double>(r.completed);
+    r.cpu_us_per_req = run.window_cpu_s * 1e6 / n;
+    r.client_cpu_us_per_req = run.window_client_cpu_s * 1e6 / n;
+  }
   return r;
 }
 
@@ -331,9 +365,8 @@ SseResponseParser::State SseResponseParser::ParseHeaders(size_t end) {
   std::string head = buf_.substr(0, end);
   buf_.erase(0, end + 4);
   if (head.size() < 12 || !absl::SimpleAtoi(head.substr(9, 3), &status_)) return State::kBad;
-  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (head.find("transfer-encoding: chunked") != std::string::npos) {
     phase_ = Phase::kChunkSize;
     return State::kMore;
@@ -456,8 +489,7 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
     if (parser_.status() != 200 || parser_.saw_error() || !parser_.saw_done() ||
         parser_.events() < tokens_) {
       stats_.Error(absl::StrCat("HTTP ", parser_.status(), ", ", parser_.events(),
-                                " events, done=", parser_.saw_done(), ": ",
-                                parser_.error_body()));
+                                " events, done=", parser_.saw_done(), ": ", parser_.error_body()));
     } else {
       stats_.Record(*run_, start_, first_, now);
     }
@@ -491,9 +523,8 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
 std::string CompletionRequest(int port, int prompt_tokens, int tokens) {
   std::string prompt;
   for (int i = 1; i <= prompt_tokens; ++i) absl::StrAppend(&prompt, i == 1 ? "" : ",", i);
-  const std::string body =
-      absl::StrCat("{\"model\":\"tiny-llama\",\"prompt\":[", prompt, "],\"max_tokens\":", tokens,
-                   ",\"stream\":true}");
+  const std::string body = absl::StrCat("{\"model\":\"tiny-llama\",\"prompt\":[", prompt,
+                                        "],\"max_tokens\":", tokens, ",\"stream\":true}");
   return absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:", port,
                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
                       "\r\n\r\n", body);
@@ -504,18 +535,20 @@ std::string CompletionRequest(int port, int prompt_tokens, int tokens) {
 template <typename Abort>
 int64_t RunLevel(Run& run, const Flags& flags, int clients, const std::function<void()>& setup,
                  Abort abort) {
-  const auto warmup = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(flags.warmup));
-  const auto window = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(flags.seconds));
+  const auto warmup =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(flags.warmup));
+  const auto window =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(flags.seconds));
   run.active = clients;
   run.window_begin = Clock::now() + warmup;
   run.window_end = run.window_begin + window;
   setup();
   std::this_thread::sleep_until(run.window_begin);
   const double cpu_begin = ProcessCpuSeconds();
+  const double client_begin = run.client_cpu_s ? run.client_cpu_s() : 0;
   std::this_thread::sleep_until(run.window_end);
   run.window_cpu_s = ProcessCpuSeconds() - cpu_begin;
+  if (run.client_cpu_s) run.window_client_cpu_s = run.client_cpu_s() - client_begin;
   run.stop = true;
   if (run.WaitIdle(std::chrono::seconds(10))) return 0;
   const int64_t stuck = run.active.load();
@@ -530,16 +563,18 @@ LevelResult RunRouterLevel(const Flags& flags, int port, int clients) {
   const asio::ip::tcp::endpoint server(asio::ip::make_address("127.0.0.1"),
                                        static_cast<unsigned short>(port));
   std::vector<std::unique_ptr<asio::io_context>> ios;
-  for (int i = 0; i < flags.client_threads; ++i) ios.push_back(std::make_unique<asio::io_context>());
+  for (int i = 0; i < flags.client_threads; ++i)
+    ios.push_back(std::make_unique<asio::io_context>());
   std::vector<std::shared_ptr<HttpClient>> all;
   for (int i = 0; i < clients; ++i) {
-    all.push_back(std::make_shared<HttpClient>(*ios[i % ios.size()], server, request,
-                                               flags.tokens, &run));
+    all.push_back(
+        std::make_shared<HttpClient>(*ios[i % ios.size()], server, request, flags.tokens, &run));
   }
   std::vector<std::thread> threads;
   auto setup = [&] {
     for (auto& c : all) c->Start();
     for (auto& io : ios) threads.emplace_back([&io] { io->run(); });
+    run.client_cpu_s = [&threads] { return ThreadsCpuSeconds(threads); };
   };
   auto abort = [&] {
     for (size_t i = 0; i < all.size(); ++i) {
@@ -676,15 +711,16 @@ std::string Fmt(const char* format, double v) {
 
 void PrintRow(int c, const LevelResult& r, const LevelResult& d) {
   const auto ms = [](double s) { return Fmt("%.3f", s * 1e3); };
-  std::printf("| %d | %.0f | %.0f | %.2f | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |"
-              " %.0f / %.0f | %lld / %lld |\n",
-              c, r.rps, d.rps, d.rps > 0 ? r.rps / d.rps : 0.0, ms(r.e2e_p50).c_str(),
-              ms(r.e2e_p99).c_str(), ms(d.e2e_p50).c_str(), ms(d.e2e_p99).c_str(),
-              ms(r.e2e_p50 - d.e2e_p50).c_str(), ms(r.e2e_p99 - d.e2e_p99).c_str(),
-              ms(r.ttft_p50).c_str(), ms(r.ttft_p99).c_str(), ms(d.ttft_p50).c_str(),
-              ms(d.ttft_p99).c_str(), r.cpu_us_per_req, d.cpu_us_per_req,
-              static_cast<long long>(r.errors + r.stuck),
-              static_cast<long long>(d.errors + d.stuck));
+  std::printf(
+      "| %d | %.0f | %.0f | %.2f | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |"
+      " %.0f (%.0f) / %.0f | %.0f | %lld / %lld |\n",
+      c, r.rps, d.rps, d.rps > 0 ? r.rps / d.rps : 0.0, ms(r.e2e_p50).c_str(),
+      ms(r.e2e_p99).c_str(), ms(d.e2e_p50).c_str(), ms(d.e2e_p99).c_str(),
+      ms(r.e2e_p50 - d.e2e_p50).c_str(), ms(r.e2e_p99 - d.e2e_p99).c_str(), ms(r.ttft_p50).c_str(),
+      ms(r.ttft_p99).c_str(), ms(d.ttft_p50).c_str(), ms(d.ttft_p99).c_str(), r.cpu_us_per_req,
+      r.client_cpu_us_per_req, d.cpu_us_per_req,
+      r.cpu_us_per_req - r.client_cpu_us_per_req - d.cpu_us_per_req,
+      static_cast<long long>(r.errors + r.stuck), static_cast<long long>(d.errors + d.stuck));
   std::fflush(stdout);
 }
 
@@ -738,8 +774,8 @@ absl::Status StartCluster(const Flags& flags, Cluster& c) {
   info.set_block_size(16);
   info.set_num_kv_blocks(1 << 16);
   info.set_max_model_len(4096);
-  c.registration = std::make_unique<Registration>(
-      absl::StrCat("127.0.0.1:", c.router->grpc_port()), std::move(info));
+  c.registration = std::make_unique<Registration>(absl::StrCat("127.0.0.1:", c.router->grpc_port()),
+                                                  std::move(info));
   for (int i = 0; i < 200 && !c.router->Ready(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
@@ -756,19 +792,25 @@ int Main(int argc, char** argv) {
     }
   }
   RaiseFileLimit();
+  if (flags.absl_deadlock_check == 0) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   Cluster cluster;
   if (absl::Status s = StartCluster(flags, cluster); !s.ok()) {
     std::fprintf(stderr, "cannot start: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("# %d tokens per request, %d-token prompt, %.1f s window after %.1f s warm-up, "
-              "router http_threads=%d, client threads=%d; latencies in ms\n\n",
-              flags.tokens, flags.prompt_tokens, flags.seconds, flags.warmup,
-              flags.router_threads, flags.client_threads);
-  std::printf("| streams | router req/s | direct req/s | ratio | router e2e p50 / p99 | "
-              "direct e2e p50 / p99 | added p50 / p99 | router TTFT p50 / p99 | "
-              "direct TTFT p50 / p99 | CPU us/req router / direct | errors router / direct |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "# %d tokens per request, %d-token prompt, %.1f s window after %.1f s warm-up, "
+      "router http_threads=%d, client threads=%d; latencies in ms\n\n",
+      flags.tokens, flags.prompt_tokens, flags.seconds, flags.warmup, flags.router_threads,
+      flags.client_threads);
+  std::printf(
+      "| streams | router req/s | direct req/s | ratio | router e2e p50 / p99 | "
+      "direct e2e p50 / p99 | added p50 / p99 | router TTFT p50 / p99 | "
+      "direct TTFT p50 / p99 | CPU us/req router (load gen) / direct | router-added CPU us/req | "
+      "errors router / direct |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int c : flags.concurrency) {
     const LevelResult r = RunRouterLevel(flags, cluster.router->http_port(), c);
     const LevelResult d = RunDirectLevel(flags, cluster.worker_address, c);

@@ -55,9 +55,14 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
                                                      block_bytes, " bytes (raise the budget)"));
   }
   c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, 1 << 30));
-  STRATA_ASSIGN_OR_RETURN(
-      runner->kv_pool_, DeviceBuffer::Allocate(runner->backend_.get(), block_bytes * c.num_blocks));
-  c.data = runner->kv_pool_.data();
+  const size_t pool_bytes = block_bytes * size_t(c.num_blocks);
+  if (options.host_kv_pool && std::string_view(info.name) == "cpu") {
+    STRATA_ASSIGN_OR_RETURN(c.data, options.host_kv_pool(pool_bytes));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(runner->kv_pool_,
+                            DeviceBuffer::Allocate(runner->backend_.get(), pool_bytes));
+    c.data = runner->kv_pool_.data();
+  }
   runner->scratch_ = std::make_unique<Scratch>();
   return runner;
 }

@@ -27,7 +27,18 @@ class WorkerImpl final : public Worker {
   ~WorkerImpl() override { Shutdown(absl::ZeroDuration()); }
 
   absl::Status Init() {
-    auto engine = Engine::Create(options_.model_dir, options_.engine);
+    STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create({.name = options_.id}));
+    // A host-memory KV pool comes from the transport, so prefill workers' writes into it are
+    // plain copies into shared memory rather than UCX's software RMA emulation.
+    EngineOptions eo = options_.engine;
+    bool pool_registered = false;
+    eo.runner.host_kv_pool = [this, &pool_registered](size_t bytes) -> absl::StatusOr<void*> {
+      STRATA_ASSIGN_OR_RETURN(transport::AllocatedRegion r, agent_->AllocateMemory(bytes));
+      kv_region_ = r.region;
+      pool_registered = true;
+      return r.addr;
+    };
+    auto engine = Engine::Create(options_.model_dir, eo);
     if (!engine.ok()) return engine.status();
     Engine& e = **engine;
     const int64_t max_model_len = e.max_model_len();
@@ -37,8 +48,8 @@ class WorkerImpl final : public Worker {
     const strata_kv_cache& kv = e.runner().kv_cache();
     num_kv_blocks_ = kv.num_blocks;
     loop_ = std::make_unique<EngineLoop>(std::move(*engine));
-    STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create({.name = options_.id}));
     const v1::Role role = options_.role;
+    if (pool_registered) return FinishInit(role, max_model_len, vocab, true, block_bytes);
     auto region = agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks));
     if (!region.ok()) {
       // E.g. device memory with a UCX build lacking CUDA transports. A mixed worker still serves
@@ -184,9 +195,9 @@ class WorkerImpl final : public Worker {
   WorkerOptions options_;
   std::string model_identity_;
   int num_kv_blocks_ = 0;
-  std::unique_ptr<EngineLoop> loop_;
-  std::unique_ptr<transport::Agent> agent_;
+  std::unique_ptr<transport::Agent> agent_;  // owns the KV pool memory: outlives loop_
   uint64_t kv_region_ = 0;
+  std::unique_ptr<EngineLoop> loop_;
   std::unique_ptr<prefill::PrefillDriver> prefill_;
   std::unique_ptr<decode::DecodeDriver> decode_;
   std::unique_ptr<WorkerService> service_;

@@ -6,6 +6,7 @@
 // whole context from it, and the requested logits rows are returned to the host as float32.
 //
 // Not thread-safe: driven by one engine thread.
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -24,6 +25,11 @@ struct RunnerOptions {
   int64_t kv_cache_bytes = 0;
   double kv_cache_fraction = 0.5;
   std::string backend_config;  // JSON passed to the plugin's create()
+  // For a backend whose device memory is host memory (the CPU plugin, "cpu"): memory of the
+  // given size, owned by the caller and outliving the runner, to hold the KV pool instead of the
+  // backend's allocation — e.g. transport-allocated memory that peers write with plain copies.
+  // Ignored for other backends.
+  std::function<absl::StatusOr<void*>(size_t bytes)> host_kv_pool;
 };
 
 struct ForwardSeq {

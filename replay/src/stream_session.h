@@ -1,0 +1,91 @@
+#pragma once
+// One replayed request: connect, POST, read the SSE stream, fill a RequestResult.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "strata/replay/replayer.h"
+
+namespace strata::replay::internal {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds from `origin` to now.
+inline double SecondsSince(Clock::time_point origin) {
+  return std::chrono::duration<double>(Clock::now() - origin).count();
+}
+
+// Parses the SSE byte stream incrementally and records the measurements into a RequestResult.
+// Pure (no I/O), so tests can drive it directly.
+class SseRecorder {
+ public:
+  SseRecorder(RequestResult* result, Clock::time_point origin) : r_(result), origin_(origin) {}
+
+  // Feeds body bytes that arrived at `now_s` (seconds since origin). Returns false once the
+  // stream is finished ([DONE] seen) or failed (r_->error set).
+  bool Feed(std::string_view bytes, double now_s);
+  bool done() const { return done_; }
+
+ private:
+  void OnEvent(std::string_view data, double now_s);
+  void OnChunk(const std::string& json_text, double now_s);
+  void Fail(ErrorKind kind, std::string type, std::string message);
+
+  RequestResult* r_;
+  Clock::time_point origin_;
+  std::string pending_;  // Bytes after the last complete event.
+  double last_chunk_s_ = -1.0;
+  bool done_ = false;
+};
+
+// Threading: every method runs on the session's strand (the socket's executor).
+class StreamSession : public std::enable_shared_from_this<StreamSession> {
+ public:
+  struct Target {
+    boost::asio::ip::tcp::resolver::results_type endpoints;
+    std::string host_header;
+    std::string path;  // e.g. "/v1/completions"
+    std::string api_key;
+    double timeout_s = 600.0;
+  };
+
+  // `on_done` runs once, on the strand, after `result` is final.
+  StreamSession(boost::asio::any_io_executor strand, const Target* target, std::string body,
+                RequestResult* result, Clock::time_point origin, std::function<void()> on_done);
+
+  void Start();
+
+ private:
+  void OnConnect(boost::beast::error_code ec);
+  void OnWrite(boost::beast::error_code ec);
+  void OnHeader(boost::beast::error_code ec);
+  void ReadBody();
+  void OnBody(boost::beast::error_code ec);
+  void ReadErrorBody();
+  void Finish(ErrorKind kind, std::string type, std::string message);
+  void FinishNetworkError(boost::beast::error_code ec, const char* during);
+
+  boost::beast::tcp_stream stream_;
+  const Target* target_;
+  boost::beast::http::request<boost::beast::http::string_body> request_;
+  boost::beast::flat_buffer buffer_;
+  boost::beast::http::response_parser<boost::beast::http::buffer_body> parser_;
+  char chunk_[16384];
+  std::string error_body_;
+  RequestResult* r_;
+  Clock::time_point origin_;
+  Clock::time_point deadline_;
+  SseRecorder recorder_;
+  std::function<void()> on_done_;
+  bool finished_ = false;
+};
+
+}  // namespace strata::replay::internal
