@@ -6,7 +6,7 @@
 //
 //   router_bench [--concurrency=1,64,1000] [--seconds=5] [--warmup=1] [--tokens=16]
 //                [--prompt-tokens=32] [--router-threads=2] [--client-threads=1]
-//                [--max-inflight=1000000] [--absl-deadlock-check=1]
+//                [--max-inflight=1000000] [--absl-deadlock-check=0]
 //
 // Each level runs C closed-loop clients: every client sends its next request as soon as the
 // previous one completed. Router clients each hold one keep-alive HTTP/1.1 connection and are
@@ -66,9 +66,9 @@ struct Flags {
   // The router's default cap (256 outstanding per worker) would answer 429 to most of 1,000
   // streams on one worker; the bench measures forwarding, so the cap is lifted by default.
   int max_inflight = 1000000;
-  // 0 turns off absl::Mutex deadlock detection, which Debian's abseil (built without NDEBUG)
-  // runs on every lock; 1 (default) leaves it on, as in the real router process.
-  int absl_deadlock_check = 1;
+
+
+  int absl_deadlock_check = 0;  // as the strata binary (cli/src/main.cc)
 };
 
 bool ParseFlag(absl::string_view arg, Flags& f) {

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 BUILD_DIR="${BUILD_DIR:-build}"
 # Test clients (the official `openai` package) live in a venv beside the build, never in the product.
-if [ ! -x "$BUILD_DIR/pyenv/bin/python" ] || ! "$BUILD_DIR/pyenv/bin/python" -c "import openai" 2>/dev/null; then
+if [ ! -x "$BUILD_DIR/pyenv/bin/python" ] || ! "$BUILD_DIR/pyenv/bin/python" -c "import openai, kubernetes_validate" 2>/dev/null; then
   python3 -m venv "$BUILD_DIR/pyenv"
   "$BUILD_DIR/pyenv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.40" "kubernetes-validate>=1.28"
 fi

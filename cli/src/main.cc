@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "commands.h"
 
 namespace strata::cli {
@@ -43,6 +44,10 @@ int Fail(const std::string& command, const std::string& reason, int code) {
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
+  // Debian's abseil is built without NDEBUG, so every absl::Mutex::Lock would also run the
+  // lock-order cycle detector (seen in router profiles under load). Deadlocks are caught by the
+  // TSan / sanitizer runs instead.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     PrintUsage(stdout);

@@ -51,7 +51,8 @@ absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url) {
   std::string_view rest = url;
   if (!ConsumePrefix(&rest, "http://")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--url must start with http:// (https is not supported): ", std::string(url)));
+        absl::StrCat("--url must start with http:// (https is not supported): ",
+                     std::string(url)));
   }
   ServerUrl out;
   const size_t slash = rest.find('/');

@@ -27,7 +27,9 @@ std::string Csv(const std::string& s) {
   return out + "\"";
 }
 
-std::string CsvNum(double v) { return v < 0 || !std::isfinite(v) ? "" : absl::StrFormat("%.6f", v); }
+std::string CsvNum(double v) {
+  return v < 0 || !std::isfinite(v) ? "" : absl::StrFormat("%.6f", v);
+}
 
 std::string RequestsCsv(const std::vector<RequestResult>& results, const SloSpec& slo) {
   std::string out =

@@ -51,7 +51,9 @@ std::pair<double, double> Range(const PlotSpec& spec, bool x_axis) {
     }
   }
   for (const auto& r : spec.references) {
-    if (r.vertical == x_axis && std::isfinite(r.value)) lo = std::min(lo, r.value), hi = std::max(hi, r.value);
+    if (r.vertical != x_axis || !std::isfinite(r.value)) continue;
+    lo = std::min(lo, r.value);
+    hi = std::max(hi, r.value);
   }
   if (!std::isfinite(lo)) lo = 0, hi = 1;
   if ((x_axis && spec.x_from_zero) || (!x_axis && lo > 0)) lo = std::min(lo, 0.0);

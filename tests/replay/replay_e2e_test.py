@@ -41,7 +41,8 @@ def main():
     up = None
     try:
         config = os.path.join(tmp, "cluster.yaml")
-        # A 1024-token context: the replay truncates each ~7k-token Mooncake prompt to its first
+        # A 1024-token context (the router reports the model's own limit, so the replay is told
+        # with --max-model-len): the replay truncates each ~7k-token Mooncake prompt to its first
         # 1020 tokens (2 blocks of 512), keeping the shared first block of the conversation.
         with open(config, "w") as f:
             f.write(f"prefill: {{count: 1}}\ndecode: {{count: 1}}\nrouter: {{http_port: 0}}\n"
@@ -53,7 +54,8 @@ def main():
         out = os.path.join(tmp, "out")
         argv = [replay] + (["replay"] if os.path.basename(replay) == "strata" else []) + [
             "--trace", trace, "--format", "mooncake", "--url", m.group(1),
-            "--max-requests", "40", "--speedup", "50", "--max-output-tokens", "4",
+            "--max-requests", "40", "--speedup", "10", "--max-output-tokens", "4",
+            "--max-model-len", "1024",
             "--slo-ttft", "30", "--slo-tpot", "5", "--timeout", "60", "--out", out]
         t0 = time.time()
         run = subprocess.run(argv, capture_output=True, text=True, timeout=90)
@@ -80,7 +82,7 @@ def main():
             except subprocess.TimeoutExpired:
                 up.kill()
                 up.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("KEEP") is None: shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

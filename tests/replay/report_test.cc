@@ -134,8 +134,9 @@ TEST(WriteReportTest, WritesEveryFileWithTheRequiredKeys) {
   EXPECT_DOUBLE_EQ(j["slo_attainment"].get<double>(), 0.5);
   std::stringstream csv;
   csv << std::ifstream(dir + "/requests.csv").rdbuf();
-  EXPECT_THAT(csv.str(), HasSubstr("index,trace_line,scheduled_s"));
-  EXPECT_EQ(std::count(csv.str().begin(), csv.str().end(), '\n'), 3);
+  const std::string csv_text = csv.str();
+  EXPECT_THAT(csv_text, HasSubstr("index,trace_line,scheduled_s"));
+  EXPECT_EQ(std::count(csv_text.begin(), csv_text.end(), '\n'), 3);
   std::ifstream jsonl(dir + "/requests.jsonl");
   std::string line;
   int lines = 0;

@@ -113,9 +113,9 @@ class Replayer {
 
   // Replays `requests` (arrival_s non-decreasing, already windowed / clipped / sped up) and
   // blocks until every request has finished or failed; result i belongs to requests[i].
-  // `on_progress` (may be empty) is called about every progress_interval_s and once at the end. Not reentrant: one Run at a
-  // time per Replayer. Errors: InvalidArgument if a prompt cannot be synthesized, Unavailable
-  // if the host cannot be resolved.
+  // `on_progress` (may be empty) is called about every progress_interval_s and once at the
+  // end. Not reentrant: one Run at a time per Replayer. Errors: InvalidArgument for unsorted
+  // arrivals or inconsistent lengths/block ids, Unavailable if the host cannot be resolved.
   absl::StatusOr<std::vector<RequestResult>> Run(const std::vector<TraceRequest>& requests,
                                                  const PromptSynthesizer& prompts,
                                                  const ProgressCallback& on_progress = {},
