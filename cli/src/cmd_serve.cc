@@ -48,6 +48,9 @@ int RunRouter(const Args& args) {
   p.AddInt("--grpc-port", &o.grpc_port, "worker registry port (0: any free port)");
   p.AddString("--model", &model, "model directory or preset:NAME (tokenizer and chat template)");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (default: dir name)");
+  long long max_model_len = 0;
+  p.AddInt64("--max-model-len", &max_model_len,
+             "context window the API enforces (0: the model's); set it to the workers' value");
   p.AddString("--policy", &o.placement.policy, "routing policy: kv-aware, least-loaded, round-robin");
   p.AddInt("--min-remote-prefill-tokens", &o.placement.min_remote_prefill_tokens,
            "kv-aware: prefill remotely only when this many prompt tokens are uncached");
@@ -65,6 +68,7 @@ int RunRouter(const Args& args) {
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
+  o.max_model_len = max_model_len;
   if (o.model_name.empty()) o.model_name = ServedModelName(model);
   sigset_t set;
   BlockStopSignals(&set);

@@ -14,6 +14,7 @@ int RunPluginTest(const Args& args);  // conformance suite against the CPU refer
 int RunRouter(const Args& args);      // the router process
 int RunWorker(const Args& args);      // a prefill / decode / mixed worker process
 int RunUp(const Args& args);          // a whole cluster on localhost (cmd_up.cc)
+int RunReplay(const Args& args);      // open-loop trace replay (cmd_replay.cc)
 
 // Prints "strata <cmd>: <reason>" to stderr and returns `code`.
 int Fail(const std::string& command, const std::string& reason, int code);

@@ -19,6 +19,8 @@ constexpr Command kCommands[] = {
     {"up", "start a cluster (router + workers) on localhost and serve until Ctrl-C", RunUp},
     {"router", "run the router: OpenAI API, worker registry, placement", RunRouter},
     {"worker", "run a prefill, decode or mixed worker", RunWorker},
+    {"replay", "replay a request trace open-loop against an OpenAI server: SLO attainment, goodput",
+     RunReplay},
     {"generate", "generate completions for prompts with the local engine", RunGenerate},
     {"model", "model tools: `model init` writes a preset checkpoint", RunModel},
     {"plugin-test", "run the plugin conformance suite against the CPU reference", RunPluginTest},

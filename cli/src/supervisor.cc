@@ -399,6 +399,9 @@ ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
       "--grpc-port", absl::StrCat(c.router.grpc_port), "--model", model_dir,
       "--served-model-name", ServedModelName(c.model), "--policy", c.policy};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  if (c.engine.max_model_len > 0) {
+    argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
+  }
   argv.insert(argv.end(), {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot",
                            absl::StrCat(c.slo.tpot_s)});
   const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", c.router.http_port);

@@ -143,9 +143,15 @@ class DecodeDriverImpl final : public DecodeDriver {
           out.finish_reason = FinishReason::kAbort;
           job->callback(absl::OkStatus(), out);
         } else {
-          job->callback(absl::UnavailableError(absl::StrCat("prefill on ", job->prefill_address,
-                                                            " failed: ", status.error_message())),
-                        {});
+          // The prefill worker's own verdict (e.g. a prompt it rejects) passes through; only
+          // an unreachable prefill worker is UNAVAILABLE, marked so the router drops it.
+          absl::Status st = proto::FromGrpc(status);
+          if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            st = absl::UnavailableError(absl::StrCat(proto::kPrefillUnavailablePrefix,
+                                                     job->prefill_address, ": ",
+                                                     status.error_message()));
+          }
+          job->callback(st, {});
         }
         return;
       }
@@ -155,13 +161,25 @@ class DecodeDriverImpl final : public DecodeDriver {
 
   // Engine thread.
   void Decode(Engine& e, const std::shared_ptr<Job>& job) {
+    // Under the lock from the cancelled check to `decoding = true`, so a Cancel either sees
+    // the request in the engine (and aborts it there) or is seen here.
+    absl::MutexLock lock(&mu_);
+    if (job->cancelled) {
+      e.CancelReservation(job->reservation);
+      Drop(job->id);
+      RequestOutput out;
+      out.request_id = job->id;
+      out.finished = true;
+      out.finish_reason = FinishReason::kAbort;
+      job->callback(absl::OkStatus(), out);
+      return;
+    }
     // Report the prompt tokens that came from a cache on either side.
     job->reservation.cached_tokens =
         std::max(job->reservation.cached_tokens, job->response.cached_tokens());
     const SampleResult first = proto::FromProto(job->response.first());
     absl::Status s =
         e.AddPrefilledRequest(job->id, job->prompt, job->params, job->reservation, first);
-    absl::MutexLock lock(&mu_);
     if (!s.ok()) {
       e.CancelReservation(job->reservation);
       Drop(job->id);

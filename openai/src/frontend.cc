@@ -239,6 +239,7 @@ void Frontend::HandleModels(const http::Request& request,
   model["created"] = created_;
   model["owned_by"] = "strata";
   model["max_model_len"] = model_.max_model_len;
+  model["vocab_size"] = model_.vocab_size;  // token-array prompts must stay below it
   OrderedJson body = OrderedJson::object();
   body["object"] = "list";
   body["data"] = OrderedJson::array({std::move(model)});

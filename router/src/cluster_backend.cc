@@ -1,6 +1,7 @@
 #include "cluster_backend.h"
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "strata/common/block_hash.h"
@@ -85,9 +86,14 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     }
     if (!status.ok() && !finished_ && !cancelled && !got_any_ &&
         status.error_code() == grpc::StatusCode::UNAVAILABLE && state_->attempts < 2) {
-      // The worker died or vanished before answering: forget it and place again.
-      b->pool()->Remove(placement_.decode_id, status.error_message());
-      state_->exclude.push_back(placement_.decode_id);
+      // A worker died or vanished before answering: forget it and place again. The decode
+      // worker says so when the prefill worker it was sent to is the unreachable one.
+      const bool prefill_down =
+          !placement_.prefill_id.empty() &&
+          absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
+      const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
+      b->pool()->Remove(down, status.error_message());
+      state_->exclude.push_back(down);
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
       StartAttempt(state_);
     } else if (!status.ok() && !finished_) {

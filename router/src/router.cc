@@ -77,7 +77,9 @@ class RouterImpl final : public Router {
                  : options_.model_name;
     m.tokenizer = tokenizer_.get();
     m.chat_template = chat_template_.get();
-    m.max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
+    m.max_model_len = options_.max_model_len > 0             ? options_.max_model_len
+                      : config.max_position_embeddings > 0 ? config.max_position_embeddings
+                                                           : 4096;
     m.vocab_size = config.vocab_size;
     openai::FrontendOptions fo;
     fo.api_keys = options_.api_keys;

@@ -15,6 +15,10 @@ inline constexpr uint32_t kProtocolVersion = 1;
 // Upper bound for any control-plane message, both directions, on every server and channel.
 inline constexpr int kMaxMessageBytes = 16 << 20;
 
+// How a decode worker reports that the *prefill* worker it was sent to could not be reached
+// (UNAVAILABLE with this message prefix), so the router drops that worker, not the decode one.
+inline constexpr char kPrefillUnavailablePrefix[] = "prefill worker unavailable: ";
+
 // FAILED_PRECONDITION naming both versions when `version` is not kProtocolVersion.
 grpc::Status CheckVersion(uint32_t version);
 

@@ -19,6 +19,7 @@ struct RouterOptions {
   std::string model_dir;   // for the tokenizer, chat template and context length (no weights)
   std::string model_name;  // served name; default: the directory's base name
   std::vector<std::string> api_keys;
+  int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
   PlacementOptions placement;
   absl::Duration dead_after = absl::Seconds(3);
   int http_threads = 2;
