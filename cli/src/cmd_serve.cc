@@ -51,6 +51,10 @@ int RunRouter(const Args& args) {
   long long max_model_len = 0;
   p.AddInt64("--max-model-len", &max_model_len,
              "context window the API enforces (0: the model's); set it to the workers' value");
+  p.AddString("--record-trace", &o.record_trace,
+              "append every request to this strata-format trace (for strata replay)");
+  p.AddBool("--record-prompts", &o.record_prompts,
+            "with --record-trace: also record prompt text (off: lengths and block hashes only)");
   p.AddString("--policy", &o.placement.policy, "routing policy: kv-aware, least-loaded, round-robin");
   p.AddInt("--min-remote-prefill-tokens", &o.placement.min_remote_prefill_tokens,
            "kv-aware: prefill remotely only when this many prompt tokens are uncached");

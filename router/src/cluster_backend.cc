@@ -170,6 +170,7 @@ class CallHandle final : public openai::GenerationHandle {
 
 std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
     openai::GenerateRequest request, openai::EventCallback on_event) {
+  if (recorder_ != nullptr) recorder_->Record(request.prompt, request.params.max_tokens);
   auto state = std::make_shared<CallState>();
   state->backend = this;
   state->request = std::move(request);

@@ -8,6 +8,7 @@
 #include "strata/openai/backend.h"
 #include "strata/router/placement.h"
 #include "strata/router/worker_pool.h"
+#include "traffic_recorder.h"
 
 namespace strata::router {
 
@@ -19,8 +20,10 @@ struct ClusterBackendMetrics {
 
 class ClusterBackend final : public openai::Backend {
  public:
-  ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics)
-      : pool_(pool), placer_(placer), metrics_(metrics) {}
+  // `recorder` (optional, not owned) gets every request as it arrives.
+  ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
+                 TrafficRecorder* recorder = nullptr)
+      : pool_(pool), placer_(placer), metrics_(metrics), recorder_(recorder) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
@@ -35,6 +38,7 @@ class ClusterBackend final : public openai::Backend {
   WorkerPool* pool_;
   Placer* placer_;
   ClusterBackendMetrics metrics_;
+  TrafficRecorder* recorder_;
   std::atomic<bool> draining_{false};
 };
 

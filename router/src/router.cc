@@ -62,7 +62,13 @@ class RouterImpl final : public Router {
     auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
     if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
     InitMetrics();
-    backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_);
+    if (!options_.record_trace.empty()) {
+      STRATA_ASSIGN_OR_RETURN(recorder_, TrafficRecorder::Open(options_.record_trace,
+                                                               options_.record_prompts,
+                                                               tokenizer_.get()));
+    }
+    backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
+                                                recorder_.get());
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -173,6 +179,7 @@ class RouterImpl final : public Router {
   std::unique_ptr<openai::ApiMetrics> api_metrics_;
   ClusterBackendMetrics backend_metrics_;
   std::vector<metrics::CallbackHandle> callbacks_;
+  std::unique_ptr<TrafficRecorder> recorder_;
   std::unique_ptr<ClusterBackend> backend_;
   std::unique_ptr<http::Server> http_;
   std::unique_ptr<openai::Frontend> frontend_;

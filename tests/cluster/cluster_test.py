@@ -36,7 +36,9 @@ class ClusterTest(unittest.TestCase):
         subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", cls.model],
                        check=True, stdout=subprocess.DEVNULL)
         name = ["--served-model-name", MODEL]
-        cls.router = cu.start_router(STRATA, cls.model, cls.tmp, name)
+        cls.recording = os.path.join(cls.tmp, "recorded.jsonl")
+        cls.router = cu.start_router(STRATA, cls.model, cls.tmp,
+                                     name + ["--record-trace", cls.recording])
         cls.http = int(cls.router.match.group(1))
         grpc = cls.router.match.group(2)
         cls.workers = {
@@ -198,6 +200,35 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         text = cu.request(self.http, "GET", "/metrics")[1]
         self.assertIn("strata_router_time_to_first_token_seconds_bucket", text)
+
+    def test_recorded_traffic_replays_with_strata_replay(self):
+        shared = [(i * 7) % 1000 for i in range(1100)]  # two full 512-token trace blocks
+        for tail in ([1, 2, 3], [4, 5, 6, 7]):
+            status, _ = cu.request(self.http, "POST", "/v1/completions",
+                                   completion_body(shared + tail, 3))
+            self.assertEqual(status, 200)
+        with open(self.recording) as f:
+            records = [json.loads(line) for line in f]
+        last = records[-2:]
+        self.assertEqual([r["input_tokens"] for r in last], [1103, 1104])
+        self.assertEqual([r["output_tokens"] for r in last], [3, 3])
+        self.assertEqual(len(last[0]["block_hashes"]), 3)
+        self.assertEqual(last[0]["block_hashes"][:2], last[1]["block_hashes"][:2])
+        self.assertNotEqual(last[0]["block_hashes"][2], last[1]["block_hashes"][2])
+        self.assertNotIn("prompt", last[0])
+        arrivals = [r["arrival_s"] for r in records]
+        self.assertEqual(arrivals, sorted(arrivals))
+        n = min(6, len(records))
+        out = os.path.join(self.tmp, "replay_out")
+        r = subprocess.run([STRATA, "replay", "--trace", self.recording, "--format", "strata",
+                            "--url", f"http://127.0.0.1:{self.http}", "--max-requests", str(n),
+                            "--speedup", "4", "--out", out], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["requests"], n)
+        self.assertEqual(summary["completed"], n, summary)
 
     def test_zz_killed_decode_worker_is_routed_around(self):
         self.workers["decode-1"].stop(signal.SIGKILL)

@@ -20,6 +20,9 @@ struct RouterOptions {
   std::string model_name;  // served name; default: the directory's base name
   std::vector<std::string> api_keys;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
+  // Appends every request to this strata-format trace (replay/trace.h) when non-empty.
+  std::string record_trace;
+  bool record_prompts = false;  // also write each prompt's text into the recording
   PlacementOptions placement;
   absl::Duration dead_after = absl::Seconds(3);
   int http_threads = 2;
