@@ -120,9 +120,10 @@ void References(std::string& svg, const Frame& f, const std::vector<ReferenceLin
     absl::StrAppendFormat(&svg,
                           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" "
                           "stroke-dasharray=\"6,4\"/>"
-                          "<text x=\"%.1f\" y=\"%.1f\" fill=\"#555\">%s</text>\n",
-                          x1, y1, x2, y2, r.vertical ? x1 + 4 : x2 - 90,
-                          r.vertical ? kTop + 14 : y1 - 5, Escape(r.label));
+                          "<text x=\"%.1f\" y=\"%.1f\" fill=\"#555\" "
+                          "text-anchor=\"end\">%s</text>\n",
+                          x1, y1, x2, y2, r.vertical ? x1 - 4 : x2 - 4,
+                          r.vertical ? kHeight - kBottom - 8 : y1 - 5, Escape(r.label));
   }
 }
 
