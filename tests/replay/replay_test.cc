@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <random>
 #include <set>
 #include <string>
@@ -433,6 +435,44 @@ TEST(PromptSynthesizerTest, DeterministicAcrossInstances) {
   EXPECT_NE(a.BlockTokens(12345), a.BlockTokens(12346));
   EXPECT_NE(a.BlockTokens(12345), MakeSynth(8).BlockTokens(12345));
   EXPECT_EQ(*a.UniquePrompt(3, 700), *b.UniquePrompt(3, 700));
+}
+
+// Two processes (a forked child, separate address space and heap) synthesize the same tokens
+// for the same block ids: what lets two replay clients share prefixes in one cluster.
+TEST(PromptSynthesizerTest, IdenticalBlocksInTwoProcesses) {
+  const std::vector<uint64_t> ids = {7, 123456789, 0, 42};
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::vector<int32_t> tokens = *MakeSynth().BlockPrompt(ids, 4 * kTraceBlockTokens - 100);
+    const char* p = reinterpret_cast<const char*>(tokens.data());
+    size_t left = tokens.size() * sizeof(int32_t);
+    while (left > 0) {
+      const ssize_t n = ::write(fds[1], p, left);
+      if (n <= 0) ::_exit(2);
+      p += n;
+      left -= size_t(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::vector<int32_t> theirs(4 * kTraceBlockTokens - 100);
+  char* p = reinterpret_cast<char*>(theirs.data());
+  size_t left = theirs.size() * sizeof(int32_t);
+  while (left > 0) {
+    const ssize_t n = ::read(fds[0], p, left);
+    ASSERT_GT(n, 0);
+    p += n;
+    left -= size_t(n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(theirs, *MakeSynth().BlockPrompt(ids, 4 * kTraceBlockTokens - 100));
 }
 
 TEST(PromptSynthesizerTest, SharedBlockIdsShareExactlyThatPrefix) {

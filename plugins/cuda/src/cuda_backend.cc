@@ -1,5 +1,6 @@
 #include "cuda_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -39,7 +40,24 @@ Status Stream::Create(const char* op, std::unique_ptr<Stream>* out) {
   return Status();
 }
 
+Status Stream::Workspace(const char* op, size_t bytes, void** out) {
+  if (bytes > workspace_bytes_) {
+    if (workspace_ != nullptr) {
+      STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(op, cudaFreeAsync(workspace_, stream), "cudaFreeAsync"));
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+    }
+    const size_t grown = std::max(bytes, size_t{1} << 20);
+    STRATA_CUDA_RETURN_IF_ERROR(
+        CudaStatus(op, cudaMallocAsync(&workspace_, grown, stream), "cudaMallocAsync"));
+    workspace_bytes_ = grown;
+  }
+  *out = workspace_;
+  return Status();
+}
+
 Stream::~Stream() {
+  if (workspace_ != nullptr && stream != nullptr) cudaFreeAsync(workspace_, stream);
   if (blas != nullptr) cublasDestroy(blas);
   if (stream != nullptr) cudaStreamDestroy(stream);
   magic = 0;

@@ -24,12 +24,22 @@ struct Stream {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
 
+  // Scratch private to this stream (e.g. the split-KV partials of decode attention). Grows
+  // stream-ordered (cudaFreeAsync + cudaMallocAsync) and never shrinks, so a steady decode loop
+  // allocates nothing. The returned pointer is valid for work enqueued on this stream until
+  // the next Workspace call that grows it.
+  Status Workspace(const char* op, size_t bytes, void** out);
+
   // Creates a non-blocking stream and its cuBLAS handle on the current device.
   static Status Create(const char* op, std::unique_ptr<Stream>* out);
   ~Stream();
 
   static Stream* FromHandle(strata_stream handle) { return reinterpret_cast<Stream*>(handle); }
   strata_stream handle() { return reinterpret_cast<strata_stream>(this); }
+
+ private:
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
 };
 
 class CudaBackend {

@@ -98,4 +98,28 @@ struct AttentionArgs {
 inline constexpr int64_t kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionArgs& args, cudaStream_t stream);
 
+// ---- decode attention, split-KV (kernels_decode_attention.cu) -------------------------------
+// One query row per sequence (q_start[s] == s, as attention_decode promises). Plan, then run:
+// the plan depends only on host-side shapes (num_seqs, heads, table capacity, the max_kv_len
+// hint, the device's SM count), so a decode step can be planned once per batch-size bucket and
+// its launch captured in a CUDA graph. A sequence that is not one row, or whose kv_len is
+// outside [1, max_blocks_per_seq * block_size], is skipped (its out rows are not written).
+
+// Largest GQA group (q heads per kv head) the split-KV kernel serves; larger groups, head dims
+// other than 64 and 128, and a cache pointer not 16-byte aligned take LaunchAttention.
+inline constexpr int64_t kMaxDecodeGroup = 8;
+bool DecodeAttentionSupported(const AttentionArgs& args);
+
+struct DecodePlan {
+  int32_t splits = 1;        // KV splits per (sequence, kv head)
+  int32_t chunk = 0;         // keys per split (the last split takes the remainder)
+  size_t workspace_bytes = 0;  // device scratch LaunchDecodeAttention needs (0: none)
+};
+// max_kv_len_hint <= 0: unknown (the table capacity bounds it). Correct for any kv_len values.
+cudaError_t PlanDecodeAttention(const AttentionArgs& args, int32_t max_kv_len_hint,
+                                DecodePlan* plan);
+// `workspace`: plan.workspace_bytes of device memory, 16-byte aligned, private to `stream`.
+cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& plan,
+                                  void* workspace, cudaStream_t stream);
+
 }  // namespace strata::cuda

@@ -1,4 +1,6 @@
-// attention_prefill / attention_decode: validates the descriptors, then one kernel launch.
+// attention_prefill / attention_decode: validates the descriptors, then launches. Decode takes
+// the split-KV kernel (kernels_decode_attention.cu) where it applies (head_dim 64 or 128, GQA
+// group <= 8), else the general kernel that prefill uses (kernels_attention.cu).
 // The batch arrays (q_start, kv_len, block_tables) are device arrays, so their values are
 // guarded inside the kernel: a row no sequence owns, a sequence whose kv_len does not cover
 // its rows or fit its table, and a table entry outside the pool are skipped.
@@ -62,7 +64,17 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   a.max_blocks_per_seq = batch->max_blocks_per_seq;
   a.scale = params->scale;
   a.sliding_window = params->sliding_window;
-  return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
+  if (!decode || !DecodeAttentionSupported(a)) {
+    return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
+  }
+  DecodePlan plan;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      CudaStatus(op, PlanDecodeAttention(a, batch->max_kv_len, &plan), "decode plan"));
+  void* workspace = nullptr;
+  if (plan.workspace_bytes > 0) {
+    STRATA_CUDA_RETURN_IF_ERROR(s.Workspace(op, plan.workspace_bytes, &workspace));
+  }
+  return CudaStatus(op, LaunchDecodeAttention(a, plan, workspace, s.stream), "kernel launch");
 }
 
 }  // namespace strata::cuda

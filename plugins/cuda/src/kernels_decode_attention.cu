@@ -1,0 +1,442 @@
+// Paged decode attention, v1: split-KV (flash-decoding) on the tensor cores.
+//
+// Grid (sequence, kv head, split). A CTA of kDecodeWarps warps serves the whole GQA group of
+// its kv head (G <= 8 query heads), so every K/V byte of the split is read from memory once.
+// The split's keys are cut into tiles of 16 positions, dealt round-robin to the warps; each
+// warp streams its tiles through its own kStages-deep cp.async ring in shared memory (16-byte
+// copies; a position outside the range or whose block id is outside the pool is zero-filled
+// and masked) and keeps its own online softmax (fp32, exp2 domain):
+//   S[16 x 16] = Q[16 rows: the group, zero-padded] x K_tile^T   (mma.m16n8k16 bf16, fp32 acc)
+//   O[16 x D] += P (bf16) x V_tile                                 (same mma)
+// Head dims are permuted inside the mma fragments so that every shared-memory read is one
+// 16-byte access: the sum over d in Q.K does not care about the order of d, and the output
+// column n of n-tile j is written back to dim n * (D / 8) + j. A per-key XOR swizzle of the
+// 16-byte chunks keeps both read patterns free of bank conflicts.
+// At the end the warps merge through shared memory; with one split the CTA writes bf16 out,
+// otherwise it writes its normalized partial O and log2-sum-exp, and a combine kernel merges
+// the splits. The split count comes from the host plan (PlanDecodeAttention).
+#include <cuda_pipeline_primitives.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "cuda_kernels.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kTileKeys = 16;
+constexpr int kStages = 3;
+constexpr int kMinChunk = 256;  // keys per split below which a CTA is mostly prologue
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kHeadDim>
+struct Traits {
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;  // K (or V) of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kMaskOffset = kDecodeWarps * kWarpBytes;
+  static constexpr int kSmemBytes = kMaskOffset + kDecodeWarps * kStages * 4;
+  static constexpr int kKSteps = kHeadDim / 16;     // Q.K mma steps over d
+  static constexpr int kNTiles = kHeadDim / 8;      // P.V mma n-tiles over d
+  static constexpr int kDimsPerGroup = kHeadDim / 8;  // output dims per lane group
+  static constexpr int kVLoads = kDimsPerGroup / 8;   // 16-byte V loads per key per lane
+  static_assert(kChunks >= 8 && kChunks <= 32 && 32 % kChunks == 0, "head_dim 64 or 128");
+  // The merge buffer (warps x 8 rows x D floats, then m and l) reuses the ring.
+  static_assert(kDecodeWarps * 8 * (kHeadDim + 2) * 4 <= kMaskOffset, "merge buffer");
+};
+
+// XOR applied to the 16-byte chunk index of key k (0..15) of a tile: keys 2i and 2i+1 land in
+// different halves of a 128-byte bank window (Q.K reads), and keys 0,2,4,6 at chunk offsets 0
+// and 2 cover all eight 16-byte bank slots (P.V reads).
+__device__ __forceinline__ int Swizzle(int k) { return ((k >> 1) & 1) | ((((k >> 2) ^ k) & 1) << 2); }
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t PackBf16(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// c += A[16x16] B[16x8] with the row-8..15 registers of A zero (a1 = a3 = 0).
+__device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void CopyAsync16(void* smem, const void* global, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+
+// The one query row of sequence s, and its context length, if the sequence is well formed
+// (one row, 1 <= kv_len <= table capacity); otherwise false and nothing is written for it.
+__device__ bool DecodeRow(const AttentionArgs& a, int s, int64_t* row, int64_t* kv_len) {
+  *row = a.q_start[s];
+  *kv_len = a.kv_len[s];
+  return a.q_start[s + 1] - *row == 1 && *row >= 0 && *row < a.rows && *kv_len >= 1 &&
+         *kv_len <= int64_t{a.max_blocks_per_seq} * a.dims.block_size;
+}
+
+// Enqueues the K and V rows of positions [p0, p0 + 16) ∩ [.., hi) into one ring slot and
+// records which of the 16 keys are real in *mask. Called by all 32 lanes of the warp.
+template <int kHeadDim>
+__device__ void IssueTile(const AttentionArgs& a, const int32_t* table, int64_t head_off,
+                          int32_t p0, int32_t hi, unsigned char* slot, uint32_t* mask, int lane) {
+  using T = Traits<kHeadDim>;
+  const int32_t bs = static_cast<int32_t>(a.dims.block_size);
+  const int64_t plane = a.dims.block_size * a.dims.num_kv_heads * kHeadDim;
+  const int32_t p = p0 + (lane & 15);
+  int64_t off = -1;
+  if (p < hi) {
+    const int64_t block = table[p / bs];
+    if (block >= 0 && block < a.dims.num_blocks) {
+      off = (block * a.dims.num_layers + a.layer) * 2 * plane +
+            int64_t{p % bs} * a.dims.num_kv_heads * kHeadDim + head_off;
+    }
+  }
+  const uint32_t valid = __ballot_sync(0xffffffffu, off >= 0) & 0xffffu;
+  if (lane == 0) *mask = valid;
+  constexpr int kKeysPerPass = 32 / T::kChunks;
+  const int chunk = lane % T::kChunks;
+#pragma unroll
+  for (int i = 0; i < kTileKeys / kKeysPerPass; ++i) {
+    const int key = lane / T::kChunks + i * kKeysPerPass;
+    const int64_t key_off = __shfl_sync(0xffffffffu, off, key);
+    const bf16* src = a.cache + (key_off >= 0 ? key_off : 0) + chunk * 8;
+    unsigned char* dst = slot + key * T::kRowBytes + ((chunk ^ Swizzle(key)) << 4);
+    CopyAsync16(dst, src, key_off >= 0);
+    CopyAsync16(dst + T::kTileBytes, src + plane, key_off >= 0);
+  }
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ uint4 LoadChunk(const unsigned char* tile, int key, int chunk) {
+  using T = Traits<kHeadDim>;
+  return *reinterpret_cast<const uint4*>(tile + key * T::kRowBytes +
+                                         ((chunk ^ Swizzle(key)) << 4));
+}
+
+// One warp's running state: O rows gid (c[0], c[1]; c[2], c[3] belong to the padding rows),
+// the running max m (log2 domain) and this lane's share of the row sum l.
+template <int kHeadDim>
+struct WarpState {
+  float o[Traits<kHeadDim>::kNTiles][4];
+  float m;
+  float l;
+};
+
+// Attends the warp's group rows to one landed tile (K at `ks`, V right after it).
+template <int kHeadDim>
+__device__ void ComputeTile(const uint32_t (&qf)[Traits<kHeadDim>::kKSteps][2],
+                            const unsigned char* ks, uint32_t mask, float scale_log2,
+                            WarpState<kHeadDim>& st, int lane) {
+  using T = Traits<kHeadDim>;
+  const int gid = lane / 4, t4 = lane % 4;
+  float sc[2][4] = {};
+#pragma unroll
+  for (int kt = 0; kt < 2; ++kt) {
+#pragma unroll
+    for (int c = 0; c < kHeadDim / 32; ++c) {
+      const uint4 k = LoadChunk<kHeadDim>(ks, kt * 8 + gid, c * 4 + t4);
+      Mma(sc[kt], qf[2 * c][0], qf[2 * c][1], k.x, k.y);
+      Mma(sc[kt], qf[2 * c + 1][0], qf[2 * c + 1][1], k.z, k.w);
+    }
+  }
+  // Scores of keys 2t4, 2t4 + 1, 8 + 2t4, 9 + 2t4 for row gid.
+  float x[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+  float tile_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = (i >> 1) * 8 + 2 * t4 + (i & 1);
+    x[i] = (mask >> key) & 1u ? x[i] * scale_log2 : -INFINITY;
+    tile_max = fmaxf(tile_max, x[i]);
+  }
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+  const float m_new = fmaxf(st.m, tile_max);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float corr = exp2f(st.m - m_use);
+  float p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = exp2f(x[i] - m_use);
+  st.l = st.l * corr + (p[0] + p[1] + p[2] + p[3]);
+  st.m = m_new;
+  const uint32_t pa0 = PackBf16(p[0], p[1]), pa2 = PackBf16(p[2], p[3]);
+  const unsigned char* vs = ks + T::kTileBytes;
+#pragma unroll
+  for (int v = 0; v < T::kVLoads; ++v) {
+    const int chunk = gid * T::kVLoads + v;
+    const uint4 va = LoadChunk<kHeadDim>(vs, 2 * t4, chunk);
+    const uint4 vb = LoadChunk<kHeadDim>(vs, 2 * t4 + 1, chunk);
+    const uint4 vc = LoadChunk<kHeadDim>(vs, 8 + 2 * t4, chunk);
+    const uint4 vd = LoadChunk<kHeadDim>(vs, 9 + 2 * t4, chunk);
+    const uint32_t wa[4] = {va.x, va.y, va.z, va.w}, wb[4] = {vb.x, vb.y, vb.z, vb.w};
+    const uint32_t wc[4] = {vc.x, vc.y, vc.z, vc.w}, wd[4] = {vd.x, vd.y, vd.z, vd.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;
+      float(&o)[4] = st.o[v * 8 + e];
+      o[0] *= corr;
+      o[1] *= corr;
+      Mma(o, pa0, pa2, __byte_perm(wa[e / 2], wb[e / 2], sel),
+          __byte_perm(wc[e / 2], wd[e / 2], sel));
+    }
+  }
+}
+
+// Merges the warps' states through shared memory and writes either bf16 out (one split) or
+// the split's normalized partial O and log2-sum-exp.
+template <int kHeadDim>
+__device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>& st,
+                              unsigned char* smem, int group, int64_t row, int s, int kvh,
+                              int split, int splits, float* part_o, float* part_lse) {
+  using T = Traits<kHeadDim>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, t4 = lane % 4;
+  float l = st.l;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* red = reinterpret_cast<float*>(smem);  // [warp][8 rows][kHeadDim]
+  float* red_m = red + kDecodeWarps * 8 * kHeadDim;
+  float* red_l = red_m + kDecodeWarps * 8;
+  __syncthreads();  // every warp is done reading the ring
+#pragma unroll
+  for (int j = 0; j < T::kNTiles; ++j) {
+    float* dst = red + (warp * 8 + gid) * kHeadDim;
+    dst[(2 * t4) * T::kDimsPerGroup + j] = st.o[j][0];
+    dst[(2 * t4 + 1) * T::kDimsPerGroup + j] = st.o[j][1];
+  }
+  if (t4 == 0) {
+    red_m[warp * 8 + gid] = st.m;
+    red_l[warp * 8 + gid] = l;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * kHeadDim; idx += blockDim.x) {
+    const int r = idx / kHeadDim, d = idx % kHeadDim;
+    float m_all = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) m_all = fmaxf(m_all, red_m[w * 8 + r]);
+    float acc = 0.0f, sum = 0.0f;
+    if (m_all != -INFINITY) {
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float f = exp2f(red_m[w * 8 + r] - m_all);
+        acc += f * red[(w * 8 + r) * kHeadDim + d];
+        sum += f * red_l[w * 8 + r];
+      }
+    }
+    const float value = sum > 0.0f ? acc / sum : 0.0f;
+    const int64_t h = int64_t{kvh} * group + r;
+    if (splits == 1) {
+      a.out[row * a.out_stride + h * kHeadDim + d] = __float2bfloat16(value);
+    } else {
+      const int64_t at = (int64_t{s} * a.q_heads + h) * splits + split;
+      part_o[at * kHeadDim + d] = value;
+      if (d == 0) part_lse[at] = sum > 0.0f ? m_all + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    DecodeAttentionKernel(AttentionArgs a, int32_t chunk, int32_t splits, float* part_o,
+                          float* part_lse) {
+  using T = Traits<kHeadDim>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, t4 = lane % 4;
+  const int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  int64_t row = 0, kv_len = 0;
+  if (!DecodeRow(a, s, &row, &kv_len)) return;
+  const int group = static_cast<int>(a.q_heads / a.dims.num_kv_heads);
+  const int64_t first = a.sliding_window > 0 ? max(int64_t{0}, kv_len - a.sliding_window) : 0;
+  const int64_t lo = first + int64_t{split} * chunk;
+  const int64_t hi = split == splits - 1 ? kv_len : min(kv_len, lo + chunk);
+  const int n_tiles = hi > lo ? static_cast<int>((hi - lo + kTileKeys - 1) / kTileKeys) : 0;
+  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+
+  uint32_t qf[T::kKSteps][2];
+  const bf16* q = a.q + row * a.q_stride + (int64_t{kvh} * group + gid) * kHeadDim;
+  const bf16 zero = __float2bfloat16(0.0f);
+#pragma unroll
+  for (int step = 0; step < T::kKSteps; ++step) {
+    const int base = (step / 2) * 32 + t4 * 8 + (step % 2) * 4;
+    const bool ok = gid < group;
+    qf[step][0] = PackBf16(ok ? q[base] : zero, ok ? q[base + 1] : zero);
+    qf[step][1] = PackBf16(ok ? q[base + 2] : zero, ok ? q[base + 3] : zero);
+  }
+
+  WarpState<kHeadDim> st;
+#pragma unroll
+  for (int j = 0; j < T::kNTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
+  st.m = -INFINITY;
+  st.l = 0.0f;
+  unsigned char* ring = smem + warp * T::kWarpBytes;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + T::kMaskOffset) + warp * kStages;
+  const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks_per_seq;
+  const int64_t head_off = int64_t{kvh} * kHeadDim;
+  auto issue = [&](int i) {
+    if (i < my_tiles) {
+      const int32_t p0 = static_cast<int32_t>(lo + int64_t{warp + i * kDecodeWarps} * kTileKeys);
+      IssueTile<kHeadDim>(a, table, head_off, p0, static_cast<int32_t>(hi),
+                          ring + (i % kStages) * T::kStageBytes, masks + i % kStages, lane);
+    }
+    __pipeline_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  const float scale_log2 = a.scale * kLog2e;
+  for (int i = 0; i < my_tiles; ++i) {
+    __pipeline_wait_prior(kStages - 2);
+    __syncwarp();
+    issue(i + kStages - 1);
+    const int slot = i % kStages;
+    ComputeTile<kHeadDim>(qf, ring + slot * T::kStageBytes, masks[slot], scale_log2, st, lane);
+  }
+  __pipeline_wait_prior(0);
+  MergeAndStore<kHeadDim>(a, st, smem, group, row, s, kvh, split, splits, part_o, part_lse);
+}
+
+// out row of (sequence, head) = sum_i 2^(lse_i - L) O_i over the splits, L = log2-sum-exp.
+__global__ void CombineSplitsKernel(AttentionArgs a, int32_t splits, int head_dim,
+                                    const float* part_o, const float* part_lse) {
+  const int s = blockIdx.x;
+  const int64_t h = blockIdx.y;
+  int64_t row = 0, kv_len = 0;
+  if (!DecodeRow(a, s, &row, &kv_len)) return;
+  const int64_t base = (int64_t{s} * a.q_heads + h) * splits;
+  float m = -INFINITY;
+  for (int i = 0; i < splits; ++i) m = fmaxf(m, part_lse[base + i]);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float acc = 0.0f, sum = 0.0f;
+    if (m != -INFINITY) {
+      for (int i = 0; i < splits; ++i) {
+        const float f = exp2f(part_lse[base + i] - m);
+        acc += f * part_o[(base + i) * head_dim + d];
+        sum += f;
+      }
+    }
+    a.out[row * a.out_stride + h * head_dim + d] = __float2bfloat16(sum > 0.0f ? acc / sum : 0.0f);
+  }
+}
+
+// Raises the kernel's shared-memory limit on `device` (once per device) and returns how many
+// of its CTAs fit on one multiprocessor.
+template <int kHeadDim>
+cudaError_t KernelSlots(int device, int* ctas_per_sm) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // 0: not yet set up on that device
+  const int slot = device >= 0 && device < kMaxDevices ? device : 0;
+  int n = cached[slot].load(std::memory_order_acquire);
+  if (n == 0 || device >= kMaxDevices) {
+    cudaError_t err = cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Traits<kHeadDim>::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, DecodeAttentionKernel<kHeadDim>, kDecodeWarps * 32, Traits<kHeadDim>::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    n = std::max(n, 1);
+    cached[slot].store(n, std::memory_order_release);
+  }
+  *ctas_per_sm = n;
+  return cudaSuccess;
+}
+
+cudaError_t SlotsFor(int64_t head_dim, int device, int* ctas_per_sm) {
+  return head_dim == 64 ? KernelSlots<64>(device, ctas_per_sm)
+                        : KernelSlots<128>(device, ctas_per_sm);
+}
+
+// Splits per (sequence, kv head): the smallest count whose CTAs fill the resident slots in
+// whole waves to >= 90% (or the best fill), each split keeping >= kMinChunk keys.
+int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots) {
+  const int64_t max_splits = std::max<int64_t>(1, (max_kv + kMinChunk - 1) / kMinChunk);
+  int64_t best = 1;
+  double best_fill = 0.0;
+  for (int64_t splits = 1; splits <= std::min<int64_t>(max_splits, 4 * slots); ++splits) {
+    const int64_t ctas = items * splits;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    const double fill = static_cast<double>(ctas) / static_cast<double>(waves * slots);
+    if (fill >= 0.9) return static_cast<int32_t>(splits);
+    if (fill > best_fill + 1e-9) {
+      best_fill = fill;
+      best = splits;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
+bool DecodeAttentionSupported(const AttentionArgs& a) {
+  const int64_t d = a.dims.head_dim;
+  const int64_t group = a.dims.num_kv_heads > 0 ? a.q_heads / a.dims.num_kv_heads : 0;
+  return (d == 64 || d == 128) && group >= 1 && group <= kMaxDecodeGroup &&
+         reinterpret_cast<uintptr_t>(a.cache) % 16 == 0 && a.dims.num_kv_heads <= 65535 &&
+         int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
+}
+
+cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
+                                DecodePlan* plan) {
+  int device = 0, sms = 0, per_sm = 1;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
+  if (err != cudaSuccess) return err;
+  int64_t max_kv = int64_t{a.max_blocks_per_seq} * a.dims.block_size;
+  if (max_kv_len_hint > 0) max_kv = std::min<int64_t>(max_kv, max_kv_len_hint);
+  if (a.sliding_window > 0) max_kv = std::min<int64_t>(max_kv, a.sliding_window);
+  max_kv = std::max<int64_t>(max_kv, 1);
+  const int64_t items = int64_t{a.num_seqs} * a.dims.num_kv_heads;
+  int32_t splits = ChooseSplits(items, max_kv, int64_t{sms} * per_sm);
+  int64_t chunk = (max_kv + splits - 1) / splits;
+  chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
+  splits = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>((max_kv + chunk - 1) / chunk, 1), 65535));
+  plan->splits = splits;
+  plan->chunk = static_cast<int32_t>(chunk);
+  plan->workspace_bytes =
+      splits > 1 ? static_cast<size_t>(a.num_seqs) * a.q_heads * splits * (a.dims.head_dim + 1) * 4
+                 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan, void* workspace,
+                                  cudaStream_t stream) {
+  if (a.num_seqs == 0 || a.q_heads == 0) return cudaSuccess;
+  float* part_o = static_cast<float*>(workspace);
+  float* part_lse = part_o == nullptr
+                        ? nullptr
+                        : part_o + static_cast<size_t>(a.num_seqs) * a.q_heads * plan.splits *
+                                       a.dims.head_dim;
+  const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.dims.num_kv_heads),
+                  static_cast<unsigned>(plan.splits));
+  int device = 0, per_sm = 0;  // SlotsFor raises the shared-memory limit on first use
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
+  if (err != cudaSuccess) return err;
+  if (a.dims.head_dim == 64) {
+    DecodeAttentionKernel<64><<<grid, kDecodeWarps * 32, Traits<64>::kSmemBytes, stream>>>(
+        a, plan.chunk, plan.splits, part_o, part_lse);
+  } else {
+    DecodeAttentionKernel<128><<<grid, kDecodeWarps * 32, Traits<128>::kSmemBytes, stream>>>(
+        a, plan.chunk, plan.splits, part_o, part_lse);
+  }
+  err = cudaGetLastError();
+  if (err != cudaSuccess || plan.splits == 1) return err;
+  const dim3 cgrid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads));
+  CombineSplitsKernel<<<cgrid, static_cast<unsigned>(a.dims.head_dim), 0, stream>>>(
+      a, plan.splits, static_cast<int>(a.dims.head_dim), part_o, part_lse);
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda
