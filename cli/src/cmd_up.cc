@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "args.h"
@@ -167,6 +168,14 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
     if (st.code() == absl::StatusCode::kCancelled) return Shutdown(sup);
     sup.Stop();
     return Fail("up", std::string(st.message()), 1);
+  }
+  // Each process's HTTP address (health, readiness, /metrics), e.g. for Prometheus targets.
+  for (const auto* group : {&plan.router, &plan.workers}) {
+    for (const ProcessSpec& p : *group) {
+      std::string base = p.ready_url;
+      if (absl::EndsWith(base, "/ready")) base.resize(base.size() - 6);
+      Say(absl::StrCat("  ", p.name, ": ", base, "/metrics"));
+    }
   }
   Say(absl::StrCat("strata is serving at ", plan.url));
   if (Serve(sup) != 0) return 1;
