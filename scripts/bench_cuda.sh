@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# CUDA decode attention benchmark (issue 5): the plugin's split-KV kernel vs the device-copy
+# bandwidth and vs PyTorch SDPA, same GPU, same run; plus the conformance suite on that GPU.
+#
+# Two steps, because the GPU machine has no toolchain for this project's dependencies:
+#
+#   scripts/bench_cuda.sh pack [build_dir] [strata_build_dir]
+#       Here (x86-64, nvcc 13.0): builds strata_cuda, cuda_plugin_test and
+#       decode_attention_bench in build_dir (default build-cuda), then packs them with
+#       `strata` and libstrata_cpu.so (from strata_build_dir, default build_dir) and every
+#       non-glibc library they load into out/cuda-bench/carry.tar.xz (~20 MB; out/ is
+#       git-ignored).
+#
+#   scripts/bench_cuda.sh device [--quick]
+#       On the GPU machine, from the repository root, with out/cuda-bench carried. The exact
+#       device-tool call (run, kind nvidia-h200):
+#         carry: ["out/cuda-bench"]
+#         command: set -o pipefail; scripts/bench_cuda.sh device 2>&1 | tee $OUT/bench.log
+#       Runs `strata plugin-test` (cuda vs cpu), cuda_plugin_test, decode_attention_bench and
+#       bench/cuda/torch_sdpa_decode.py, then prints one markdown table.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/out/cuda-bench
+
+pack() {
+  local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
+  ninja -C "$build" -j2 strata_cuda cuda_plugin_test decode_attention_bench
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib"
+  cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
+     "$build/bench/cuda/decode_attention_bench" "$stage/bin/"
+  cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
+  strip --strip-debug "$stage"/bin/*
+  # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
+  { for f in "$stage"/bin/*; do ldd "$f"; done
+    ldconfig -p | awk '/libopenblas.so.0|libgfortran.so.5|libquadmath.so.0/ && /x86-64/ {print "x => " $NF}'
+  } | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libcuda|libcublas|libcublasLt)\.so' |
+    while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+  mkdir -p "$CARRY"
+  tar -C "$stage" -cJf "$CARRY/carry.tar.xz" bin lib
+  rm -rf "$stage"
+  ls -la "$CARRY"
+}
+
+device() {
+  local quick=${1:-}
+  local work=/tmp/cuda-bench
+  mkdir -p "$work"
+  tar -C "$work" -xJf "$CARRY/carry.tar.xz"
+  local cublas
+  cublas=$(dirname "$(find / -name 'libcublas.so.13*' -path '*cuda*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$work/lib:$cublas:${LD_LIBRARY_PATH:-}
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  echo "== strata plugin-test (cuda vs cpu reference)"
+  "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
+    tail -n 15
+  echo "== cuda_plugin_test"
+  "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
+  echo "== decode_attention_bench"
+  "$work/bin/decode_attention_bench" $quick | tee "$work/ours.txt"
+  echo "== torch_sdpa_decode.py"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_decode.py" $quick | tee "$work/torch.txt"
+  echo
+  table "$work/ours.txt" "$work/torch.txt"
+}
+
+# One markdown table from the two CSV streams.
+table() {
+  cat "$1" "$2" | awk -F, '
+    $1 == "CSV" && $2 == "copy" { copy = $3 }
+    $1 == "CSV" && $2 == "ours" { k = $3 "|" $4 "|" $5; ours[k] = $7; us[k] = $6; sp[k] = $8;
+                                  err[k] = $9; order[n++] = k }
+    $1 == "CSV" && $2 == "torch" { k = $3 "|" $4 "|" $5; torch[k] = $7; tus[k] = $6; mode = $8 }
+    END {
+      printf "device copy bandwidth (D2D, read+write): %.0f GB/s; torch SDPA mode: %s\n\n", copy, mode
+      print "| model | batch | ctx | ours us | ours GB/s | ours/copy | splits | err vs general | torch us | torch GB/s | ours/torch |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      for (i = 0; i < n; ++i) {
+        k = order[i]; split(k, f, "|")
+        t = (k in torch) ? torch[k] : 0
+        printf "| %s | %d | %d | %.1f | %.0f | %.2f | %d | %.1e | %s | %s | %s |\n", f[1], f[2], f[3],
+          us[k], ours[k], ours[k] / copy, sp[k], err[k], (t ? sprintf("%.1f", tus[k]) : "-"),
+          (t ? sprintf("%.0f", t) : "-"), (t ? sprintf("%.2f", ours[k] / t) : "-")
+      }
+    }'
+}
+
+case ${1:-} in
+  pack) shift; pack "$@" ;;
+  device) shift; device "$@" ;;
+  table) shift; table "$@" ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
+esac
