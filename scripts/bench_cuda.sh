@@ -29,7 +29,7 @@ pack() {
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
   cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
-     "$build/bench/cuda/decode_attention_bench" "$stage/bin/"
+     "$build/bin/decode_attention_bench" "$stage/bin/"
   cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
   strip --strip-debug "$stage"/bin/*
   # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
@@ -56,6 +56,14 @@ device() {
   echo "== strata plugin-test (cuda vs cpu reference)"
   "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
     tail -n 15
+  echo "== attention_decode: more seeds, verbose; compute-sanitizer memcheck and racecheck"
+  local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op attention_decode)
+  "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 8
+  "${test[@]}" --seed 99 2>&1 | tail -n 1
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --print-limit 2 "${test[@]}" 2>&1 | grep -v PASS | head -n 40 || true
+    compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 3 || true
+  fi
   echo "== cuda_plugin_test"
   "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
   echo "== decode_attention_bench"

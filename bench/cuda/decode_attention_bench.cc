@@ -14,7 +14,9 @@
 // 256 MiB rotate over several disjoint block sets so the timing is not served from the L2. Output: a readable line per shape and "CSV," lines that
 // scripts/bench_cuda.sh joins with torch_sdpa_decode.py's.
 //
-//   decode_attention_bench [--quick]     (--quick: batch {1, 32} x context {2k, 32k})
+//   decode_attention_bench [--quick] [--more-waves]
+//     --quick: batch {1, 32} x context {2k, 32k}
+//     --more-waves: also time each shape with splits raised to >= 4 waves of CTAs ("CSV,alt")
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,6 +48,8 @@ constexpr int kBlockSize = 16;
 constexpr int kLayers = 1;
 constexpr int kLayer = 0;
 constexpr double kRotateBytes = 256.0 * (1 << 20);
+int sm_count_ = 132;
+bool try_more_waves_ = false;
 
 struct Model {
   const char* name;
@@ -111,8 +115,8 @@ struct Shape {
 };
 
 struct Result {
-  double us = 0, gbs = 0, rel_err = 0;
-  int splits = 0;
+  double us = 0, gbs = 0, rel_err = 0, alt_us = 0;
+  int splits = 0, alt_splits = 0;
 };
 
 int Rotations(const Shape& sh) {
@@ -236,12 +240,35 @@ Result Run(const Shape& sh, void* pool, std::mt19937& rng) {
   time_calls(3);  // warm-up
   const float one = time_calls(1);
   const int iters = std::clamp(static_cast<int>(5.0f / std::max(one, 1e-3f)), 5, 2000);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 7; ++rep) ms.push_back(time_calls(iters));
-  std::sort(ms.begin(), ms.end());
-  r.us = ms[ms.size() / 2] * 1e3;
+  auto median_us = [&] {
+    std::vector<float> ms;
+    for (int rep = 0; rep < 7; ++rep) ms.push_back(time_calls(iters));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1e3;
+  };
+  r.us = median_us();
   const double bytes = double{1} * sh.batch * sh.ctx * sh.model.kv_heads * kHeadDim * 4;
   r.gbs = bytes / (r.us * 1e-6) / 1e9;
+  // Experiment: the same kernel with splits raised until the grid is >= 4 waves (at >= 256
+  // keys per split), to see whether one-wave grids lose to their slowest CTA.
+  const DecodePlan plan = st.plan;
+  const int64_t items = int64_t{sh.batch} * sh.model.kv_heads, slots = 2 * sm_count_;
+  int64_t splits = std::max<int64_t>(plan.splits, (4 * slots + items - 1) / items);
+  splits = std::min<int64_t>(splits, std::max(1, sh.ctx / 256));
+  if (try_more_waves_ && splits > plan.splits) {
+    int64_t chunk = ((sh.ctx + splits - 1) / splits + 15) / 16 * 16;
+    st.plan.splits = static_cast<int32_t>((sh.ctx + chunk - 1) / chunk);
+    st.plan.chunk = static_cast<int32_t>(chunk);
+    void* saved = st.workspace;
+    BENCH_CHECK(cudaMalloc(&st.workspace, size_t{1} * sh.batch * sh.model.q_heads *
+                                              st.plan.splits * (kHeadDim + 1) * 4));
+    time_calls(3);
+    r.alt_us = median_us();
+    r.alt_splits = st.plan.splits;
+    BENCH_CHECK(cudaFree(st.workspace));
+    st.workspace = saved;
+    st.plan = plan;
+  }
   BENCH_CHECK(cudaEventDestroy(e0));
   BENCH_CHECK(cudaEventDestroy(e1));
   Release(st);
@@ -249,9 +276,14 @@ Result Run(const Shape& sh, void* pool, std::mt19937& rng) {
 }
 
 int Main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    quick |= std::strcmp(argv[i], "--quick") == 0;
+    try_more_waves_ |= std::strcmp(argv[i], "--more-waves") == 0;
+  }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  sm_count_ = prop.multiProcessorCount;
   std::printf("# %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
   const double copy = CopyBandwidthGBs();
@@ -280,6 +312,9 @@ int Main(int argc, char** argv) {
                     m.name, b, ctx, r.us, r.gbs, r.gbs / copy, r.splits, r.rel_err);
         std::printf("CSV,ours,%s,%d,%d,%.2f,%.1f,%d,%.3e\n", m.name, b, ctx, r.us, r.gbs,
                     r.splits, r.rel_err);
+        if (r.alt_splits > 0) {
+          std::printf("CSV,alt,%s,%d,%d,%.2f,%d\n", m.name, b, ctx, r.alt_us, r.alt_splits);
+        }
         std::fflush(stdout);
       }
     }

@@ -30,6 +30,7 @@ constexpr int kDecodeWarps = 4;
 constexpr int kTileKeys = 16;
 constexpr int kStages = 3;
 constexpr int kMinChunk = 256;  // keys per split below which a CTA is mostly prologue
+constexpr int64_t kMaxSplits = 1024;  // the combine kernel stages one float per split
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kHeadDim>
@@ -90,22 +91,27 @@ __device__ bool DecodeRow(const AttentionArgs& a, int s, int64_t* row, int64_t* 
          *kv_len <= int64_t{a.max_blocks_per_seq} * a.dims.block_size;
 }
 
-// Enqueues the K and V rows of positions [p0, p0 + 16) ∩ [.., hi) into one ring slot and
-// records which of the 16 keys are real in *mask. Called by all 32 lanes of the warp.
+// The block id holding position p0 + (lane & 15), or -1 past `hi`. Loaded one tile ahead of
+// its copies so the table lookup's latency is not on the streaming path.
+__device__ __forceinline__ int32_t TileBlock(const int32_t* table, int32_t p0, int32_t hi,
+                                             int32_t bs, int lane) {
+  const int32_t p = p0 + (lane & 15);
+  return p < hi ? table[p / bs] : -1;
+}
+
+// Enqueues the K and V rows of positions [p0, p0 + 16) (block ids from TileBlock) into one
+// ring slot and records which of the 16 keys are real in *mask. Called by all 32 lanes.
 template <int kHeadDim>
-__device__ void IssueTile(const AttentionArgs& a, const int32_t* table, int64_t head_off,
-                          int32_t p0, int32_t hi, unsigned char* slot, uint32_t* mask, int lane) {
+__device__ void IssueTile(const AttentionArgs& a, int32_t block, int64_t head_off, int32_t p0,
+                          unsigned char* slot, uint32_t* mask, int lane) {
   using T = Traits<kHeadDim>;
   const int32_t bs = static_cast<int32_t>(a.dims.block_size);
   const int64_t plane = a.dims.block_size * a.dims.num_kv_heads * kHeadDim;
   const int32_t p = p0 + (lane & 15);
   int64_t off = -1;
-  if (p < hi) {
-    const int64_t block = table[p / bs];
-    if (block >= 0 && block < a.dims.num_blocks) {
-      off = (block * a.dims.num_layers + a.layer) * 2 * plane +
-            int64_t{p % bs} * a.dims.num_kv_heads * kHeadDim + head_off;
-    }
+  if (block >= 0 && block < a.dims.num_blocks) {
+    off = (int64_t{block} * a.dims.num_layers + a.layer) * 2 * plane +
+          int64_t{p % bs} * a.dims.num_kv_heads * kHeadDim + head_off;
   }
   const uint32_t valid = __ballot_sync(0xffffffffu, off >= 0) & 0xffffu;
   if (lane == 0) *mask = valid;
@@ -284,21 +290,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   uint32_t* masks = reinterpret_cast<uint32_t*>(smem + T::kMaskOffset) + warp * kStages;
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks_per_seq;
   const int64_t head_off = int64_t{kvh} * kHeadDim;
-  auto issue = [&](int i) {
+  const int32_t bs = static_cast<int32_t>(a.dims.block_size), hi32 = static_cast<int32_t>(hi);
+  auto tile_p0 = [&](int i) {
+    return static_cast<int32_t>(lo + int64_t{warp + i * kDecodeWarps} * kTileKeys);
+  };
+  auto block_of = [&](int i) { return i < my_tiles ? TileBlock(table, tile_p0(i), hi32, bs, lane) : -1; };
+  auto issue = [&](int i, int32_t block) {
     if (i < my_tiles) {
-      const int32_t p0 = static_cast<int32_t>(lo + int64_t{warp + i * kDecodeWarps} * kTileKeys);
-      IssueTile<kHeadDim>(a, table, head_off, p0, static_cast<int32_t>(hi),
-                          ring + (i % kStages) * T::kStageBytes, masks + i % kStages, lane);
+      IssueTile<kHeadDim>(a, block, head_off, tile_p0(i), ring + (i % kStages) * T::kStageBytes,
+                          masks + i % kStages, lane);
     }
     __pipeline_commit();
   };
+  int32_t first_blocks[kStages - 1];
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  for (int i = 0; i < kStages - 1; ++i) first_blocks[i] = block_of(i);
+  int32_t next_block = block_of(kStages - 1);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i, first_blocks[i]);
   const float scale_log2 = a.scale * kLog2e;
   for (int i = 0; i < my_tiles; ++i) {
     __pipeline_wait_prior(kStages - 2);
     __syncwarp();
-    issue(i + kStages - 1);
+    issue(i + kStages - 1, next_block);
+    next_block = block_of(i + kStages);
     const int slot = i % kStages;
     ComputeTile<kHeadDim>(qf, ring + slot * T::kStageBytes, masks[slot], scale_log2, st, lane);
   }
@@ -307,20 +322,26 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }
 
 // out row of (sequence, head) = sum_i 2^(lse_i - L) O_i over the splits, L = log2-sum-exp.
+// The splits' lse values are staged in shared memory (dynamic, splits floats) in parallel;
+// each thread then sums its dims over the splits with independent loads.
 __global__ void CombineSplitsKernel(AttentionArgs a, int32_t splits, int head_dim,
                                     const float* part_o, const float* part_lse) {
+  extern __shared__ float lse[];
   const int s = blockIdx.x;
   const int64_t h = blockIdx.y;
   int64_t row = 0, kv_len = 0;
   if (!DecodeRow(a, s, &row, &kv_len)) return;
   const int64_t base = (int64_t{s} * a.q_heads + h) * splits;
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) lse[i] = part_lse[base + i];
+  __syncthreads();
   float m = -INFINITY;
-  for (int i = 0; i < splits; ++i) m = fmaxf(m, part_lse[base + i]);
+  for (int i = 0; i < splits; ++i) m = fmaxf(m, lse[i]);
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0.0f, sum = 0.0f;
     if (m != -INFINITY) {
+#pragma unroll 8
       for (int i = 0; i < splits; ++i) {
-        const float f = exp2f(part_lse[base + i] - m);
+        const float f = exp2f(lse[i] - m);
         acc += f * part_o[(base + i) * head_dim + d];
         sum += f;
       }
@@ -401,7 +422,9 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   int32_t splits = ChooseSplits(items, max_kv, int64_t{sms} * per_sm);
   int64_t chunk = (max_kv + splits - 1) / splits;
   chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
-  splits = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>((max_kv + chunk - 1) / chunk, 1), 65535));
+  splits = static_cast<int32_t>(
+      std::min<int64_t>(std::max<int64_t>((max_kv + chunk - 1) / chunk, 1), kMaxSplits));
+  chunk = std::max<int64_t>(chunk, (max_kv + splits - 1) / splits);
   plan->splits = splits;
   plan->chunk = static_cast<int32_t>(chunk);
   plan->workspace_bytes =
@@ -434,7 +457,9 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
   err = cudaGetLastError();
   if (err != cudaSuccess || plan.splits == 1) return err;
   const dim3 cgrid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads));
-  CombineSplitsKernel<<<cgrid, static_cast<unsigned>(a.dims.head_dim), 0, stream>>>(
+  // Rounded up to 16-byte groups: the unrolled lse loop may read a whole 16-byte group.
+  const size_t lse_bytes = (static_cast<size_t>(plan.splits) + 3) / 4 * 16;
+  CombineSplitsKernel<<<cgrid, static_cast<unsigned>(a.dims.head_dim), lse_bytes, stream>>>(
       a, plan.splits, static_cast<int>(a.dims.head_dim), part_o, part_lse);
   return cudaGetLastError();
 }
