@@ -15,6 +15,13 @@
 #   MAX_INPUT     clip input lengths to this many tokens [1024]
 #   MAX_OUTPUT    clip output lengths to this many tokens [32]
 #   ROUNDS        strata/aiperf pairs to run [1]
+#   MODE          sequential: a fresh cluster per client run (cold caches for both) | concurrent:
+#                 one fresh cluster per round, both clients at once (same server noise) [sequential]
+#   OFFSET_S      concurrent mode: strata replay starts this long after aiperf's first send [6];
+#                 the default window's arrivals come in bursts 12 s apart (3 s trace granularity /
+#                 0.25), so 6 s interleaves the two clients' bursts instead of queueing one
+#                 client's burst behind the other's (at 0 s strata's requests queue behind
+#                 aiperf's identical-time requests and its TTFT is biased up)
 #   PORT          router HTTP port [18931]
 #   TOKENIZER     HF tokenizer dir for aiperf's prompt synthesis; default: the served model's dir
 #                 (the `model:` line `strata up` prints), so aiperf counts tokens as the server does
@@ -29,7 +36,7 @@
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n "2,35p" "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 STRATA_BIN=$(realpath "$1")
@@ -42,6 +49,8 @@ MAX_INPUT=${MAX_INPUT:-1024}
 MAX_OUTPUT=${MAX_OUTPUT:-32}
 ROUNDS=${ROUNDS:-1}
 PORT=${PORT:-18931}
+MODE=${MODE:-sequential}
+OFFSET_S=${OFFSET_S:-6}
 URL="http://127.0.0.1:${PORT}"
 
 [[ -x "$STRATA_BIN" ]] || { echo "not executable: $STRATA_BIN" >&2; exit 2; }
@@ -69,6 +78,11 @@ with open(src) as f, open(dst, "w") as out:
 EOF
 
 CLUSTER_PID=""
+AIPERF_PID=""
+cleanup() {
+  if [[ -n "$AIPERF_PID" ]]; then kill -INT "$AIPERF_PID" 2>/dev/null || true; fi
+  stop_cluster
+}
 stop_cluster() {
   if [[ -n "$CLUSTER_PID" ]]; then
     kill -TERM "$CLUSTER_PID" 2>/dev/null || true
@@ -76,7 +90,7 @@ stop_cluster() {
     CLUSTER_PID=""
   fi
 }
-trap stop_cluster EXIT
+trap cleanup EXIT
 
 # start_cluster LOGDIR: starts `strata up` and waits for its ready line.
 start_cluster() {
@@ -85,7 +99,7 @@ start_cluster() {
   "$STRATA_BIN" up --port "$PORT" --log-dir "$dir/logs" >"$dir/up.out" 2>&1 &
   CLUSTER_PID=$!
   for _ in $(seq 1 240); do
-    if grep -q "strata is serving at" "$dir/up.out"; then
+    if grep -qs "strata is serving at" "$dir/up.out"; then
       MODEL_DIR=$(sed -n 's/^model: //p' "$dir/up.out" | head -1)
       return 0
     fi
@@ -105,25 +119,96 @@ run_strata() {
   stop_cluster
 }
 
+# aiperf 0.13.0 decodes hash-id blocks in worker processes that force HF offline mode, and in
+# offline mode a local tokenizer directory is looked up as a hub repo id and fails
+# ("HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name'").
+# Workaround: publish the tokenizer files as repo `strata/tokenizer` in a private offline HF cache.
+hf_cache_tokenizer() {
+  local src=$1 snap="$OUT_DIR/hf/hub/models--strata--tokenizer/snapshots/${ZERO_REV}"
+  mkdir -p "$snap" "$OUT_DIR/hf/hub/models--strata--tokenizer/refs"
+  printf '%s' "$ZERO_REV" >"$OUT_DIR/hf/hub/models--strata--tokenizer/refs/main"
+  for f in tokenizer.json tokenizer_config.json config.json special_tokens_map.json; do
+    [[ -f "$src/$f" ]] && cp "$src/$f" "$snap/"
+  done
+  return 0
+}
+ZERO_REV=0000000000000000000000000000000000000000
+
+# launch_aiperf DIR: starts `aiperf profile` in the background against the running cluster.
+launch_aiperf() {
+  local dir=$1
+  hf_cache_tokenizer "${TOKENIZER:-$MODEL_DIR}"
+  HF_HOME="$OUT_DIR/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$AIPERF" profile \
+    --model tiny-llama --url "$URL" --endpoint-type completions --streaming \
+    --input-file "$WINDOW" --custom-dataset-type mooncake_trace --fixed-schedule \
+    --tokenizer strata/tokenizer --use-server-token-count --use-legacy-max-tokens \
+    --extra-inputs ignore_eos:true --extra-inputs temperature:0 \
+    --random-seed 0 --ui-type none --no-server-metrics --no-gpu-telemetry \
+    --artifact-dir "$dir/result" >"$dir/aiperf.out" 2>&1 &
+  AIPERF_PID=$!
+}
+
+wait_aiperf() {
+  local dir=$1
+  local rc=0
+  wait "$AIPERF_PID" || rc=$?
+  AIPERF_PID=""
+  if [[ $rc -ne 0 ]]; then
+    echo "aiperf failed; tail of $dir/aiperf.out:" >&2; tail -30 "$dir/aiperf.out" >&2; exit 1
+  fi
+}
+
+replay_strata() {
+  local dir=$1
+  "$STRATA_BIN" replay --trace "$WINDOW" --format mooncake --url "$URL" --speedup 1 \
+    --slo-ttft 1000 --slo-tpot 1000 --quiet --out "$dir/result" | tee "$dir/replay.out"
+}
+
+run_strata() {
+  local dir=$1
+  start_cluster "$dir"
+  replay_strata "$dir"
+  stop_cluster
+}
+
 run_aiperf() {
   local dir=$1
   start_cluster "$dir"
-  local tok=${TOKENIZER:-$MODEL_DIR}
-  "$AIPERF" profile --model tiny-llama --url "$URL" --endpoint-type completions --streaming \
-    --input-file "$WINDOW" --custom-dataset-type mooncake_trace --fixed-schedule \
-    --tokenizer "$tok" --use-server-token-count --use-legacy-max-tokens \
-    --extra-inputs ignore_eos:true --extra-inputs temperature:0 \
-    --random-seed 0 --ui-type none --no-server-metrics --no-gpu-telemetry \
-    --artifact-dir "$dir/result" >"$dir/aiperf.out" 2>&1 || {
-      echo "aiperf failed; tail of $dir/aiperf.out:" >&2; tail -30 "$dir/aiperf.out" >&2; exit 1; }
+  launch_aiperf "$dir"
+  wait_aiperf "$dir"
+  stop_cluster
+}
+
+# MODE=concurrent: one cluster, both clients replay the window at the same time (each its own
+# copy, so the server sees twice the load); strata replay starts when aiperf logs that its
+# profiling phase started, plus OFFSET_S.
+# Both clients then measure the same server under the same background noise.
+run_concurrent() {
+  local dir=$1
+  mkdir -p "$dir/strata" "$dir/aiperf"
+  start_cluster "$dir"
+  launch_aiperf "$dir/aiperf"
+  for _ in $(seq 1 600); do
+    grep -qs "Phase profiling (profiling) started" "$dir/aiperf/result/logs/aiperf.log" && break
+    kill -0 "$AIPERF_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep "$OFFSET_S"
+  replay_strata "$dir/strata"
+  wait_aiperf "$dir/aiperf"
   stop_cluster
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-  echo "== round $round: strata replay"
-  run_strata "$OUT_DIR/round$round/strata"
-  echo "== round $round: aiperf"
-  run_aiperf "$OUT_DIR/round$round/aiperf"
+  if [[ "$MODE" == concurrent ]]; then
+    echo "== round $round: strata replay and aiperf at the same time"
+    run_concurrent "$OUT_DIR/round$round"
+  else
+    echo "== round $round: strata replay"
+    run_strata "$OUT_DIR/round$round/strata"
+    echo "== round $round: aiperf"
+    run_aiperf "$OUT_DIR/round$round/aiperf"
+  fi
 done
 
 # Side-by-side table. aiperf's inter_token_latency is (request_latency - TTFT) /
@@ -147,7 +232,7 @@ def aiperf_metrics(d):
     res["isl"] = m.get("input_sequence_length", {}).get("avg")
     return res
 print()
-print("TTFT/TPOT, seconds; ratio = aiperf / strata")
+print(f"TTFT/TPOT, seconds; ratio = aiperf / strata; window {os.path.join(out_dir, 'window.jsonl')}")
 print(f"{'round':>5} {'metric':>9} {'strata':>10} {'aiperf':>10} {'ratio':>7}")
 for r in range(1, rounds + 1):
     s = json.load(open(os.path.join(out_dir, f"round{r}", "strata", "result", "summary.json")))
