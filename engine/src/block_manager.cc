@@ -99,6 +99,13 @@ void BlockManager::Commit(BlockId block, BlockHash hash, BlockHash parent) {
   if (listener_) listener_({KvCacheEvent::Kind::kStored, hash, block, parent});
 }
 
+std::vector<BlockHash> BlockManager::CachedHashes() const {
+  std::vector<BlockHash> out;
+  out.reserve(cached_.size());
+  for (const auto& [hash, block] : cached_) out.push_back(hash);
+  return out;
+}
+
 void BlockManager::Uncache(BlockId block) {
   if (!has_hash_[block]) return;
   cached_.erase(hash_[block]);

@@ -66,6 +66,15 @@ std::vector<KvCacheEvent> EngineLoop::TakeKvEvents() {
   return out;
 }
 
+void EngineLoop::ResyncKvEvents() {
+  Post([this](Engine& e) {
+    std::vector<BlockHash> hashes = e.block_manager().CachedHashes();
+    absl::MutexLock lock(&mu_);
+    events_.clear();
+    for (BlockHash h : hashes) events_.push_back({KvCacheEvent::Kind::kStored, h, -1});
+  });
+}
+
 EngineLoad EngineLoop::load() const {
   absl::MutexLock lock(&mu_);
   return load_;

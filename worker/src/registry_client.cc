@@ -53,9 +53,9 @@ bool RegistryClient::Register() {
     return false;
   }
   epoch_ = resp.epoch();
-  // The router's index of our blocks starts empty: what we hold now reaches it as events from
-  // here on (blocks cached before re-registration are only found once re-stored).
+  // The router's index of our blocks starts empty: resend everything the cache holds now.
   unsent_.clear();
+  loop_->ResyncKvEvents();
   registered_ = true;
   STRATA_LOG(Info) << "registered with the router as " << info_.id();
   return true;

@@ -65,6 +65,8 @@ class BlockManager {
   void Commit(BlockId block, BlockHash hash, BlockHash parent = kRootBlockHash);
 
   int ref_count(BlockId block) const { return ref_count_[block]; }
+  // Every block hash the prefix cache holds now (in no particular order).
+  std::vector<BlockHash> CachedHashes() const;
   const BlockManagerStats& stats() const { return stats_; }
   void SetEventListener(std::function<void(const KvCacheEvent&)> listener) {
     listener_ = std::move(listener);

@@ -62,6 +62,10 @@ class EngineLoop {
 
   // KV cache events (stored/removed) since the last call, in order.
   std::vector<KvCacheEvent> TakeKvEvents();
+  // Replaces the pending events with one kStored event per block the prefix cache holds now
+  // (parents unknown: kRootBlockHash), e.g. after (re-)registering with a router whose index
+  // of this worker starts empty. Runs on the engine thread; later events follow in order.
+  void ResyncKvEvents();
   EngineLoad load() const;
   const Engine& engine_for_config() const { return *engine_; }  // immutable parts only
 
