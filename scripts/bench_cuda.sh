@@ -31,6 +31,11 @@ pack() {
   cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
      "$build/bin/decode_attention_bench" "$stage/bin/"
   cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
+  # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
+  # device run, and an old-vs-new table is printed.
+  if [[ -n ${BASELINE_BENCH:-} ]]; then
+    cp "$BASELINE_BENCH" "$stage/bin/decode_attention_bench_base"
+  fi
   strip --strip-debug "$stage"/bin/*
   # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
   { for f in "$stage"/bin/*; do ldd "$f"; done
@@ -68,10 +73,39 @@ device() {
   "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
   echo "== decode_attention_bench"
   "$work/bin/decode_attention_bench" $quick | tee "$work/ours.txt"
+  if [[ -x $work/bin/decode_attention_bench_base ]]; then
+    echo "== decode_attention_bench_base (baseline build)"
+    "$work/bin/decode_attention_bench_base" $quick > "$work/base.txt"
+  fi
   echo "== torch_sdpa_decode.py"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_decode.py" $quick | tee "$work/torch.txt"
   echo
   table "$work/ours.txt" "$work/torch.txt"
+  if [[ -f $work/base.txt ]]; then
+    echo
+    compare "$work/base.txt" "$work/ours.txt"
+  fi
+}
+
+# Old (baseline build) vs new, same run: time per call and fraction of copy bandwidth.
+compare() {
+  awk -F, '
+    FNR == 1 { file++ }
+    $1 == "CSV" && $2 == "copy" { copy = $3 }
+    $1 == "CSV" && $2 == "ours" && file == 1 { k = $3 "|" $4 "|" $5; old[k] = $6; osp[k] = $8 }
+    $1 == "CSV" && $2 == "ours" && file == 2 { k = $3 "|" $4 "|" $5; new[k] = $6; nsp[k] = $8;
+                                               gbs[k] = $7; order[n++] = k }
+    END {
+      print "| model | batch | ctx | old us | new us | old/new | old/copy | new/copy | splits |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+      for (i = 0; i < n; ++i) {
+        k = order[i]; split(k, f, "|")
+        if (!(k in old)) continue
+        ob = gbs[k] * new[k] / old[k]
+        printf "| %s | %d | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %d |\n", f[1], f[2], f[3],
+          old[k], new[k], old[k] / new[k], ob / copy, gbs[k] / copy, nsp[k]
+      }
+    }' "$1" "$2"
 }
 
 # One markdown table from the two CSV streams.
@@ -99,5 +133,6 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   device) shift; device "$@" ;;
   table) shift; table "$@" ;;
+  compare) shift; compare "$@" ;;
   *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-// Paged decode attention, v1: split-KV (flash-decoding) on the tensor cores.
+// Paged decode attention, v2: split-KV (flash-decoding) on the tensor cores.
 //
 // Grid (sequence, kv head, split). A CTA of kDecodeWarps warps serves the whole GQA group of
 // its kv head (G <= 8 query heads), so every K/V byte of the split is read from memory once.
@@ -15,6 +15,10 @@
 // At the end the warps merge through shared memory; with one split the CTA writes bf16 out,
 // otherwise it writes its normalized partial O and log2-sum-exp, and a combine kernel merges
 // the splits. The split count comes from the host plan (PlanDecodeAttention).
+// v2 (against v1): both kernels are launched with programmatic dependent launch, so a grid is
+// scheduled while its predecessor drains; without a sliding window the first tiles' block ids
+// are read in parallel with kv_len; the combine sums the splits with float4 loads spread over
+// the CTA's warps instead of one serial loop per thread.
 #include <cuda_pipeline_primitives.h>
 
 #include <algorithm>
@@ -80,6 +84,18 @@ __device__ __forceinline__ void CopyAsync16(void* smem, const void* global, bool
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
                "r"(valid ? 16 : 0));
+}
+
+// Programmatic dependent launch (sm_90, PTX griddepcontrol). Both kernels are launched with
+// programmatic stream serialization, so a grid may be scheduled before its predecessor on the
+// stream has finished; WaitForPrerequisites blocks until that predecessor has completed and its
+// memory is visible (a no-op when the launch had no such predecessor), so nothing is read
+// early. AllowDependents lets the next grid be scheduled now (it still waits the same way).
+__device__ __forceinline__ void WaitForPrerequisites() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
 }
 
 // The one query row of sequence s, and its context length, if the sequence is well formed
@@ -261,6 +277,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, t4 = lane % 4;
   const int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  WaitForPrerequisites();
+  AllowDependents();
+  const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks_per_seq;
+  const int32_t bs = static_cast<int32_t>(a.dims.block_size);
+  // Without a sliding window the split's first position does not depend on kv_len, so the
+  // block ids of the first kStages tiles are looked up now, in parallel with the kv_len load
+  // (bounded by the table row only; masked against kv_len below). Saves one round trip.
+  const bool speculate = a.sliding_window <= 0;
+  int32_t spec[kStages];
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) {
+    const int64_t p = int64_t{split} * chunk + int64_t{warp + i * kDecodeWarps} * kTileKeys +
+                      (lane & 15);
+    spec[i] = speculate && p < int64_t{a.max_blocks_per_seq} * bs
+                  ? table[static_cast<int32_t>(p) / bs]
+                  : -1;
+  }
   int64_t row = 0, kv_len = 0;
   if (!DecodeRow(a, s, &row, &kv_len)) return;
   const int group = static_cast<int>(a.q_heads / a.dims.num_kv_heads);
@@ -288,9 +321,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   st.l = 0.0f;
   unsigned char* ring = smem + warp * T::kWarpBytes;
   uint32_t* masks = reinterpret_cast<uint32_t*>(smem + T::kMaskOffset) + warp * kStages;
-  const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks_per_seq;
   const int64_t head_off = int64_t{kvh} * kHeadDim;
-  const int32_t bs = static_cast<int32_t>(a.dims.block_size), hi32 = static_cast<int32_t>(hi);
+  const int32_t hi32 = static_cast<int32_t>(hi);
   auto tile_p0 = [&](int i) {
     return static_cast<int32_t>(lo + int64_t{warp + i * kDecodeWarps} * kTileKeys);
   };
@@ -302,10 +334,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
     __pipeline_commit();
   };
+  auto first_block_of = [&](int i) {
+    if (!speculate) return block_of(i);
+    return i < my_tiles && tile_p0(i) + (lane & 15) < hi32 ? spec[i] : -1;
+  };
   int32_t first_blocks[kStages - 1];
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) first_blocks[i] = block_of(i);
-  int32_t next_block = block_of(kStages - 1);
+  for (int i = 0; i < kStages - 1; ++i) first_blocks[i] = first_block_of(i);
+  int32_t next_block = first_block_of(kStages - 1);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i, first_blocks[i]);
   const float scale_log2 = a.scale * kLog2e;
@@ -322,11 +358,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }
 
 // out row of (sequence, head) = sum_i 2^(lse_i - L) O_i over the splits, L = log2-sum-exp.
-// The splits' lse values are staged in shared memory (dynamic, splits floats) in parallel;
-// each thread then sums its dims over the splits with independent loads.
-__global__ void CombineSplitsKernel(AttentionArgs a, int32_t splits, int head_dim,
-                                    const float* part_o, const float* part_lse) {
+// The splits' lse values are staged in shared memory; the CTA's threads form kCombineThreads /
+// (D / 4) groups of D / 4 lanes (one float4 of dims each), group g sums splits g, g + groups,
+// ... with independent 16-byte loads, and the groups' partial sums meet in shared memory.
+// Shared memory: splits floats (rounded up to 4), then groups x (D + 1) floats.
+constexpr int kCombineThreads = 128;
+
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineSplitsKernel(AttentionArgs a, int32_t splits, int head_dim, const float* part_o,
+                        const float* part_lse) {
   extern __shared__ float lse[];
+  WaitForPrerequisites();
+  AllowDependents();
   const int s = blockIdx.x;
   const int64_t h = blockIdx.y;
   int64_t row = 0, kv_len = 0;
@@ -336,17 +379,38 @@ __global__ void CombineSplitsKernel(AttentionArgs a, int32_t splits, int head_di
   __syncthreads();
   float m = -INFINITY;
   for (int i = 0; i < splits; ++i) m = fmaxf(m, lse[i]);
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float acc = 0.0f, sum = 0.0f;
-    if (m != -INFINITY) {
-#pragma unroll 8
-      for (int i = 0; i < splits; ++i) {
-        const float f = exp2f(lse[i] - m);
-        acc += f * part_o[(base + i) * head_dim + d];
-        sum += f;
-      }
+  const int lanes = head_dim / 4, groups = kCombineThreads / lanes;
+  const int g = threadIdx.x / lanes, c = threadIdx.x % lanes;
+  float* red = lse + (splits + 3) / 4 * 4;  // [groups][head_dim + 1]: dims, then the sum
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float sum = 0.0f;
+  if (m != -INFINITY) {
+#pragma unroll 4
+    for (int i = g; i < splits; i += groups) {
+      const float f = exp2f(lse[i] - m);
+      const float4 v = *reinterpret_cast<const float4*>(part_o + (base + i) * head_dim + 4 * c);
+      acc.x += f * v.x;
+      acc.y += f * v.y;
+      acc.z += f * v.z;
+      acc.w += f * v.w;
+      sum += f;
     }
-    a.out[row * a.out_stride + h * head_dim + d] = __float2bfloat16(sum > 0.0f ? acc / sum : 0.0f);
+  }
+  float* mine = red + g * (head_dim + 1);
+  mine[4 * c] = acc.x;
+  mine[4 * c + 1] = acc.y;
+  mine[4 * c + 2] = acc.z;
+  mine[4 * c + 3] = acc.w;
+  if (c == 0) mine[head_dim] = sum;
+  __syncthreads();
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f, total = 0.0f;
+    for (int j = 0; j < groups; ++j) {
+      o += red[j * (head_dim + 1) + d];
+      total += red[j * (head_dim + 1) + head_dim];
+    }
+    a.out[row * a.out_stride + h * head_dim + d] =
+        __float2bfloat16(total > 0.0f ? o / total : 0.0f);
   }
 }
 
@@ -447,21 +511,34 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
   if (err != cudaSuccess) return err;
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kDecodeWarps * 32);
+  cfg.stream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = 1;
   if (a.dims.head_dim == 64) {
-    DecodeAttentionKernel<64><<<grid, kDecodeWarps * 32, Traits<64>::kSmemBytes, stream>>>(
-        a, plan.chunk, plan.splits, part_o, part_lse);
+    cfg.dynamicSmemBytes = Traits<64>::kSmemBytes;
+    err = cudaLaunchKernelEx(&cfg, DecodeAttentionKernel<64>, a, plan.chunk, plan.splits, part_o,
+                             part_lse);
   } else {
-    DecodeAttentionKernel<128><<<grid, kDecodeWarps * 32, Traits<128>::kSmemBytes, stream>>>(
-        a, plan.chunk, plan.splits, part_o, part_lse);
+    cfg.dynamicSmemBytes = Traits<128>::kSmemBytes;
+    err = cudaLaunchKernelEx(&cfg, DecodeAttentionKernel<128>, a, plan.chunk, plan.splits,
+                             part_o, part_lse);
   }
-  err = cudaGetLastError();
   if (err != cudaSuccess || plan.splits == 1) return err;
-  const dim3 cgrid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads));
-  // Rounded up to 16-byte groups: the unrolled lse loop may read a whole 16-byte group.
-  const size_t lse_bytes = (static_cast<size_t>(plan.splits) + 3) / 4 * 16;
-  CombineSplitsKernel<<<cgrid, static_cast<unsigned>(a.dims.head_dim), lse_bytes, stream>>>(
-      a, plan.splits, static_cast<int>(a.dims.head_dim), part_o, part_lse);
-  return cudaGetLastError();
+  cfg.gridDim = dim3(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads));
+  cfg.blockDim = dim3(kCombineThreads);
+  const size_t groups = kCombineThreads / (a.dims.head_dim / 4);
+  cfg.dynamicSmemBytes = ((static_cast<size_t>(plan.splits) + 3) / 4 * 4 +
+                          groups * (a.dims.head_dim + 1)) * sizeof(float);
+  const float* cpart_o = part_o;
+  const float* cpart_lse = part_lse;
+  return cudaLaunchKernelEx(&cfg, CombineSplitsKernel, a, plan.splits,
+                            static_cast<int>(a.dims.head_dim), cpart_o, cpart_lse);
 }
 
 }  // namespace strata::cuda
