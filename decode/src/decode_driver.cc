@@ -89,13 +89,7 @@ class DecodeDriverImpl final : public DecodeDriver {
     {
       absl::MutexLock lock(&mu_);
       if (job->cancelled) {  // cancelled before the prefill was asked for
-        e.CancelReservation(job->reservation);
-        Drop(job->id);
-        RequestOutput out;
-        out.request_id = job->id;
-        out.finished = true;
-        out.finish_reason = FinishReason::kAbort;
-        job->callback(absl::OkStatus(), out);
+        AbortReserved(e, *job);
         return;
       }
     }
@@ -137,11 +131,7 @@ class DecodeDriverImpl final : public DecodeDriver {
         absl::MutexLock lock(&mu_);
         Drop(job->id);
         if (cancelled) {
-          RequestOutput out;
-          out.request_id = job->id;
-          out.finished = true;
-          out.finish_reason = FinishReason::kAbort;
-          job->callback(absl::OkStatus(), out);
+          job->callback(absl::OkStatus(), AbortedOutput(job->id));
         } else {
           // The prefill worker's own verdict (e.g. a prompt it rejects) passes through; only
           // an unreachable prefill worker is UNAVAILABLE, marked so the router drops it.
@@ -165,13 +155,7 @@ class DecodeDriverImpl final : public DecodeDriver {
     // the request in the engine (and aborts it there) or is seen here.
     absl::MutexLock lock(&mu_);
     if (job->cancelled) {
-      e.CancelReservation(job->reservation);
-      Drop(job->id);
-      RequestOutput out;
-      out.request_id = job->id;
-      out.finished = true;
-      out.finish_reason = FinishReason::kAbort;
-      job->callback(absl::OkStatus(), out);
+      AbortReserved(e, *job);
       return;
     }
     // Report the prompt tokens that came from a cache on either side.
@@ -198,6 +182,13 @@ class DecodeDriverImpl final : public DecodeDriver {
   }
 
   void Drop(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { jobs_.erase(id); }
+
+  // Engine thread: a cancelled job that still holds its reservation gives it back and ends.
+  void AbortReserved(Engine& e, Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    e.CancelReservation(job.reservation);
+    Drop(job.id);
+    job.callback(absl::OkStatus(), AbortedOutput(job.id));
+  }
 
   v1::Worker::Stub* Stub(const std::string& address) {
     absl::MutexLock lock(&stub_mu_);

@@ -51,11 +51,7 @@ void EngineLoop::Abort(const std::string& id) {
     OutputCallback cb = std::move(it->second);
     callbacks_.erase(it);
     if (!was_running) return;
-    RequestOutput out;
-    out.request_id = id;
-    out.finished = true;
-    out.finish_reason = FinishReason::kAbort;
-    cb(absl::OkStatus(), out);
+    cb(absl::OkStatus(), AbortedOutput(id));
   });
 }
 

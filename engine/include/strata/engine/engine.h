@@ -45,6 +45,15 @@ struct RequestOutput {
   int32_t completion_tokens = 0;
 };
 
+// The final output of a request that was aborted (no new tokens).
+inline RequestOutput AbortedOutput(const std::string& request_id) {
+  RequestOutput out;
+  out.request_id = request_id;
+  out.finished = true;
+  out.finish_reason = FinishReason::kAbort;
+  return out;
+}
+
 // Prompt blocks a decode worker set aside for a prompt whose KV another worker computes:
 // `blocks` covers the whole prompt; its first `cached_tokens / block_size` blocks already hold
 // this engine's cached prefix, the rest are fresh and must be written before the request is
