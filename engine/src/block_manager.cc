@@ -11,6 +11,7 @@ BlockManager::BlockManager(int num_blocks, int block_size, bool enable_prefix_ca
       num_free_(num_blocks),
       ref_count_(num_blocks, 0),
       hash_(num_blocks, 0),
+      parent_(num_blocks, kRootBlockHash),
       has_hash_(num_blocks, 0),
       lru_prev_(num_blocks, kNone),
       lru_next_(num_blocks, kNone) {
@@ -95,8 +96,14 @@ void BlockManager::Commit(BlockId block, BlockHash hash, BlockHash parent) {
   auto [it, inserted] = cached_.try_emplace(hash, block);
   if (!inserted) return;  // an identical block is already cached
   hash_[block] = hash;
+  parent_[block] = parent;
   has_hash_[block] = 1;
   if (listener_) listener_({KvCacheEvent::Kind::kStored, hash, block, parent});
+}
+
+BlockId BlockManager::FindCached(BlockHash hash) const {
+  auto it = cached_.find(hash);
+  return it == cached_.end() ? kNone : it->second;
 }
 
 std::vector<BlockHash> BlockManager::CachedHashes() const {
@@ -110,7 +117,7 @@ void BlockManager::Uncache(BlockId block) {
   if (!has_hash_[block]) return;
   cached_.erase(hash_[block]);
   has_hash_[block] = 0;
-  if (listener_) listener_({KvCacheEvent::Kind::kRemoved, hash_[block], block});
+  if (listener_) listener_({KvCacheEvent::Kind::kRemoved, hash_[block], block, parent_[block]});
 }
 
 void BlockManager::LruPushBack(BlockId block) {

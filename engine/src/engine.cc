@@ -47,6 +47,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   e->model_identity_ = identity;
   e->blocks_ = std::make_unique<BlockManager>(e->runner_->num_kv_blocks(), e->runner_->block_size(),
                                               options.enable_prefix_caching);
+  Engine* engine = e.get();
+  e->blocks_->SetEventListener([engine](const KvCacheEvent& ev) { engine->OnKvEvent(ev); });
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get(),
                                               BlockHashSeed(identity, options.cache_salt));
   e->max_model_len_ =

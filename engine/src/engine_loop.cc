@@ -8,6 +8,7 @@ namespace strata {
 
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
   engine_->SetKvEventListener([this](const KvCacheEvent& e) {
+    if (kv_observer_) kv_observer_(e);
     absl::MutexLock lock(&mu_);
     events_.push_back(e);
   });
@@ -26,17 +27,45 @@ void EngineLoop::SetAfterStep(std::function<void(Engine&)> fn) {
   Post([this, fn = std::move(fn)](Engine&) { after_step_ = fn; });
 }
 
+void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> prompt,
+                               EngineTask fn) {
+  if (stager_ == nullptr) {
+    Post(std::move(fn));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    staging_.insert(id);
+  }
+  stager_->Stage(prompt, [this, id, fn = std::move(fn)](EngineTask before) mutable {
+    Post([this, id, fn = std::move(fn), before = std::move(before)](Engine& e) {
+      if (before) before(e);
+      fn(e);
+      bool aborted;
+      {
+        absl::MutexLock lock(&mu_);
+        staging_.erase(id);
+        aborted = aborted_while_staging_.erase(id) > 0;
+      }
+      if (aborted) AbortOnEngineThread(e, id);
+    });
+  });
+}
+
 void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
                         OutputCallback callback) {
-  Post([this, id = std::move(id), prompt = std::move(prompt), params = std::move(params),
-        callback = std::move(callback)](Engine& e) mutable {
-    absl::Status s = e.AddRequest(id, std::move(prompt), params);
-    if (!s.ok()) {
-      callback(s, RequestOutput{});
-      return;
-    }
-    callbacks_[id] = std::move(callback);
-  });
+  auto shared_prompt = std::make_shared<std::vector<int32_t>>(std::move(prompt));
+  const std::string key = id;
+  PostForPrompt(key, *shared_prompt,
+                [this, id = std::move(id), shared_prompt, params = std::move(params),
+                 callback = std::move(callback)](Engine& e) mutable {
+                  absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params);
+                  if (!s.ok()) {
+                    callback(s, RequestOutput{});
+                    return;
+                  }
+                  callbacks_[id] = std::move(callback);
+                });
 }
 
 void EngineLoop::TrackOnEngineThread(const std::string& id, OutputCallback callback) {
@@ -44,15 +73,21 @@ void EngineLoop::TrackOnEngineThread(const std::string& id, OutputCallback callb
 }
 
 void EngineLoop::Abort(const std::string& id) {
-  Post([this, id](Engine& e) {
-    const bool was_running = e.Abort(id);
-    auto it = callbacks_.find(id);
-    if (it == callbacks_.end()) return;
-    OutputCallback cb = std::move(it->second);
-    callbacks_.erase(it);
-    if (!was_running) return;
-    cb(absl::OkStatus(), AbortedOutput(id));
-  });
+  {
+    absl::MutexLock lock(&mu_);
+    if (staging_.contains(id)) aborted_while_staging_.insert(id);
+  }
+  Post([this, id](Engine& e) { AbortOnEngineThread(e, id); });
+}
+
+void EngineLoop::AbortOnEngineThread(Engine& e, const std::string& id) {
+  const bool was_running = e.Abort(id);
+  auto it = callbacks_.find(id);
+  if (it == callbacks_.end()) return;
+  OutputCallback cb = std::move(it->second);
+  callbacks_.erase(it);
+  if (!was_running) return;
+  cb(absl::OkStatus(), AbortedOutput(id));
 }
 
 std::vector<KvCacheEvent> EngineLoop::TakeKvEvents() {
@@ -91,9 +126,8 @@ void EngineLoop::Run() {
     {
       absl::MutexLock lock(&mu_);
       // Sleep while there is nothing to post and nothing to step.
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !posted_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !posted_.empty(); };
       if (!engine_->HasUnfinished()) mu_.Await(absl::Condition(&ready));
       if (stopping_) break;
       work.swap(posted_);
@@ -136,7 +170,18 @@ void EngineLoop::RefreshLoad(double step_seconds) {
   l.queued_prefill_tokens = engine_->queued_prefill_tokens();
   l.free_kv_blocks = engine_->block_manager().num_free_blocks();
   l.total_kv_blocks = engine_->block_manager().num_blocks();
+  l.decode_context_tokens = engine_->running_context_tokens();
+  const int64_t computed = engine_->stats().prompt_tokens_computed;
+  const int64_t new_prompt_tokens = computed - last_prompt_tokens_computed_;
+  last_prompt_tokens_computed_ = computed;
   absl::MutexLock lock(&mu_);
+  l.prefill_tokens_per_second = load_.prefill_tokens_per_second;
+  if (step_seconds > 0 && new_prompt_tokens > 0) {
+    const double rate = static_cast<double>(new_prompt_tokens) / step_seconds;
+    l.prefill_tokens_per_second = load_.prefill_tokens_per_second > 0
+                                      ? 0.8 * load_.prefill_tokens_per_second + 0.2 * rate
+                                      : rate;
+  }
   l.steps = load_.steps + (step_seconds > 0 ? 1 : 0);
   l.step_seconds_ema =
       step_seconds > 0 ? 0.8 * load_.step_seconds_ema + 0.2 * step_seconds : load_.step_seconds_ema;

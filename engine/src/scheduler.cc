@@ -43,6 +43,12 @@ int64_t Scheduler::num_uncomputed_tokens() const {
   return n;
 }
 
+int64_t Scheduler::running_context_tokens() const {
+  int64_t n = 0;
+  for (const Request* r : running_) n += r->num_computed;
+  return n;
+}
+
 void Scheduler::Remove(Request* request) {
   std::erase(running_, request);
   std::erase(waiting_, request);

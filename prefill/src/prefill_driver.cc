@@ -61,7 +61,9 @@ class PrefillDriverImpl final : public PrefillDriver {
       job->done(s, {});
       return;
     }
-    loop_->Post([this, job, request](Engine& e) { Begin(e, job, request); });
+    loop_->PostForPrompt(job->id,
+                         std::vector<int32_t>(request.prompt().begin(), request.prompt().end()),
+                         [this, job, request](Engine& e) { Begin(e, job, request); });
   }
 
   void Abort(const std::string& request_id) override {
@@ -129,10 +131,10 @@ class PrefillDriverImpl final : public PrefillDriver {
       ++stats_.jobs;
     }
     Engine* engine = &e;  // lives as long as the loop
-    loop_->TrackOnEngineThread(job->id, [this, job, engine](const absl::Status& st,
-                                                            const RequestOutput& out) {
-      OnOutput(*engine, job, st, out);
-    });
+    loop_->TrackOnEngineThread(
+        job->id, [this, job, engine](const absl::Status& st, const RequestOutput& out) {
+          OnOutput(*engine, job, st, out);
+        });
   }
 
   // Engine thread: the request's single output (first token), an abort, or an engine error.
@@ -220,9 +222,8 @@ class PrefillDriverImpl final : public PrefillDriver {
       std::vector<std::shared_ptr<Job>> finished;
       {
         absl::MutexLock lock(&mu_);
-        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !jobs_.empty();
-        };
+        auto wake = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !jobs_.empty(); };
         mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(100));
         if (stopping_) return;
         for (auto it = jobs_.begin(); it != jobs_.end();) {

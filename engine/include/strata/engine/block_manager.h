@@ -28,7 +28,7 @@ struct KvCacheEvent {
   Kind kind;
   BlockHash hash;
   BlockId block;
-  BlockHash parent = kRootBlockHash;  // the chain's previous block (kStored only)
+  BlockHash parent = kRootBlockHash;  // the chain's previous block
 };
 
 struct BlockManagerStats {
@@ -65,6 +65,8 @@ class BlockManager {
   void Commit(BlockId block, BlockHash hash, BlockHash parent = kRootBlockHash);
 
   int ref_count(BlockId block) const { return ref_count_[block]; }
+  // The block caching `hash`, or -1.
+  BlockId FindCached(BlockHash hash) const;
   // Every block hash the prefix cache holds now (in no particular order).
   std::vector<BlockHash> CachedHashes() const;
   const BlockManagerStats& stats() const { return stats_; }
@@ -82,7 +84,8 @@ class BlockManager {
   bool prefix_caching_;
   int num_free_ = 0;
   std::vector<int32_t> ref_count_;
-  std::vector<BlockHash> hash_;  // valid if has_hash_
+  std::vector<BlockHash> hash_;    // valid if has_hash_
+  std::vector<BlockHash> parent_;  // valid if has_hash_
   std::vector<uint8_t> has_hash_;
   std::vector<BlockId> unused_;               // never-committed free blocks (stack)
   std::vector<BlockId> lru_prev_, lru_next_;  // intrusive LRU of cached free blocks

@@ -89,6 +89,7 @@ class Engine {
   const ModelConfig& config() const { return runner_->config(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ModelRunner& runner() { return *runner_; }
+  size_t kv_block_bytes() const { return runner_->kv_block_bytes(); }
   const BlockManager& block_manager() const { return *blocks_; }
   const EngineStats& stats() const { return stats_; }
   int64_t max_model_len() const { return max_model_len_; }
@@ -133,9 +134,37 @@ class Engine {
   int num_running() const { return scheduler_->num_running(); }
   int num_waiting() const { return scheduler_->num_waiting(); }
   int64_t queued_prefill_tokens() const;
+  int64_t running_context_tokens() const { return scheduler_->running_context_tokens(); }
   // Observes every KV block stored in or evicted from the prefix cache (engine thread).
   void SetKvEventListener(std::function<void(const KvCacheEvent&)> listener) {
-    blocks_->SetEventListener(std::move(listener));
+    kv_listener_ = std::move(listener);
+  }
+
+  // --- Lower KV tiers (kvstore/, wired by the worker; the engine knows no tiers) -------------
+  // A block's bytes (every layer, the pool layout; valid only during the call) handed to a
+  // lower tier when the prefix cache evicts it (kEvict: write-back) or as soon as it is
+  // committed (kCommit: write-through). Engine thread; must not call back into the engine.
+  enum class OffloadOn { kEvict, kCommit };
+  using BlockOffloadFn =
+      std::function<void(BlockHash hash, BlockHash parent, std::span<const std::byte> data)>;
+  void SetBlockOffload(OffloadOn when, BlockOffloadFn fn);
+  // Fills `dst` (kv_block_bytes of host memory) with block i's bytes; an error stops the import.
+  using BlockFillFn = std::function<absl::Status(size_t i, std::span<std::byte> dst)>;
+  struct ImportedBlock {
+    BlockHash hash = 0;
+    BlockHash parent = kRootBlockHash;
+  };
+  // Brings `blocks` (a run of one chain, in order) into the prefix cache as cached, unreferenced
+  // blocks, so that the next request with that prefix reuses them. The chain before blocks[0]
+  // should be cached already (`keep_cached` lists it: it is held for the duration so importing
+  // cannot evict it). Blocks already cached are kept and skipped. Returns how many leading
+  // blocks of `blocks` are cached afterwards (the import stops at the first fill error or when
+  // no block can be allocated).
+  int ImportCachedBlocks(std::span<const BlockHash> keep_cached,
+                         std::span<const ImportedBlock> blocks, const BlockFillFn& fill);
+  // Number of leading `hashes` in the prefix cache now.
+  int CountCachedPrefix(std::span<const BlockHash> hashes) const {
+    return blocks_->CountCachedPrefix(hashes);
   }
   uint64_t block_hash_seed() const { return scheduler_->hash_seed(); }
   const std::string& model_identity() const { return model_identity_; }
@@ -161,13 +190,20 @@ class Engine {
                                                       std::vector<int32_t> prompt,
                                                       const SamplingParams& params);
 
+  void OnKvEvent(const KvCacheEvent& event);
+  void OffloadBlock(const KvCacheEvent& event);
+
   EngineOptions options_;
+  std::function<void(const KvCacheEvent&)> kv_listener_;
+  OffloadOn offload_on_ = OffloadOn::kEvict;
+  BlockOffloadFn offload_;
+  std::vector<std::byte> block_staging_;  // one block, for offload/import copies
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> finished_;  // finished since the last Step, still in requests_
+  std::vector<Request*> finished_;      // finished since the last Step, still in requests_
   std::vector<RequestOutput> pending_;  // outputs produced outside Step (prefilled requests)
   absl::flat_hash_map<std::string, std::vector<BlockId>> held_;  // finished prefill requests
   uint64_t next_arrival_ = 0;

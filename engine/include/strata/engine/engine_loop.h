@@ -12,12 +12,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "strata/engine/engine.h"
@@ -33,6 +35,22 @@ struct EngineLoad {
   int32_t total_kv_blocks = 0;
   double step_seconds_ema = 0;
   int64_t steps = 0;
+  // Prompt tokens computed per second of step time (EMA over steps that computed prompts).
+  double prefill_tokens_per_second = 0;
+  int64_t decode_context_tokens = 0;  // total context of the running sequences
+};
+
+using EngineTask = std::function<void(Engine&)>;
+
+// Brings a prompt's cached prefix up from lower KV tiers before its request is added (the
+// worker's tiered store implements it; the engine knows no tiers). Stage() is called on the
+// submitting thread and must call `ready` exactly once, from any thread, possibly before
+// returning: with a task to run on the engine thread just before the request is added (e.g.
+// Engine::ImportCachedBlocks of fetched blocks), or with an empty task when nothing is fetched.
+class PromptStager {
+ public:
+  virtual ~PromptStager() = default;
+  virtual void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) = 0;
 };
 
 // Output of one request: called for each increment, the last one finished (or with an error
@@ -49,6 +67,19 @@ class EngineLoop {
   // Runs `fn` on the engine thread after every step that ran (e.g. posting KV transfers for
   // newly computed blocks). Set before the first request.
   void SetAfterStep(std::function<void(Engine&)> fn);
+
+  // Stages every later prompt through `stager` (not owned; outlives the loop). Set before the
+  // first request.
+  void SetPromptStager(PromptStager* stager) { stager_ = stager; }
+  // Observes every KV cache event on the engine thread (cheap; e.g. a mirror of the cache).
+  // Set before the first request.
+  void SetKvEventObserver(std::function<void(const KvCacheEvent&)> observer) {
+    kv_observer_ = std::move(observer);
+  }
+  // Post() of `fn` after the prompt stager has staged `prompt` (at once without a stager).
+  // If Abort(id) arrives while staging, `fn` still runs and the request it adds is aborted
+  // right after, so its callback sees the abort as usual.
+  void PostForPrompt(const std::string& id, std::span<const int32_t> prompt, EngineTask fn);
 
   // Adds a request (AddRequest, or AddPrefilledRequest via Post + Track). Errors from the
   // engine (bad parameters) come back through `callback`.
@@ -77,6 +108,7 @@ class EngineLoop {
   void StepOnce();
   void RefreshLoad(double step_seconds);
   void FailAll(const absl::Status& status);
+  void AbortOnEngineThread(Engine& e, const std::string& id);
 
   std::unique_ptr<Engine> engine_;
   mutable absl::Mutex mu_;
@@ -84,6 +116,11 @@ class EngineLoop {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<KvCacheEvent> events_ ABSL_GUARDED_BY(mu_);
   EngineLoad load_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> staging_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> aborted_while_staging_ ABSL_GUARDED_BY(mu_);
+  PromptStager* stager_ = nullptr;
+  std::function<void(const KvCacheEvent&)> kv_observer_;
+  int64_t last_prompt_tokens_computed_ = 0;  // engine thread
   std::function<void(Engine&)> after_step_;
   // Engine thread only.
   absl::flat_hash_map<std::string, OutputCallback> callbacks_;

@@ -53,6 +53,8 @@ class Scheduler {
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
   uint64_t hash_seed() const { return hash_seed_; }
   int num_running() const { return static_cast<int>(running_.size()); }
+  // Tokens whose KV the running sequences hold (the decode step's attention context).
+  int64_t running_context_tokens() const;
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   // Tokens of running and waiting requests whose KV is not computed yet.
   int64_t num_uncomputed_tokens() const;

@@ -1,0 +1,218 @@
+// The engine's hooks for lower KV tiers: blocks handed out on eviction (write-back) or commit
+// (write-through), imported back into the prefix cache, and prompt staging in EngineLoop.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "strata/engine/engine.h"
+#include "strata/engine/engine_loop.h"
+#include "strata/engine/presets.h"
+
+namespace strata {
+namespace {
+
+struct Saved {
+  BlockHash parent;
+  std::vector<std::byte> bytes;
+};
+
+class EngineTieringTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/strata_engine_tiering_test_" +
+                           std::to_string(::getpid()));
+    ASSERT_TRUE(WritePreset("tiny-llama", *dir_).ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::unique_ptr<Engine> Make(int blocks) {
+    EngineOptions opts;
+    opts.runner.block_size = 8;
+    opts.runner.num_kv_blocks = blocks;
+    auto e = Engine::Create(*dir_, opts);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+  static std::string* dir_;
+};
+std::string* EngineTieringTest::dir_ = nullptr;
+
+SamplingParams Greedy(int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+std::vector<int32_t> Prompt(int n, int first) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = first + (i * 7) % 200;
+  return p;
+}
+
+// Runs one request to completion; returns its tokens and the cached prompt tokens it reported.
+std::pair<std::vector<int32_t>, int> RunToEnd(Engine& e, const std::string& id,
+                                              const std::vector<int32_t>& prompt) {
+  EXPECT_TRUE(e.AddRequest(id, prompt, Greedy(6)).ok());
+  std::vector<int32_t> tokens;
+  int cached = -1;
+  while (e.HasUnfinished()) {
+    auto outs = e.Step();
+    EXPECT_TRUE(outs.ok()) << outs.status();
+    for (const auto& o : *outs) {
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) cached = o.cached_tokens;
+    }
+  }
+  return {tokens, cached};
+}
+
+TEST_F(EngineTieringTest, EvictedBlocksComeBackByteIdenticalAndGiveTheSameTokens) {
+  auto engine = Make(12);
+  std::map<BlockHash, Saved> store;
+  engine->SetBlockOffload(Engine::OffloadOn::kEvict,
+                          [&](BlockHash h, BlockHash parent, std::span<const std::byte> data) {
+                            store[h] = {parent, {data.begin(), data.end()}};
+                          });
+  const auto a = Prompt(41, 3);
+  const auto [reference, cached0] = RunToEnd(*engine, "a", a);
+  EXPECT_EQ(cached0, 0);
+  // Other prompts push a's five full blocks out of the 12-block pool.
+  RunToEnd(*engine, "b", Prompt(41, 50));
+  RunToEnd(*engine, "c", Prompt(41, 90));
+  RunToEnd(*engine, "d", Prompt(41, 130));
+  std::vector<BlockHash> chain = HashBlockChain(engine->block_hash_seed(), a, 8);
+  ASSERT_EQ(chain.size(), 5u);
+  EXPECT_EQ(engine->CountCachedPrefix(chain), 0);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    ASSERT_TRUE(store.contains(chain[i])) << i;
+    EXPECT_EQ(store[chain[i]].parent, i == 0 ? kRootBlockHash : chain[i - 1]);
+  }
+
+  // A fresh engine (another worker) imports them and serves a from them.
+  auto other = Make(12);
+  std::vector<Engine::ImportedBlock> blocks;
+  for (size_t i = 0; i < chain.size(); ++i) blocks.push_back({chain[i], store[chain[i]].parent});
+  const int n = other->ImportCachedBlocks({}, blocks, [&](size_t i, std::span<std::byte> dst) {
+    const auto& src = store[blocks[i].hash].bytes;
+    std::copy(src.begin(), src.end(), dst.begin());
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(other->CountCachedPrefix(chain), 5);
+  // Their bytes in the pool are exactly what was offloaded.
+  std::map<BlockHash, Saved> readback;
+  other->SetBlockOffload(Engine::OffloadOn::kEvict,
+                         [&](BlockHash h, BlockHash parent, std::span<const std::byte> data) {
+                           readback[h] = {parent, {data.begin(), data.end()}};
+                         });
+  const auto [tokens, cached] = RunToEnd(*other, "a2", a);
+  EXPECT_EQ(tokens, reference);
+  EXPECT_EQ(cached, 40);
+  RunToEnd(*other, "b2", Prompt(41, 50));
+  RunToEnd(*other, "c2", Prompt(41, 90));
+  RunToEnd(*other, "d2", Prompt(41, 130));
+  for (BlockHash h : chain) {
+    ASSERT_TRUE(readback.contains(h));
+    EXPECT_EQ(readback[h].bytes, store[h].bytes);
+  }
+}
+
+TEST_F(EngineTieringTest, WriteThroughOffloadsOnCommitAndImportStopsAtAFillError) {
+  auto engine = Make(32);
+  std::vector<BlockHash> offloaded;
+  engine->SetBlockOffload(Engine::OffloadOn::kCommit,
+                          [&](BlockHash h, BlockHash, std::span<const std::byte> data) {
+                            EXPECT_EQ(data.size(), engine->kv_block_bytes());
+                            offloaded.push_back(h);
+                          });
+  const auto a = Prompt(33, 7);
+  RunToEnd(*engine, "a", a);
+  std::vector<BlockHash> chain = HashBlockChain(engine->block_hash_seed(), a, 8);
+  // 4 full prompt blocks, plus the block completed by generated tokens.
+  ASSERT_GE(offloaded.size(), 4u);
+  EXPECT_EQ(std::vector<BlockHash>(offloaded.begin(), offloaded.begin() + 4), chain);
+
+  auto other = Make(32);
+  std::vector<Engine::ImportedBlock> blocks;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    blocks.push_back({chain[i], i == 0 ? kRootBlockHash : chain[i - 1]});
+  }
+  const int n = other->ImportCachedBlocks({}, blocks, [](size_t i, std::span<std::byte> dst) {
+    if (i == 2) return absl::DataLossError("checksum mismatch");
+    std::fill(dst.begin(), dst.end(), std::byte{0});
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(other->CountCachedPrefix(chain), 2);
+  EXPECT_EQ(other->block_manager().num_free_blocks(), 32);  // imported blocks are unreferenced
+}
+
+// Holds every staged prompt until released, then runs a task before the request is added.
+class HoldingStager : public PromptStager {
+ public:
+  void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) override {
+    staged_prompt_len = prompt.size();
+    pending_ = std::move(ready);
+    staged.Notify();
+  }
+  void Release() {
+    pending_([this](Engine&) { task_ran = true; });
+  }
+  absl::Notification staged;
+  size_t staged_prompt_len = 0;
+  std::atomic<bool> task_ran{false};
+
+ private:
+  std::function<void(EngineTask)> pending_;
+};
+
+TEST_F(EngineTieringTest, StagedRequestsRunTheStagersTaskFirstAndAbortWhileStaging) {
+  auto loop = std::make_unique<EngineLoop>(Make(64));
+  HoldingStager stager;
+  loop->SetPromptStager(&stager);
+  absl::Notification done;
+  std::vector<int32_t> tokens;
+  loop->Submit("a", Prompt(20, 3), Greedy(4), [&](const absl::Status& st, const RequestOutput& o) {
+    ASSERT_TRUE(st.ok());
+    tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    if (o.finished) done.Notify();
+  });
+  ASSERT_TRUE(stager.staged.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(stager.staged_prompt_len, 20u);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(done.HasBeenNotified());  // not added before staging finishes
+  std::thread([&] { stager.Release(); }).join();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(stager.task_ran);
+  EXPECT_EQ(tokens.size(), 4u);
+
+  HoldingStager stager2;
+  auto loop2 = std::make_unique<EngineLoop>(Make(64));
+  loop2->SetPromptStager(&stager2);
+  absl::Notification aborted;
+  FinishReason reason = FinishReason::kNone;
+  loop2->Submit("b", Prompt(20, 3), Greedy(50),
+                [&](const absl::Status& st, const RequestOutput& o) {
+                  ASSERT_TRUE(st.ok());
+                  if (o.finished) {
+                    reason = o.finish_reason;
+                    aborted.Notify();
+                  }
+                });
+  ASSERT_TRUE(stager2.staged.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  loop2->Abort("b");
+  stager2.Release();
+  ASSERT_TRUE(aborted.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(reason, FinishReason::kAbort);
+}
+
+}  // namespace
+}  // namespace strata
