@@ -17,25 +17,36 @@
 #         carry: ["out/cuda-bench"]
 #         command: set -o pipefail; scripts/bench_cuda.sh device 2>&1 | tee $OUT/bench.log
 #       Runs `strata plugin-test` (cuda vs cpu), cuda_plugin_test, decode_attention_bench and
-#       bench/cuda/torch_sdpa_decode.py, then prints one markdown table.
+#       bench/cuda/torch_sdpa_decode.py, then prints one markdown table; then the prefill part.
+#
+#   scripts/bench_cuda.sh device-prefill [--quick]
+#       The prefill part alone (same call, `device-prefill` for `device`): plugin-test (all
+#       ops, then attention_prefill with more seeds and compute-sanitizer memcheck),
+#       prefill_attention_bench (--dump: outputs checked by torch_sdpa_prefill.py --check
+#       against fp32 and SDPA) and torch_sdpa_prefill.py (SDPA flash backend), then a
+#       TFLOP/s table with ours/SDPA ratios.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/out/cuda-bench
 
 pack() {
   local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
-  ninja -C "$build" -j2 strata_cuda cuda_plugin_test decode_attention_bench
+  ninja -C "$build" -j${JOBS:-2} strata_cuda cuda_plugin_test decode_attention_bench \
+    prefill_attention_bench
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
   cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
-     "$build/bin/decode_attention_bench" "$stage/bin/"
+     "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench" "$stage/bin/"
   cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
   if [[ -n ${BASELINE_BENCH:-} ]]; then
     cp "$BASELINE_BENCH" "$stage/bin/decode_attention_bench_base"
   fi
+  # Optional tile-shape variants: PREFILL_VARIANTS="<prefill_attention_bench_NAME ...>" (built
+  # by hand with -DSTRATA_PREFILL_*) are run with --quick after the main prefill bench.
+  for f in ${PREFILL_VARIANTS:-}; do cp "$f" "$stage/bin/"; done
   strip --strip-debug "$stage"/bin/*
   # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
   { for f in "$stage"/bin/*; do ldd "$f"; done
@@ -49,15 +60,23 @@ pack() {
   ls -la "$CARRY"
 }
 
-device() {
-  local quick=${1:-}
-  local work=/tmp/cuda-bench
-  mkdir -p "$work"
-  tar -C "$work" -xJf "$CARRY/carry.tar.xz"
+# Unpacks the carried build into /tmp/cuda-bench (once) and sets LD_LIBRARY_PATH.
+unpack() {
+  work=/tmp/cuda-bench
+  if [[ ! -x $work/bin/strata ]]; then
+    mkdir -p "$work"
+    tar -C "$work" -xJf "$CARRY/carry.tar.xz"
+  fi
   local cublas
   cublas=$(dirname "$(find / -name 'libcublas.so.13*' -path '*cuda*' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH=$work/lib:$cublas:${LD_LIBRARY_PATH:-}
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+}
+
+device() {
+  local quick=${1:-}
+  local work
+  unpack
   echo "== strata plugin-test (cuda vs cpu reference)"
   "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
     tail -n 15
@@ -85,6 +104,69 @@ device() {
     echo
     compare "$work/base.txt" "$work/ours.txt"
   fi
+  echo
+  prefill "$quick"
+}
+
+# Prefill attention: conformance focused on attention_prefill, then ours vs SDPA.
+prefill() {
+  local quick=${1:-}
+  local work
+  unpack
+  echo "== strata plugin-test (cuda vs cpu reference)"
+  "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
+    tail -n 15
+  echo "== attention_prefill: more seeds, verbose; compute-sanitizer memcheck and racecheck"
+  local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op attention_prefill)
+  "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 8
+  "${test[@]}" --seed 99 2>&1 | tail -n 1
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --print-limit 2 "${test[@]}" 2>&1 | grep -v PASS | head -n 40 || true
+    compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 3 || true
+  fi
+  echo "== prefill_attention_bench"
+  mkdir -p "$work/dump"
+  "$work/bin/prefill_attention_bench" $quick --dump "$work/dump" | tee "$work/prefill_ours.txt"
+  echo "== torch_sdpa_prefill.py"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_prefill.py" $quick --check "$work/dump" |
+    tee "$work/prefill_torch.txt"
+  local variant
+  for variant in "$work"/bin/prefill_attention_bench_*; do
+    [[ -x $variant ]] || continue
+    echo "== variant ${variant##*/prefill_attention_bench_} (--quick)"
+    "$variant" --quick | grep -v '^CSV'
+  done
+  echo
+  prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt"
+}
+
+# Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns.
+prefill_table() {
+  cat "$1" "$2" | awk -F, '
+    $1 == "CSV" && $2 == "ours" { k = $3 "|" $4; us[k] = $5; tf[k] = $6; err[k] = $7;
+                                  order[n++] = k }
+    $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6 }
+    $1 == "CSV" && $2 == "check" { checks[nc++] = $0 }
+    END {
+      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA |"
+      print "|---|---|---:|---:|---:|---:|---:|---:|"
+      for (i = 0; i < n; ++i) {
+        k = order[i]; split(k, f, "|")
+        t = (k in ttf) ? ttf[k] : 0
+        printf "| %s | %s | %.1f | %.1f | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
+          (err[k] < 0 ? "-" : sprintf("%.1e", err[k])), (t ? sprintf("%.1f", tus[k]) : "-"),
+          (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.2f", tf[k] / t) : "-")
+      }
+      if (nc) {
+        print ""
+        print "| model | tokens | ours vs fp32 | SDPA vs fp32 | ours vs SDPA |"
+        print "|---|---:|---:|---:|---:|"
+        for (i = 0; i < nc; ++i) {
+          split(checks[i], c, ",")
+          printf "| %s | %s | %s | %s | %s |\n", c[3], c[4], c[5], c[6], c[7]
+        }
+      }
+    }'
 }
 
 # Old (baseline build) vs new, same run: time per call and fraction of copy bandwidth.
@@ -132,7 +214,9 @@ table() {
 case ${1:-} in
   pack) shift; pack "$@" ;;
   device) shift; device "$@" ;;
+  device-prefill) shift; prefill "$@" ;;
+  prefill-table) shift; prefill_table "$@" ;;
   table) shift; table "$@" ;;
   compare) shift; compare "$@" ;;
-  *) sed -n '2,21p' "$0"; exit 2 ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac

@@ -122,4 +122,17 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& args, int32_t max_kv_len_hi
 cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& plan,
                                   void* workspace, cudaStream_t stream);
 
+// ---- prefill attention, flash (kernels_prefill_attention.cu) -------------------------------
+// Causal paged attention for a batch of variable-length sequences with cached prefixes (the
+// attention_prefill contract), FlashAttention-2 style on the tensor cores: one CTA per
+// (query tile, kv head), the kv head's whole GQA group packed into the tile's 128 rows, K/V
+// tiles of 64 positions streamed from the cache. Needs head_dim 64 or 128, a GQA group <= 128,
+// a power-of-two block_size, scale > 0, 16-byte aligned cache, q (and q_stride a multiple of 8
+// elements) and 4-byte aligned out (even out_stride); anything else takes LaunchAttention. No host round trip, no workspace, no
+// use of the batch hints. Same guards as LaunchAttention: a malformed sequence (q_start outside
+// [0, rows], kv_len below its query rows or past its table) is skipped, a table entry outside
+// the pool is masked and never dereferenced.
+bool PrefillAttentionSupported(const AttentionArgs& args);
+cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t stream);
+
 }  // namespace strata::cuda

@@ -1,6 +1,7 @@
-// attention_prefill / attention_decode: validates the descriptors, then launches. Decode takes
-// the split-KV kernel (kernels_decode_attention.cu) where it applies (head_dim 64 or 128, GQA
-// group <= 8), else the general kernel that prefill uses (kernels_attention.cu).
+// attention_prefill / attention_decode: validates the descriptors, then launches. Prefill takes
+// the flash kernel (kernels_prefill_attention.cu) where it applies (head_dim 64 or 128, aligned
+// buffers), decode the split-KV kernel (kernels_decode_attention.cu) where it applies (head_dim
+// 64 or 128, GQA group <= 8); anything else takes the general kernel (kernels_attention.cu).
 // The batch arrays (q_start, kv_len, block_tables) are device arrays, so their values are
 // guarded inside the kernel: a row no sequence owns, a sequence whose kv_len does not cover
 // its rows or fit its table, and a table entry outside the pool are skipped.
@@ -64,7 +65,13 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   a.max_blocks_per_seq = batch->max_blocks_per_seq;
   a.scale = params->scale;
   a.sliding_window = params->sliding_window;
-  if (!decode || !DecodeAttentionSupported(a)) {
+  if (!decode) {
+    return CudaStatus(op,
+                      PrefillAttentionSupported(a) ? LaunchPrefillAttention(a, s.stream)
+                                                   : LaunchAttention(a, s.stream),
+                      "kernel launch");
+  }
+  if (!DecodeAttentionSupported(a)) {
     return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
   }
   DecodePlan plan;
