@@ -23,6 +23,10 @@
 #                 client's burst behind the other's (at 0 s strata's requests queue behind
 #                 aiperf's identical-time requests and its TTFT is biased up)
 #   PORT          router HTTP port [18931]
+#   SPACING_S     if set (> 0): re-time the window so request i arrives at i * SPACING_S seconds
+#                 (same requests and prompts, one at a time instead of the trace's bursts), so
+#                 each request's TTFT/TPOT is the server's unloaded latency and run-to-run
+#                 batching noise cannot hide a measurement difference between the clients [unset]
 #   TOKENIZER     HF tokenizer dir for aiperf's prompt synthesis; default: the served model's dir
 #                 (the `model:` line `strata up` prints), so aiperf counts tokens as the server does
 #
@@ -36,7 +40,7 @@
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-  sed -n "2,35p" "$0" | sed 's/^# \{0,1\}//'
+  sed -n "2,40p" "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 STRATA_BIN=$(realpath "$1")
@@ -61,17 +65,19 @@ WINDOW="$OUT_DIR/window.jsonl"
 
 # The window both clients replay: first N requests, lengths clipped, hash_ids cut to
 # ceil(input/512) so they stay consistent with the clipped input, timestamps / SPEEDUP.
-python3 - "$TRACE" "$WINDOW" "$N" "$SPEEDUP" "$MAX_INPUT" "$MAX_OUTPUT" <<'EOF'
+python3 - "$TRACE" "$WINDOW" "$N" "$SPEEDUP" "$MAX_INPUT" "$MAX_OUTPUT" "${SPACING_S:-0}" <<'EOF'
 import json, math, sys
 src, dst, n, speedup, max_in, max_out = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
     float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+spacing = float(sys.argv[7])
 with open(src) as f, open(dst, "w") as out:
     for i, line in enumerate(f):
         if i >= n:
             break
         r = json.loads(line)
         inp = min(r["input_length"], max_in)
-        row = {"timestamp": int(round(r["timestamp"] / speedup)), "input_length": inp,
+        ts = i * spacing * 1000 if spacing > 0 else r["timestamp"] / speedup
+        row = {"timestamp": int(round(ts)), "input_length": inp,
                "output_length": max(1, min(r["output_length"], max_out)),
                "hash_ids": r["hash_ids"][:math.ceil(inp / 512)]}
         out.write(json.dumps(row) + "\n")

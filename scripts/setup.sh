@@ -8,6 +8,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev ucx-utils libyaml-cpp-dev prometheus
+  librocksdb-dev rocksdb-tools fio
   python3 python3-venv curl
 )
 

@@ -55,7 +55,14 @@ int RunRouter(const Args& args) {
               "append every request to this strata-format trace (for strata replay)");
   p.AddBool("--record-prompts", &o.record_prompts,
             "with --record-trace: also record prompt text (off: lengths and block hashes only)");
-  p.AddString("--policy", &o.placement.policy, "routing policy: kv-aware, least-loaded, round-robin");
+  p.AddString("--policy", &o.placement.policy,
+              "routing policy: kv-aware, least-loaded, round-robin, kv-cost, goodput");
+  p.AddString("--profile", &o.placement.profile_path,
+              "goodput: worker latency profile JSON (default: deploy/profiles/tiny-llama-cpu.json)");
+  p.AddRepeated("--slo-class", &o.placement.slo_class_specs,
+                "NAME=ttft:S,tpot:S (repeatable); requests choose one with X-SLO-Class");
+  p.AddDouble("--overlap-weight", &o.placement.overlap_weight,
+              "kv-cost: weight of blocks to prefill against active blocks");
   p.AddInt("--min-remote-prefill-tokens", &o.placement.min_remote_prefill_tokens,
            "kv-aware: prefill remotely only when this many prompt tokens are uncached");
   p.AddInt("--max-inflight-per-worker", &o.placement.max_inflight_per_worker,
@@ -115,7 +122,34 @@ int RunWorker(const Args& args) {
   p.AddInt("--max-model-len", &max_model_len, "context limit (0: the model's)");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
+  long long kv_host_mb = 0, kv_disk_mb = 0;
+  bool no_demote_remote = false;
+  worker::KvTierOptions& t = o.kv_tiers;
+  p.AddInt64("--kv-host-mb", &kv_host_mb, "G2 pinned host KV tier size (0: no lower tiers)");
+  p.AddString("--kv-host-policy", &t.host_policy, "G2 eviction: lru or s3-fifo");
+  p.AddString("--kv-offload", &t.offload, "G1 -> G2: write-back (on eviction) or write-through");
+  p.AddString("--kv-disk-path", &t.disk_path, "G3 RocksDB directory (empty: no disk tier)");
+  p.AddInt64("--kv-disk-mb", &kv_disk_mb, "G3 size bound");
+  p.AddString("--kv-disk-policy", &t.disk_policy, "G3 eviction: lru or s3-fifo");
+  p.AddInt("--kv-disk-admit-uses", &t.disk_admit_uses,
+           "G2 -> G3 only for blocks used at least this many times");
+  p.AddRepeated("--kv-remote", &t.remote, "G4 `strata kvstore` daemon host:port (repeatable)");
+  p.AddBool("--kv-no-demote-remote", &no_demote_remote,
+            "do not write blocks evicted from G2/G3 to the remote tier (read it only)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("worker", std::string(s.message()), 2);
+  t.host_bytes = kv_host_mb << 20;
+  t.disk_bytes = kv_disk_mb << 20;
+  t.demote_to_remote = !no_demote_remote;
+  if (kv_host_mb < 0 || kv_disk_mb < 0 || t.disk_admit_uses < 1) {
+    return Fail("worker", "--kv-host-mb and --kv-disk-mb must be >= 0, --kv-disk-admit-uses >= 1",
+                2);
+  }
+  if (t.host_bytes == 0 && (t.disk_bytes > 0 || !t.remote.empty())) {
+    return Fail("worker", "--kv-disk-mb and --kv-remote need --kv-host-mb > 0", 2);
+  }
+  if (t.disk_bytes > 0 && t.disk_path.empty()) {
+    return Fail("worker", "--kv-disk-mb needs --kv-disk-path", 2);
+  }
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
     return 0;

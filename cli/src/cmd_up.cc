@@ -72,7 +72,8 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
 
 // Fills every 0 port: the router's in place, the workers' as (http, grpc) pairs.
 absl::StatusOr<std::vector<std::pair<int, int>>> ResolvePorts(ClusterConfig& c) {
-  const int workers = c.prefill.count + c.decode.count + c.mixed.count;
+  const int workers =
+      c.prefill.count + c.decode.count + c.mixed.count + c.kv_tiers.kvstore_count;
   const int router_free = (c.router.http_port == 0) + (c.router.grpc_port == 0);
   auto ports = PickFreePorts(c.host, router_free + 2 * workers);
   if (!ports.ok()) return ports.status();
@@ -157,6 +158,14 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
   Say(absl::StrCat("starting router on http://", ConnectHost(c.host), ":", c.router.http_port,
                    " (grpc ", c.router.grpc_port, ") ..."));
   if (auto st = sup.Start(plan.router); !st.ok()) return Fail("up", std::string(st.message()), 1);
+  if (!plan.kvstores.empty()) {
+    Say(absl::StrCat("starting ", plan.kvstores.size(), " KV store daemons (",
+                     absl::StrJoin(Names(plan.kvstores), ", "), ") ..."));
+    if (auto st = sup.Start(plan.kvstores); !st.ok()) {
+      sup.Stop();
+      return Fail("up", std::string(st.message()), 1);
+    }
+  }
   Say(absl::StrCat("starting ", plan.workers.size(), " workers (",
                    absl::StrJoin(Names(plan.workers), ", "), ") ..."));
   if (auto st = sup.Start(plan.workers); !st.ok()) {
@@ -170,7 +179,7 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
     return Fail("up", std::string(st.message()), 1);
   }
   // Each process's HTTP address (health, readiness, /metrics), e.g. for Prometheus targets.
-  for (const auto* group : {&plan.router, &plan.workers}) {
+  for (const auto* group : {&plan.router, &plan.kvstores, &plan.workers}) {
     for (const ProcessSpec& p : *group) {
       std::string base = p.ready_url;
       if (absl::EndsWith(base, "/ready")) base.resize(base.size() - 6);

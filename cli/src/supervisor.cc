@@ -14,17 +14,16 @@
 #include <deque>
 #include <fstream>
 
-#include "absl/strings/str_cat.h"
-#include "strata/engine/presets.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "strata/engine/presets.h"
 
 namespace strata::cli {
 namespace {
 
 // Runs in the forked child: only async-signal-safe calls until exec.
-[[noreturn]] void ExecChild(char* const* argv, int log_fd, int null_fd, int err_fd,
-                            pid_t parent) {
+[[noreturn]] void ExecChild(char* const* argv, int log_fd, int null_fd, int err_fd, pid_t parent) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(1);  // the supervisor died before prctl took effect
@@ -80,8 +79,8 @@ absl::StatusOr<pid_t> Spawn(const ProcessSpec& spec) {
   close(pipe_fds[0]);
   if (n == sizeof(exec_errno)) {
     waitpid(pid, nullptr, 0);
-    return absl::FailedPreconditionError(absl::StrCat(
-        spec.name, ": cannot run ", spec.argv[0], ": ", std::strerror(exec_errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec.name, ": cannot run ", spec.argv[0], ": ", std::strerror(exec_errno)));
   }
   return pid;
 }
@@ -148,9 +147,8 @@ absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::
   const absl::Time deadline = absl::Now() + timeout;
   const int fd = ConnectWithDeadline(host, port, deadline);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port));
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
-                   "\r\nConnection: close\r\n\r\n");
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
+                                           "\r\nConnection: close\r\n\r\n");
   std::string response;
   size_t sent = 0;
   bool failed = false;
@@ -191,8 +189,8 @@ absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int n) {
     socklen_t len = sizeof(addr);
     if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
         getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      status = absl::UnavailableError(absl::StrCat("cannot bind to ", host, ": ",
-                                                   std::strerror(errno)));
+      status =
+          absl::UnavailableError(absl::StrCat("cannot bind to ", host, ": ", std::strerror(errno)));
     } else {
       ports.push_back(ntohs(addr.ss_family == AF_INET6
                                 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
@@ -297,9 +295,9 @@ absl::Status Supervisor::WaitReady() {
       return absl::CancelledError("interrupted while waiting for the cluster to be ready");
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("not ready after ", absl::FormatDuration(options_.ready_timeout), ": ",
-                       absl::StrJoin(waiting, ", ")));
+      return absl::DeadlineExceededError(absl::StrCat("not ready after ",
+                                                      absl::FormatDuration(options_.ready_timeout),
+                                                      ": ", absl::StrJoin(waiting, ", ")));
     }
     absl::SleepFor(options_.poll_interval);
   }
@@ -362,27 +360,81 @@ std::string ConnectHost(const std::string& bind_host) {
 
 namespace {
 
+// The lower-tier flags of a worker (none while kv_tiers.host_mb is 0).
+void AppendKvTierFlags(const ClusterConfig& c, const std::string& id,
+                       const std::vector<std::string>& kvstores, std::vector<std::string>& argv) {
+  const auto& t = c.kv_tiers;
+  if (t.host_mb == 0) return;
+  argv.insert(argv.end(), {"--kv-host-mb", absl::StrCat(t.host_mb), "--kv-host-policy",
+                           t.host_policy, "--kv-offload", t.offload});
+  if (t.disk_mb > 0) {
+    argv.insert(argv.end(), {"--kv-disk-path", absl::StrCat(t.disk_path, "/", id), "--kv-disk-mb",
+                             absl::StrCat(t.disk_mb), "--kv-disk-policy", t.disk_policy,
+                             "--kv-disk-admit-uses", absl::StrCat(t.disk_admit_uses)});
+  }
+  for (const auto& address : kvstores) argv.insert(argv.end(), {"--kv-remote", address});
+}
+
+ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const std::string& id,
+                        std::pair<int, int> ports, const std::string& log_dir) {
+  std::vector<std::string> argv = {exe,
+                                   "kvstore",
+                                   "--id",
+                                   id,
+                                   "--host",
+                                   c.host,
+                                   "--http-port",
+                                   absl::StrCat(ports.first),
+                                   "--port",
+                                   absl::StrCat(ports.second),
+                                   "--capacity-bytes",
+                                   absl::StrCat(c.kv_tiers.kvstore_mb << 20),
+                                   "--policy",
+                                   c.kv_tiers.kvstore_policy,
+                                   "--router",
+                                   absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port)};
+  return ProcessSpec{id, std::move(argv),
+                     absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/health"),
+                     absl::StrCat(log_dir, "/", id, ".log")};
+}
+
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
                        const std::string& role, const std::string& id, std::pair<int, int> ports,
-                       const std::string& log_dir) {
-  const std::string router =
-      absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
-  std::vector<std::string> argv = {
-      exe, "worker", "--role", role, "--id", id, "--host", c.host,
-      "--http-port", absl::StrCat(ports.first), "--grpc-port", absl::StrCat(ports.second),
-      "--router", router, "--model", model, "--served-model-name", ServedModelName(c.model),
-      "--plugin", c.engine.plugin,
-      "--block-size", absl::StrCat(c.engine.block_size)};
+                       const std::string& log_dir, const std::vector<std::string>& kvstores) {
+  const std::string router = absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
+  std::vector<std::string> argv = {exe,
+                                   "worker",
+                                   "--role",
+                                   role,
+                                   "--id",
+                                   id,
+                                   "--host",
+                                   c.host,
+                                   "--http-port",
+                                   absl::StrCat(ports.first),
+                                   "--grpc-port",
+                                   absl::StrCat(ports.second),
+                                   "--router",
+                                   router,
+                                   "--model",
+                                   model,
+                                   "--served-model-name",
+                                   ServedModelName(c.model),
+                                   "--plugin",
+                                   c.engine.plugin,
+                                   "--block-size",
+                                   absl::StrCat(c.engine.block_size)};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   if (c.engine.num_kv_blocks > 0) {
     argv.insert(argv.end(), {"--num-kv-blocks", absl::StrCat(c.engine.num_kv_blocks)});
   }
-  argv.insert(argv.end(), {"--max-num-seqs", absl::StrCat(c.engine.max_num_seqs),
-                           "--max-num-batched-tokens",
-                           absl::StrCat(c.engine.max_num_batched_tokens)});
+  argv.insert(argv.end(),
+              {"--max-num-seqs", absl::StrCat(c.engine.max_num_seqs), "--max-num-batched-tokens",
+               absl::StrCat(c.engine.max_num_batched_tokens)});
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }
+  AppendKvTierFlags(c, id, kvstores, argv);
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/ready"),
                      absl::StrCat(log_dir, "/", id, ".log")};
@@ -394,27 +446,44 @@ ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
                         const std::string& model_dir, const std::string& log_dir,
                         const std::vector<std::pair<int, int>>& worker_ports) {
   ClusterPlan plan;
-  std::vector<std::string> argv = {
-      exe, "router", "--host", c.host, "--http-port", absl::StrCat(c.router.http_port),
-      "--grpc-port", absl::StrCat(c.router.grpc_port), "--model", model_dir,
-      "--served-model-name", ServedModelName(c.model), "--policy", c.policy};
+  std::vector<std::string> argv = {exe,
+                                   "router",
+                                   "--host",
+                                   c.host,
+                                   "--http-port",
+                                   absl::StrCat(c.router.http_port),
+                                   "--grpc-port",
+                                   absl::StrCat(c.router.grpc_port),
+                                   "--model",
+                                   model_dir,
+                                   "--served-model-name",
+                                   ServedModelName(c.model),
+                                   "--policy",
+                                   c.policy};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }
-  argv.insert(argv.end(), {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot",
-                           absl::StrCat(c.slo.tpot_s)});
+  argv.insert(argv.end(),
+              {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot", absl::StrCat(c.slo.tpot_s)});
   const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", c.router.http_port);
-  plan.router.push_back(ProcessSpec{"router", std::move(argv), http + "/ready",
-                                    log_dir + "/router.log"});
+  plan.router.push_back(
+      ProcessSpec{"router", std::move(argv), http + "/ready", log_dir + "/router.log"});
   plan.url = http + "/v1";
+  const size_t workers = size_t(c.prefill.count + c.decode.count + c.mixed.count);
+  std::vector<std::string> kvstores;
+  for (int i = 0; i < c.kv_tiers.kvstore_count && workers + i < worker_ports.size(); ++i) {
+    const auto ports = worker_ports[workers + i];
+    plan.kvstores.push_back(KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir));
+    kvstores.push_back(absl::StrCat(ConnectHost(c.host), ":", ports.second));
+  }
   size_t next = 0;
   for (const auto& [role, count] : {std::pair<std::string, int>{"prefill", c.prefill.count},
                                     {"decode", c.decode.count},
                                     {"mixed", c.mixed.count}}) {
     for (int i = 0; i < count && next < worker_ports.size(); ++i) {
       plan.workers.push_back(WorkerSpec(c, exe, model_dir, role, absl::StrCat(role, "-", i),
-                                        worker_ports[next++], log_dir));
+                                        worker_ports[next++], log_dir, kvstores));
     }
   }
   return plan;

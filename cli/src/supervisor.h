@@ -108,12 +108,14 @@ std::string TailFile(const std::string& path, int lines);
 
 struct ClusterPlan {
   std::vector<ProcessSpec> router;   // started first, stopped last
+  std::vector<ProcessSpec> kvstores;  // remote KV store daemons (G4), started before workers
   std::vector<ProcessSpec> workers;  // prefill-0.., decode-0.., mixed-0..
   std::string url;                   // http://HOST:PORT/v1
 };
 
 // `config` must have its router ports resolved (non-zero); `worker_ports` holds an (http, grpc)
-// pair per worker in the order prefill, decode, mixed. `model_dir` is the resolved checkpoint.
+// pair per worker in the order prefill, decode, mixed, then one per kvstore daemon
+// (kv_tiers.kvstore_count). `model_dir` is the resolved checkpoint.
 ClusterPlan PlanCluster(const ClusterConfig& config, const std::string& exe,
                         const std::string& model_dir, const std::string& log_dir,
                         const std::vector<std::pair<int, int>>& worker_ports);

@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <set>
 
@@ -70,6 +70,22 @@ std::string CheckPositiveSeconds(const double& v) {
 
 std::string CheckNonEmpty(const std::string& v) { return v.empty() ? "must not be empty" : ""; }
 
+std::string CheckMegabytes(const int64_t& v) {
+  if (v >= 0 && v <= (int64_t{1} << 30)) return "";
+  return absl::StrCat("must be a size in MiB in 0..", int64_t{1} << 30, Got(v));
+}
+
+// The eviction policies kvstore/ registers (kept in step with docs/kvstore.md).
+std::string CheckPolicy(const std::string& v) {
+  if (v == "lru" || v == "s3-fifo") return "";
+  return absl::StrCat("must be lru or s3-fifo, got '", v, "'");
+}
+
+std::string CheckOffload(const std::string& v) {
+  if (v == "write-back" || v == "write-through") return "";
+  return absl::StrCat("must be write-back or write-through, got '", v, "'");
+}
+
 std::string CheckBlockSize(const int& v) {
   if (v >= 1 && v <= 256 && (v & (v - 1)) == 0) return "";
   return absl::StrCat("must be a power of two in 1..256", Got(v));
@@ -95,46 +111,87 @@ FieldSpec ApiKeys() {
 const std::vector<FieldSpec>& Fields() {
   constexpr int kMaxWorkers = 1024;
   static const auto* fields = new std::vector<FieldSpec>{
-      Scalar<std::string>("model", "a string", [](auto& c) -> auto& { return c.model; },
-                          CheckNonEmpty),
-      Scalar<std::string>("host", "a string", [](auto& c) -> auto& { return c.host; },
-                          CheckNonEmpty),
-      Scalar<int>("router.http_port", "an integer",
-                  [](auto& c) -> auto& { return c.router.http_port; }, IntRange(0, 65535)),
-      Scalar<int>("router.grpc_port", "an integer",
-                  [](auto& c) -> auto& { return c.router.grpc_port; }, IntRange(0, 65535)),
-      Scalar<int>("prefill.count", "an integer",
-                  [](auto& c) -> auto& { return c.prefill.count; }, IntRange(0, kMaxWorkers)),
-      Scalar<int>("decode.count", "an integer",
-                  [](auto& c) -> auto& { return c.decode.count; }, IntRange(0, kMaxWorkers)),
-      Scalar<int>("mixed.count", "an integer",
-                  [](auto& c) -> auto& { return c.mixed.count; }, IntRange(0, kMaxWorkers)),
-      Scalar<std::string>("engine.plugin", "a string",
-                          [](auto& c) -> auto& { return c.engine.plugin; }, CheckNonEmpty),
-      Scalar<int>("engine.block_size", "an integer",
-                  [](auto& c) -> auto& { return c.engine.block_size; }, CheckBlockSize),
-      Scalar<int>("engine.num_kv_blocks", "an integer",
-                  [](auto& c) -> auto& { return c.engine.num_kv_blocks; },
-                  IntRange(0, 1 << 30)),
-      Scalar<int>("engine.max_num_seqs", "an integer",
-                  [](auto& c) -> auto& { return c.engine.max_num_seqs; }, IntRange(1, 1 << 20)),
-      Scalar<int>("engine.max_num_batched_tokens", "an integer",
-                  [](auto& c) -> auto& { return c.engine.max_num_batched_tokens; },
-                  IntRange(1, 1 << 30)),
-      Scalar<int64_t>("engine.max_model_len", "an integer",
-                      [](auto& c) -> auto& { return c.engine.max_model_len; },
-                      [](const int64_t& v) -> std::string {
-                        return v >= 0 ? "" : absl::StrCat("must be >= 0", Got(v));
-                      }),
-      Scalar<double>("slo.ttft_s", "a number", [](auto& c) -> auto& { return c.slo.ttft_s; },
-                     CheckPositiveSeconds),
-      Scalar<double>("slo.tpot_s", "a number", [](auto& c) -> auto& { return c.slo.tpot_s; },
-                     CheckPositiveSeconds),
-      Scalar<std::string>("log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; },
-                          nullptr),
+      Scalar<std::string>(
+          "model", "a string", [](auto& c) -> auto& { return c.model; }, CheckNonEmpty),
+      Scalar<std::string>(
+          "host", "a string", [](auto& c) -> auto& { return c.host; }, CheckNonEmpty),
+      Scalar<int>(
+          "router.http_port", "an integer", [](auto& c) -> auto& { return c.router.http_port; },
+          IntRange(0, 65535)),
+      Scalar<int>(
+          "router.grpc_port", "an integer", [](auto& c) -> auto& { return c.router.grpc_port; },
+          IntRange(0, 65535)),
+      Scalar<int>(
+          "prefill.count", "an integer", [](auto& c) -> auto& { return c.prefill.count; },
+          IntRange(0, kMaxWorkers)),
+      Scalar<int>(
+          "decode.count", "an integer", [](auto& c) -> auto& { return c.decode.count; },
+          IntRange(0, kMaxWorkers)),
+      Scalar<int>(
+          "mixed.count", "an integer", [](auto& c) -> auto& { return c.mixed.count; },
+          IntRange(0, kMaxWorkers)),
+      Scalar<std::string>(
+          "engine.plugin", "a string", [](auto& c) -> auto& { return c.engine.plugin; },
+          CheckNonEmpty),
+      Scalar<int>(
+          "engine.block_size", "an integer", [](auto& c) -> auto& { return c.engine.block_size; },
+          CheckBlockSize),
+      Scalar<int>(
+          "engine.num_kv_blocks", "an integer",
+          [](auto& c) -> auto& { return c.engine.num_kv_blocks; }, IntRange(0, 1 << 30)),
+      Scalar<int>(
+          "engine.max_num_seqs", "an integer",
+          [](auto& c) -> auto& { return c.engine.max_num_seqs; }, IntRange(1, 1 << 20)),
+      Scalar<int>(
+          "engine.max_num_batched_tokens", "an integer",
+          [](auto& c) -> auto& { return c.engine.max_num_batched_tokens; }, IntRange(1, 1 << 30)),
+      Scalar<int64_t>(
+          "engine.max_model_len", "an integer",
+          [](auto& c) -> auto& { return c.engine.max_model_len; },
+          [](const int64_t& v) -> std::string {
+            return v >= 0 ? "" : absl::StrCat("must be >= 0", Got(v));
+          }),
+      Scalar<double>(
+          "slo.ttft_s", "a number", [](auto& c) -> auto& { return c.slo.ttft_s; },
+          CheckPositiveSeconds),
+      Scalar<double>(
+          "slo.tpot_s", "a number", [](auto& c) -> auto& { return c.slo.tpot_s; },
+          CheckPositiveSeconds),
+      Scalar<int64_t>(
+          "kv_tiers.host_mb", "an integer", [](auto& c) -> auto& { return c.kv_tiers.host_mb; },
+          CheckMegabytes),
+      Scalar<std::string>(
+          "kv_tiers.host_policy", "a string",
+          [](auto& c) -> auto& { return c.kv_tiers.host_policy; }, CheckPolicy),
+      Scalar<std::string>(
+          "kv_tiers.offload", "a string", [](auto& c) -> auto& { return c.kv_tiers.offload; },
+          CheckOffload),
+      Scalar<std::string>(
+          "kv_tiers.disk_path", "a string", [](auto& c) -> auto& { return c.kv_tiers.disk_path; },
+          nullptr),
+      Scalar<int64_t>(
+          "kv_tiers.disk_mb", "an integer", [](auto& c) -> auto& { return c.kv_tiers.disk_mb; },
+          CheckMegabytes),
+      Scalar<std::string>(
+          "kv_tiers.disk_policy", "a string",
+          [](auto& c) -> auto& { return c.kv_tiers.disk_policy; }, CheckPolicy),
+      Scalar<int>(
+          "kv_tiers.disk_admit_uses", "an integer",
+          [](auto& c) -> auto& { return c.kv_tiers.disk_admit_uses; }, IntRange(1, 1000)),
+      Scalar<int>(
+          "kv_tiers.kvstore_count", "an integer",
+          [](auto& c) -> auto& { return c.kv_tiers.kvstore_count; }, IntRange(0, 64)),
+      Scalar<int64_t>(
+          "kv_tiers.kvstore_mb", "an integer",
+          [](auto& c) -> auto& { return c.kv_tiers.kvstore_mb; }, CheckMegabytes),
+      Scalar<std::string>(
+          "kv_tiers.kvstore_policy", "a string",
+          [](auto& c) -> auto& { return c.kv_tiers.kvstore_policy; }, CheckPolicy),
+      Scalar<std::string>(
+          "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),
-      Scalar<std::string>("policy", "a string", [](auto& c) -> auto& { return c.policy; },
-                          CheckNonEmpty),
+      Scalar<std::string>(
+          "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
   };
   return *fields;
 }
@@ -162,6 +219,12 @@ std::string CrossCheck(const ClusterConfig& c) {
   if (c.decode.count + c.mixed.count < 1) {
     return "at least one decode or mixed worker is required (decode.count + mixed.count >= 1)";
   }
+  const auto& t = c.kv_tiers;
+  if (t.host_mb == 0 && (t.disk_mb > 0 || t.kvstore_count > 0)) {
+    return "kv_tiers.disk_mb and kv_tiers.kvstore_count need kv_tiers.host_mb > 0 (blocks reach "
+           "the disk and remote tiers through the host tier)";
+  }
+  if (t.disk_mb > 0 && t.disk_path.empty()) return "kv_tiers.disk_mb needs kv_tiers.disk_path";
   return "";
 }
 

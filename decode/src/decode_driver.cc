@@ -39,7 +39,9 @@ class DecodeDriverImpl final : public DecodeDriver {
       absl::MutexLock lock(&mu_);
       jobs_[job->id] = job;
     }
-    loop_->Post([this, job](Engine& e) { Reserve(e, job); });
+    // Staged: the prompt's prefix may come up from this worker's lower KV tiers first, so the
+    // reservation reuses more and the prefill worker sends less.
+    loop_->PostForPrompt(job->id, job->prompt, [this, job](Engine& e) { Reserve(e, job); });
   }
 
   void Cancel(const std::string& id) override {

@@ -172,6 +172,7 @@ void EngineLoop::RefreshLoad(double step_seconds) {
   l.total_kv_blocks = engine_->block_manager().num_blocks();
   l.decode_context_tokens = engine_->running_context_tokens();
   const int64_t computed = engine_->stats().prompt_tokens_computed;
+  l.prompt_tokens_computed = computed;
   const int64_t new_prompt_tokens = computed - last_prompt_tokens_computed_;
   last_prompt_tokens_computed_ = computed;
   absl::MutexLock lock(&mu_);

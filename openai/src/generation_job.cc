@@ -310,7 +310,10 @@ RequestRecord RecordFor(const JobSpec& spec) {
 }
 
 void RespondApiError(http::ResponseWriter& writer, const ApiError& error) {
-  writer.Respond(error.http_status, "application/json", DumpJson(ErrorJson(error)));
+  std::map<std::string, std::string> headers;
+  if (error.retry_after_s > 0) headers["Retry-After"] = std::to_string(error.retry_after_s);
+  writer.Respond(error.http_status, "application/json", DumpJson(ErrorJson(error)),
+                 std::move(headers));
 }
 
 void StartJob(JobSpec spec, const JobContext& context,

@@ -7,8 +7,10 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "strata/openai/backend.h"
 
 namespace strata::openai {
 namespace {
@@ -396,6 +398,11 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
   if (e.http_status == 429) {
     e.type = "rate_limit_error";
     e.code = "rate_limit_exceeded";
+    double seconds = 0;
+    if (auto p = status.GetPayload(kRetryAfterPayload);
+        p.has_value() && absl::SimpleAtod(std::string(*p), &seconds) && seconds > 0) {
+      e.retry_after_s = static_cast<int>(std::ceil(seconds));
+    }
   } else if (e.http_status >= 500) {
     e.type = "server_error";
   }

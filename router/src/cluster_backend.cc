@@ -48,7 +48,7 @@ void StartAttempt(std::shared_ptr<CallState> state);
 class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
   Attempt(std::shared_ptr<CallState> state, Placement placement)
-      : state_(std::move(state)), placement_(std::move(placement)) {}
+      : state_(std::move(state)), placement_(std::move(placement)), placed_at_(absl::Now()) {}
 
   void Start(std::shared_ptr<Attempt> self) {
     self_ = std::move(self);
@@ -67,6 +67,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows with the status
     openai::GenerateEvent ev = ToEvent(response_);
+    if (!got_any_ && !ev.tokens.empty()) ObserveFirstToken(absl::Now() - placed_at_);
     got_any_ = true;
     if (ev.finished) finished_ = true;
     state_->on_event(std::move(ev));
@@ -75,6 +76,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
 
   void OnDone(const grpc::Status& status) override {
     ClusterBackend* b = state_->backend;
+    if (!observed_) ObserveFirstToken(absl::InfiniteDuration());  // releases the ledger only
     b->pool()->AddInflight(placement_.decode_id, -1);
     if (!placement_.prefill_id.empty()) b->pool()->AddInflight(placement_.prefill_id, -1);
     if (b->metrics().inflight) b->metrics().inflight->Decrement();
@@ -105,8 +107,26 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   }
 
  private:
+  // Tells the placer the prefill is over; a finite `ttft` also feeds its TTFT correction.
+  void ObserveFirstToken(absl::Duration ttft) {
+    observed_ = true;
+    const bool timed = ttft != absl::InfiniteDuration();
+    ClusterBackend* b = state_->backend;
+    b->placer()->OnFirstToken(placement_, timed ? absl::ToDoubleSeconds(ttft) : -1);
+    if (!timed || placement_.predicted_ttft_s <= 0) return;
+    const std::string& at =
+        placement_.prefill_id.empty() ? placement_.decode_id : placement_.prefill_id;
+    const ClusterBackendMetrics& m = b->metrics();
+    if (m.ttft_correction) m.ttft_correction->WithLabels({at})->Set(b->placer()->TtftCorrection(at));
+    if (m.ttft_error) {
+      m.ttft_error->Default()->Observe(absl::ToDoubleSeconds(ttft) / placement_.predicted_ttft_s);
+    }
+  }
+
   std::shared_ptr<CallState> state_;
   Placement placement_;
+  absl::Time placed_at_;
+  bool observed_ = false;
   std::shared_ptr<Attempt> self_;
   grpc::ClientContext context_;
   v1::GenerateRequest request_;
@@ -127,10 +147,21 @@ void StartAttempt(std::shared_ptr<CallState> state) {
   ClusterBackend* b = state->backend;
   WorkerPool* pool = b->pool();
   ++state->attempts;
-  auto placed = b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, state->request.prompt),
-                                   int32_t(state->request.prompt.size()), pool->block_size(),
-                                   state->exclude);
+  PlacementRequest pr;
+  pr.prompt_tokens = int32_t(state->request.prompt.size());
+  pr.block_size = pool->block_size();
+  pr.exclude = state->exclude;
+  pr.slo_class = state->request.slo_class;
+  pr.max_tokens = state->request.params.max_tokens;
+  auto placed =
+      b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, state->request.prompt), pr);
   if (!placed.ok()) {
+    if (b->metrics().rejections) {
+      const bool slo = RetryAfterSeconds(placed.status()).has_value();
+      b->metrics().rejections->WithLabels({slo ? "slo" : absl::StatusCodeToString(
+                                                                placed.status().code())})
+          ->Increment();
+    }
     openai::GenerateEvent ev;
     ev.status = placed.status();
     state->on_event(std::move(ev));

@@ -2,6 +2,8 @@
 // openai::Backend over the cluster: hashes the prompt into block chains, asks the KV index who
 // holds what, places the request and streams the decode worker's tokens back. A worker that
 // fails before sending anything is dropped from the pool and the request is placed again once.
+// Each placement's predicted TTFT is compared with the first token's arrival to keep the
+// placer's per-worker correction (and its pending-prefill ledger) current.
 #include <atomic>
 
 #include "strata/common/metrics.h"
@@ -16,6 +18,9 @@ struct ClusterBackendMetrics {
   metrics::CounterFamily* placements = nullptr;  // {decode, prefill}
   metrics::CounterFamily* retries = nullptr;
   metrics::Gauge* inflight = nullptr;
+  metrics::CounterFamily* rejections = nullptr;       // {reason}: placement said no (429/503)
+  metrics::GaugeFamily* ttft_correction = nullptr;    // {worker}: observed / predicted TTFT
+  metrics::HistogramFamily* ttft_error = nullptr;     // observed / predicted TTFT per request
 };
 
 class ClusterBackend final : public openai::Backend {

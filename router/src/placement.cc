@@ -1,70 +1,190 @@
 #include "strata/router/placement.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "placement_internal.h"
+#include "strata/router/placement_policy.h"
 
 namespace strata::router {
 namespace {
 
-int64_t Outstanding(const WorkerView& w) {
-  // The router's own count reacts at once; the heartbeat's covers work from other routers.
-  return std::max<int64_t>(w.inflight, w.load.running() + w.load.waiting());
+// The policy registry: name -> factory, built-ins added on first use (function-local static,
+// so a static library's registrations cannot be dropped by the linker).
+struct Registry {
+  absl::Mutex mu;
+  std::map<std::string, PlacementPolicyFactory> factories ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = [] {
+    auto* r = new Registry;
+    absl::MutexLock lock(&r->mu);
+    internal::RegisterBuiltinPolicies(
+        [r](const std::string& name, PlacementPolicyFactory f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          r->factories[name] = std::move(f);
+        });
+    return r;
+  }();
+  return *registry;
 }
 
-int32_t Matched(const WorkerView& w, const std::vector<WorkerMatch>& matches) {
-  for (const auto& m : matches) {
-    if (m.worker == w.index_id) return m.blocks;
-  }
-  return 0;
+bool IsDecodeCapable(const WorkerView& w) {
+  return w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Placer>> Placer::Create(const PlacementOptions& options) {
-  if (options.policy != "round-robin" && options.policy != "least-loaded" &&
-      options.policy != "kv-aware") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown routing policy '", options.policy, "' (round-robin, least-loaded, kv-aware)"));
+// ---- registry ------------------------------------------------------------------------------
+
+absl::Status RegisterPlacementPolicy(const std::string& name, PlacementPolicyFactory factory) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  if (!r.factories.emplace(name, std::move(factory)).second) {
+    return absl::AlreadyExistsError(absl::StrCat("routing policy '", name, "' exists"));
   }
-  return std::unique_ptr<Placer>(new Placer(options));
+  return absl::OkStatus();
 }
 
-const WorkerView* Placer::Pick(const std::vector<const WorkerView*>& c,
-                               const std::vector<WorkerMatch>& matches,
-                               std::atomic<uint64_t>& rr) {
-  if (c.empty()) return nullptr;
-  if (options_.policy == "round-robin") return c[rr.fetch_add(1) % c.size()];
-  const WorkerView* best = nullptr;
-  for (const WorkerView* w : c) {
-    if (best == nullptr) {
-      best = w;
-      continue;
-    }
-    const int64_t lw = Outstanding(*w), lb = Outstanding(*best);
-    if (options_.policy == "kv-aware" && std::abs(lw - lb) <= 1) {
-      // Near-tie on load: the longer cached prefix wins, then the lighter load.
-      const int32_t mw = Matched(*w, matches), mb = Matched(*best, matches);
-      if (mw != mb) {
-        if (mw > mb) best = w;
-        continue;
-      }
-    }
-    if (lw < lb) best = w;
+std::vector<std::string> PlacementPolicyNames() {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, f] : r.factories) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<PlacementPolicy>> CreatePlacementPolicy(
+    const std::string& name, const PlacementOptions& options) {
+  PlacementPolicyFactory factory;
+  {
+    Registry& r = GetRegistry();
+    absl::MutexLock lock(&r.mu);
+    auto it = r.factories.find(name);
+    if (it != r.factories.end()) factory = it->second;
   }
-  return best;
+  if (!factory) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown routing policy '", name, "' (",
+                                                   absl::StrJoin(PlacementPolicyNames(), ", "),
+                                                   ")"));
+  }
+  return factory(options);
+}
+
+// ---- helpers -------------------------------------------------------------------------------
+
+int64_t OutstandingRequests(const WorkerView& w) {
+  return std::max<int64_t>(w.inflight, w.load.running() + w.load.waiting());
+}
+
+WorkerMatch MatchFor(const WorkerView& w, const std::vector<WorkerMatch>& matches) {
+  for (const auto& m : matches) {
+    if (m.worker == w.index_id) return m;
+  }
+  WorkerMatch none;
+  none.worker = w.index_id;
+  return none;
+}
+
+Placement MakePlacement(const WorkerView& d, const WorkerView* p,
+                        const std::vector<WorkerMatch>& matches) {
+  Placement out;
+  out.decode_id = d.info.id();
+  out.decode_stub = d.stub;
+  out.cached_blocks = MatchFor(d, matches).blocks;
+  if (p != nullptr) {
+    out.prefill_id = p->info.id();
+    out.prefill_address = p->info.grpc_address();
+  }
+  return out;
+}
+
+std::optional<double> RetryAfterSeconds(const absl::Status& status) {
+  auto payload = status.GetPayload(kRetryAfterPayload);
+  double seconds;
+  if (!payload.has_value() || !absl::SimpleAtod(std::string(*payload), &seconds)) {
+    return std::nullopt;
+  }
+  return seconds;
+}
+
+// ---- SLO targets ---------------------------------------------------------------------------
+
+absl::StatusOr<SloTargets> ParseSloTargets(const std::string& text, SloTargets defaults) {
+  SloTargets t = defaults;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    double v;
+    if (!absl::SimpleAtod(kv.second, &v) || !(v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad SLO target '", part, "': want ttft:SECONDS or tpot:SECONDS (> 0)"));
+    }
+    if (kv.first == "ttft") {
+      t.ttft_s = v;
+    } else if (kv.first == "tpot") {
+      t.tpot_s = v;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown SLO target '", kv.first, "' (ttft, tpot)"));
+    }
+  }
+  return t;
+}
+
+absl::StatusOr<std::pair<std::string, SloTargets>> ParseSloClass(const std::string& text,
+                                                                 SloTargets defaults) {
+  std::pair<std::string, std::string> kv = absl::StrSplit(text, absl::MaxSplits('=', 1));
+  if (kv.first.empty() || kv.second.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad SLO class '", text, "': want NAME=ttft:SECONDS,tpot:SECONDS"));
+  }
+  auto targets = ParseSloTargets(kv.second, defaults);
+  if (!targets.ok()) return targets.status();
+  return std::make_pair(kv.first, *targets);
+}
+
+// ---- Placer --------------------------------------------------------------------------------
+
+Placer::Placer(PlacementOptions options, std::unique_ptr<PlacementPolicy> policy)
+    : options_(std::move(options)), policy_(std::move(policy)) {}
+Placer::~Placer() = default;
+
+absl::StatusOr<std::unique_ptr<Placer>> Placer::Create(const PlacementOptions& options) {
+  if (!(options.slo.ttft_s > 0) || !(options.slo.tpot_s > 0)) {
+    return absl::InvalidArgumentError("SLO targets must be > 0");
+  }
+  if (options.overlap_weight < 0) return absl::InvalidArgumentError("overlap_weight must be >= 0");
+  auto policy = CreatePlacementPolicy(options.policy, options);
+  if (!policy.ok()) return policy.status();
+  return std::unique_ptr<Placer>(new Placer(options, std::move(*policy)));
 }
 
 absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
                                         const std::vector<WorkerMatch>& matches,
                                         int32_t prompt_tokens, int block_size,
                                         const std::vector<std::string>& exclude) {
+  PlacementRequest r;
+  r.prompt_tokens = prompt_tokens;
+  r.block_size = block_size;
+  r.exclude = exclude;
+  return Place(workers, matches, r);
+}
+
+absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
+                                        const std::vector<WorkerMatch>& matches,
+                                        const PlacementRequest& request) {
   std::vector<const WorkerView*> decode, prefill;
   bool any_decode = false;
   for (const WorkerView& w : workers) {
-    if (std::find(exclude.begin(), exclude.end(), w.info.id()) != exclude.end()) continue;
-    const bool full = Outstanding(w) >= options_.max_inflight_per_worker;
-    if (w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED) {
+    const auto& ex = request.exclude;
+    if (std::find(ex.begin(), ex.end(), w.info.id()) != ex.end()) continue;
+    const bool full = OutstandingRequests(w) >= options_.max_inflight_per_worker;
+    if (IsDecodeCapable(w)) {
       any_decode = true;
       if (!full) decode.push_back(&w);
     } else if (w.info.role() == v1::ROLE_PREFILL && !full) {
@@ -75,20 +195,50 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
   if (decode.empty()) {
     return absl::ResourceExhaustedError("every worker is at its limit of outstanding requests");
   }
-  const WorkerView* d = Pick(decode, matches, decode_rr_);
-  Placement p;
-  p.decode_id = d->info.id();
-  p.decode_stub = d->stub;
-  p.cached_blocks = Matched(*d, matches);
-  const int32_t uncached = prompt_tokens - p.cached_blocks * block_size;
-  const bool worth_it =
-      options_.policy != "kv-aware" || uncached >= options_.min_remote_prefill_tokens;
-  if (!prefill.empty() && worth_it) {
-    const WorkerView* pw = Pick(prefill, matches, prefill_rr_);
-    p.prefill_id = pw->info.id();
-    p.prefill_address = pw->info.grpc_address();
+  PlacementContext ctx{request, decode, prefill, matches, *this};
+  auto placed = policy_->Place(ctx);
+  if (placed.ok() && options_.track_pending_prefill && placed->prefill_tokens > 0) {
+    const std::string& at = placed->prefill_id.empty() ? placed->decode_id : placed->prefill_id;
+    absl::MutexLock lock(&mu_);
+    pending_[at] += placed->prefill_tokens;
   }
-  return p;
+  return placed;
+}
+
+void Placer::OnFirstToken(const Placement& p, double observed_ttft_s) {
+  const std::string& at = p.prefill_id.empty() ? p.decode_id : p.prefill_id;
+  absl::MutexLock lock(&mu_);
+  if (options_.track_pending_prefill && p.prefill_tokens > 0) {
+    auto it = pending_.find(at);
+    if (it != pending_.end() && (it->second -= p.prefill_tokens) <= 0) pending_.erase(it);
+  }
+  if (observed_ttft_s < 0 || p.predicted_ttft_s <= 0) return;
+  // Clamp one observation's ratio so a single stall cannot swing the factor by orders.
+  const double ratio = std::clamp(observed_ttft_s / p.predicted_ttft_s, 0.1, 10.0);
+  auto [it, inserted] = correction_.try_emplace(at, ratio);
+  if (!inserted) it->second += options_.correction_alpha * (ratio - it->second);
+}
+
+std::map<std::string, double> Placer::TtftCorrections() const {
+  absl::MutexLock lock(&mu_);
+  return std::map<std::string, double>(correction_.begin(), correction_.end());
+}
+
+double Placer::TtftCorrection(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = correction_.find(worker_id);
+  return it == correction_.end() ? 1.0 : it->second;
+}
+
+int64_t Placer::PendingPrefillTokens(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(worker_id);
+  return it == pending_.end() ? 0 : it->second;
+}
+
+SloTargets Placer::TargetsFor(const std::string& slo_class) const {
+  auto it = options_.slo_classes.find(slo_class);
+  return it == options_.slo_classes.end() ? options_.slo : it->second;
 }
 
 }  // namespace strata::router

@@ -49,6 +49,30 @@ class RegistryService final : public v1::Registry::Service {
   WorkerPool* pool_;
 };
 
+// Fills the placement options the router owns: its SLO targets, --slo-class specs, the
+// profile (loaded from --profile or the shipped default) and the pending-prefill ledger
+// (heartbeats lag a burst of requests).
+absl::Status ResolvePlacementOptions(RouterOptions& o) {
+  PlacementOptions& p = o.placement;
+  p.slo = {o.slo_ttft_s, o.slo_tpot_s};
+  for (const std::string& spec : p.slo_class_specs) {
+    STRATA_ASSIGN_OR_RETURN(auto named, ParseSloClass(spec, p.slo));
+    p.slo_classes[named.first] = named.second;
+  }
+  // Only the goodput policy reads the profile; others load it only when asked to.
+  const std::string path = !p.profile_path.empty() ? p.profile_path
+                           : p.policy == "goodput"  ? DefaultProfilePath()
+                                                    : "";
+  if (!path.empty()) {
+    STRATA_ASSIGN_OR_RETURN(p.profile, WorkerProfile::Load(path));
+  } else if (p.policy == "goodput") {
+    return absl::InvalidArgumentError(
+        "the goodput policy needs a worker profile: pass --profile FILE (see strata profile)");
+  }
+  p.track_pending_prefill = true;
+  return absl::OkStatus();
+}
+
 class RouterImpl final : public Router {
  public:
   explicit RouterImpl(RouterOptions options)
@@ -56,6 +80,7 @@ class RouterImpl final : public Router {
   ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
 
   absl::Status Init() {
+    STRATA_RETURN_IF_ERROR(ResolvePlacementOptions(options_));
     STRATA_ASSIGN_OR_RETURN(placer_, Placer::Create(options_.placement));
     STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(options_.model_dir));
     STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
@@ -104,6 +129,17 @@ class RouterImpl final : public Router {
     backend_metrics_.inflight =
         registry_.GaugeOrDie("strata_router_inflight_requests", "Requests placed on workers")
             .Default();
+    backend_metrics_.rejections = &registry_.CounterOrDie(
+        "strata_router_rejections_total",
+        "Requests placement refused, by reason (slo: no placement predicted to meet the SLO)",
+        {"reason"});
+    backend_metrics_.ttft_correction = &registry_.GaugeOrDie(
+        "strata_router_ttft_correction",
+        "Per worker EMA of observed / predicted TTFT (goodput policy's online correction)",
+        {"worker"});
+    backend_metrics_.ttft_error = &registry_.HistogramOrDie(
+        "strata_router_ttft_observed_over_predicted", "Observed / predicted TTFT per request",
+        {0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 4, 8});
     auto& workers = registry_.GaugeOrDie("strata_router_workers", "Registered workers by role",
                                          {"role"});
     for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_MIXED}) {

@@ -1,6 +1,7 @@
 #include "strata/router/worker_pool.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 #include "strata/common/logging.h"
@@ -16,18 +17,29 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   }
   if (info.role() == v1::ROLE_UNSPECIFIED) return absl::InvalidArgumentError("worker role unset");
   absl::MutexLock lock(&mu_);
-  if (!model_identity_.empty() && info.model_identity() != model_identity_) {
+  // A kvstore daemon holds blocks for the workers (tier 3) and is never placed on: it neither
+  // fixes nor has to match the cluster's block size, and its model identity (if it names one)
+  // only has to match the cluster's.
+  const bool kvstore = info.role() == v1::ROLE_KVSTORE;
+  if (kvstore && !model_identity_.empty() && !info.model_identity().empty() &&
+      info.model_identity() != model_identity_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kvstore ", info.id(), " holds another model's blocks (identity ",
+                     info.model_identity(), ", cluster ", model_identity_, ")"));
+  }
+  if (!kvstore && !model_identity_.empty() && info.model_identity() != model_identity_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", info.id(), " serves a different model (identity ",
+                     info.model_identity(), ", cluster ", model_identity_, ")"));
+  }
+  if (!kvstore && block_size_ != 0 && info.block_size() != block_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", info.id(), " serves a different model (identity ", info.model_identity(),
-        ", cluster ", model_identity_, ")"));
+        "worker ", info.id(), " uses block size ", info.block_size(), ", cluster ", block_size_));
   }
-  if (block_size_ != 0 && info.block_size() != block_size_) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", info.id(), " uses block size ",
-                                                      info.block_size(), ", cluster ",
-                                                      block_size_));
+  if (!kvstore) {
+    model_identity_ = info.model_identity();
+    block_size_ = info.block_size();
   }
-  model_identity_ = info.model_identity();
-  block_size_ = info.block_size();
   auto it = workers_.find(info.id());
   if (it != workers_.end()) (void)index_.RemoveWorker(it->second.index_id);
   WorkerView v;
@@ -44,6 +56,7 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
 
 absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
   WorkerId index_id;
+  bool is_kvstore = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(req.worker_id());
@@ -53,17 +66,27 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
     it->second.load = req.load();
     it->second.last_heartbeat = absl::Now();
     index_id = it->second.index_id;
+    is_kvstore = it->second.info.role() == v1::ROLE_KVSTORE;
   }
-  std::vector<KvEvent> events;
-  events.reserve(req.events_size());
+  // Workers report their device pool (tier 0) and their lower tiers (1 host, 2 disk); a kvstore
+  // daemon's blocks are the remote tier (3), whatever its events say. Events are applied per
+  // tier, in order within each tier (tiers are independent in the index).
+  std::array<std::vector<KvEvent>, kNumTiers> by_tier;
   for (const auto& e : req.events()) {
-    if (e.tier() != 0) continue;  // only device tier events exist in this version
-    events.push_back({e.kind() == v1::KvEvent::STORED ? KvEvent::Kind::kStored
-                                                      : KvEvent::Kind::kRemoved,
-                      e.hash(), e.parent_hash()});
+    uint32_t tier = e.tier();
+    if (is_kvstore) {
+      tier = static_cast<uint32_t>(Tier::kRemote);
+    } else if (tier >= static_cast<uint32_t>(Tier::kRemote)) {
+      continue;  // a worker does not speak for the remote tier
+    }
+    by_tier[tier].push_back(
+        {e.kind() == v1::KvEvent::STORED ? KvEvent::Kind::kStored : KvEvent::Kind::kRemoved,
+         e.hash(), e.parent_hash()});
   }
   // A worker removed meanwhile is fine to ignore: its events no longer matter.
-  (void)index_.ApplyBatch(index_id, Tier::kGpu, events);
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!by_tier[t].empty()) (void)index_.ApplyBatch(index_id, static_cast<Tier>(t), by_tier[t]);
+  }
   return absl::OkStatus();
 }
 

@@ -97,6 +97,32 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->engine.block_size, d->engine.block_size);
   EXPECT_EQ(c->slo.tpot_s, d->slo.tpot_s);
   EXPECT_EQ(c->policy, d->policy);
+  EXPECT_EQ(c->kv_tiers.host_mb, d->kv_tiers.host_mb);
+  EXPECT_EQ(c->kv_tiers.offload, d->kv_tiers.offload);
+  EXPECT_EQ(c->kv_tiers.disk_admit_uses, d->kv_tiers.disk_admit_uses);
+  EXPECT_EQ(c->kv_tiers.kvstore_mb, d->kv_tiers.kvstore_mb);
+}
+
+TEST(ClusterConfigTest, KvTiersParse) {
+  auto c = ParseClusterConfig(R"(kv_tiers:
+  host_mb: 64
+  host_policy: s3-fifo
+  offload: write-through
+  disk_path: /var/lib/strata/kv
+  disk_mb: 4096
+  disk_admit_uses: 1
+  kvstore_count: 2
+  kvstore_mb: 1024
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv_tiers.host_mb, 64);
+  EXPECT_EQ(c->kv_tiers.host_policy, "s3-fifo");
+  EXPECT_EQ(c->kv_tiers.offload, "write-through");
+  EXPECT_EQ(c->kv_tiers.disk_path, "/var/lib/strata/kv");
+  EXPECT_EQ(c->kv_tiers.disk_mb, 4096);
+  EXPECT_EQ(c->kv_tiers.disk_admit_uses, 1);
+  EXPECT_EQ(c->kv_tiers.kvstore_count, 2);
+  EXPECT_EQ(c->kv_tiers.kvstore_mb, 1024);
 }
 
 struct BadCase {
@@ -118,7 +144,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"model: m\nmodle: x\n",
                 "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-                "decode, mixed, engine, slo, log_dir, api_keys, policy)"},
+                "decode, mixed, engine, slo, kv_tiers, log_dir, api_keys, policy)"},
+        BadCase{"kv_tiers:\n  host_policy: arc\n",
+                "cluster.yaml:2: kv_tiers.host_policy: must be lru or s3-fifo, got 'arc'"},
+        BadCase{"kv_tiers:\n  offload: lazy\n",
+                "cluster.yaml:2: kv_tiers.offload: must be write-back or write-through, got "
+                "'lazy'"},
+        BadCase{"kv_tiers:\n  host_mb: -1\n",
+                "cluster.yaml:2: kv_tiers.host_mb: must be a size in MiB in 0..1073741824, got -1"},
+        BadCase{"kv_tiers: {disk_mb: 64, disk_path: /tmp/x}\n",
+                "cluster.yaml: kv_tiers.disk_mb and kv_tiers.kvstore_count need "
+                "kv_tiers.host_mb > 0 (blocks reach the disk and remote tiers through the host "
+                "tier)"},
+        BadCase{"kv_tiers: {host_mb: 8, disk_mb: 64}\n",
+                "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
                 "grpc_port)"},

@@ -281,6 +281,35 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
                           "--max-num-batched-tokens", "512"));
   EXPECT_EQ(plan.workers[2].ready_url, "http://127.0.0.1:8103/ready");
   EXPECT_EQ(plan.workers[2].log_path, "/logs/mixed-0.log");
+  EXPECT_TRUE(plan.kvstores.empty());
+}
+
+TEST(ClusterPlanTest, KvTiersAddDaemonsAndWorkerTierFlags) {
+  ClusterConfig c;
+  c.router.http_port = 8000;
+  c.router.grpc_port = 9000;
+  c.prefill.count = 1;
+  c.decode.count = 1;
+  c.kv_tiers.host_mb = 64;
+  c.kv_tiers.disk_path = "/data/kv";
+  c.kv_tiers.disk_mb = 1024;
+  c.kv_tiers.kvstore_count = 1;
+  c.kv_tiers.kvstore_mb = 512;
+  const ClusterPlan plan =
+      PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_EQ(plan.kvstores.size(), 1u);
+  EXPECT_THAT(plan.kvstores[0].argv,
+              ElementsAre("/bin/strata", "kvstore", "--id", "kvstore-0", "--host", "127.0.0.1",
+                          "--http-port", "8103", "--port", "9103", "--capacity-bytes",
+                          "536870912", "--policy", "lru", "--router", "127.0.0.1:9000"));
+  EXPECT_EQ(plan.kvstores[0].ready_url, "http://127.0.0.1:8103/health");
+  ASSERT_EQ(plan.workers.size(), 2u);
+  const auto& argv = plan.workers[0].argv;
+  const std::vector<std::string> tail(argv.end() - 16, argv.end());
+  EXPECT_THAT(tail, ElementsAre("--kv-host-mb", "64", "--kv-host-policy", "lru", "--kv-offload",
+                                "write-back", "--kv-disk-path", "/data/kv/prefill-0",
+                                "--kv-disk-mb", "1024", "--kv-disk-policy", "lru",
+                                "--kv-disk-admit-uses", "2", "--kv-remote", "127.0.0.1:9103"));
 }
 
 }  // namespace

@@ -1,43 +1,23 @@
 #pragma once
-// Keeps a worker registered with the router: registers (retrying while the router is not up),
-// then heartbeats with the engine's load and the KV cache events since the last beat. When the
-// router answers that it does not know the worker (it restarted), registers again.
-#include <atomic>
-#include <functional>
+// A worker's registry client: strata::proto::RegistryClient fed by the worker's engine loop
+// (its load, and its device-tier KV cache events at tier 0).
 #include <memory>
-#include <thread>
+#include <string>
 
-#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "strata/engine/engine_loop.h"
-#include "strata/proto/protocol.h"
+#include "strata/proto/registry_client.h"
 
 namespace strata::worker {
 
-class RegistryClient {
- public:
-  RegistryClient(std::string router_address, v1::WorkerInfo info, EngineLoop* loop,
-                 absl::Duration interval);
-  ~RegistryClient();  // Stop()
+using RegistryClient = proto::RegistryClient;
 
-  void Start();
-  bool registered() const { return registered_.load(); }
-  // Deregisters (best effort) and stops heartbeating.
-  void Stop();
+class KvTiering;
 
- private:
-  void Run();
-  bool Register();
-  bool Beat();
-
-  v1::WorkerInfo info_;
-  EngineLoop* loop_;
-  absl::Duration interval_;
-  std::unique_ptr<v1::Registry::Stub> stub_;
-  std::atomic<bool> registered_{false};
-  uint64_t epoch_ = 0;
-  std::vector<v1::KvEvent> unsent_;  // events a failed heartbeat could not deliver
-  absl::Notification stop_;
-  std::thread thread_;
-};
+// `loop` (and `tiering`, the worker's lower KV tiers, or null) must outlive the client. The
+// heartbeats carry the engine's events at tier 0 and the tiers' events at their tiers (1, 2).
+std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
+                                                   EngineLoop* loop, KvTiering* tiering,
+                                                   absl::Duration interval);
 
 }  // namespace strata::worker

@@ -4,6 +4,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "kv_tiering.h"
+#include "local_backend.h"
+#include "registry_client.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/decode/decode_driver.h"
@@ -13,8 +16,6 @@
 #include "strata/openai/frontend.h"
 #include "strata/prefill/prefill_driver.h"
 #include "strata/transport/agent.h"
-#include "local_backend.h"
-#include "registry_client.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
 
@@ -87,11 +88,16 @@ class WorkerImpl final : public Worker {
       decode_ = decode::DecodeDriver::Create(loop_.get(), std::move(d));
     }
     service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());
-    STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
+    STRATA_ASSIGN_OR_RETURN(tokenizer_,
+                            Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
     auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
     if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
     metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
                                                prefill_.get(), decode_.get());
+    if (options_.kv_tiers.host_bytes > 0) {
+      STRATA_ASSIGN_OR_RETURN(tiering_, KvTiering::Build(options_.kv_tiers, options_.id,
+                                                         loop_.get(), &metrics_->registry()));
+    }
     return InitHttp(max_model_len, vocab);
   }
 
@@ -122,8 +128,10 @@ class WorkerImpl final : public Worker {
         w->Respond(200, "application/json", R"({"status":"ok"})");
       });
       http_->Route("GET", "/ready", [this](const http::Request&, auto w) {
-        if (Ready()) w->Respond(200, "application/json", R"({"status":"ready"})");
-        else w->Respond(503, "application/json", R"({"status":"not ready"})");
+        if (Ready())
+          w->Respond(200, "application/json", R"({"status":"ready"})");
+        else
+          w->Respond(503, "application/json", R"({"status":"not ready"})");
       });
     }
     return absl::OkStatus();
@@ -152,8 +160,8 @@ class WorkerImpl final : public Worker {
       info.set_block_size(options_.engine.runner.block_size);
       info.set_num_kv_blocks(num_kv_blocks_);
       info.set_max_model_len(loop_->engine_for_config().max_model_len());
-      registry_ = std::make_unique<RegistryClient>(options_.router_address, info, loop_.get(),
-                                                   options_.heartbeat_interval);
+      registry_ = MakeRegistryClient(options_.router_address, info, loop_.get(), tiering_.get(),
+                                     options_.heartbeat_interval);
       registry_->Start();
     }
     started_ = true;
@@ -177,6 +185,9 @@ class WorkerImpl final : public Worker {
     if (http_) http_->Shutdown(absl::Seconds(1));
     if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (loop_) loop_->Stop();
+    // The tiers' metrics live in metrics_'s registry, which is destroyed before tiering_ would
+    // be; and queued demotions are written now, while everything they need still exists.
+    tiering_.reset();
     if (grpc_) grpc_->Wait();
     prefill_.reset();
     decode_.reset();
@@ -198,6 +209,8 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<transport::Agent> agent_;  // owns the KV pool memory: outlives loop_
   uint64_t kv_region_ = 0;
   std::unique_ptr<EngineLoop> loop_;
+  // Set before the first request; destroyed before loop_, which Shutdown() has stopped.
+  std::unique_ptr<KvTiering> tiering_;
   std::unique_ptr<prefill::PrefillDriver> prefill_;
   std::unique_ptr<decode::DecodeDriver> decode_;
   std::unique_ptr<WorkerService> service_;

@@ -32,6 +32,9 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
         });
   Gauge("strata_worker_step_seconds", "Recent engine step time (exponential moving average)",
         [loop] { return loop->load().step_seconds_ema; });
+  CounterFn("strata_worker_prompt_tokens_computed_total",
+            "Prompt tokens this worker's engine computed (not served from a KV cache or tier)",
+            [loop] { return static_cast<double>(loop->load().prompt_tokens_computed); });
   CounterFn("strata_worker_engine_steps_total", "Engine steps run",
             [loop] { return double(loop->load().steps); });
   CounterFn("strata_worker_transport_bytes_written_total", "KV bytes written to peers",

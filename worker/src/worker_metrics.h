@@ -20,6 +20,8 @@ class WorkerMetrics {
   WorkerMetrics(const std::string& worker_id, EngineLoop* loop, transport::Agent* agent,
                 prefill::PrefillDriver* prefill, decode::DecodeDriver* decode);
   std::string Serialize() const { return registry_.Serialize(); }
+  // For other parts of the worker to add their families (e.g. the KV tiers).
+  metrics::Registry& registry() { return registry_; }
   openai::RequestObserver* observer() { return &api_; }
   // Records one KV transfer into this worker (a remote prefill's blocks landing here).
   void ObserveTransfer(double seconds, uint64_t bytes);

@@ -42,6 +42,21 @@ struct ClusterConfig {
     double tpot_s = 0.2;  // time per output token
   } slo;
 
+  // Lower KV tiers below each worker's engine pool (kvstore/, docs/kvstore.md). All off while
+  // host_mb is 0 (G3 and G4 spill from G2, so they need it).
+  struct KvTiers {
+    int64_t host_mb = 0;                  // G2: pinned host memory per worker
+    std::string host_policy = "lru";      // lru | s3-fifo
+    std::string offload = "write-back";   // G1 -> G2: write-back (on eviction) | write-through
+    std::string disk_path;                // G3: RocksDB directory; each worker uses <path>/<id>
+    int64_t disk_mb = 0;                  // G3 bound per worker; 0 = no disk tier
+    std::string disk_policy = "lru";
+    int disk_admit_uses = 2;              // G2 -> G3 only for blocks used at least this often
+    int kvstore_count = 0;                // G4: `strata kvstore` daemons started with the cluster
+    int64_t kvstore_mb = 256;             // capacity of each daemon
+    std::string kvstore_policy = "lru";
+  } kv_tiers;
+
   std::string log_dir;                // "" = DefaultLogDir()
   std::vector<std::string> api_keys;  // empty = no authentication
   std::string policy = "kv-aware";

@@ -38,6 +38,7 @@ struct EngineLoad {
   // Prompt tokens computed per second of step time (EMA over steps that computed prompts).
   double prefill_tokens_per_second = 0;
   int64_t decode_context_tokens = 0;  // total context of the running sequences
+  int64_t prompt_tokens_computed = 0;  // since start (tokens served from a cache excluded)
 };
 
 using EngineTask = std::function<void(Engine&)>;

@@ -37,6 +37,11 @@ struct GenerateEvent {
   int32_t cached_tokens = 0;  // prompt tokens served from a prefix cache (any tier / worker)
   int32_t completion_tokens = 0;
 };
+// A backend that sheds load may attach to its kResourceExhausted status (absl::Status::SetPayload)
+// the seconds after which a retry is predicted to succeed, as decimal text; the front end then
+// answers 429 with `Retry-After` (whole seconds, rounded up). strata::router uses the same URL.
+inline constexpr char kRetryAfterPayload[] = "type.strata.dev/retry-after-seconds";
+
 // Status codes a backend reports, and the HTTP status the front end answers with if nothing
 // was streamed yet: kInvalidArgument 400, kNotFound 404, kOutOfRange 413 (prompt too long),
 // kResourceExhausted 429 (overloaded), kUnavailable 503 (no worker), kCancelled 499-ish (client

@@ -28,6 +28,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;
   std::string code;
+  int retry_after_s = 0;  // > 0: sent as a Retry-After header (from kRetryAfterPayload)
 
   static ApiError BadRequest(std::string message, std::string param = "");
   static ApiError ModelNotFound(std::string_view model);  // 404, code "model_not_found"

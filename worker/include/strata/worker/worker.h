@@ -18,6 +18,20 @@
 
 namespace strata::worker {
 
+// Lower KV tiers below the engine's pool (kvstore/, docs/kvstore.md): G2 pinned host memory,
+// G3 RocksDB, G4 `strata kvstore` daemons. All off while host_bytes is 0.
+struct KvTierOptions {
+  int64_t host_bytes = 0;
+  std::string host_policy = "lru";    // lru | s3-fifo
+  std::string offload = "write-back"; // write-back (on eviction) | write-through (on commit)
+  std::string disk_path;              // empty: no G3
+  int64_t disk_bytes = 0;
+  std::string disk_policy = "lru";
+  int disk_admit_uses = 2;            // G2 -> G3 frequency filter
+  std::vector<std::string> remote;    // kvstore daemons, host:port; empty: no G4
+  bool demote_to_remote = true;       // G2 (and G3) evictions go to G4
+};
+
 struct WorkerOptions {
   std::string id = "worker-0";
   v1::Role role = v1::ROLE_MIXED;
@@ -31,6 +45,7 @@ struct WorkerOptions {
   std::vector<std::string> api_keys;  // mixed role's OpenAI API; empty: no auth
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
+  KvTierOptions kv_tiers;
 };
 
 class Worker {

@@ -1,0 +1,12 @@
+# kvstore core benchmarks (not tests): scripts/bench_kvstore_host.sh, bench_kvstore_hitrate.sh.
+# G2 Put/Get bandwidth against memcpy on the same buffers.
+add_executable(kvstore_host_tier_bench ${CMAKE_CURRENT_LIST_DIR}/host_tier_bench.cc)
+target_compile_options(kvstore_host_tier_bench PRIVATE -O3)
+target_link_libraries(kvstore_host_tier_bench PRIVATE strata::kvstore benchmark::benchmark
+                      strata::build_flags)
+
+# Prefix hit rate of the eviction policies on a Mooncake trace against Belady's optimum.
+add_executable(kvstore_hit_rate ${CMAKE_CURRENT_LIST_DIR}/hit_rate.cc)
+target_compile_options(kvstore_hit_rate PRIVATE -O2)
+target_link_libraries(kvstore_hit_rate PRIVATE strata::kvstore strata::replay absl::flat_hash_map
+                      absl::flat_hash_set absl::str_format strata::build_flags)

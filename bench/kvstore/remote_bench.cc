@@ -1,0 +1,98 @@
+// G4 bandwidth: RemoteTier PutRun / GetRun against a running `strata kvstore` daemon (another
+// process), for one block size. Not a test: scripts/bench_kvstore_remote.sh runs it next to
+// ucx_perftest at the same sizes and prints the ratios.
+//
+//   kvstore_remote_bench HOST:PORT BLOCK_BYTES [SECONDS]
+// prints "BLOCK_BYTES PUT_MBPS GET_MBPS" (MB = 2^20 bytes). Each call moves a run of blocks of
+// about 16 MiB (at least one block): one ReserveWrite/Acquire, one transfer, one
+// CommitWrite/Release per run. Puts use fresh hashes every time (the daemon evicts old ones);
+// gets read one run that stays resident.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "strata/kvstore/remote_tier.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s HOST:PORT BLOCK_BYTES [SECONDS]\n", argv[0]);
+    return 2;
+  }
+  const size_t block = std::strtoull(argv[2], nullptr, 10);
+  const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
+  const size_t run = std::max<size_t>(1, (16u << 20) / block);
+  strata::kvstore::RemoteTierOptions o;
+  o.daemons = {argv[1]};
+  o.block_bytes = block;
+  o.agent_name = "kv-bench-" + std::to_string(::getpid());
+  o.lanes = 1;
+  o.staging_bytes = run * block;
+  auto tier = strata::kvstore::RemoteTier::Create(o);
+  if (!tier.ok() || (*tier)->connected_daemons() != 1) {
+    std::fprintf(stderr, "cannot connect: %s\n",
+                 tier.ok() ? "daemon unreachable" : tier.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::byte> data(run * block);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 131 + 7);
+  std::vector<strata::kvstore::BlockMeta> metas(run);
+  uint64_t next = 1;
+  auto put_run = [&] {
+    for (auto& m : metas) m = {.hash = next++, .parent = 0};
+    return (*tier)->PutRun(metas, data);
+  };
+  // Warm up (connect, fault in the pool) and keep the last run resident for the gets.
+  for (int i = 0; i < 3; ++i) {
+    if (auto s = put_run(); !s.ok()) {
+      std::fprintf(stderr, "put: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::vector<strata::BlockHash> hashes;
+  for (const auto& m : metas) hashes.push_back(m.hash);
+  size_t put_bytes = 0;
+  auto start = Clock::now();
+  while (Seconds(start) < seconds) {
+    if (auto s = put_run(); !s.ok()) {
+      std::fprintf(stderr, "put: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    put_bytes += data.size();
+  }
+  const double put_mbps = put_bytes / Seconds(start) / (1 << 20);
+  // The resident run: store it again under its old hashes (the puts above may have evicted it).
+  for (size_t i = 0; i < run; ++i) metas[i].hash = hashes[i];
+  if (auto s = (*tier)->PutRun(metas, data); !s.ok()) {
+    std::fprintf(stderr, "put: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::vector<std::byte> out(data.size());
+  size_t get_bytes = 0;
+  start = Clock::now();
+  while (Seconds(start) < seconds) {
+    auto n = (*tier)->GetRun(hashes, out);
+    if (!n.ok() || *n != static_cast<int>(run)) {
+      std::fprintf(stderr, "get: %s\n", n.ok() ? "short read" : n.status().ToString().c_str());
+      return 1;
+    }
+    get_bytes += out.size();
+  }
+  const double get_mbps = get_bytes / Seconds(start) / (1 << 20);
+  std::printf("%zu %.0f %.0f\n", block, put_mbps, get_mbps);
+  return 0;
+}

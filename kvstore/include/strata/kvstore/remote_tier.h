@@ -1,0 +1,82 @@
+#pragma once
+// G4: blocks held by `strata kvstore` daemons (kvstore_server.h), reached over gRPC for metadata
+// (proto/kvstore.proto) and the transport (UCX RMA) for the bytes.
+//
+//   Put  ReserveWrite -> copy into a registered staging buffer -> PostWrite -> Wait -> CommitWrite
+//   Get  Acquire -> PostRead into staging -> Wait -> Release -> verify checksum -> copy out
+//
+// Placement: each block lives on exactly one daemon, chosen by rendezvous (highest-random-weight)
+// hashing of the block hash over the configured daemon addresses, so every client that lists the
+// same daemons (by the same address strings) agrees where a block lives without asking anyone,
+// and removing a daemon moves only its own blocks.
+//
+// Presence (Contains, CountPrefix) is always asked of the daemons: nothing is cached, so an
+// answer is never staler than one round trip.
+//
+// Failures: a daemon that cannot be reached makes the operations on its blocks fail with
+// Unavailable (a Put counts as rejected, a Get as a miss; Contains answers false). The tier
+// reconnects by itself (a new Hello, AddPeer and ImportRegion) on a later operation once the
+// daemon answers again, at most once per `reconnect_interval`; a daemon that restarted is noticed
+// by its new instance id, so offsets and keys of its previous incarnation are never used.
+//
+// Events: the daemons are the source of truth for what G4 holds and report it to the router
+// themselves (as ROLE_KVSTORE, tier 3). With publish_events, this tier also reports kStored for
+// its own successful puts and kRemoved for blocks it erased or found corrupt.
+//
+// Thread-safety: every method is thread-safe; up to `lanes` transfers run concurrently.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/kvstore/tier.h"
+
+namespace strata::kvstore {
+
+struct RemoteTierOptions {
+  std::vector<std::string> daemons;  // host:port of each daemon's KvStore service
+  size_t block_bytes = 0;
+  std::string agent_name = "kv-client";  // this client's transport agent name (unique per process)
+  absl::Duration rpc_timeout = absl::Seconds(2);
+  absl::Duration transfer_timeout = absl::Seconds(5);
+  absl::Duration reconnect_interval = absl::Milliseconds(200);
+  // Registered staging memory, split into `lanes` independent buffers of whole blocks (at least
+  // one block each); a run longer than a lane moves in several transfers.
+  size_t staging_bytes = 64 << 20;
+  int lanes = 4;
+  bool publish_events = false;
+};
+
+class RemoteTier : public Tier {
+ public:
+  // Creates the transport agent and the staging buffer and tries to connect to every daemon; a
+  // daemon that is down now is retried later (not an error). InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
+
+  // Stores a chain run: `data` holds metas.size() blocks back to back. One ReserveWrite, one
+  // transfer and one CommitWrite per daemon and lane-sized piece. Blocks already present are
+  // skipped. The first error is returned after every block was attempted.
+  [[nodiscard]] virtual absl::Status PutRun(std::span<const BlockMeta> metas,
+                                            std::span<const std::byte> data) = 0;
+  // Reads a chain run into `dst` (hashes.size() blocks back to back). Returns how many leading
+  // blocks were read and verified: it stops at the first miss (an absent block, or a corrupt one,
+  // which is erased and counted as a checksum failure). An error (Unavailable, ...) is returned
+  // only when it kept even the first block from being read.
+  [[nodiscard]] virtual absl::StatusOr<int> GetRun(std::span<const BlockHash> hashes,
+                                                   std::span<std::byte> dst) = 0;
+
+  // The daemon that holds (or would hold) `hash`: an index into options.daemons.
+  virtual int DaemonFor(BlockHash hash) const = 0;
+  // Daemons connected right now (Hello done, region imported).
+  virtual int connected_daemons() const = 0;
+};
+
+// Rendezvous placement, exposed for tests and tools: the index of the daemon whose
+// XXH3(hash, seed = XXH3(daemons[i])) is highest. -1 for an empty list.
+int RendezvousPick(BlockHash hash, std::span<const std::string> daemons);
+
+}  // namespace strata::kvstore

@@ -1,0 +1,111 @@
+#pragma once
+// The tiered KV store's contract: one interface for every tier below the engine's device pool.
+//
+//   G1 kDevice  the engine's block pool (engine/, not a Tier here: the engine owns it)
+//   G2 kHost    page-locked host memory of a configured size          (host_tier.h)
+//   G3 kDisk    RocksDB on a local path, bounded, checksummed          (disk_tier.h)
+//   G4 kRemote  `strata kvstore` daemons reached over gRPC + UCX        (remote_tier.h)
+//
+// A tier stores whole engine blocks (every layer of `block_size` tokens, the layout the engine
+// and the transport use), keyed by the block's chain hash (strata/common/block_hash.h), which is
+// stable across processes and machines. Values carry a checksum that is verified on every read:
+// a mismatch is a miss (DataLoss, counted, the bad copy dropped), never served.
+//
+// Thread-safety: every method of a Tier is thread-safe. Methods block for at most one I/O of
+// the tier (a memcpy, a RocksDB read/write, a network round trip); asynchrony and overlap are
+// the TieredStore's job (tiered_store.h), not the tier's.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "strata/common/block_hash.h"
+
+namespace strata::kvstore {
+
+// Numbered as the router's KvIndex tiers and the proto's KvEvent.tier (0 device .. 3 remote).
+enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kDisk = 2, kRemote = 3 };
+inline constexpr int kNumTierKinds = 4;
+// "device", "host", "disk", "remote" (metric label values).
+std::string_view TierName(TierKind kind);
+
+// What a tier knows about a block besides its bytes.
+struct BlockMeta {
+  BlockHash hash = 0;
+  BlockHash parent = kRootBlockHash;  // the chain's previous block (for the router's index)
+};
+
+// Published on every store into / removal from a tier, so the router's index stays true.
+struct TierEvent {
+  enum class Kind : uint8_t { kStored, kRemoved };
+  Kind kind = Kind::kStored;
+  TierKind tier = TierKind::kHost;
+  BlockHash hash = 0;
+  BlockHash parent = kRootBlockHash;  // kStored only
+};
+// Called synchronously from whichever thread changed the tier, possibly with the tier's lock
+// held: it must be cheap and must not call back into the tier (queue the event).
+using TierEventListener = std::function<void(const TierEvent&)>;
+
+// The checksum stored with every value: XXH3-64 of the block bytes with a fixed seed.
+uint64_t BlockChecksum(std::span<const std::byte> data);
+
+struct TierUsage {
+  int64_t blocks = 0;
+  int64_t bytes = 0;           // value bytes held (blocks * block_bytes for fixed-size tiers)
+  int64_t capacity_bytes = 0;  // configured bound
+};
+
+// Monotonic counters (exported as Prometheus counters by TieredStore's metrics).
+struct TierStats {
+  int64_t hits = 0;                // Get found a verified block
+  int64_t misses = 0;              // Get found nothing (or a corrupt block)
+  int64_t puts = 0;                // blocks stored (a Put of a present block is not counted)
+  int64_t bytes_in = 0;            // value bytes written into the tier
+  int64_t bytes_out = 0;           // value bytes read out of the tier
+  int64_t evictions = 0;           // blocks dropped to make room
+  int64_t checksum_failures = 0;   // reads whose checksum did not match (counted in misses too)
+  int64_t rejected = 0;            // Puts refused (no room: everything leased/pinned, or errors)
+};
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual TierKind kind() const = 0;
+  // Size of every block this tier holds; Put/Get spans must have exactly this size.
+  virtual size_t block_bytes() const = 0;
+
+  // Stores a copy of `data` under meta.hash, evicting by the tier's policy to make room.
+  // A block already present is left as is (OK) and counts as a use for the eviction policy.
+  // ResourceExhausted when no room can be made (every block leased); InvalidArgument for a
+  // wrong size; Unavailable / Internal for I/O or peer failures (counted in `rejected`).
+  [[nodiscard]] virtual absl::Status Put(const BlockMeta& meta,
+                                         std::span<const std::byte> data) = 0;
+  // Copies the block into `dst` after verifying its checksum. NotFound on a miss; DataLoss
+  // when the stored copy is corrupt (the copy is erased, counted as a checksum failure and a
+  // miss, and a kRemoved event is published).
+  [[nodiscard]] virtual absl::Status Get(BlockHash hash, std::span<std::byte> dst) = 0;
+  // Presence without reading the value (no recency update, no hit/miss counted).
+  virtual bool Contains(BlockHash hash) const = 0;
+  // Number of leading `hashes` present (stops at the first absent one).
+  virtual int CountPrefix(std::span<const BlockHash> hashes) const;
+  // Drops the block if present (kRemoved event); OK either way.
+  [[nodiscard]] virtual absl::Status Erase(BlockHash hash) = 0;
+
+  // Every block held now (e.g. a disk tier reopened after a restart announces them to the
+  // router's index). The default, for tiers that cannot list cheaply (remote), is empty.
+  virtual std::vector<BlockMeta> Contents() const { return {}; }
+
+  virtual TierUsage usage() const = 0;
+  virtual TierStats stats() const = 0;
+  // Set before the tier is shared between threads.
+  virtual void SetEventListener(TierEventListener listener) = 0;
+};
+
+}  // namespace strata::kvstore

@@ -1,0 +1,103 @@
+#pragma once
+// TieredStore: G2 (host) + optional G3 (disk) + optional G4 (remote) behind one object that a
+// worker's engine offloads evicted blocks into and fetches cached prefixes from.
+//
+// Data flow:
+//   offload  G1 -> G2   Offload(): on eviction from the engine's pool (write-back) or on commit
+//                       (write-through); the engine picks the moment, the store copies the bytes.
+//   demote   G2 -> G3   when G2 evicts a block that was used at least `disk_admit_min_uses`
+//                       times (Offload and NoteUse both count a use; Dynamo's frequency filter).
+//   demote   G2 -> G4   when G2 evicts a block and a remote tier is configured (and G3 -> G4
+//                       when G3 evicts one), if `demote_to_remote`.
+//   fetch    G3/G4 -> G2   Prefetch(), asynchronous on the store's fetch threads.
+//   read     G2 -> G1   ReadHost(), synchronous (a memcpy), on the engine thread.
+// Demotions run on a background thread from a bounded queue (full: dropped and counted), so
+// Offload never waits for disk or network.
+//
+// Every store/evict in every tier reaches the listener as a TierEvent (for the router's index).
+//
+// Thread-safety: every method is thread-safe.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "strata/common/metrics.h"
+#include "strata/kvstore/tier.h"
+
+namespace strata::kvstore {
+
+enum class OffloadMode : uint8_t {
+  kWriteBack,     // the engine offloads a block when its pool evicts it
+  kWriteThrough,  // the engine offloads a block as soon as it is committed (cached)
+};
+// "write-back" / "write-through"; InvalidArgument otherwise.
+absl::StatusOr<OffloadMode> ParseOffloadMode(std::string_view name);
+
+struct TieredStoreOptions {
+  OffloadMode offload = OffloadMode::kWriteBack;
+  int disk_admit_min_uses = 2;   // G2 -> G3 frequency filter (1: every evicted block)
+  bool demote_to_remote = true;  // G2/G3 evictions go to G4 when a remote tier is configured
+  int fetch_threads = 2;
+  size_t max_pending_demotions = 1024;  // blocks queued for G3/G4 beyond this are dropped
+  // Prometheus registry for the per-tier metrics (strata_kvstore_*{tier=...}); nullptr: none.
+  metrics::Registry* metrics = nullptr;
+  std::string metrics_prefix = "strata_kvstore";
+};
+
+// Measured cost of reading from a tier, for fetch-vs-recompute decisions: an exponential
+// moving average over recent fetches, seeded with conservative defaults until measured.
+struct TierCost {
+  double bytes_per_second = 0;
+  double latency_seconds = 0;  // per fetch call (one run of blocks)
+  int64_t samples = 0;         // fetches measured so far
+  // Predicted seconds to fetch `blocks` blocks of `block_bytes` in one run.
+  double Seconds(int64_t blocks, size_t block_bytes) const {
+    return latency_seconds +
+           static_cast<double>(blocks * static_cast<int64_t>(block_bytes)) / bytes_per_second;
+  }
+};
+
+class TieredStore {
+ public:
+  // `host` is required and fixes block_bytes; `disk` and `remote` may be null and must have the
+  // same block_bytes. The store takes over the tiers' event listeners.
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Create(const TieredStoreOptions& options,
+                                                             std::unique_ptr<Tier> host,
+                                                             std::unique_ptr<Tier> disk,
+                                                             std::unique_ptr<Tier> remote);
+  virtual ~TieredStore() = default;  // drains queued demotions, stops its threads
+
+  virtual OffloadMode offload_mode() const = 0;
+  virtual size_t block_bytes() const = 0;
+  // nullptr for an unconfigured tier; kDevice is never a TieredStore tier.
+  virtual Tier* tier(TierKind kind) = 0;
+
+  // Copies a G1 block into G2 (see the data flow above). Never blocks on disk or network.
+  [[nodiscard]] virtual absl::Status Offload(const BlockMeta& meta,
+                                             std::span<const std::byte> data) = 0;
+  // Records a use of each block (e.g. a G1 prefix-cache hit) for the G3 frequency filter.
+  virtual void NoteUse(std::span<const BlockHash> hashes) = 0;
+
+  // For the leading `hashes`, the fastest tier holding each block (G2 before G3 before G4);
+  // stops at the first block no tier holds. Presence only: nothing is read.
+  virtual std::vector<TierKind> Locate(std::span<const BlockHash> hashes) const = 0;
+  // Brings `blocks` (a chain run, in order) into G2 from whichever tier holds each, on the fetch
+  // threads; `done(n)` (on a fetch thread) reports that the first n blocks are in G2 now (a
+  // miss or checksum failure ends the run early). Measures each tier's TierCost.
+  virtual void Prefetch(std::vector<BlockMeta> blocks, std::function<void(int)> done) = 0;
+  // Copies a block from G2 into `dst` (checksum verified). NotFound if G2 no longer holds it.
+  [[nodiscard]] virtual absl::Status ReadHost(BlockHash hash, std::span<std::byte> dst) = 0;
+
+  virtual TierCost cost(TierKind kind) const = 0;
+  // Every tier's store/remove events, from whichever thread made the change (cheap; queue).
+  virtual void SetEventListener(TierEventListener listener) = 0;
+  // Waits until queued demotions are written (tests, orderly shutdown).
+  virtual void Flush() = 0;
+};
+
+}  // namespace strata::kvstore

@@ -1,0 +1,205 @@
+// RemoteTier reads: Get/GetRun (Acquire, PostRead, Release, verify), presence, erase, stats.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "strata/kvstore/kvstore_server.h"
+#include "remote_tier_impl.h"
+
+namespace strata::kvstore::remote {
+
+absl::Status RemoteTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
+  if (dst.size() != bb()) {
+    return absl::InvalidArgumentError(absl::StrCat("Get needs ", bb(), " bytes, not ", dst.size()));
+  }
+  const ReadResult r = GetRunImpl(std::span<const BlockHash>(&hash, 1), dst);
+  return r.read == 1 ? absl::OkStatus() : r.why;
+}
+
+absl::StatusOr<int> RemoteTierImpl::GetRun(std::span<const BlockHash> hashes,
+                                           std::span<std::byte> dst) {
+  if (dst.size() != hashes.size() * bb()) {
+    return absl::InvalidArgumentError(absl::StrCat("a run of ", hashes.size(), " blocks needs ",
+                                                   hashes.size() * bb(), " bytes, not ",
+                                                   dst.size()));
+  }
+  const ReadResult r = GetRunImpl(hashes, dst);
+  if (r.read == 0 && !r.why.ok() && !absl::IsNotFound(r.why) && !absl::IsDataLoss(r.why)) {
+    return r.why;
+  }
+  return r.read;
+}
+
+// Each daemon's share of the run is read in lane-sized pieces; the result is the shortest
+// verified prefix over all of them, so later daemons only read blocks before the first miss.
+ReadResult RemoteTierImpl::GetRunImpl(std::span<const BlockHash> hashes,
+                                      std::span<std::byte> dst) {
+  const int n = static_cast<int>(hashes.size());
+  std::vector<std::vector<GetItem>> groups(daemons_.size());
+  for (int i = 0; i < n; ++i) {
+    groups[DaemonFor(hashes[i])].push_back({hashes[i], dst.data() + size_t(i) * bb(), i});
+  }
+  ReadResult out{.read = n};
+  for (size_t d = 0; d < groups.size(); ++d) {
+    std::span<const GetItem> items = groups[d];
+    for (size_t at = 0; at < items.size() && items[at].index < out.read; at += lane_blocks_) {
+      std::span<const GetItem> piece = items.subspan(at, std::min(lane_blocks_, items.size() - at));
+      const ReadResult r = GetPiece(*daemons_[d], piece);
+      if (r.read == static_cast<int>(piece.size())) continue;
+      if (piece[r.read].index < out.read) out = {piece[r.read].index, r.why};
+      break;
+    }
+  }
+  counters_.hits += out.read;
+  counters_.bytes_out += static_cast<int64_t>(out.read) * static_cast<int64_t>(bb());
+  if (out.read < n) ++counters_.misses;
+  return out;
+}
+
+ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items) {
+  auto session = d.Connect();
+  if (!session.ok()) return {0, session.status()};
+  v1::KvAcquireRequest req;
+  for (const GetItem& it : items) req.add_hashes(it.hash);
+  auto leases = d.Call(*session, &v1::KvStore::Stub::Acquire, std::move(req));
+  if (leases.ok() && leases->leases_size() != static_cast<int>(items.size())) {
+    leases = absl::InternalError("kvstore answered Acquire for the wrong number of blocks");
+  }
+  if (!leases.ok()) return {0, leases.status()};
+  int found = 0;
+  while (found < leases->leases_size() && leases->leases(found).found()) ++found;
+  if (found == 0) {
+    ReleaseLeases(d, *session, *leases);  // blocks after the first miss were still leased
+    return {0, absl::NotFoundError("block not in the remote tier")};
+  }
+  LaneGuard lane(*lanes_);
+  std::vector<transport::Run> runs;
+  for (int k = 0; k < found; ++k) {
+    runs.push_back({.local_offset = lane.offset() + size_t(k) * bb(),
+                    .remote_offset = leases->leases(k).offset(), .length = bb()});
+  }
+  const absl::Status s = Transfer(false, d, *session, runs);
+  // The bytes are in our lane now (or the transfer failed): the daemon may evict them.
+  ReleaseLeases(d, *session, *leases);
+  if (!s.ok()) return {0, s};
+  ReadResult r = VerifyPiece(d, *session, *leases, items, found, staging_ + lane.offset());
+  if (r.read == static_cast<int>(items.size())) r.why = absl::OkStatus();
+  return r;
+}
+
+void RemoteTierImpl::ReleaseLeases(Daemon& d, const Session& session,
+                                   const v1::KvAcquireResponse& leases) {
+  v1::KvReleaseRequest release;
+  for (const v1::KvLease& l : leases.leases()) {
+    if (l.found()) release.add_lease_ids(l.id());
+  }
+  if (release.lease_ids_size() == 0) return;
+  // Best effort: a lease the daemon never hears about expires by itself.
+  (void)d.Call(session, &v1::KvStore::Stub::Release, std::move(release));
+}
+
+// Copies the verified leading blocks out of the lane; a corrupt one is erased on the daemon
+// and ends the piece (DataLoss), never served.
+ReadResult RemoteTierImpl::VerifyPiece(Daemon& d, const Session& session,
+                                       const v1::KvAcquireResponse& leases,
+                                       std::span<const GetItem> items, int count,
+                                       const std::byte* lane) {
+  for (int k = 0; k < count; ++k) {
+    std::span<const std::byte> block(lane + size_t(k) * bb(), bb());
+    if (BlockChecksum(block) != leases.leases(k).checksum()) {
+      ++counters_.checksum_failures;
+      v1::KvEraseRequest erase;
+      erase.add_hashes(items[k].hash);
+      (void)d.Call(session, &v1::KvStore::Stub::Erase, std::move(erase));
+      Publish(TierEvent::Kind::kRemoved, items[k].hash, kRootBlockHash);
+      return {k, absl::DataLossError(absl::StrCat("remote block ", items[k].hash,
+                                                  " failed its checksum (dropped)"))};
+    }
+    std::memcpy(items[k].dst, block.data(), bb());
+  }
+  return {count, absl::NotFoundError("block not in the remote tier")};
+}
+
+bool RemoteTierImpl::Contains(BlockHash hash) const {
+  return CountPrefix(std::span<const BlockHash>(&hash, 1)) == 1;
+}
+
+int RemoteTierImpl::CountPrefix(std::span<const BlockHash> hashes) const {
+  std::vector<bool> present(hashes.size(), false);
+  std::vector<std::vector<int>> groups(daemons_.size());
+  for (size_t i = 0; i < hashes.size(); ++i) groups[DaemonFor(hashes[i])].push_back(int(i));
+  for (size_t d = 0; d < groups.size(); ++d) {
+    if (groups[d].empty()) continue;
+    auto session = daemons_[d]->Connect();
+    if (!session.ok()) continue;  // an unreachable daemon holds nothing we can read
+    for (size_t at = 0; at < groups[d].size(); at += kMaxKvBlocksPerRequest) {
+      const size_t end = std::min(groups[d].size(), at + kMaxKvBlocksPerRequest);
+      v1::KvLookupRequest req;
+      for (size_t j = at; j < end; ++j) req.add_hashes(hashes[groups[d][j]]);
+      auto resp = daemons_[d]->Call(*session, &v1::KvStore::Stub::Lookup, std::move(req));
+      if (!resp.ok() || resp->present_size() != static_cast<int>(end - at)) break;
+      for (size_t j = at; j < end; ++j) present[groups[d][j]] = resp->present(int(j - at));
+    }
+  }
+  int n = 0;
+  while (n < static_cast<int>(present.size()) && present[n]) ++n;
+  return n;
+}
+
+absl::Status RemoteTierImpl::Erase(BlockHash hash) {
+  Daemon& d = *daemons_[DaemonFor(hash)];
+  auto session = d.Connect();
+  if (!session.ok()) return session.status();
+  v1::KvEraseRequest req;
+  req.add_hashes(hash);
+  auto resp = d.Call(*session, &v1::KvStore::Stub::Erase, std::move(req));
+  if (!resp.ok()) return resp.status();
+  Publish(TierEvent::Kind::kRemoved, hash, kRootBlockHash);
+  return absl::OkStatus();
+}
+
+// Usage and evictions live on the daemons. Scrapes read them often and several metrics at a
+// time, so one snapshot serves for kStatsRefresh, and only connected daemons are asked (a
+// scrape never waits for a reconnect).
+DaemonTotals RemoteTierImpl::Totals() const {
+  constexpr absl::Duration kStatsRefresh = absl::Milliseconds(500);
+  absl::MutexLock lock(&totals_mu_);
+  const absl::Time now = absl::Now();
+  if (now - totals_at_ < kStatsRefresh) return totals_;
+  DaemonTotals t;
+  for (const auto& d : daemons_) {
+    if (!d->connected()) continue;
+    auto s = d->Stats();
+    if (!s.ok()) continue;
+    t.usage.blocks += s->blocks();
+    t.usage.bytes += s->bytes();
+    t.usage.capacity_bytes += s->capacity_bytes();
+    t.evictions += s->evictions();
+  }
+  totals_ = t;
+  totals_at_ = now;
+  return t;
+}
+
+TierUsage RemoteTierImpl::usage() const { return Totals().usage; }
+
+TierStats RemoteTierImpl::stats() const {
+  TierStats s;
+  s.hits = counters_.hits.load();
+  s.misses = counters_.misses.load();
+  s.puts = counters_.puts.load();
+  s.bytes_in = counters_.bytes_in.load();
+  s.bytes_out = counters_.bytes_out.load();
+  s.checksum_failures = counters_.checksum_failures.load();
+  s.rejected = counters_.rejected.load();
+  s.evictions = Totals().evictions;
+  return s;
+}
+
+int RemoteTierImpl::connected_daemons() const {
+  int n = 0;
+  for (const auto& d : daemons_) n += d->connected() ? 1 : 0;
+  return n;
+}
+
+}  // namespace strata::kvstore::remote

@@ -1,0 +1,217 @@
+// The KvStore gRPC service (proto/kvstore.proto) over the daemon's pool.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "strata/common/logging.h"
+#include "strata/proto/protocol.h"
+#include "server_internal.h"
+
+namespace strata::kvstore::server {
+namespace {
+
+grpc::Status Error(grpc::StatusCode code, std::string message) {
+  return grpc::Status(code, std::move(message));
+}
+
+class Service final : public v1::KvStore::Service {
+ public:
+  Service(const KvStoreServerOptions& options, uint64_t instance, Pool* pool,
+          metrics::CounterFamily* rpcs)
+      : options_(options), instance_(instance), pool_(pool), rpcs_(rpcs) {}
+
+  grpc::Status Hello(grpc::ServerContext*, const v1::KvHelloRequest* req,
+                     v1::KvHelloResponse* resp) override {
+    return Count("Hello", DoHello(*req, resp));
+  }
+  grpc::Status Lookup(grpc::ServerContext*, const v1::KvLookupRequest* req,
+                      v1::KvLookupResponse* resp) override {
+    return Count("Lookup", DoLookup(*req, resp));
+  }
+  grpc::Status ReserveWrite(grpc::ServerContext*, const v1::KvReserveWriteRequest* req,
+                            v1::KvReserveWriteResponse* resp) override {
+    return Count("ReserveWrite", DoReserveWrite(*req, resp));
+  }
+  grpc::Status CommitWrite(grpc::ServerContext*, const v1::KvCommitWriteRequest* req,
+                           v1::KvCommitWriteResponse* resp) override {
+    return Count("CommitWrite", DoCommitWrite(*req, resp));
+  }
+  grpc::Status Acquire(grpc::ServerContext*, const v1::KvAcquireRequest* req,
+                       v1::KvAcquireResponse* resp) override {
+    return Count("Acquire", DoAcquire(*req, resp));
+  }
+  grpc::Status Release(grpc::ServerContext*, const v1::KvReleaseRequest* req,
+                       v1::KvReleaseResponse*) override {
+    return Count("Release", DoRelease(*req));
+  }
+  grpc::Status Erase(grpc::ServerContext*, const v1::KvEraseRequest* req,
+                     v1::KvEraseResponse*) override {
+    return Count("Erase", DoErase(*req));
+  }
+  grpc::Status Stats(grpc::ServerContext*, const v1::KvStatsRequest* req,
+                     v1::KvStatsResponse* resp) override {
+    return Count("Stats", DoStats(*req, resp));
+  }
+
+ private:
+  grpc::Status Count(const char* method, grpc::Status status) {
+    if (rpcs_ != nullptr) {
+      rpcs_->WithLabels({method, std::to_string(static_cast<int>(status.error_code()))})
+          ->Increment();
+    }
+    return status;
+  }
+
+  // The checks every request after Hello passes: version, instance, pool, size bound.
+  grpc::Status Admit(uint32_t version, uint64_t instance, int count, HostTier** tier) const {
+    if (auto v = proto::CheckVersion(version); !v.ok()) return v;
+    if (instance != instance_) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   absl::StrCat("stale instance ", instance, ": kvstore ", options_.id,
+                                " restarted (now ", instance_, "); say Hello again"));
+    }
+    if (count > kMaxKvBlocksPerRequest) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrCat(count, " blocks in one request; the limit is ",
+                                kMaxKvBlocksPerRequest));
+    }
+    *tier = pool_->tier();
+    if (*tier == nullptr) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION, "no pool yet: say Hello first");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoHello(const v1::KvHelloRequest& req, v1::KvHelloResponse* resp) {
+    if (auto v = proto::CheckVersion(req.protocol_version()); !v.ok()) return v;
+    size_t block_bytes = req.block_bytes();
+    if (HostTier* t = pool_->tier(); block_bytes == 0 && t != nullptr) {
+      block_bytes = t->block_bytes();
+    }
+    auto tier = pool_->Ensure(block_bytes);
+    if (!tier.ok()) return proto::ToGrpc(tier.status());
+    resp->set_daemon_id(options_.id);
+    resp->set_agent_name(pool_->agent()->name());
+    resp->set_agent_metadata(pool_->agent()->Metadata());
+    resp->set_region(pool_->region_blob());
+    resp->set_block_bytes((*tier)->block_bytes());
+    resp->set_capacity_blocks((*tier)->pool_bytes() / (*tier)->block_bytes());
+    resp->set_model_identity(options_.model_identity);
+    resp->set_instance(instance_);
+    STRATA_LOG(Debug) << "kvstore " << options_.id << ": hello from " << req.client_agent();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoLookup(const v1::KvLookupRequest& req, v1::KvLookupResponse* resp) {
+    HostTier* tier = nullptr;
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.hashes_size(), &tier);
+    if (!s.ok()) return s;
+    int prefix = 0;
+    bool in_prefix = true;
+    for (uint64_t h : req.hashes()) {
+      const bool present = tier->Contains(h);
+      resp->add_present(present);
+      in_prefix = in_prefix && present;
+      if (in_prefix) ++prefix;
+    }
+    resp->set_prefix(prefix);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoReserveWrite(const v1::KvReserveWriteRequest& req,
+                              v1::KvReserveWriteResponse* resp) {
+    HostTier* tier = nullptr;
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.blocks_size(), &tier);
+    if (!s.ok()) return s;
+    for (const v1::KvBlockMeta& b : req.blocks()) {
+      auto r = tier->ReserveWrite({.hash = b.hash(), .parent = b.parent_hash()});
+      v1::KvReservation* out = resp->add_reservations();
+      out->set_code(static_cast<uint32_t>(r.status().code()));
+      if (!r.ok()) continue;
+      out->set_id(r->id);
+      out->set_offset(r->offset);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoCommitWrite(const v1::KvCommitWriteRequest& req,
+                             v1::KvCommitWriteResponse* resp) {
+    HostTier* tier = nullptr;
+    const int count = req.commits_size() + req.abort_ids_size();
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), count, &tier);
+    if (!s.ok()) return s;
+    for (uint64_t id : req.abort_ids()) tier->AbortWrite(id);
+    for (const v1::KvCommit& c : req.commits()) {
+      const absl::Status r = tier->CommitWrite(c.reservation_id(), c.checksum());
+      resp->add_codes(static_cast<uint32_t>(r.code()));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoAcquire(const v1::KvAcquireRequest& req, v1::KvAcquireResponse* resp) {
+    HostTier* tier = nullptr;
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.hashes_size(), &tier);
+    if (!s.ok()) return s;
+    for (uint64_t h : req.hashes()) {
+      auto lease = tier->Acquire(h);
+      v1::KvLease* out = resp->add_leases();
+      out->set_found(lease.ok());
+      if (!lease.ok()) continue;
+      out->set_id(lease->id);
+      out->set_offset(lease->offset);
+      out->set_checksum(lease->checksum);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoRelease(const v1::KvReleaseRequest& req) {
+    HostTier* tier = nullptr;
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.lease_ids_size(), &tier);
+    if (!s.ok()) return s;
+    for (uint64_t id : req.lease_ids()) tier->Release(id);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoErase(const v1::KvEraseRequest& req) {
+    HostTier* tier = nullptr;
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.hashes_size(), &tier);
+    if (!s.ok()) return s;
+    for (uint64_t h : req.hashes()) (void)tier->Erase(h);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DoStats(const v1::KvStatsRequest& req, v1::KvStatsResponse* resp) {
+    if (auto v = proto::CheckVersion(req.protocol_version()); !v.ok()) return v;
+    HostTier* tier = pool_->tier();
+    if (tier == nullptr) return grpc::Status::OK;  // nothing held yet
+    const TierUsage u = tier->usage();
+    const TierStats st = tier->stats();
+    resp->set_blocks(u.blocks);
+    resp->set_bytes(u.bytes);
+    resp->set_capacity_bytes(u.capacity_bytes);
+    resp->set_hits(st.hits);
+    resp->set_misses(st.misses);
+    resp->set_puts(st.puts);
+    resp->set_bytes_in(st.bytes_in);
+    resp->set_bytes_out(st.bytes_out);
+    resp->set_evictions(st.evictions);
+    resp->set_checksum_failures(st.checksum_failures);
+    resp->set_rejected(st.rejected);
+    resp->set_expired_leases(tier->expired_leases());
+    return grpc::Status::OK;
+  }
+
+  const KvStoreServerOptions& options_;
+  const uint64_t instance_;
+  Pool* const pool_;
+  metrics::CounterFamily* const rpcs_;
+};
+
+}  // namespace
+
+std::unique_ptr<v1::KvStore::Service> MakeService(const KvStoreServerOptions& options,
+                                                  uint64_t instance, Pool* pool,
+                                                  metrics::CounterFamily* rpcs) {
+  return std::make_unique<Service>(options, instance, pool, rpcs);
+}
+
+}  // namespace strata::kvstore::server

@@ -1,0 +1,168 @@
+"""End-to-end test of the tiered KV store on a real cluster (issue 4's check): a prefill worker
+with a small device pool (G1), a small pinned host tier (G2), a RocksDB disk tier (G3) and a
+remote `strata kvstore` daemon (G4). A long prompt is evicted down the tiers by other prompts,
+sent again from another decode worker, and served from each tier in turn: the tier's hit
+counters move, the prefill worker computes fewer prompt tokens than from scratch, and the greedy
+tokens are identical to the first, computed-from-scratch answer. Then the G3 holder is SIGKILLed
+and restarted on the same disk path and serves the prompt from disk again.
+
+Usage: kvtier_test.py STRATA_BINARY
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_util as cu  # noqa: E402
+
+STRATA = None
+MODEL = "tiny-llama"
+BLOCK = 16
+PROMPT_TOKENS = 512  # 32 blocks of 32 KiB (tiny-llama: 4 layers x K,V x 16 x 2 heads x 32 x f32)
+
+
+def prompt(seed):
+    """A deterministic token-array prompt; different seeds share no block."""
+    return [10 + (seed * 7919 + i * 104729) % 1000 for i in range(PROMPT_TOKENS)]  # vocab 1024
+
+
+def complete(port, tokens):
+    t0 = time.monotonic()
+    status, body = cu.request(port, "POST", "/v1/completions",
+                              {"model": MODEL, "prompt": tokens, "max_tokens": 8,
+                               "temperature": 0, "ignore_eos": True})
+    assert status == 200, body
+    return body["choices"][0]["text"], time.monotonic() - t0
+
+
+def tier_metric(port, name, tier):
+    return cu.metric(port, name, {"tier": tier})
+
+
+class KvTierTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="strata_kvtier_test_")
+        cls.model = os.path.join(cls.tmp, "model")
+        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", cls.model],
+                       check=True, stdout=subprocess.DEVNULL)
+        cls.name = ["--served-model-name", MODEL]
+        # round-robin: every request is prefilled remotely and decode workers alternate, so the
+        # repeated prompt lands on the other decode worker.
+        cls.router = cu.start_router(STRATA, cls.model, cls.tmp,
+                                     cls.name + ["--policy", "round-robin"])
+        cls.http = int(cls.router.match.group(1))
+        cls.grpc = cls.router.match.group(2)
+        cls.kvstore = cu.Proc([STRATA, "kvstore", "--id", "kvstore-0", "--port", "0",
+                               "--http-port", "0", "--capacity-bytes", str(64 << 20),
+                               "--router", f"127.0.0.1:{cls.grpc}"],
+                              os.path.join(cls.tmp, "kvstore-0.log"),
+                              r"kvstore kvstore-0: grpc 127\.0\.0\.1:(\d+), http 127\.0\.0\.1:(\d+)")
+        cls.kv_grpc = cls.kvstore.match.group(1)
+        cls.kv_http = int(cls.kvstore.match.group(2))
+        cls.decode = [cu.start_worker(STRATA, cls.model, cls.tmp, "decode", f"decode-{i}",
+                                      cls.grpc, cls.name) for i in range(2)]
+        cls.prefill = cls.start_prefill("prefill-0")
+        assert cu.wait_until(lambda: cu.metric(cls.http, "strata_router_workers",
+                                               {"role": "decode"}) == 2, timeout=30)
+        assert cu.wait_until(lambda: cu.request(cls.http, "GET", "/ready")[0] == 200)
+
+    @classmethod
+    def start_prefill(cls, wid, disk=None):
+        # G1 48 blocks (1.5 prompts), G2 2 MiB = 64 blocks (two prompts; a fetched run may use
+        # half of it), G3 16 MiB, G4 remote.
+        argv = ["--num-kv-blocks", "48", "--kv-host-mb", "2",
+                "--kv-disk-path", disk or os.path.join(cls.tmp, "disk-" + wid),
+                "--kv-disk-mb", "16", "--kv-disk-admit-uses", "1",
+                "--kv-remote", f"127.0.0.1:{cls.kv_grpc}"]
+        # start_worker passes --num-kv-blocks 512 first; the later flag wins.
+        w = cu.start_worker(STRATA, cls.model, cls.tmp, "prefill", wid, cls.grpc, cls.name + argv)
+        w.http = int(w.match.group(1))
+        return w
+
+    @classmethod
+    def tearDownClass(cls):
+        for w in cls.decode + [cls.prefill]:
+            w.stop()
+        cls.kvstore.stop()
+        rc = cls.router.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert rc == 0, f"router exited {rc}"
+
+    def computed(self, w):
+        return cu.metric(w.http, "strata_worker_prompt_tokens_computed_total")
+
+    def flush_down(self, seeds):
+        """Other prompts through the prefill worker push earlier ones down the tiers."""
+        for s in seeds:
+            complete(self.http, prompt(s))
+
+    def served_from(self, w, tier, reference):
+        """Sends the prompt again; asserts tokens, the tier's hits and fewer computed tokens."""
+        hits0 = tier_metric(w.http, "strata_kvstore_hits_total", tier)
+        computed0 = self.computed(w)
+        text, seconds = complete(self.http, prompt(0))
+        self.assertEqual(text, reference)
+        hits = tier_metric(w.http, "strata_kvstore_hits_total", tier) - hits0
+        print("  all tiers now: " + ", ".join(
+            f"{t} hits {tier_metric(w.http, 'strata_kvstore_hits_total', t):.0f} "
+            f"usage {tier_metric(w.http, 'strata_kvstore_usage_blocks', t):.0f}"
+            for t in ("host", "disk", "remote")), file=sys.stderr)
+        computed = self.computed(w) - computed0
+        print(f"  {tier}: {hits:.0f} block hits, {computed:.0f} of {PROMPT_TOKENS} prompt tokens "
+              f"computed, {seconds * 1000:.1f} ms", file=sys.stderr)
+        self.assertGreater(hits, 0, f"no {tier} hits")
+        self.assertLess(computed, PROMPT_TOKENS / 2)
+        return seconds
+
+    def test_a_prompt_is_served_from_every_tier_with_identical_tokens(self):
+        computed0 = self.computed(self.prefill)
+        reference, scratch_s = complete(self.http, prompt(0))
+        self.assertGreaterEqual(self.computed(self.prefill) - computed0, PROMPT_TOKENS - BLOCK)
+        print(f"  from scratch: {scratch_s * 1000:.1f} ms", file=sys.stderr)
+
+        # G2: one other prompt evicts the first from G1 into G2.
+        self.flush_down([1])
+        self.served_from(self.prefill, "host", reference)
+
+        # G3: enough other prompts to push it out of G2 too (demoted to G3 and G4).
+        self.flush_down([2, 3, 4, 5])
+        cu.wait_until(lambda: tier_metric(self.prefill.http, "strata_kvstore_usage_blocks",
+                                          "disk") >= 32, timeout=10)
+        self.served_from(self.prefill, "disk", reference)
+
+        # G4: another prefill worker with empty G1-G3 reads the daemon's copy.
+        self.flush_down([6, 7, 8, 9])
+        other = self.start_prefill("prefill-1")
+        self.prefill.stop()
+        assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
+                                               {"role": "prefill"}) == 1, timeout=30)
+        daemon_hits0 = tier_metric(self.kv_http, "strata_kvstore_hits_total", "remote")
+        self.served_from(other, "remote", reference)
+        self.assertGreater(tier_metric(self.kv_http, "strata_kvstore_hits_total", "remote"),
+                           daemon_hits0)
+        other.stop()
+
+        # G3 crash safety: SIGKILL the G3 holder mid-writes, restart it on the same path.
+        restarted = self.start_prefill("prefill-0")
+        assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
+                                               {"role": "prefill"}) == 1, timeout=30)
+        print(f"  restarted: disk usage "
+              f"{tier_metric(restarted.http, 'strata_kvstore_usage_blocks', 'disk'):.0f}",
+              file=sys.stderr)
+        self.flush_down([10, 11])
+        restarted.stop(signal.SIGKILL)
+        self.prefill = self.start_prefill("prefill-0")
+        assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
+                                               {"role": "prefill"}) == 1, timeout=30)
+        self.served_from(self.prefill, "disk", reference)
+
+
+if __name__ == "__main__":
+    STRATA = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

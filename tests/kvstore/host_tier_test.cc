@@ -1,0 +1,361 @@
+// G2 host tier: round trips, eviction through the policy and the hook, checksum faults, leases
+// and their timeouts, direct writes, caller-supplied memory, and a multi-threaded smoke test.
+#include "strata/kvstore/host_tier.h"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "host_tier_internal.h"
+
+namespace strata::kvstore {
+namespace {
+
+constexpr size_t kBlock = 4096;
+
+std::vector<std::byte> BlockData(BlockHash hash, size_t size = kBlock) {
+  std::vector<std::byte> data(size);
+  uint64_t x = hash * 0x9E3779B97F4A7C15ULL + 1;
+  for (auto& b : data) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  return data;
+}
+
+std::unique_ptr<HostTier> MakeTier(int64_t blocks, std::string policy = "lru",
+                                   absl::Duration lease_timeout = absl::Seconds(30)) {
+  HostTierOptions options;
+  options.block_bytes = kBlock;
+  options.capacity_bytes = blocks * static_cast<int64_t>(kBlock) + 100;  // rounded down
+  options.policy = std::move(policy);
+  options.lease_timeout = lease_timeout;
+  auto tier = HostTier::Create(options);
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return std::move(tier).value();
+}
+
+absl::Status PutBlock(Tier& tier, BlockHash hash, BlockHash parent = kRootBlockHash) {
+  auto data = BlockData(hash);
+  return tier.Put(BlockMeta{.hash = hash, .parent = parent}, data);
+}
+
+// Get into a fresh buffer; checks the bytes on success.
+absl::Status GetBlock(Tier& tier, BlockHash hash) {
+  std::vector<std::byte> out(kBlock);
+  absl::Status s = tier.Get(hash, out);
+  if (s.ok()) {
+    EXPECT_EQ(out, BlockData(hash)) << "block " << hash;
+  }
+  return s;
+}
+
+// Records events (the listener must be cheap; a vector under a mutex is).
+struct EventLog {
+  absl::Mutex mu;
+  std::vector<TierEvent> events;
+  TierEventListener Listener() {
+    return [this](const TierEvent& e) {
+      absl::MutexLock lock(&mu);
+      events.push_back(e);
+    };
+  }
+};
+
+TEST(HostTierTest, CreateValidatesOptions) {
+  HostTierOptions options;
+  options.block_bytes = 0;
+  options.capacity_bytes = 1 << 20;
+  EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.block_bytes = kBlock;
+  options.capacity_bytes = kBlock - 1;
+  EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.capacity_bytes = kBlock;
+  options.policy = "nope";
+  EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HostTierTest, ChunkedChecksumEqualsBlockChecksum) {
+  for (size_t size : {size_t{1}, size_t{4096}, size_t{65536}, size_t{65537}, size_t{300000}}) {
+    auto src = BlockData(7, size);
+    std::vector<std::byte> dst(size);
+    EXPECT_EQ(internal::CopyWithChecksum(dst, src), BlockChecksum(src)) << size;
+    EXPECT_EQ(internal::FastBlockChecksum(src), BlockChecksum(src)) << size;
+    EXPECT_EQ(dst, src);
+  }
+}
+
+TEST(HostTierTest, PutGetRoundTripWithStatsUsageAndEvents) {
+  auto tier = MakeTier(4);
+  EventLog log;
+  tier->SetEventListener(log.Listener());
+  EXPECT_EQ(tier->kind(), TierKind::kHost);
+  EXPECT_EQ(tier->pool_bytes(), 4 * kBlock);
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  ASSERT_TRUE(PutBlock(*tier, 2, /*parent=*/1).ok());
+  ASSERT_TRUE(PutBlock(*tier, 2, 1).ok());  // present: OK, not counted
+  EXPECT_TRUE(GetBlock(*tier, 2).ok());
+  EXPECT_EQ(GetBlock(*tier, 3).code(), absl::StatusCode::kNotFound);
+  std::vector<std::byte> small(10);
+  EXPECT_EQ(tier->Put({.hash = 9}, small).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tier->Contains(1));
+  std::vector<BlockHash> chain = {1, 2, 3, 1};
+  EXPECT_EQ(tier->CountPrefix(chain), 2);
+  EXPECT_EQ(tier->Contents().size(), 2u);
+
+  TierStats st = tier->stats();
+  EXPECT_EQ(st.puts, 2);
+  EXPECT_EQ(st.hits, 1);
+  EXPECT_EQ(st.misses, 1);
+  EXPECT_EQ(st.bytes_in, 2 * static_cast<int64_t>(kBlock));
+  EXPECT_EQ(st.bytes_out, static_cast<int64_t>(kBlock));
+  TierUsage u = tier->usage();
+  EXPECT_EQ(u.blocks, 2);
+  EXPECT_EQ(u.bytes, 2 * static_cast<int64_t>(kBlock));
+  EXPECT_EQ(u.capacity_bytes, 4 * static_cast<int64_t>(kBlock));
+
+  ASSERT_TRUE(tier->Erase(1).ok());
+  ASSERT_TRUE(tier->Erase(1).ok());  // absent: OK, no event
+  EXPECT_FALSE(tier->Contains(1));
+  absl::MutexLock lock(&log.mu);
+  ASSERT_EQ(log.events.size(), 3u);
+  EXPECT_EQ(log.events[0].kind, TierEvent::Kind::kStored);
+  EXPECT_EQ(log.events[1].hash, 2u);
+  EXPECT_EQ(log.events[1].parent, 1u);
+  EXPECT_EQ(log.events[2].kind, TierEvent::Kind::kRemoved);
+  EXPECT_EQ(log.events[2].hash, 1u);
+  EXPECT_EQ(log.events[2].tier, TierKind::kHost);
+}
+
+TEST(HostTierTest, EvictsByPolicyThroughTheHook) {
+  auto tier = MakeTier(3);
+  std::vector<std::pair<BlockHash, bool>> hooked;  // hash, bytes intact
+  tier->SetEvictionHook([&](const BlockMeta& meta, std::span<const std::byte> bytes) {
+    hooked.emplace_back(meta.hash,
+                        std::vector<std::byte>(bytes.begin(), bytes.end()) == BlockData(meta.hash));
+  });
+  for (BlockHash h : {1, 2, 3}) ASSERT_TRUE(PutBlock(*tier, h).ok());
+  ASSERT_TRUE(GetBlock(*tier, 1).ok());  // 2 is now least recently used
+  ASSERT_TRUE(PutBlock(*tier, 4).ok());
+  EXPECT_FALSE(tier->Contains(2));
+  ASSERT_TRUE(tier->Erase(3).ok());  // an erase is not an eviction: no hook
+  ASSERT_TRUE(PutBlock(*tier, 5).ok());
+  EXPECT_THAT(hooked, ::testing::ElementsAre(std::pair<BlockHash, bool>(2, true)));
+  EXPECT_EQ(tier->stats().evictions, 1);
+  for (BlockHash h : {1, 4, 5}) EXPECT_TRUE(GetBlock(*tier, h).ok()) << h;
+}
+
+// The fault test: a byte flipped in pool memory is detected, never served, erased and counted.
+TEST(HostTierTest, CorruptSlotIsDataLossAndErased) {
+  auto tier = MakeTier(2);
+  EventLog log;
+  tier->SetEventListener(log.Listener());
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  auto lease = tier->Acquire(1);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->checksum, BlockChecksum(BlockData(1)));
+  tier->Release(lease->id);
+  static_cast<std::byte*>(tier->pool_base())[lease->offset + 1234] ^= std::byte{0x01};
+
+  std::vector<std::byte> out(kBlock);
+  EXPECT_EQ(tier->Get(1, out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(tier->Contains(1));
+  EXPECT_EQ(tier->Get(1, out).code(), absl::StatusCode::kNotFound);
+  TierStats st = tier->stats();
+  EXPECT_EQ(st.checksum_failures, 1);
+  EXPECT_EQ(st.misses, 2);
+  EXPECT_EQ(tier->usage().blocks, 1);
+  EXPECT_TRUE(GetBlock(*tier, 2).ok());
+  ASSERT_TRUE(PutBlock(*tier, 3).ok());  // the freed slot is reused, nothing evicted
+  EXPECT_EQ(tier->stats().evictions, 0);
+  absl::MutexLock lock(&log.mu);
+  EXPECT_EQ(log.events.back().kind, TierEvent::Kind::kStored);
+  EXPECT_EQ(log.events[log.events.size() - 2].kind, TierEvent::Kind::kRemoved);
+  EXPECT_EQ(log.events[log.events.size() - 2].hash, 1u);
+}
+
+TEST(HostTierTest, LeaseBlocksEvictionUntilReleased) {
+  auto tier = MakeTier(2);
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  auto lease1 = tier->Acquire(1);
+  ASSERT_TRUE(lease1.ok());
+  ASSERT_TRUE(GetBlock(*tier, 2).ok());  // LRU would now evict 1, but it is leased
+  ASSERT_TRUE(PutBlock(*tier, 3).ok());
+  EXPECT_TRUE(tier->Contains(1));
+  EXPECT_FALSE(tier->Contains(2));
+  auto lease3 = tier->Acquire(3);
+  ASSERT_TRUE(lease3.ok());
+  EXPECT_EQ(PutBlock(*tier, 4).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->stats().rejected, 1);
+  EXPECT_EQ(tier->Acquire(99).status().code(), absl::StatusCode::kNotFound);
+  tier->Release(lease1->id);
+  tier->Release(lease1->id);  // twice: ignored
+  ASSERT_TRUE(PutBlock(*tier, 4).ok());
+  EXPECT_FALSE(tier->Contains(1));
+  EXPECT_TRUE(tier->Contains(3));
+  tier->Release(lease3->id);
+  EXPECT_EQ(tier->expired_leases(), 0);
+}
+
+TEST(HostTierTest, ExpiredLeaseIsReclaimedWhenRoomIsNeeded) {
+  auto tier = MakeTier(1, "lru", absl::Milliseconds(50));
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  auto lease = tier->Acquire(1);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(PutBlock(*tier, 2).code(), absl::StatusCode::kResourceExhausted);
+  absl::SleepFor(absl::Milliseconds(60));
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  EXPECT_EQ(tier->expired_leases(), 1);
+  tier->Release(lease->id);  // already expired: ignored
+  EXPECT_TRUE(GetBlock(*tier, 2).ok());
+}
+
+TEST(HostTierTest, ErasedWhileLeasedFreesSlotOnRelease) {
+  auto tier = MakeTier(1);
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  auto lease = tier->Acquire(1);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(tier->Erase(1).ok());
+  EXPECT_FALSE(tier->Contains(1));
+  // The peer may still be reading the slot: it is not reused until the lease goes.
+  EXPECT_EQ(PutBlock(*tier, 2).code(), absl::StatusCode::kResourceExhausted);
+  tier->Release(lease->id);
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  EXPECT_TRUE(GetBlock(*tier, 2).ok());
+}
+
+TEST(HostTierTest, DirectWriteReserveCommitAbort) {
+  auto tier = MakeTier(2);
+  EventLog log;
+  tier->SetEventListener(log.Listener());
+  auto* base = static_cast<std::byte*>(tier->pool_base());
+  auto res = tier->ReserveWrite({.hash = 5, .parent = 4});
+  ASSERT_TRUE(res.ok());
+  EXPECT_FALSE(tier->Contains(5));  // not visible until committed
+  auto data = BlockData(5);
+  std::memcpy(base + res->offset, data.data(), kBlock);
+  ASSERT_TRUE(tier->CommitWrite(res->id, BlockChecksum(data)).ok());
+  EXPECT_TRUE(GetBlock(*tier, 5).ok());
+  EXPECT_EQ(tier->CommitWrite(res->id, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(tier->ReserveWrite({.hash = 5}).status().code(), absl::StatusCode::kAlreadyExists);
+
+  // A write whose bytes do not match the sender's checksum is dropped.
+  auto bad = tier->ReserveWrite({.hash = 6});
+  ASSERT_TRUE(bad.ok());
+  std::memcpy(base + bad->offset, data.data(), kBlock);
+  EXPECT_EQ(tier->CommitWrite(bad->id, BlockChecksum(BlockData(6))).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(tier->Contains(6));
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+
+  auto aborted = tier->ReserveWrite({.hash = 7});
+  ASSERT_TRUE(aborted.ok());
+  tier->AbortWrite(aborted->id);
+  EXPECT_EQ(tier->usage().blocks, 1);
+  ASSERT_TRUE(PutBlock(*tier, 8).ok());  // a free slot: nothing evicted
+  EXPECT_EQ(tier->stats().evictions, 0);
+  absl::MutexLock lock(&log.mu);
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[0].hash, 5u);
+  EXPECT_EQ(log.events[0].parent, 4u);
+}
+
+TEST(HostTierTest, ExpiredReservationIsReclaimed) {
+  auto tier = MakeTier(1, "lru", absl::Milliseconds(50));
+  auto res = tier->ReserveWrite({.hash = 1});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(PutBlock(*tier, 2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->ReserveWrite({.hash = 3}).status().code(), absl::StatusCode::kResourceExhausted);
+  absl::SleepFor(absl::Milliseconds(60));
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  EXPECT_EQ(tier->expired_leases(), 1);
+  EXPECT_EQ(tier->CommitWrite(res->id, 0).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(HostTierTest, UsesCallerMemoryAndReportsKind) {
+  std::vector<std::byte> memory(3 * kBlock);
+  HostTierOptions options;
+  options.block_bytes = kBlock;
+  options.capacity_bytes = 3 * kBlock;
+  options.kind = TierKind::kRemote;
+  options.policy = "s3-fifo";
+  size_t asked = 0;
+  options.allocate = [&](size_t bytes) -> absl::StatusOr<void*> {
+    asked = bytes;
+    return memory.data();
+  };
+  auto tier = HostTier::Create(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ(asked, 3 * kBlock);
+  EXPECT_EQ((*tier)->pool_base(), memory.data());
+  EXPECT_TRUE((*tier)->pinned());
+  EXPECT_EQ((*tier)->kind(), TierKind::kRemote);
+  EventLog log;
+  (*tier)->SetEventListener(log.Listener());
+  ASSERT_TRUE(PutBlock(**tier, 11).ok());
+  auto lease = (*tier)->Acquire(11);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(std::vector<std::byte>(memory.begin() + lease->offset,
+                                   memory.begin() + lease->offset + kBlock),
+            BlockData(11));
+  absl::MutexLock lock(&log.mu);
+  EXPECT_EQ(log.events.at(0).tier, TierKind::kRemote);
+
+  options.allocate = [](size_t) -> absl::StatusOr<void*> {
+    return absl::ResourceExhaustedError("no registered memory");
+  };
+  EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Threads put, get, lease and erase overlapping keys in a tier smaller than the key space:
+// every successful read returns the right bytes and the tier's bookkeeping stays consistent.
+TEST(HostTierTest, ConcurrentSmoke) {
+  for (const char* policy : {"lru", "s3-fifo", "arc"}) {
+    auto tier = MakeTier(16, policy);
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::vector<std::byte> out(kBlock);
+        for (int i = 0; i < 400; ++i) {
+          const BlockHash h = 1 + static_cast<BlockHash>((i * 7 + t * 13) % 40);
+          absl::Status s;
+          switch (i % 4) {
+            case 0:
+              s = PutBlock(*tier, h);
+              if (!s.ok()) ++bad;
+              break;
+            case 1:
+              s = tier->Get(h, out);
+              if (s.ok() ? out != BlockData(h) : s.code() != absl::StatusCode::kNotFound) ++bad;
+              break;
+            case 2:
+              if (auto lease = tier->Acquire(h); lease.ok()) tier->Release(lease->id);
+              break;
+            case 3:
+              if (i % 20 == 3) s = tier->Erase(h);
+              break;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(bad.load(), 0) << policy;
+    TierUsage u = tier->usage();
+    EXPECT_LE(u.blocks, 16);
+    EXPECT_EQ(static_cast<int64_t>(tier->Contents().size()), u.blocks);
+    for (const BlockMeta& m : tier->Contents()) EXPECT_TRUE(GetBlock(*tier, m.hash).ok());
+    EXPECT_EQ(tier->stats().checksum_failures, 0);
+  }
+}
+
+}  // namespace
+}  // namespace strata::kvstore

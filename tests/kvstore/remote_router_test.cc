@@ -1,0 +1,124 @@
+// A kvstore daemon registers with a router's registry (a real WorkerPool behind a real gRPC
+// Registry service, in process) as ROLE_KVSTORE; the blocks clients store into it, and the ones
+// they erase, reach the router's KV index at tier 3 (remote) through its heartbeats; it is never
+// a placement candidate.
+#include <gtest/gtest.h>
+
+#include "grpcpp/grpcpp.h"
+#include "remote_test_util.h"
+#include "strata/kvstore/kvstore_server.h"
+#include "strata/kvstore/remote_tier.h"
+#include "strata/proto/protocol.h"
+#include "strata/router/placement.h"
+#include "strata/router/worker_pool.h"
+
+namespace strata::kvstore {
+namespace {
+
+using testing::ClientOptions;
+using testing::MakeBlock;
+using testing::WaitFor;
+
+constexpr size_t kBlock = 32 << 10;
+
+// The router's Registry service over a WorkerPool (as router.cc serves it).
+class Registry final : public v1::Registry::Service {
+ public:
+  explicit Registry(router::WorkerPool* pool) : pool_(pool) {}
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                        v1::RegisterResponse* resp) override {
+    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
+    auto epoch = pool_->Register(req->worker());
+    if (!epoch.ok()) return proto::ToGrpc(epoch.status());
+    resp->set_epoch(*epoch);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    resp->set_reregister(!pool_->Heartbeat(*req).ok());
+    return grpc::Status::OK;
+  }
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+                          v1::DeregisterResponse*) override {
+    pool_->Remove(req->worker_id(), "deregistered");
+    return grpc::Status::OK;
+  }
+
+ private:
+  router::WorkerPool* pool_;
+};
+
+// How long a prefix of `chain` the index says `worker` holds in `tier`.
+int HeldInTier(const router::WorkerPool& pool, const std::string& worker,
+               std::span<const BlockHash> chain, router::Tier tier) {
+  router::WorkerId id = 0;
+  for (const auto& w : pool.Snapshot()) {
+    if (w.info.id() == worker) id = w.index_id;
+  }
+  for (const auto& m : pool.MatchPrefix(chain)) {
+    if (m.worker == id) return m.tier_blocks[static_cast<int>(tier)];
+  }
+  return 0;
+}
+
+TEST(RemoteRouterTest, DaemonEventsReachTheKvIndexAtTierThree) {
+  router::WorkerPool pool(absl::Seconds(30));
+  Registry service(&pool);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto registry = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+
+  KvStoreServerOptions o;
+  o.id = "kvs-router";
+  o.capacity_bytes = 16 * kBlock;
+  o.block_bytes = kBlock;
+  o.http_port = -1;
+  o.router_address = "127.0.0.1:" + std::to_string(port);
+  o.heartbeat_interval = absl::Milliseconds(50);
+  auto server = KvStoreServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return (*server)->registered(); }, absl::Seconds(10)));
+  auto snapshot = pool.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].info.role(), v1::ROLE_KVSTORE);
+  EXPECT_EQ(snapshot[0].info.grpc_address(), (*server)->address());
+  // Never a placement candidate: with only a kvstore registered there is no decode worker.
+  auto placer = router::Placer::Create({});
+  ASSERT_TRUE(placer.ok());
+  EXPECT_TRUE(absl::IsUnavailable((*placer)->Place(snapshot, {}, 64, 16, {}).status()));
+  EXPECT_EQ(pool.block_size(), 0) << "a kvstore must not fix the cluster's block size";
+
+  auto tier = RemoteTier::Create(ClientOptions({(*server)->address()}, kBlock));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const std::vector<BlockHash> chain = {101, 102, 103};
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const BlockMeta m{.hash = chain[i], .parent = i == 0 ? kRootBlockHash : chain[i - 1]};
+    ASSERT_TRUE((*tier)->Put(m, MakeBlock(kBlock, chain[i])).ok());
+  }
+  EXPECT_TRUE(WaitFor([&] { return HeldInTier(pool, o.id, chain, router::Tier::kRemote) == 3; },
+                      absl::Seconds(10)));
+  EXPECT_EQ(HeldInTier(pool, o.id, chain, router::Tier::kGpu), 0);
+  // A removal travels too.
+  ASSERT_TRUE((*tier)->Erase(102).ok());
+  EXPECT_TRUE(WaitFor([&] { return HeldInTier(pool, o.id, chain, router::Tier::kRemote) == 1; },
+                      absl::Seconds(10)));
+
+  // The router forgets the daemon (as after a router restart): it registers again and resends
+  // everything it holds.
+  pool.Remove(o.id, "test");
+  EXPECT_TRUE(WaitFor([&] { return HeldInTier(pool, o.id, chain, router::Tier::kRemote) == 1; },
+                      absl::Seconds(10)));
+  const std::vector<BlockHash> tail = {103};
+  EXPECT_TRUE(WaitFor([&] { return pool.MatchPrefix(tail).size() == 1; }, absl::Seconds(10)));
+
+  (*server)->Shutdown();  // deregisters
+  EXPECT_EQ(pool.num_workers(), 0);
+  registry->Shutdown();
+}
+
+}  // namespace
+}  // namespace strata::kvstore

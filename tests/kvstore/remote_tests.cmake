@@ -1,0 +1,25 @@
+# G4: the kvstore daemon and its client tier (kvstore/remote.cmake).
+# In one process over real gRPC + UCX on loopback.
+strata_cc_test(NAME kvstore_remote_test
+  SRCS remote_tier_test.cc
+  DEPS strata::kvstore_remote
+  LABELS kvstore)
+# Daemons as child processes of the `strata` binary (SIGKILL, restart, SIGTERM, CLI errors).
+strata_cc_test(NAME kvstore_remote_process_test
+  SRCS remote_process_test.cc
+  DEPS strata::kvstore_remote
+  LABELS kvstore)
+add_dependencies(kvstore_remote_process_test strata)
+# Registration with the router's registry and KV events at tier 3.
+strata_cc_test(NAME kvstore_remote_router_test
+  SRCS remote_router_test.cc
+  DEPS strata::kvstore_remote strata::router
+  LABELS kvstore)
+# Block hashes in separate processes and network namespaces.
+add_executable(kvstore_remote_hash_probe remote_hash_probe.cc)
+target_link_libraries(kvstore_remote_hash_probe PRIVATE strata::common strata::build_flags)
+strata_cc_test(NAME kvstore_remote_netns_test
+  SRCS remote_netns_test.cc
+  DEPS strata::common
+  LABELS kvstore)
+add_dependencies(kvstore_remote_netns_test kvstore_remote_hash_probe)

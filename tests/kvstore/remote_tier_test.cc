@@ -1,0 +1,284 @@
+// G4 in one process: RemoteTier clients against real KvStoreServers over gRPC + UCX on
+// loopback (round trips, runs, corrupt copies, lease expiry, rendezvous placement over two
+// daemons, the protocol's checks, metrics).
+#include "strata/kvstore/remote_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "remote_test_util.h"
+#include "strata/kvstore/kvstore_server.h"
+#include "strata/proto/kvstore.grpc.pb.h"
+#include "strata/proto/protocol.h"
+
+namespace strata::kvstore {
+namespace {
+
+using testing::ClientOptions;
+using testing::MakeBlock;
+
+constexpr size_t kBlock = 64 << 10;
+
+std::unique_ptr<KvStoreServer> StartServer(const std::string& id, int64_t capacity_blocks,
+                                           absl::Duration lease_timeout = absl::Seconds(30),
+                                           size_t block_bytes = kBlock) {
+  KvStoreServerOptions o;
+  o.id = id;
+  o.capacity_bytes = capacity_blocks * int64_t{kBlock};
+  o.block_bytes = block_bytes;
+  o.lease_timeout = lease_timeout;
+  auto s = KvStoreServer::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return nullptr;
+  EXPECT_TRUE((*s)->Start().ok());
+  return std::move(*s);
+}
+
+std::unique_ptr<RemoteTier> Connect(std::vector<std::string> daemons) {
+  auto t = RemoteTier::Create(ClientOptions(std::move(daemons), kBlock));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// A chain of n block metas (hash i+1 with parent i) starting at `first`.
+std::vector<BlockMeta> Chain(uint64_t first, int n) {
+  std::vector<BlockMeta> metas;
+  for (int i = 0; i < n; ++i) {
+    metas.push_back({.hash = first + uint64_t(i), .parent = i == 0 ? 0 : first + uint64_t(i) - 1});
+  }
+  return metas;
+}
+
+TEST(RemoteTierTest, PutGetRoundTrip) {
+  auto server = StartServer("kvs-rt", 16);
+  auto tier = Connect({server->address()});
+  ASSERT_EQ(tier->connected_daemons(), 1);
+  EXPECT_EQ(tier->kind(), TierKind::kRemote);
+  for (uint64_t h = 1; h <= 3; ++h) {
+    ASSERT_TRUE(tier->Put({.hash = h, .parent = h - 1}, MakeBlock(kBlock, h)).ok());
+  }
+  for (uint64_t h = 1; h <= 3; ++h) {
+    std::vector<std::byte> out(kBlock);
+    ASSERT_TRUE(tier->Get(h, out).ok());
+    EXPECT_EQ(out, MakeBlock(kBlock, h)) << "block " << h;
+  }
+  std::vector<std::byte> out(kBlock);
+  EXPECT_TRUE(absl::IsNotFound(tier->Get(99, out)));
+  // A present block is left as is and not counted again.
+  EXPECT_TRUE(tier->Put({.hash = 1}, MakeBlock(kBlock, 1)).ok());
+  EXPECT_TRUE(tier->Contains(2));
+  EXPECT_FALSE(tier->Contains(99));
+  const std::vector<BlockHash> prefix = {1, 2, 3, 99, 1};
+  EXPECT_EQ(tier->CountPrefix(prefix), 3);
+  const TierStats s = tier->stats();
+  EXPECT_EQ(s.puts, 3);
+  EXPECT_EQ(s.hits, 3);
+  EXPECT_EQ(s.misses, 1);
+  EXPECT_EQ(s.bytes_in, int64_t{3 * kBlock});
+  EXPECT_EQ(s.bytes_out, int64_t{3 * kBlock});
+  EXPECT_EQ(tier->usage().blocks, 3);
+  EXPECT_TRUE(absl::IsInvalidArgument(tier->Put({.hash = 5}, MakeBlock(kBlock - 1, 5))));
+  ASSERT_TRUE(tier->Erase(2).ok());
+  EXPECT_FALSE(tier->Contains(2));
+}
+
+TEST(RemoteTierTest, RunsMoveInOneCallAndStopAtTheFirstMiss) {
+  auto server = StartServer("kvs-run", 64);
+  auto tier = Connect({server->address()});
+  const auto metas = Chain(1000, 20);  // longer than a lane (8 blocks): three pieces
+  std::vector<std::byte> data;
+  for (const BlockMeta& m : metas) {
+    const auto b = MakeBlock(kBlock, m.hash);
+    data.insert(data.end(), b.begin(), b.end());
+  }
+  ASSERT_TRUE(tier->PutRun(metas, data).ok());
+  std::vector<BlockHash> hashes;
+  for (const BlockMeta& m : metas) hashes.push_back(m.hash);
+  hashes.push_back(5555);  // absent
+  std::vector<std::byte> out(hashes.size() * kBlock);
+  auto n = tier->GetRun(hashes, out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 20);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), out.begin()));
+  EXPECT_EQ(tier->stats().hits, 20);
+  EXPECT_EQ(tier->stats().misses, 1);
+}
+
+TEST(RemoteTierTest, CorruptCopyIsNeverServed) {
+  auto server = StartServer("kvs-corrupt", 8);
+  auto tier = Connect({server->address()});
+  ASSERT_TRUE(tier->Put({.hash = 7}, MakeBlock(kBlock, 7)).ok());
+  ASSERT_TRUE(server->CorruptBlockForTest(7).ok());
+  std::vector<std::byte> out(kBlock, std::byte{0xee});
+  const absl::Status s = tier->Get(7, out);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(out, std::vector<std::byte>(kBlock, std::byte{0xee})) << "corrupt bytes were copied";
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+  EXPECT_EQ(tier->stats().misses, 1);
+  EXPECT_FALSE(tier->Contains(7)) << "the corrupt copy must be dropped";
+  // A fresh copy is stored and served again.
+  ASSERT_TRUE(tier->Put({.hash = 7}, MakeBlock(kBlock, 7)).ok());
+  EXPECT_TRUE(tier->Get(7, out).ok());
+  EXPECT_EQ(out, MakeBlock(kBlock, 7));
+}
+
+// A raw client of the KvStore service, for what RemoteTier never sends.
+struct RawClient {
+  explicit RawClient(const std::string& address)
+      : stub(v1::KvStore::NewStub(proto::MakeChannel(address))) {}
+  grpc::Status Hello(uint64_t block_bytes, v1::KvHelloResponse* resp, uint32_t version = 0) {
+    grpc::ClientContext ctx;
+    v1::KvHelloRequest req;
+    req.set_protocol_version(version == 0 ? proto::kProtocolVersion : version);
+    req.set_block_bytes(block_bytes);
+    return stub->Hello(&ctx, req, resp);
+  }
+  grpc::Status Acquire(uint64_t instance, std::vector<uint64_t> hashes, v1::KvAcquireResponse* r) {
+    grpc::ClientContext ctx;
+    v1::KvAcquireRequest req;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_instance(instance);
+    for (uint64_t h : hashes) req.add_hashes(h);
+    return stub->Acquire(&ctx, req, r);
+  }
+  std::unique_ptr<v1::KvStore::Stub> stub;
+};
+
+TEST(RemoteTierTest, ExpiredLeasesFreeTheirSlots) {
+  const absl::Duration lease = absl::Milliseconds(200);
+  auto server = StartServer("kvs-lease", 2, lease);
+  auto tier = Connect({server->address()});
+  ASSERT_TRUE(tier->Put({.hash = 1}, MakeBlock(kBlock, 1)).ok());
+  ASSERT_TRUE(tier->Put({.hash = 2}, MakeBlock(kBlock, 2)).ok());
+  // A reader that leases both blocks and never releases them (e.g. it died).
+  RawClient raw(server->address());
+  v1::KvHelloResponse hello;
+  ASSERT_TRUE(raw.Hello(kBlock, &hello).ok());
+  v1::KvAcquireResponse leases;
+  ASSERT_TRUE(raw.Acquire(hello.instance(), {1, 2}, &leases).ok());
+  ASSERT_TRUE(leases.leases(0).found() && leases.leases(1).found());
+  // Leased blocks are never evicted: no room.
+  EXPECT_TRUE(absl::IsResourceExhausted(tier->Put({.hash = 3}, MakeBlock(kBlock, 3))));
+  EXPECT_EQ(tier->stats().rejected, 1);
+  EXPECT_TRUE(tier->Contains(1) && tier->Contains(2));
+  // Once the leases time out, the store evicts again.
+  absl::SleepFor(lease * 3);
+  ASSERT_TRUE(tier->Put({.hash = 3}, MakeBlock(kBlock, 3)).ok());
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(tier->Get(3, out).ok());
+  EXPECT_EQ(out, MakeBlock(kBlock, 3));
+}
+
+TEST(RemoteTierTest, TwoDaemonsSplitBlocksByRendezvousHashing) {
+  auto a = StartServer("kvs-a", 64);
+  auto b = StartServer("kvs-b", 64);
+  auto tier = Connect({a->address(), b->address()});
+  ASSERT_EQ(tier->connected_daemons(), 2);
+  const auto metas = Chain(1, 40);
+  std::vector<std::byte> data;
+  int on_a = 0;
+  for (const BlockMeta& m : metas) {
+    const auto blk = MakeBlock(kBlock, m.hash);
+    data.insert(data.end(), blk.begin(), blk.end());
+    on_a += tier->DaemonFor(m.hash) == 0 ? 1 : 0;
+  }
+  ASSERT_GT(on_a, 0);
+  ASSERT_LT(on_a, 40);
+  ASSERT_TRUE(tier->PutRun(metas, data).ok());
+  // Each daemon holds exactly the blocks rendezvous hashing gives it.
+  auto only_a = Connect({a->address()});
+  auto only_b = Connect({b->address()});
+  EXPECT_EQ(only_a->usage().blocks, on_a);
+  EXPECT_EQ(only_b->usage().blocks, 40 - on_a);
+  for (const BlockMeta& m : metas) {
+    const bool want_a = tier->DaemonFor(m.hash) == 0;
+    EXPECT_EQ(only_a->Contains(m.hash), want_a) << m.hash;
+    EXPECT_EQ(only_b->Contains(m.hash), !want_a) << m.hash;
+  }
+  // Another client listing the daemons in another order agrees on every block's home.
+  auto other = Connect({b->address(), a->address()});
+  std::vector<BlockHash> hashes;
+  for (const BlockMeta& m : metas) hashes.push_back(m.hash);
+  std::vector<std::byte> out(data.size());
+  auto n = other->GetRun(hashes, out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 40);
+  EXPECT_EQ(out, data);
+}
+
+TEST(RemoteTierTest, RendezvousMovesOnlyTheRemovedDaemonsBlocks) {
+  const std::vector<std::string> three = {"h1:1", "h2:2", "h3:3"};
+  const std::vector<std::string> two = {"h1:1", "h3:3"};
+  std::set<int> used;
+  for (BlockHash h = 1; h <= 3000; ++h) {
+    const int p3 = RendezvousPick(h, three);
+    used.insert(p3);
+    const std::string& home = three[p3];
+    if (home != "h2:2") EXPECT_EQ(two[RendezvousPick(h, two)], home) << h;
+  }
+  EXPECT_EQ(used.size(), 3u);
+  EXPECT_EQ(RendezvousPick(1, {}), -1);
+}
+
+TEST(RemoteTierTest, ProtocolChecks) {
+  auto server = StartServer("kvs-proto", 4);
+  RawClient raw(server->address());
+  v1::KvHelloResponse hello;
+  grpc::Status s = raw.Hello(kBlock, &hello, proto::kProtocolVersion + 7);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find(std::to_string(proto::kProtocolVersion + 7)), std::string::npos);
+  EXPECT_NE(s.error_message().find(std::to_string(proto::kProtocolVersion)), std::string::npos);
+  s = raw.Hello(kBlock * 2, &hello);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "another block size";
+  ASSERT_TRUE(raw.Hello(kBlock, &hello).ok());
+  EXPECT_EQ(hello.block_bytes(), kBlock);
+  EXPECT_EQ(hello.capacity_blocks(), 4u);
+  EXPECT_EQ(hello.daemon_id(), "kvs-proto");
+  v1::KvAcquireResponse r;
+  s = raw.Acquire(hello.instance() + 1, {1}, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("stale instance"), std::string::npos);
+  std::vector<uint64_t> many(kMaxKvBlocksPerRequest + 1, 5);
+  s = raw.Acquire(hello.instance(), many, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A client with another block size cannot connect.
+  RemoteTierOptions o = ClientOptions({server->address()}, kBlock / 2);
+  auto t = RemoteTier::Create(o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->connected_daemons(), 0);
+  EXPECT_TRUE(absl::IsUnavailable((*t)->Put({.hash = 1}, MakeBlock(kBlock / 2, 1))));
+}
+
+TEST(RemoteTierTest, FirstHelloFixesTheBlockSize) {
+  auto server = StartServer("kvs-lazy", 8, absl::Seconds(30), /*block_bytes=*/0);
+  auto tier = Connect({server->address()});
+  ASSERT_EQ(tier->connected_daemons(), 1);
+  ASSERT_TRUE(tier->Put({.hash = 42}, MakeBlock(kBlock, 42)).ok());
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(tier->Get(42, out).ok());
+  EXPECT_EQ(out, MakeBlock(kBlock, 42));
+}
+
+TEST(RemoteTierTest, MetricsAndHealthOverHttp) {
+  auto server = StartServer("kvs-metrics", 8);
+  ASSERT_GT(server->http_port(), 0);
+  auto tier = Connect({server->address()});
+  ASSERT_TRUE(tier->Put({.hash = 1}, MakeBlock(kBlock, 1)).ok());
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(tier->Get(1, out).ok());
+  EXPECT_EQ(testing::HttpGet(server->http_port(), "/health"), "ok\n");
+  const std::string m = testing::HttpGet(server->http_port(), "/metrics");
+  EXPECT_NE(m.find("strata_kvstore_usage_blocks{tier=\"remote\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("strata_kvstore_capacity_bytes{tier=\"remote\"} " + std::to_string(8 * kBlock)),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("strata_kvstore_hits_total{tier=\"remote\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("strata_kvstore_rpcs_total{method=\"Acquire\",code=\"0\"} 1"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("strata_kvstore_checksum_failures_total{tier=\"remote\"} 0"), std::string::npos)
+      << m;
+}
+
+}  // namespace
+}  // namespace strata::kvstore

@@ -1,0 +1,138 @@
+// A worker's lower KV tiers with a real engine: prompts evicted from the engine's pool come back
+// from G2 (pinned host) and G3 (RocksDB) with identical greedy tokens and fewer computed tokens,
+// and every tier's stores reach the heartbeat events.
+#include "kv_tiering.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/synchronization/notification.h"
+#include "strata/engine/presets.h"
+#include "strata/kvstore/host_tier.h"
+
+namespace strata::worker {
+namespace {
+
+class KvTieringTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/strata_kv_tiering_test_" +
+                           std::to_string(::getpid()));
+    ASSERT_TRUE(WritePreset("tiny-llama", *dir_ + "/model").ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // An engine with a 12-block pool of 8-token blocks (16 KiB each) and the given tiers.
+  void Start(KvTierOptions tiers) {
+    EngineOptions opts;
+    opts.runner.block_size = 8;
+    opts.runner.num_kv_blocks = 12;
+    auto e = Engine::Create(*dir_ + "/model", opts);
+    ASSERT_TRUE(e.ok()) << e.status();
+    loop_ = std::make_unique<EngineLoop>(std::move(*e));
+    auto t = KvTiering::Build(tiers, "test-worker", loop_.get(), &registry_);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tiering_ = std::move(*t);
+  }
+  void TearDown() override {
+    if (loop_) loop_->Stop();
+    tiering_.reset();
+    loop_.reset();
+  }
+
+  std::vector<int32_t> Run(const std::string& id, int first) {
+    std::vector<int32_t> prompt(41);
+    for (int i = 0; i < 41; ++i) prompt[i] = first + (i * 7) % 200;
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    absl::Notification done;
+    std::vector<int32_t> tokens;
+    loop_->Submit(id, prompt, p, [&](const absl::Status& st, const RequestOutput& o) {
+      EXPECT_TRUE(st.ok()) << st;
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (!st.ok() || o.finished) done.Notify();
+    });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    return tokens;
+  }
+  int64_t Computed() {
+    // Load is refreshed after each step; the request just finished, so it is current.
+    return loop_->load().prompt_tokens_computed;
+  }
+  int64_t Hits(kvstore::TierKind kind) { return tiering_->store().tier(kind)->stats().hits; }
+
+  static std::string* dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<KvTiering> tiering_;
+};
+std::string* KvTieringTest::dir_ = nullptr;
+
+TEST_F(KvTieringTest, EvictedPromptComesBackFromTheHostTier) {
+  KvTierOptions t;
+  t.host_bytes = 1 << 20;  // 64 blocks
+  Start(t);
+  const auto reference = Run("a", 3);
+  for (int s : {50, 90, 130}) Run("evict-" + std::to_string(s), s);
+  const int64_t before = Computed();
+  EXPECT_EQ(Run("a-again", 3), reference);
+  EXPECT_LT(Computed() - before, 16);  // 5 prompt blocks imported; at most the tail computed
+  EXPECT_GE(Hits(kvstore::TierKind::kHost), 4);
+  EXPECT_GE(tiering_->stats().imported_blocks, 4);
+  EXPECT_EQ(tiering_->stats().fetch_failed_blocks, 0);
+  bool saw_host_event = false;
+  for (const auto& e : tiering_->TakeEvents()) saw_host_event |= e.tier() == 1;
+  EXPECT_TRUE(saw_host_event);
+  const std::string text = registry_.Serialize();
+  EXPECT_NE(text.find("strata_kvstore_hits_total{tier=\"host\"}"), std::string::npos);
+  EXPECT_NE(text.find("strata_worker_kv_stage_total{outcome=\"fetch\"}"), std::string::npos);
+}
+
+TEST_F(KvTieringTest, PromptDemotedToDiskIsFetchedBackAndResyncListsIt) {
+  KvTierOptions t;
+  t.host_bytes = 8 * 16384;  // eight blocks: older prompts are demoted to disk
+  t.disk_path = *dir_ + "/disk-" + std::to_string(::getpid());
+  t.disk_bytes = 8 << 20;
+  t.disk_admit_uses = 1;
+  Start(t);
+  const auto reference = Run("a", 3);
+  for (int s : {50, 90, 130, 170}) Run("evict-" + std::to_string(s), s);
+  tiering_->store().Flush();
+  const int64_t before = Computed();
+  EXPECT_EQ(Run("a-again", 3), reference);
+  // At most half of G2 (4 blocks) is fetched in one run: 32 of 41 tokens come from disk.
+  EXPECT_LE(Computed() - before, 41 - 32);
+  EXPECT_GE(Hits(kvstore::TierKind::kDisk), 4);
+  tiering_->Resync();
+  int disk_blocks = 0;
+  for (const auto& e : tiering_->TakeEvents()) disk_blocks += e.tier() == 2;
+  EXPECT_GE(disk_blocks, 5);
+}
+
+TEST_F(KvTieringTest, MismatchedBlockSizeIsRejected) {
+  EngineOptions opts;
+  opts.runner.block_size = 8;
+  opts.runner.num_kv_blocks = 12;
+  auto e = Engine::Create(*dir_ + "/model", opts);
+  ASSERT_TRUE(e.ok());
+  loop_ = std::make_unique<EngineLoop>(std::move(*e));
+  kvstore::HostTierOptions ho;
+  ho.block_bytes = 1000;
+  ho.capacity_bytes = 1 << 20;
+  auto host = kvstore::HostTier::Create(ho);
+  ASSERT_TRUE(host.ok());
+  auto store = kvstore::TieredStore::Create({}, std::move(*host), nullptr, nullptr);
+  ASSERT_TRUE(store.ok());
+  auto t = KvTiering::Create({}, std::move(*store), loop_.get(), nullptr);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::worker

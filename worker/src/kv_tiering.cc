@@ -1,0 +1,269 @@
+#include "kv_tiering.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "strata/common/block_hash.h"
+#include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
+#include "strata/kvstore/disk_tier.h"
+#include "strata/kvstore/host_tier.h"
+#include "strata/kvstore/remote_tier.h"
+
+namespace strata::worker {
+namespace {
+
+v1::KvEvent ToProto(const kvstore::TierEvent& e) {
+  v1::KvEvent out;
+  out.set_kind(e.kind == kvstore::TierEvent::Kind::kStored ? v1::KvEvent::STORED
+                                                           : v1::KvEvent::REMOVED);
+  out.set_hash(e.hash);
+  out.set_parent_hash(e.parent);
+  out.set_tier(static_cast<uint32_t>(e.tier));
+  return out;
+}
+
+}  // namespace
+
+KvTiering::KvTiering(const KvTieringOptions& options, std::unique_ptr<kvstore::TieredStore> store,
+                     EngineLoop* loop)
+    : options_(options), store_(std::move(store)), loop_(loop) {
+  const Engine& e = loop_->engine_for_config();
+  block_size_ = e.block_manager().block_size();
+  hash_seed_ = e.block_hash_seed();
+}
+
+KvTiering::~KvTiering() = default;
+
+absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions& t,
+                                                            const std::string& worker_id,
+                                                            EngineLoop* loop,
+                                                            metrics::Registry* registry) {
+  const size_t block_bytes = loop->engine_for_config().kv_block_bytes();
+  kvstore::HostTierOptions ho;
+  ho.block_bytes = block_bytes;
+  ho.capacity_bytes = t.host_bytes;
+  ho.policy = t.host_policy;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::HostTier> host, kvstore::HostTier::Create(ho));
+  if (!host->pinned()) {
+    STRATA_LOG(Warning) << "the host KV tier could not be page-locked (RLIMIT_MEMLOCK?); "
+                           "serving from unlocked memory";
+  }
+  std::unique_ptr<kvstore::Tier> disk, remote;
+  if (t.disk_bytes > 0) {
+    kvstore::DiskTierOptions d;
+    d.path = t.disk_path;
+    d.block_bytes = block_bytes;
+    d.capacity_bytes = t.disk_bytes;
+    d.policy = t.disk_policy;
+    STRATA_ASSIGN_OR_RETURN(disk, kvstore::DiskTier::Create(d));
+  }
+  if (!t.remote.empty()) {
+    kvstore::RemoteTierOptions r;
+    r.daemons = t.remote;
+    r.block_bytes = block_bytes;
+    r.agent_name = absl::StrCat(worker_id, "-kv");
+    STRATA_ASSIGN_OR_RETURN(remote, kvstore::RemoteTier::Create(r));
+  }
+  kvstore::TieredStoreOptions so;
+  STRATA_ASSIGN_OR_RETURN(so.offload, kvstore::ParseOffloadMode(t.offload));
+  so.disk_admit_min_uses = t.disk_admit_uses;
+  so.demote_to_remote = t.demote_to_remote;
+  so.metrics = registry;
+  STRATA_ASSIGN_OR_RETURN(auto store, kvstore::TieredStore::Create(
+                                          so, std::move(host), std::move(disk), std::move(remote)));
+  return Create(KvTieringOptions{}, std::move(store), loop, registry);
+}
+
+absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Create(
+    const KvTieringOptions& options, std::unique_ptr<kvstore::TieredStore> store, EngineLoop* loop,
+    metrics::Registry* registry) {
+  const size_t block_bytes = loop->engine_for_config().kv_block_bytes();
+  if (store->block_bytes() != block_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("KV tiers hold ", store->block_bytes(),
+                                                   "-byte blocks but the engine's are ",
+                                                   block_bytes, " bytes"));
+  }
+  std::unique_ptr<KvTiering> t(new KvTiering(options, std::move(store), loop));
+  t->Install(registry);
+  return t;
+}
+
+void KvTiering::Install(metrics::Registry* registry) {
+  store_->SetEventListener([this](const kvstore::TierEvent& e) { OnTierEvent(e); });
+  loop_->SetKvEventObserver([this](const KvCacheEvent& e) {
+    absl::MutexLock lock(&mu_);
+    if (e.kind == KvCacheEvent::Kind::kStored) {
+      device_.insert(e.hash);
+    } else {
+      device_.erase(e.hash);
+    }
+  });
+  kvstore::TieredStore* store = store_.get();
+  const Engine::OffloadOn on = store_->offload_mode() == kvstore::OffloadMode::kWriteThrough
+                                   ? Engine::OffloadOn::kCommit
+                                   : Engine::OffloadOn::kEvict;
+  loop_->Post([store, on](Engine& e) {
+    e.SetBlockOffload(on,
+                      [store](BlockHash hash, BlockHash parent, std::span<const std::byte> data) {
+                        absl::Status s = store->Offload({.hash = hash, .parent = parent}, data);
+                        if (!s.ok() && !absl::IsResourceExhausted(s)) {
+                          STRATA_LOG(Warning) << "KV offload to host tier failed: " << s;
+                        }
+                      });
+  });
+  loop_->SetPromptStager(this);
+  if (registry == nullptr) return;
+  auto& counter = registry->CounterOrDie(
+      "strata_worker_kv_stage_total",
+      "Prompts staged against the lower KV tiers, by outcome: none (nothing cached below the "
+      "device), fetch (a run was fetched), recompute (fetching was predicted slower)",
+      {"outcome"});
+  auto& imported = registry->CounterOrDie(
+      "strata_worker_kv_imported_blocks_total",
+      "KV blocks brought from the lower tiers into the engine's prefix cache");
+  for (const char* outcome : {"none", "fetch", "recompute"}) {
+    callbacks_.push_back(counter.AddCallback({outcome}, [this, outcome] {
+      Stats s = stats();
+      if (outcome[0] == 'f') return double(s.fetch_runs);
+      if (outcome[0] == 'r') return double(s.recompute_runs);
+      return double(s.staged - s.fetch_runs - s.recompute_runs);
+    }));
+  }
+  callbacks_.push_back(
+      imported.AddCallback({}, [this] { return double(stats().imported_blocks); }));
+}
+
+void KvTiering::OnTierEvent(const kvstore::TierEvent& e) {
+  absl::MutexLock lock(&mu_);
+  events_.push_back(ToProto(e));
+}
+
+std::vector<v1::KvEvent> KvTiering::TakeEvents() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::KvEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+void KvTiering::Resync() {
+  std::vector<v1::KvEvent> all;
+  for (kvstore::TierKind kind : {kvstore::TierKind::kHost, kvstore::TierKind::kDisk}) {
+    kvstore::Tier* tier = store_->tier(kind);
+    if (tier == nullptr) continue;
+    for (const kvstore::BlockMeta& m : tier->Contents()) {
+      all.push_back(ToProto({.kind = kvstore::TierEvent::Kind::kStored,
+                             .tier = kind,
+                             .hash = m.hash,
+                             .parent = m.parent}));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  events_ = std::move(all);
+}
+
+KvTiering::Stats KvTiering::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+int KvTiering::LeadingInDevice(std::span<const BlockHash> hashes) const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  while (n < static_cast<int>(hashes.size()) && device_.contains(hashes[n])) ++n;
+  return n;
+}
+
+int KvTiering::PlanFetch(const std::vector<kvstore::TierKind>& located) const {
+  double rate = loop_->load().prefill_tokens_per_second;
+  if (rate <= 0) rate = options_.default_prefill_tokens_per_second;
+  const size_t block_bytes = store_->block_bytes();
+  // Per tier, blocks fetched so far in the prefix [0, k); a run from several tiers costs one
+  // fetch call per tier involved.
+  absl::flat_hash_map<int, int64_t> per_tier;
+  int best = 0;
+  double best_saving = 0;
+  for (size_t k = 0; k < located.size(); ++k) {
+    ++per_tier[static_cast<int>(located[k])];
+    double fetch = 0;
+    for (const auto& [tier, blocks] : per_tier) {
+      fetch += store_->cost(static_cast<kvstore::TierKind>(tier)).Seconds(blocks, block_bytes);
+    }
+    const double compute = static_cast<double>((k + 1) * block_size_) / rate;
+    const double saving = compute * options_.fetch_margin - fetch;
+    if (saving > best_saving) {
+      best_saving = saving;
+      best = static_cast<int>(k + 1);
+    }
+  }
+  return best;
+}
+
+void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) {
+  std::vector<BlockHash> hashes = HashBlockChain(hash_seed_, prompt, block_size_);
+  const int device = LeadingInDevice(hashes);
+  store_->NoteUse(std::span<const BlockHash>(hashes.data(), size_t(device)));
+  const std::span<const BlockHash> rest(hashes.data() + device, hashes.size() - device);
+  const std::vector<kvstore::TierKind> located =
+      rest.empty() ? std::vector<kvstore::TierKind>{} : store_->Locate(rest);
+  int plan = located.empty() ? 0 : PlanFetch(located);
+  // Fetched blocks wait in G2 until the engine imports them: a run longer than half of G2 could
+  // push its own head out before the import reads it.
+  const int64_t host_blocks = store_->tier(kvstore::TierKind::kHost)->usage().capacity_bytes /
+                              static_cast<int64_t>(store_->block_bytes());
+  plan = static_cast<int>(std::min<int64_t>(plan, std::max<int64_t>(1, host_blocks / 2)));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.staged;
+    if (!located.empty()) ++(plan > 0 ? stats_.fetch_runs : stats_.recompute_runs);
+  }
+  if (plan == 0) {
+    ready(nullptr);
+    return;
+  }
+  store_->NoteUse(rest.subspan(0, size_t(plan)));
+  const bool all_host =
+      std::all_of(located.begin(), located.begin() + plan,
+                  [](kvstore::TierKind t) { return t == kvstore::TierKind::kHost; });
+  if (all_host) {
+    ready(ImportTask(std::move(hashes), device, plan));
+    return;
+  }
+  std::vector<kvstore::BlockMeta> run;
+  run.reserve(plan);
+  for (int i = 0; i < plan; ++i) {
+    const size_t idx = size_t(device + i);
+    run.push_back({.hash = hashes[idx], .parent = idx == 0 ? kRootBlockHash : hashes[idx - 1]});
+  }
+  auto shared = std::make_shared<std::vector<BlockHash>>(std::move(hashes));
+  store_->Prefetch(std::move(run),
+                   [this, shared, device, plan, ready = std::move(ready)](int n) mutable {
+                     if (n < plan) {
+                       absl::MutexLock lock(&mu_);
+                       stats_.fetch_failed_blocks += plan - n;
+                     }
+                     ready(n > 0 ? ImportTask(std::move(*shared), device, n) : nullptr);
+                   });
+}
+
+EngineTask KvTiering::ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched) {
+  return [this, hashes = std::move(hashes), device_blocks, fetched](Engine& e) {
+    std::vector<Engine::ImportedBlock> blocks;
+    blocks.reserve(fetched);
+    for (int i = 0; i < fetched; ++i) {
+      const size_t idx = size_t(device_blocks + i);
+      blocks.push_back(
+          {.hash = hashes[idx], .parent = idx == 0 ? kRootBlockHash : hashes[idx - 1]});
+    }
+    const std::span<const BlockHash> keep(hashes.data(), size_t(device_blocks));
+    const int n = e.ImportCachedBlocks(keep, blocks, [&](size_t i, std::span<std::byte> dst) {
+      return store_->ReadHost(blocks[i].hash, dst);
+    });
+    absl::MutexLock lock(&mu_);
+    stats_.imported_blocks += n;
+    stats_.fetch_failed_blocks += fetched - n;
+  };
+}
+
+}  // namespace strata::worker

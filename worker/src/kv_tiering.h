@@ -1,0 +1,91 @@
+#pragma once
+// A worker's lower KV tiers (kvstore/): offloads blocks the engine's pool evicts (or commits)
+// into a TieredStore, and stages every prompt before its request is added to the engine: finds
+// the longest cached prefix beyond the engine's own cache across G2/G3/G4, decides per run
+// whether fetching beats recomputing (the tiers' measured fetch cost against the engine's
+// measured prefill rate), fetches asynchronously into G2 and imports the run into the engine's
+// prefix cache right before the request is added.
+//
+// Thread-safety: every public method is thread-safe.
+#include <atomic>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "strata/common/metrics.h"
+#include "strata/engine/engine_loop.h"
+#include "strata/kvstore/tiered_store.h"
+#include "strata/proto/protocol.h"
+#include "strata/worker/worker.h"
+
+namespace strata::worker {
+
+struct KvTieringOptions {
+  kvstore::OffloadMode offload = kvstore::OffloadMode::kWriteBack;
+  // Prefill rate assumed until the engine has measured one (tokens/s).
+  double default_prefill_tokens_per_second = 2000;
+  // Fetch only when it is predicted at least this much faster than recomputing (ratio < 1).
+  double fetch_margin = 0.9;
+};
+
+class KvTiering final : public PromptStager {
+ public:
+  // Wires `store` to the loop's engine (offload hook, cache mirror, stager). Call before the
+  // loop's first request; `loop` and `registry` outlive the tiering.
+  static absl::StatusOr<std::unique_ptr<KvTiering>> Create(
+      const KvTieringOptions& options, std::unique_ptr<kvstore::TieredStore> store,
+      EngineLoop* loop, metrics::Registry* registry);
+  // Builds the tiers `tiers` configures (G2 always; G3 with a disk size; G4 with daemons) and
+  // Create()s on them. `worker_id` names the transport agent of the remote tier.
+  static absl::StatusOr<std::unique_ptr<KvTiering>> Build(const KvTierOptions& tiers,
+                                                          const std::string& worker_id,
+                                                          EngineLoop* loop,
+                                                          metrics::Registry* registry);
+  ~KvTiering() override;
+
+  void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) override;
+
+  // Tier events (G2/G3/G4 stores and removals) since the last call, for the router's index.
+  std::vector<v1::KvEvent> TakeEvents();
+  // Replaces the pending events with one STORED event per block the tiers hold now (after
+  // (re-)registering with a router); G4 contents are the kvstore daemons' to report.
+  void Resync();
+  kvstore::TieredStore& store() { return *store_; }
+
+  struct Stats {
+    int64_t staged = 0;               // prompts staged
+    int64_t fetch_runs = 0;           // prompts that fetched a run from a lower tier
+    int64_t recompute_runs = 0;       // prompts whose lower-tier run was judged cheaper to compute
+    int64_t imported_blocks = 0;      // blocks brought into the engine's prefix cache
+    int64_t fetch_failed_blocks = 0;  // planned blocks that did not arrive (missed/corrupt)
+  };
+  Stats stats() const;
+
+ private:
+  KvTiering(const KvTieringOptions& options, std::unique_ptr<kvstore::TieredStore> store,
+            EngineLoop* loop);
+  void Install(metrics::Registry* registry);
+  int LeadingInDevice(std::span<const BlockHash> hashes) const;
+  // How many of the `located` blocks after the device prefix to fetch (0: recompute them).
+  int PlanFetch(const std::vector<kvstore::TierKind>& located) const;
+  EngineTask ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched);
+  void OnTierEvent(const kvstore::TierEvent& event);
+
+  const KvTieringOptions options_;
+  std::unique_ptr<kvstore::TieredStore> store_;
+  EngineLoop* loop_;
+  int block_size_ = 0;
+  uint64_t hash_seed_ = 0;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<BlockHash> device_ ABSL_GUARDED_BY(mu_);  // mirror of the engine's cache
+  std::vector<v1::KvEvent> events_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<metrics::CallbackHandle> callbacks_;
+};
+
+}  // namespace strata::worker
