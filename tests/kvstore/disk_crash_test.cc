@@ -166,15 +166,16 @@ BlockHash CorruptOneBlobValue(const fs::path& dir, const std::vector<BlockMeta>&
 void ExpectKeepsWorking(DiskTier& tier, uint64_t first) {
   const int64_t evictions_before = tier.stats().evictions;
   for (uint64_t i = first; i < first + kCapacityBlocks + 10; ++i) {
-    ASSERT_TRUE(
-        tier.Put({CrashBlockHash(i), CrashBlockHash(i - 1)}, MakeBlock(CrashBlockHash(i), kBlock))
-            .ok());
+    const absl::Status put =
+        tier.Put({CrashBlockHash(i), CrashBlockHash(i - 1)}, MakeBlock(CrashBlockHash(i), kBlock));
+    ASSERT_TRUE(put.ok()) << "block " << i << ": " << put;
     ASSERT_LE(tier.usage().bytes, tier.usage().capacity_bytes);
   }
   EXPECT_GE(tier.stats().evictions - evictions_before, 10);
   std::vector<std::byte> dst(kBlock);
   for (uint64_t i = first + kCapacityBlocks; i < first + kCapacityBlocks + 10; ++i) {
-    ASSERT_TRUE(tier.Get(CrashBlockHash(i), dst).ok());
+    const absl::Status got = tier.Get(CrashBlockHash(i), dst);
+    ASSERT_TRUE(got.ok()) << "block " << i << ": " << got;
     EXPECT_TRUE(dst == MakeBlock(CrashBlockHash(i), kBlock));
   }
 }
