@@ -1,12 +1,16 @@
 // Prefix-cache hit rate of the eviction policies on a Mooncake trace, against Belady's offline
 // optimum computed on the same access sequence.
 //
-//   kvstore_hit_rate [trace.jsonl] [sizes...]     (default
-//   ../shared/traces/mooncake_conversation.jsonl)
+//   kvstore_hit_rate [--policies=a,b,...] [trace.jsonl] [sizes...]
+//   (default trace ../shared/traces/mooncake_conversation.jsonl; default policies lru, s3-fifo,
+//   arc, w-tinylfu, prefix-tinylfu)
 //
-// Every hash id is one 512-token block. Requests are replayed in file order; each request
-// first counts its longest cached prefix (the blocks an engine could reuse), then accesses all
-// its blocks in order (a hit refreshes, a miss inserts, evicting by the policy when full).
+// Every hash id is one 512-token block; hash ids are prefix-chained, so the parent of
+// hash_ids[j] is hash_ids[j-1] (passed to the policy through InsertChild). Requests are
+// replayed in file order; each request first counts its longest cached prefix (the blocks an
+// engine could reuse: a block counts only if every block before it in the request is cached
+// too), then accesses all its blocks in order (a hit refreshes, a miss inserts, evicting by the
+// policy when full).
 //   block hit rate  = hits / accesses (what Belady's MIN maximizes)
 //   prefix hit rate = sum of cached-prefix lengths / accesses (what saves prefill)
 // Belady: on a miss the block is inserted and, when over capacity, the cached block whose next
@@ -17,13 +21,16 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "strata/kvstore/eviction_policy.h"
 #include "strata/replay/trace.h"
 
@@ -36,8 +43,9 @@ class Cache {
  public:
   virtual ~Cache() = default;
   virtual bool Contains(uint64_t key) const = 0;
-  // Accesses `key` at position `pos` of the trace's access sequence; true on a hit.
-  virtual bool Access(uint64_t key, int64_t pos) = 0;
+  // Accesses `key` (whose prefix parent is `parent`, none for a request's first block) at
+  // position `pos` of the trace's access sequence; true on a hit.
+  virtual bool Access(uint64_t key, std::optional<uint64_t> parent, int64_t pos) = 0;
 };
 
 // A cache of `capacity` blocks run by an EvictionPolicy, the way a tier runs it.
@@ -46,16 +54,16 @@ class PolicyCache final : public Cache {
   PolicyCache(const std::string& policy, int64_t capacity)
       : policy_(std::move(CreateEvictionPolicy(policy, capacity)).value()), capacity_(capacity) {}
   bool Contains(uint64_t key) const override { return present_.contains(key); }
-  bool Access(uint64_t key, int64_t) override {
+  bool Access(uint64_t key, std::optional<uint64_t> parent, int64_t) override {
     if (present_.contains(key)) {
       policy_->Touch(key);
       return true;
     }
-    Insert(key);
+    Insert(key, parent);
     return false;
   }
   // Inserts an absent key (or touches a present one); returns the evicted key if any.
-  std::optional<uint64_t> Insert(uint64_t key) {
+  std::optional<uint64_t> Insert(uint64_t key, std::optional<uint64_t> parent) {
     if (present_.contains(key)) {
       policy_->Touch(key);
       return std::nullopt;
@@ -66,7 +74,11 @@ class PolicyCache final : public Cache {
       policy_->Erase(*evicted);
       present_.erase(*evicted);
     }
-    policy_->Insert(key);
+    if (parent.has_value()) {
+      policy_->InsertChild(key, *parent);
+    } else {
+      policy_->Insert(key);
+    }
     present_.insert(key);
     return evicted;
   }
@@ -82,7 +94,7 @@ class BeladyCache final : public Cache {
   BeladyCache(const std::vector<int64_t>& next_use, int64_t capacity)
       : next_use_(next_use), capacity_(capacity) {}
   bool Contains(uint64_t key) const override { return next_.contains(key); }
-  bool Access(uint64_t key, int64_t pos) override {
+  bool Access(uint64_t key, std::optional<uint64_t>, int64_t pos) override {
     const int64_t nu = next_use_[pos];
     auto it = next_.find(key);
     const bool hit = it != next_.end();
@@ -114,15 +126,20 @@ class TwoLevelCache final : public Cache {
   TwoLevelCache(const std::string& policy, int64_t g1, int64_t g2)
       : g1_("lru", g1), g2_(policy, g2) {}
   bool Contains(uint64_t key) const override { return g1_.Contains(key) || g2_.Contains(key); }
-  bool Access(uint64_t key, int64_t pos) override {
-    if (g1_.Contains(key)) return g1_.Access(key, pos);
+  bool Access(uint64_t key, std::optional<uint64_t> parent, int64_t pos) override {
+    if (parent.has_value()) parent_.insert_or_assign(key, *parent);
+    if (g1_.Contains(key)) return g1_.Access(key, parent, pos);
     const bool g2_hit = g2_.Contains(key);
-    if (g2_hit) g2_.Access(key, pos);  // a G2 read is a use
-    if (std::optional<uint64_t> evicted = g1_.Insert(key)) g2_.Insert(*evicted);  // offload
+    if (g2_hit) g2_.Access(key, parent, pos);  // a G2 read is a use
+    if (std::optional<uint64_t> evicted = g1_.Insert(key, parent)) {  // offload
+      auto p = parent_.find(*evicted);
+      g2_.Insert(*evicted, p == parent_.end() ? std::nullopt : std::optional(p->second));
+    }
     return g2_hit;
   }
 
  private:
+  absl::flat_hash_map<uint64_t, uint64_t> parent_;  // of every key seen
   PolicyCache g1_;
   PolicyCache g2_;
 };
@@ -144,7 +161,11 @@ Result Simulate(Cache& cache, const std::vector<replay::TraceRequest>& trace) {
       if (!cache.Contains(key)) break;
       ++r.prefix_hits;
     }
-    for (uint64_t key : req.block_ids) r.hits += cache.Access(key, r.accesses++);
+    std::optional<uint64_t> parent;
+    for (uint64_t key : req.block_ids) {
+      r.hits += cache.Access(key, parent, r.accesses++);
+      parent = key;
+    }
   }
   return r;
 }
@@ -172,9 +193,19 @@ void PrintRow(const std::string& size, const std::string& policy, const Result& 
 }
 
 int Main(int argc, char** argv) {
-  const std::string path = argc > 1 ? argv[1] : "../shared/traces/mooncake_conversation.jsonl";
+  std::vector<std::string> policies = {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu"};
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], "--policies=")) {
+      policies = absl::StrSplit(std::string(argv[i]).substr(11), ',', absl::SkipEmpty());
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  const std::string path =
+      !args.empty() ? args[0] : "../shared/traces/mooncake_conversation.jsonl";
   std::vector<int64_t> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  for (size_t i = 1; i < args.size(); ++i) sizes.push_back(std::atoll(args[i].c_str()));
   if (sizes.empty()) sizes = {1024, 4096, 16384, 65536};
   absl::StatusOr<std::vector<replay::TraceRequest>> trace = replay::LoadTrace(path);
   if (!trace.ok()) {
@@ -195,7 +226,7 @@ int Main(int argc, char** argv) {
   for (int64_t n : sizes) {
     BeladyCache belady(next_use, n);
     const Result opt = Simulate(belady, *trace);
-    for (const char* policy : {"lru", "s3-fifo", "arc"}) {
+    for (const std::string& policy : policies) {
       PolicyCache cache(policy, n);
       PrintRow(std::to_string(n), policy, Simulate(cache, *trace), opt);
     }
@@ -211,7 +242,7 @@ int Main(int argc, char** argv) {
            {1024, 4096}, {1024, 16384}, {4096, 16384}, {4096, 65536}}) {
     BeladyCache belady(next_use, g1 + g2);
     const Result opt = Simulate(belady, *trace);
-    for (const char* policy : {"lru", "s3-fifo", "arc"}) {
+    for (const std::string& policy : policies) {
       TwoLevelCache cache(policy, g1, g2);
       PrintRow(absl::StrFormat("%d+%d", g1, g2), policy, Simulate(cache, *trace), opt);
     }

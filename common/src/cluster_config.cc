@@ -77,8 +77,10 @@ std::string CheckMegabytes(const int64_t& v) {
 
 // The eviction policies kvstore/ registers (kept in step with docs/kvstore.md).
 std::string CheckPolicy(const std::string& v) {
-  if (v == "lru" || v == "s3-fifo") return "";
-  return absl::StrCat("must be lru or s3-fifo, got '", v, "'");
+  for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu"}) {
+    if (v == known) return "";
+  }
+  return absl::StrCat("must be lru, s3-fifo, arc, w-tinylfu or prefix-tinylfu, got '", v, "'");
 }
 
 std::string CheckOffload(const std::string& v) {

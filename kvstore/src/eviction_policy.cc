@@ -27,6 +27,12 @@ Registry& GetRegistry() {
     r->factories.emplace("arc", internal::NewArcPolicy);
     r->factories.emplace("lru", internal::NewLruPolicy);
     r->factories.emplace("s3-fifo", internal::NewS3FifoPolicy);
+    r->factories.emplace("w-tinylfu", [](int64_t capacity) {
+      return internal::NewTinyLfuPolicy(capacity, internal::TinyLfuOptions{});
+    });
+    r->factories.emplace("prefix-tinylfu", [](int64_t capacity) {
+      return internal::NewTinyLfuPolicy(capacity, internal::TinyLfuOptions{.prefix_aware = true});
+    });
     return r;
   }();
   return *registry;

@@ -215,3 +215,72 @@ TEST(ArcTest, SkipsUnevictableAndFallsBackToOtherList) {
 
 }  // namespace
 }  // namespace strata::kvstore
+
+namespace strata::kvstore {
+namespace {
+
+// W-TinyLFU at capacity 100: a window of 1 block, main of 99.
+TEST(TinyLfuTest, OneHitKeysDoNotDisplaceReusedOnes) {
+  auto p = Make("w-tinylfu", 100);
+  EXPECT_EQ(p->name(), "w-tinylfu");
+  for (BlockHash k = 0; k < 100; ++k) p->Insert(k);  // 99 spill to main, key 99 in window
+  for (BlockHash k = 0; k < 50; ++k) p->Touch(k);    // keys 0..49 are used twice
+  // A new key would need room: the window's key 99 (seen once) duels probation's oldest,
+  // key 50 (seen once); a tie keeps main as it is, so the candidate itself goes.
+  EXPECT_EQ(p->Victim(Any), 99u);
+  p->Erase(99);
+  // A scan of 1000 one-hit keys only churns the window: every reused key stays.
+  for (BlockHash k = 1000; k < 2000; ++k) {
+    p->Insert(k);
+    auto v = p->Victim(Any);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_GE(*v, 50u) << "a reused key was evicted";
+    p->Erase(*v);
+  }
+  EXPECT_EQ(p->size(), 99);
+}
+
+TEST(TinyLfuTest, PopularCandidateEntersMainAndSkipsUnevictable) {
+  auto p = Make("w-tinylfu", 10);  // window 1, main 9
+  for (BlockHash k = 0; k < 10; ++k) p->Insert(k);  // 0..8 in probation, 9 in window
+  for (int i = 0; i < 3; ++i) p->Touch(9);          // window key now more popular
+  // The candidate 9 beats probation's oldest (0); 0 is unevictable, so 1 goes instead.
+  EXPECT_EQ(p->Victim([](BlockHash k) { return k != 0; }), 1u);
+  p->Erase(1);
+  EXPECT_EQ(p->Victim(Any), 0u);  // 0 kept its place at probation's tail
+  EXPECT_EQ(p->Victim([](BlockHash) { return false; }), std::nullopt);
+}
+
+TEST(PrefixTinyLfuTest, EvictsOrphanedDescendantsFirst) {
+  auto p = Make("prefix-tinylfu", 100);
+  EXPECT_EQ(p->name(), "prefix-tinylfu");
+  p->Insert(1);
+  p->InsertChild(2, 1);
+  p->InsertChild(3, 2);
+  p->Insert(10);
+  for (int i = 0; i < 5; ++i) p->Touch(10);
+  p->Erase(1);  // 2 can no longer be part of a cached prefix
+  EXPECT_EQ(p->Victim(Any), 2u);
+  p->Erase(2);  // which orphans 3
+  EXPECT_EQ(p->Victim(Any), 3u);
+  p->Erase(3);
+  p->InsertChild(20, 99);  // parent 99 is not cached: orphan on arrival
+  EXPECT_EQ(p->Victim([](BlockHash k) { return k != 20; }), 10u);
+  EXPECT_EQ(p->Victim(Any), 20u);
+  p->Touch(20);  // used again (its prefix is back): no longer an orphan, now in probation
+  // The ordinary duel: window key 10 (seen 6 times) beats probation's 20 (seen twice).
+  EXPECT_EQ(p->Victim(Any), 20u);
+  p->Erase(20);
+  EXPECT_EQ(p->size(), 1);
+}
+
+TEST(PrefixTinyLfuTest, DefaultInsertChildIgnoresParent) {
+  auto p = Make("lru", 3);
+  p->Insert(1);
+  p->InsertChild(2, 1);
+  p->Erase(1);
+  EXPECT_EQ(p->Victim(Any), 2u);
+}
+
+}  // namespace
+}  // namespace strata::kvstore

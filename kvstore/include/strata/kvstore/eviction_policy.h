@@ -1,5 +1,6 @@
 #pragma once
-// Eviction policies for the KV tiers, selected by name from config ("lru", "s3-fifo").
+// Eviction policies for the KV tiers, selected by name from config ("lru", "s3-fifo", "arc",
+// "w-tinylfu", "prefix-tinylfu").
 //
 // A policy tracks the keys a tier holds and answers "which one goes next". It never owns data
 // and never evicts by itself: the tier calls Victim() when it needs room, skips keys it cannot
@@ -27,6 +28,13 @@ class EvictionPolicy {
 
   // A key entered the tier (it was not tracked).
   virtual void Insert(BlockHash key) = 0;
+  // Like Insert, for a key whose block chain-follows `parent` (the block before it in the
+  // prompt; a block is only reusable while its whole prefix is). Prefix-aware policies use the
+  // link; the default ignores it.
+  virtual void InsertChild(BlockHash key, BlockHash parent) {
+    (void)parent;
+    Insert(key);
+  }
   // A tracked key was used (read hit, or a Put of a present block).
   virtual void Touch(BlockHash key) = 0;
   // A tracked key left the tier (evicted, erased, or found corrupt). No-op if untracked.

@@ -1,0 +1,258 @@
+// "w-tinylfu" and "prefix-tinylfu": W-TinyLFU (Einziger, Friedman & Manes, "TinyLFU: A Highly
+// Efficient Cache Admission Policy", ACM ToS 2017), with an optional prefix-aware rule.
+//
+// Layout: a small LRU *window* (about 1% of capacity) where new keys enter, and a *main* area
+// run as segmented LRU: *probation* (keys not used since they reached main) and *protected*
+// (keys used again, about 80% of main). A count-min sketch estimates how often every key was
+// inserted or touched recently (4-bit counters, halved every sample_factor * capacity uses, so
+// old popularity fades). When the window is full and main is full, the window's oldest key is
+// the *candidate* and probation's oldest key the *main victim*: the candidate enters main only
+// if its estimated frequency is strictly higher, and the loser is the victim. A block used once
+// therefore cannot displace a block used several times, which is what a KV cache of prompts
+// that share system and conversation prefixes needs (most blocks are never used again).
+//
+// Prefix-aware ("prefix-tinylfu"): keys inserted with InsertChild know their parent block. A
+// block is only reusable while its whole prefix is cached, so when a key leaves the tier its
+// cached children become *orphans*, and orphans are evicted (oldest first) before any other
+// key; evicting an orphan orphans its own children in turn. An orphan that is touched (its
+// prefix was recomputed and is present again) goes back to probation.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <list>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "eviction_internal.h"
+
+namespace strata::kvstore::internal {
+namespace {
+
+// Count-min sketch of 4-bit counters (stored in bytes for simplicity) with periodic halving.
+class FrequencySketch {
+ public:
+  FrequencySketch(int64_t capacity, int64_t sample_factor)
+      : sample_size_(std::max<int64_t>(16, sample_factor * capacity)) {
+    uint64_t width = 64;
+    while (width < static_cast<uint64_t>(capacity) * 4) width <<= 1;
+    mask_ = width - 1;
+    table_.assign(kRows * width, 0);
+  }
+
+  // Conservative update: only the smallest of the key's counters grow.
+  void Increment(BlockHash key) {
+    std::array<size_t, kRows> slots = Slots(key);
+    uint8_t low = kMax;
+    for (size_t s : slots) low = std::min(low, table_[s]);
+    if (low < kMax) {
+      for (size_t s : slots) {
+        if (table_[s] == low) ++table_[s];
+      }
+    }
+    if (++additions_ >= sample_size_) Halve();
+  }
+
+  int Estimate(BlockHash key) const {
+    uint8_t low = kMax;
+    for (size_t s : Slots(key)) low = std::min(low, table_[s]);
+    return low;
+  }
+
+ private:
+  static constexpr int kRows = 4;
+  static constexpr uint8_t kMax = 15;
+
+  static uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+
+  std::array<size_t, kRows> Slots(BlockHash key) const {
+    std::array<size_t, kRows> slots;
+    for (int row = 0; row < kRows; ++row) {
+      const uint64_t h = Mix(key + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(row + 1));
+      slots[row] = static_cast<size_t>(row) * (mask_ + 1) + (h & mask_);
+    }
+    return slots;
+  }
+
+  void Halve() {
+    for (uint8_t& c : table_) c >>= 1;
+    additions_ /= 2;
+  }
+
+  std::vector<uint8_t> table_;
+  uint64_t mask_ = 0;
+  int64_t additions_ = 0;
+  int64_t sample_size_;
+};
+
+enum class Queue : uint8_t { kWindow, kProbation, kProtected, kOrphan };
+
+class TinyLfuPolicy final : public EvictionPolicy {
+ public:
+  TinyLfuPolicy(int64_t capacity, const TinyLfuOptions& options)
+      : prefix_aware_(options.prefix_aware), sketch_(capacity, options.sample_factor) {
+    window_cap_ = std::clamp<int64_t>(
+        static_cast<int64_t>(std::llround(options.window_fraction * capacity)), 1, capacity);
+    main_cap_ = capacity - window_cap_;
+    protected_cap_ = static_cast<int64_t>(options.protected_fraction * main_cap_);
+  }
+
+  std::string_view name() const override {
+    return prefix_aware_ ? "prefix-tinylfu" : "w-tinylfu";
+  }
+
+  void Insert(BlockHash key) override { Add(key, std::nullopt); }
+  void InsertChild(BlockHash key, BlockHash parent) override { Add(key, parent); }
+
+  void Touch(BlockHash key) override {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    sketch_.Increment(key);
+    switch (it->second.queue) {
+      case Queue::kWindow:
+      case Queue::kProtected:
+        MoveTo(it->second, it->second.queue);
+        break;
+      case Queue::kProbation:
+        MoveTo(it->second, Queue::kProtected);
+        if (static_cast<int64_t>(protected_.size()) > protected_cap_) {
+          MoveTo(entries_.at(protected_.back()), Queue::kProbation);
+        }
+        break;
+      case Queue::kOrphan:
+        MoveTo(it->second, Queue::kProbation);
+        break;
+    }
+  }
+
+  void Erase(BlockHash key) override {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    Entry entry = it->second;
+    ListOf(entry.queue).erase(entry.pos);
+    entries_.erase(it);
+    if (!prefix_aware_) return;
+    if (entry.parent.has_value()) {
+      auto siblings = children_.find(*entry.parent);
+      if (siblings != children_.end()) {
+        siblings->second.erase(key);
+        if (siblings->second.empty()) children_.erase(siblings);
+      }
+    }
+    auto kids = children_.find(key);
+    if (kids == children_.end()) return;
+    for (BlockHash child : kids->second) {
+      Entry& e = entries_.at(child);
+      if (e.queue != Queue::kOrphan) MoveTo(e, Queue::kOrphan);
+    }
+  }
+
+  std::optional<BlockHash> Victim(const std::function<bool(BlockHash)>& evictable) override {
+    if (prefix_aware_) {
+      if (auto orphan = Oldest(orphan_, evictable)) return orphan;
+    }
+    std::optional<BlockHash> from_main = MainVictim(evictable);
+    const bool window_full = static_cast<int64_t>(window_.size()) >= window_cap_;
+    if (!window_full && from_main.has_value()) return from_main;
+    std::optional<BlockHash> candidate = Oldest(window_, evictable);
+    if (!candidate.has_value() || !from_main.has_value()) {
+      return candidate.has_value() ? candidate : from_main;
+    }
+    // The admission duel: the candidate moves to main only if it is strictly more popular.
+    if (sketch_.Estimate(*candidate) > sketch_.Estimate(*from_main)) {
+      MoveTo(entries_.at(*candidate), Queue::kProbation);
+      return from_main;
+    }
+    return candidate;
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(entries_.size()); }
+
+ private:
+  struct Entry {
+    Queue queue;
+    std::list<BlockHash>::iterator pos;
+    std::optional<BlockHash> parent;
+  };
+
+  std::list<BlockHash>& ListOf(Queue q) {
+    switch (q) {
+      case Queue::kWindow:
+        return window_;
+      case Queue::kProbation:
+        return probation_;
+      case Queue::kProtected:
+        return protected_;
+      case Queue::kOrphan:
+        break;
+    }
+    return orphan_;
+  }
+
+  // Moves the entry to the most recent end of `to` (iterators survive splice).
+  void MoveTo(Entry& entry, Queue to) {
+    std::list<BlockHash>& dst = ListOf(to);
+    dst.splice(dst.begin(), ListOf(entry.queue), entry.pos);
+    entry.queue = to;
+  }
+
+  void Add(BlockHash key, std::optional<BlockHash> parent) {
+    if (entries_.contains(key)) return Touch(key);
+    sketch_.Increment(key);
+    Queue queue = Queue::kWindow;
+    if (prefix_aware_ && parent.has_value()) {
+      children_[*parent].insert(key);
+      if (!entries_.contains(*parent)) queue = Queue::kOrphan;  // its prefix is already gone
+    } else {
+      parent.reset();
+    }
+    std::list<BlockHash>& dst = ListOf(queue);
+    dst.push_front(key);
+    entries_.emplace(key, Entry{queue, dst.begin(), parent});
+    // While main has room (warm-up, or after explicit erases) the window spills into it freely.
+    while (static_cast<int64_t>(window_.size()) > window_cap_ &&
+           static_cast<int64_t>(probation_.size() + protected_.size()) < main_cap_) {
+      MoveTo(entries_.at(window_.back()), Queue::kProbation);
+    }
+  }
+
+  static std::optional<BlockHash> Oldest(const std::list<BlockHash>& list,
+                                         const std::function<bool(BlockHash)>& evictable) {
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+      if (evictable(*it)) return *it;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<BlockHash> MainVictim(const std::function<bool(BlockHash)>& evictable) {
+    if (auto v = Oldest(probation_, evictable)) return v;
+    return Oldest(protected_, evictable);
+  }
+
+  const bool prefix_aware_;
+  int64_t window_cap_ = 1;
+  int64_t main_cap_ = 0;
+  int64_t protected_cap_ = 0;
+  FrequencySketch sketch_;
+  std::list<BlockHash> window_, probation_, protected_, orphan_;
+  absl::flat_hash_map<BlockHash, Entry> entries_;
+  // Cached children of every parent that has any (prefix-aware only); kept while the parent
+  // is absent, so a child inserted after its parent left is still found.
+  absl::flat_hash_map<BlockHash, absl::flat_hash_set<BlockHash>> children_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewTinyLfuPolicy(int64_t capacity_blocks,
+                                                 const TinyLfuOptions& options) {
+  return std::make_unique<TinyLfuPolicy>(capacity_blocks, options);
+}
+
+}  // namespace strata::kvstore::internal
