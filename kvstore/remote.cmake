@@ -7,13 +7,3 @@ strata_cc_library(NAME kvstore_remote
   DEPS strata::kvstore strata::transport strata::proto strata::http strata::common
        absl::status absl::statusor absl::synchronization absl::flat_hash_map absl::strings
        absl::time PkgConfig::XXHASH)
-# `strata kvstore` (cli/src/cmd_kvstore.cc) needs this library in the `strata` binary, which is
-# defined later (cli/); link it once the whole tree is configured.
-if(NOT COMMAND strata_link_kvstore_remote)
-  function(strata_link_kvstore_remote)
-    if(TARGET strata)
-      target_link_libraries(strata PRIVATE strata::kvstore_remote)
-    endif()
-  endfunction()
-endif()
-cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL strata_link_kvstore_remote)
