@@ -44,6 +44,20 @@ def tier_metric(port, name, tier):
     return cu.metric(port, name, {"tier": tier})
 
 
+def wait_settled(port, tier, at_least, timeout=60):
+    """Waits until a tier holds at least `at_least` blocks and stopped growing (demotions are
+    asynchronous: a loaded machine may still be writing them)."""
+    deadline = time.time() + timeout
+    last = -1
+    while time.time() < deadline:
+        now = tier_metric(port, "strata_kvstore_usage_blocks", tier)
+        if now >= at_least and now == last:
+            return
+        last = now
+        time.sleep(0.5)
+    raise AssertionError(f"{tier} tier did not settle at >= {at_least} blocks (last {last})")
+
+
 class KvTierTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -132,12 +146,12 @@ class KvTierTest(unittest.TestCase):
 
         # G3: enough other prompts to push it out of G2 too (demoted to G3 and G4).
         self.flush_down([2, 3, 4, 5])
-        cu.wait_until(lambda: tier_metric(self.prefill.http, "strata_kvstore_usage_blocks",
-                                          "disk") >= 32, timeout=10)
+        wait_settled(self.prefill.http, "disk", 32)
         self.served_from(self.prefill, "disk", reference)
 
         # G4: another prefill worker with empty G1-G3 reads the daemon's copy.
         self.flush_down([6, 7, 8, 9])
+        wait_settled(self.kv_http, "remote", 64)
         other = self.start_prefill("prefill-1")
         self.prefill.stop()
         assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
