@@ -98,20 +98,6 @@ absl::Status Validate(const ReplayFlags& f) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const ReplayFlags& f) {
-  if (f.format == "auto") return LoadTrace(f.trace);
-  absl::StatusOr<TraceFormat> format = ParseTraceFormatName(f.format);
-  if (!format.ok()) return format.status();
-  std::ifstream in(f.trace, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", f.trace));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<std::vector<TraceRequest>> parsed = ParseTrace(*format, text);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.trace, ": ", parsed.status().message()));
-  }
-  return parsed;
-}
-
 // Everything a replay at one speedup needs, prepared once.
 struct Plan {
   std::vector<TraceRequest> trace;  // Output-clipped, not yet windowed.
@@ -131,7 +117,7 @@ void ClipOutputs(std::vector<TraceRequest>& trace, int max_output_tokens) {
 
 absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   Plan plan;
-  absl::StatusOr<std::vector<TraceRequest>> trace = ReadTrace(f);
+  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(f.trace, f.format);
   if (!trace.ok()) return trace.status();
   plan.trace = *std::move(trace);
   ClipOutputs(plan.trace, f.max_output_tokens);
@@ -142,11 +128,13 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   int vocab = f.vocab_size > 0 ? f.vocab_size : info->vocab_size;
   if (vocab <= 0) {
     vocab = kFallbackVocab;
-    std::fprintf(stderr, "strata replay: the server does not report its vocabulary size; "
-                         "drawing token ids from [0, %d) (set --vocab-size)\n", vocab);
+    std::fprintf(stderr,
+                 "strata replay: the server does not report its vocabulary size; "
+                 "drawing token ids from [0, %d) (set --vocab-size)\n",
+                 vocab);
   }
-  auto prompts = PromptSynthesizer::Create(vocab, {}, static_cast<uint64_t>(f.seed),
-                                           f.system_prompt_tokens);
+  auto prompts =
+      PromptSynthesizer::Create(vocab, {}, static_cast<uint64_t>(f.seed), f.system_prompt_tokens);
   if (!prompts.ok()) return prompts.status();
   plan.prompts.emplace(*std::move(prompts));
   plan.options.start_s = f.start;
@@ -166,7 +154,10 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
 class ProgressLine {
  public:
   ProgressLine(int64_t total, SloSpec slo, bool quiet)
-      : total_(total), slo_(slo), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1),
+      : total_(total),
+        slo_(slo),
+        quiet_(quiet),
+        tty_(isatty(STDERR_FILENO) == 1),
         start_(std::chrono::steady_clock::now()) {}
 
   void Update(const ReplayProgress& p, const std::vector<const RequestResult*>& finished) {
@@ -176,10 +167,12 @@ class ProgressLine {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (quiet_ || (!tty_ && elapsed - last_print_ < 5.0 && done < total_)) return;
     last_print_ = elapsed;
-    std::fprintf(stderr, "%s[replay] %6.1fs  sent %lld/%lld  done %lld  errors %lld  "
-                 "attainment %s%s", tty_ ? "\r" : "", elapsed,
-                 static_cast<long long>(p.sent.load()), static_cast<long long>(total_),
-                 static_cast<long long>(done), static_cast<long long>(p.errors.load()),
+    std::fprintf(stderr,
+                 "%s[replay] %6.1fs  sent %lld/%lld  done %lld  errors %lld  "
+                 "attainment %s%s",
+                 tty_ ? "\r" : "", elapsed, static_cast<long long>(p.sent.load()),
+                 static_cast<long long>(total_), static_cast<long long>(done),
+                 static_cast<long long>(p.errors.load()),
                  done > 0 ? absl::StrFormat("%.1f%%", 100.0 * met_ / done).c_str() : "-",
                  tty_ ? "   " : "\n");
     std::fflush(stderr);
@@ -281,10 +274,11 @@ int GoodputMain(const ReplayFlags& f, Plan& plan) {
 
 int RunReplay(const Args& args) {
   ReplayFlags f;
-  ArgParser p("strata replay --trace FILE --url URL [--format F] [--speedup X] [--start S] "
-              "[--duration D] [--max-requests N] [--slo-ttft S] [--slo-tpot S] [--out DIR]",
-              "Replay a request trace open-loop against an OpenAI-compatible server and report\n"
-              "TTFT/TPOT percentiles, SLO attainment and goodput (see docs/replay.md).");
+  ArgParser p(
+      "strata replay --trace FILE --url URL [--format F] [--speedup X] [--start S] "
+      "[--duration D] [--max-requests N] [--slo-ttft S] [--slo-tpot S] [--out DIR]",
+      "Replay a request trace open-loop against an OpenAI-compatible server and report\n"
+      "TTFT/TPOT percentiles, SLO attainment and goodput (see docs/replay.md).");
   AddFlags(p, f);
   if (auto st = p.Parse(args); !st.ok()) return Fail("replay", std::string(st.message()), 2);
   if (p.help_requested()) {

@@ -29,8 +29,6 @@ namespace {
 
 using namespace strata::replay;  // NOLINT: this file is about traces and their reports.
 
-constexpr char kDefaultProfile[] = "deploy/profiles/tiny-llama-cpu.json";
-
 // Flags shared by `sim` and `plan`: the trace, its window, the profile, the SLO and routing.
 struct CommonFlags {
   std::string trace, format = "auto", profile, policy, clip = "truncate";
@@ -47,7 +45,8 @@ void AddCommonFlags(ArgParser& p, CommonFlags& f) {
   p.AddString("--format", &f.format, "mooncake | azure | burstgpt | strata | auto");
   p.AddString(
       "--profile", &f.profile,
-      absl::StrCat("worker profile (latency models, KV capacity); default ", kDefaultProfile));
+      "worker profile (latency models, KV capacity); default: $STRATA_PROFILE, else the shipped "
+      "tiny-llama-cpu.json (as `strata router`)");
   p.AddString("--policy", &f.policy, "routing policy (router --policy names)");
   p.AddDouble("--start", &f.start, "window start, seconds of trace time");
   p.AddDouble("--duration", &f.duration, "window length, seconds of trace time; 0 = to the end");
@@ -96,29 +95,6 @@ absl::Status ValidateCommon(const CommonFlags& f) {
   return absl::OkStatus();
 }
 
-// The default profile, from the working directory or else from this source tree.
-std::string ResolveProfile(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  if (std::filesystem::exists(kDefaultProfile)) return kDefaultProfile;
-  const std::filesystem::path here = std::filesystem::path(__FILE__).parent_path();
-  const std::filesystem::path in_tree = here / ".." / ".." / kDefaultProfile;
-  return std::filesystem::exists(in_tree) ? in_tree.lexically_normal().string() : kDefaultProfile;
-}
-
-absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const CommonFlags& f) {
-  if (f.format == "auto") return LoadTrace(f.trace);
-  absl::StatusOr<TraceFormat> format = ParseTraceFormatName(f.format);
-  if (!format.ok()) return format.status();
-  std::ifstream in(f.trace, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", f.trace));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<std::vector<TraceRequest>> parsed = ParseTrace(*format, text);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.trace, ": ", parsed.status().message()));
-  }
-  return parsed;
-}
-
 // Everything a run needs, prepared once: the trace (outputs clipped), its window, the options.
 struct Setup {
   std::vector<TraceRequest> trace;
@@ -130,7 +106,7 @@ struct Setup {
 absl::StatusOr<Setup> Prepare(const CommonFlags& f, const std::string& default_policy) {
   Setup s;
   absl::StatusOr<router::WorkerProfile> profile =
-      router::WorkerProfile::Load(ResolveProfile(f.profile));
+      router::WorkerProfile::Load(f.profile.empty() ? router::DefaultProfilePath() : f.profile);
   if (!profile.ok()) return absl::InvalidArgumentError(profile.status().message());
   s.options.profile = *std::move(profile);
   if (f.kv_blocks > 0) s.options.profile.num_kv_blocks = f.kv_blocks;
@@ -146,7 +122,7 @@ absl::StatusOr<Setup> Prepare(const CommonFlags& f, const std::string& default_p
   s.options.seed = static_cast<uint64_t>(f.seed);
   s.options.heartbeat_interval_s = f.heartbeat;
   s.options.max_batch_tokens = f.max_batch_tokens;
-  absl::StatusOr<std::vector<TraceRequest>> trace = ReadTrace(f);
+  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(f.trace, f.format);
   if (!trace.ok()) return trace.status();
   s.trace = *std::move(trace);
   for (TraceRequest& r : s.trace) {  // at least one output token: a request without one has no TTFT

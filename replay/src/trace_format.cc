@@ -99,8 +99,20 @@ absl::StatusOr<TraceFormat> DetectTraceFormat(std::string_view path_std,
 }
 
 absl::StatusOr<std::vector<TraceRequest>> LoadTrace(const std::string& path, ParseReport* report) {
+  return LoadTrace(path, "auto", report);
+}
+
+absl::StatusOr<std::vector<TraceRequest>> LoadTrace(const std::string& path,
+                                                    std::string_view format_name,
+                                                    ParseReport* report) {
+  TraceFormat format = TraceFormat::kMooncake;
+  if (format_name != "auto") {
+    STRATA_ASSIGN_OR_RETURN(format, ParseTraceFormatName(format_name));
+  }
   STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  STRATA_ASSIGN_OR_RETURN(TraceFormat format, DetectTraceFormat(path, text));
+  if (format_name == "auto") {
+    STRATA_ASSIGN_OR_RETURN(format, DetectTraceFormat(path, text));
+  }
   absl::StatusOr<std::vector<TraceRequest>> requests = ParseTrace(format, text, report);
   if (!requests.ok()) {
     return absl::Status(requests.status().code(),

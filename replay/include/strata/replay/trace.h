@@ -103,6 +103,11 @@ absl::StatusOr<TraceFormat> DetectTraceFormat(std::string_view path, std::string
 // Reads `path`, detects its format and parses it. Errors name the path.
 absl::StatusOr<std::vector<TraceRequest>> LoadTrace(const std::string& path,
                                                     ParseReport* report = nullptr);
+// Reads `path` in the named format (ParseTraceFormatName), or detects it for "auto". Errors
+// name the path.
+absl::StatusOr<std::vector<TraceRequest>> LoadTrace(const std::string& path,
+                                                    std::string_view format_name,
+                                                    ParseReport* report = nullptr);
 
 // One strata-format JSONL line (no trailing newline) for `request`; block_hashes and prompt
 // are written only when non-empty. ParseStrataJsonl reads it back exactly (arrival_s is
