@@ -122,7 +122,10 @@ cmd_check_runtime_libs() {
     [ -f "$file" ] || die "$file does not exist (build it first)"
     case "$(basename "$file")" in libstrata_cuda.so) variant=cuda ;; esac
   done
-  mapfile -t allowed < <(packages "$variant")
+  # A set, not a `printf | grep -q` pipeline: under pipefail that fails at random when grep
+  # exits before printf has written everything (SIGPIPE), seen as a flaky "does not install".
+  declare -A allowed=()
+  while IFS= read -r pkg; do allowed["$pkg"]=1; done < <(packages "$variant")
   mapfile -t libs < <(for file in "$@"; do loaded_libs "$file"; done | sort -u)
   [ "${#libs[@]}" -gt 0 ] || die "found no libraries (is ldd working?)"
   # One dpkg-query for every candidate path: "package:arch: path" per path it knows.
@@ -143,7 +146,7 @@ cmd_check_runtime_libs() {
     esac
     if [ -z "$pkg" ]; then
       echo "build_image: $lib belongs to no package" >&2; failed=1
-    elif ! printf '%s\n' "${allowed[@]}" | grep -qx "$pkg"; then
+    elif [ -z "${allowed[$pkg]:-}" ]; then
       echo "build_image: $lib comes from $pkg, which the $variant runtime image does not" \
            "install (add it to deploy/docker/runtime-packages*.txt)" >&2
       failed=1
