@@ -35,6 +35,7 @@ constexpr int kFallbackVocab = 1024;
 
 struct ReplayFlags {
   std::string trace, format = "auto", url, model, api_key, out, clip = "truncate";
+  std::string prompt_source = "auto";
   double speedup = 1, start = 0, duration = 0, slo_ttft = 2.0, slo_tpot = 0.1;
   double timeout = 600, target = 0.9;
   long long max_requests = 0, seed = 0;
@@ -64,6 +65,8 @@ void AddFlags(ArgParser& p, ReplayFlags& f) {
   p.AddInt("--system-prompt-tokens", &f.system_prompt_tokens,
            "shared system prompt for traces without block ids (Azure, BurstGPT)");
   p.AddInt64("--seed", &f.seed, "prompt synthesis seed");
+  p.AddString("--prompt-source", &f.prompt_source,
+              "auto (the trace's prompt text where it has one, else token ids) | tokens | text");
   p.AddDouble("--timeout", &f.timeout, "per-request timeout, seconds");
   p.AddInt("--threads", &f.threads, "I/O threads");
   p.AddBool("--find-goodput", &f.find_goodput,
@@ -91,6 +94,9 @@ absl::Status Validate(const ReplayFlags& f) {
   }
   if (f.clip != "truncate" && f.clip != "skip") {
     return absl::InvalidArgumentError("--clip must be truncate or skip");
+  }
+  if (absl::StatusOr<PromptSource> source = ParsePromptSource(f.prompt_source); !source.ok()) {
+    return source.status();
   }
   if (!(f.timeout > 0) || f.threads < 1 || !(f.target > 0 && f.target <= 1)) {
     return absl::InvalidArgumentError("--timeout > 0, --threads >= 1, --target in (0, 1]");
@@ -143,7 +149,8 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   plan.options.max_model_len = f.max_model_len > 0 ? f.max_model_len : info->max_model_len;
   plan.options.clip_policy = f.clip == "skip" ? ClipPolicy::kSkip : ClipPolicy::kTruncateInput;
   absl::StatusOr<std::unique_ptr<Replayer>> replayer = Replayer::Create(
-      {*url, f.model.empty() ? info->id : f.model, f.api_key, f.threads, f.timeout});
+      {*url, f.model.empty() ? info->id : f.model, f.api_key, f.threads, f.timeout,
+       *ParsePromptSource(f.prompt_source)});
   if (!replayer.ok()) return replayer.status();
   plan.replayer = *std::move(replayer);
   plan.slo = {f.slo_ttft, f.slo_tpot};

@@ -152,8 +152,10 @@ absl::StatusOr<std::unique_ptr<Replayer>> Replayer::Create(ReplayOptions options
 
 Replayer::~Replayer() = default;
 
-std::string Replayer::RequestBody(const std::string& model, const std::vector<int32_t>& prompt,
-                                  int32_t max_tokens) {
+namespace {
+
+template <typename Prompt>
+std::string CompletionBody(const std::string& model, const Prompt& prompt, int32_t max_tokens) {
   nlohmann::ordered_json body;
   body["model"] = model;
   body["prompt"] = prompt;
@@ -165,12 +167,33 @@ std::string Replayer::RequestBody(const std::string& model, const std::vector<in
   return body.dump();
 }
 
+}  // namespace
+
+std::string Replayer::RequestBody(const std::string& model, const std::vector<int32_t>& prompt,
+                                  int32_t max_tokens) {
+  return CompletionBody(model, prompt, max_tokens);
+}
+
+std::string Replayer::RequestBody(const std::string& model, const std::string& prompt_text,
+                                  int32_t max_tokens) {
+  return CompletionBody(model, prompt_text, max_tokens);
+}
+
+absl::StatusOr<PromptSource> ParsePromptSource(std::string_view name) {
+  if (name == "auto") return PromptSource::kAuto;
+  if (name == "tokens") return PromptSource::kTokens;
+  if (name == "text") return PromptSource::kText;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown prompt source '", std::string(name), "' (expected auto, tokens or text)"));
+}
+
 namespace {
 
 // State shared by the dispatcher, the sessions and Run's reporting loop for one run.
 struct RunState {
   const std::vector<TraceRequest>* requests;
   const PromptSynthesizer* prompts;
+  PromptSource prompt_source = PromptSource::kAuto;
   std::string model;
   internal::StreamSession::Target target;
   std::vector<RequestResult> results;
@@ -191,21 +214,34 @@ void OnRequestDone(RunState* s, int64_t i) {
   s->cv.notify_one();
 }
 
+bool SendsText(PromptSource source, const TraceRequest& req) {
+  return source == PromptSource::kText || (source == PromptSource::kAuto && !req.prompt.empty());
+}
+
+// The request body: the trace's text or synthesized token ids (per s->prompt_source).
+absl::StatusOr<std::string> BodyFor(const RunState* s, const TraceRequest& req, int64_t i) {
+  if (SendsText(s->prompt_source, req)) {
+    return Replayer::RequestBody(s->model, req.prompt, req.output_tokens);
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt = s->prompts->Synthesize(req, i);
+  if (!prompt.ok()) return prompt.status();
+  return Replayer::RequestBody(s->model, *prompt, req.output_tokens);
+}
+
 void Launch(asio::io_context& ioc, RunState* s, int64_t i) {
   const TraceRequest& req = (*s->requests)[i];
   s->progress.sent.fetch_add(1);
-  absl::StatusOr<std::vector<int32_t>> prompt = s->prompts->Synthesize(req, i);
-  if (!prompt.ok()) {  // Checked up front in Run; kept as a per-request error, never a crash.
+  absl::StatusOr<std::string> body = BodyFor(s, req, i);
+  if (!body.ok()) {  // Checked up front in Run; kept as a per-request error, never a crash.
     RequestResult& r = s->results[i];
     r.send_s = internal::SecondsSince(s->origin);
     r.error = ErrorKind::kConnect;
     r.error_type = "prompt_error";
-    r.error_message = std::string(prompt.status().message());
+    r.error_message = std::string(body.status().message());
     return OnRequestDone(s, i);
   }
   auto session = std::make_shared<internal::StreamSession>(
-      asio::make_strand(ioc), &s->target,
-      Replayer::RequestBody(s->model, *prompt, req.output_tokens), &s->results[i], s->origin,
+      asio::make_strand(ioc), &s->target, *std::move(body), &s->results[i], s->origin,
       [s, i] { OnRequestDone(s, i); });
   session->Start();
 }
@@ -222,9 +258,15 @@ void Dispatch(asio::io_context& ioc, asio::steady_timer& timer, RunState* s, siz
   timer.async_wait([&ioc, &timer, s, next](beast::error_code) { Dispatch(ioc, timer, s, next); });
 }
 
-absl::Status CheckRequests(const std::vector<TraceRequest>& requests) {
+absl::Status CheckRequests(const std::vector<TraceRequest>& requests, PromptSource source) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const TraceRequest& r = requests[i];
+    if (source == PromptSource::kText && r.prompt.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", i, " (trace line ", r.line,
+          ") has no prompt text; prompt source 'text' needs a trace with a prompt on every line "
+          "(a clipped input loses its text)"));
+    }
     if (i > 0 && r.arrival_s < requests[i - 1].arrival_s) {
       return absl::InvalidArgumentError(absl::StrCat("request ", i, ": arrivals not sorted"));
     }
@@ -245,12 +287,13 @@ absl::StatusOr<std::vector<RequestResult>> Replayer::Run(const std::vector<Trace
                                                          const PromptSynthesizer& prompts,
                                                          const ProgressCallback& on_progress,
                                                          double progress_interval_s) {
-  if (absl::Status st = CheckRequests(requests); !st.ok()) return st;
+  if (absl::Status st = CheckRequests(requests, options_.prompt_source); !st.ok()) return st;
   RaiseOpenFileLimit();
   asio::io_context ioc(options_.io_threads);
   RunState s;
   s.requests = &requests;
   s.prompts = &prompts;
+  s.prompt_source = options_.prompt_source;
   s.model = options_.model;
   beast::error_code ec;
   s.target.endpoints = tcp::resolver(ioc).resolve(options_.url.host, options_.url.port, ec);

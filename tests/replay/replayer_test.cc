@@ -134,8 +134,10 @@ int MaxTokens(const std::string& body) {
 
 PromptSynthesizer Prompts() { return *PromptSynthesizer::Create(1024, {}, 7); }
 
-std::unique_ptr<Replayer> MakeReplayer(int port, double timeout_s = 10, std::string key = "") {
+std::unique_ptr<Replayer> MakeReplayer(int port, double timeout_s = 10, std::string key = "",
+                                       PromptSource source = PromptSource::kAuto) {
   ReplayOptions o;
+  o.prompt_source = source;
   o.url = *ParseServerUrl("http://127.0.0.1:" + std::to_string(port) + "/v1");
   o.model = "m";
   o.api_key = std::move(key);
@@ -211,6 +213,52 @@ TEST(ReplayerTest, MeasuresTtftGapsAndUsageAndSendsTheOpenAiBody) {
   EXPECT_EQ(body["prompt"].get<std::vector<int32_t>>(), *prompts.Synthesize(Req(0, 3), 0));
   EXPECT_THAT(server.heads().at(0), HasSubstr("POST /v1/completions HTTP/1.1"));
   EXPECT_THAT(server.heads().at(0), HasSubstr("Authorization: Bearer sk-test"));
+}
+
+// A request that carries prompt text (a recording made with text) sends that text under
+// kAuto and kText; kTokens and requests without text send synthesized ids.
+TEST(ReplayerTest, PromptSourceChoosesTextOrTokenIds) {
+  FakeServer server([](int fd, const std::string&, const std::string&) { StreamWithDelays(fd); });
+  TraceRequest with_text = Req(0, 3);
+  with_text.prompt = "Hello there, \"quoted\" text";
+  const TraceRequest without_text = Req(0, 3);
+  PromptSynthesizer prompts = Prompts();
+  for (PromptSource source : {PromptSource::kAuto, PromptSource::kTokens}) {
+    auto replayer = MakeReplayer(server.port(), 10, "", source);
+    auto results = replayer->Run({with_text, without_text}, prompts);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_TRUE((*results)[0].ok() && (*results)[1].ok());
+  }
+  std::vector<nlohmann::json> bodies;
+  for (const std::string& b : server.bodies()) bodies.push_back(nlohmann::json::parse(b));
+  ASSERT_EQ(bodies.size(), 4u);
+  // Unique prompts depend on the request's position: index 0 (with_text under kTokens) and
+  // index 1 (without_text, under both sources).
+  const std::vector<int32_t> ids0 = *prompts.Synthesize(with_text, 0);
+  const std::vector<int32_t> ids1 = *prompts.Synthesize(without_text, 1);
+  int text = 0, as_ids0 = 0, as_ids1 = 0;
+  for (const nlohmann::json& b : bodies) {
+    if (b["prompt"].is_string()) {
+      EXPECT_EQ(b["prompt"], with_text.prompt);
+      ++text;
+      continue;
+    }
+    const auto ids = b["prompt"].get<std::vector<int32_t>>();
+    as_ids0 += ids == ids0 ? 1 : 0;
+    as_ids1 += ids == ids1 ? 1 : 0;
+  }
+  EXPECT_EQ(text, 1);     // kAuto's first request.
+  EXPECT_EQ(as_ids0, 1);  // kTokens' first request.
+  EXPECT_EQ(as_ids1, 2);  // The request without text, under both.
+
+  auto text_only = MakeReplayer(server.port(), 10, "", PromptSource::kText);
+  auto refused = text_only->Run({with_text, without_text}, prompts);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("request 1"));
+  EXPECT_EQ(server.bodies().size(), 4u) << "nothing is sent when the check fails";
+  EXPECT_EQ(*ParsePromptSource("text"), PromptSource::kText);
+  EXPECT_FALSE(ParsePromptSource("words").ok());
 }
 
 // Scenarios by max_tokens: 1 = 429 with an OpenAI error, 2 = 500 with a non-JSON body,

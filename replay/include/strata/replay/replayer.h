@@ -8,7 +8,8 @@
 //   {"model", "prompt": [token ids], "max_tokens": output_tokens, "ignore_eos": true,
 //    "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}
 // and optionally `Authorization: Bearer <api_key>`. Prompts come from a PromptSynthesizer and are
-// built at send time (a trace of 12k-token prompts does not fit in memory all at once).
+// built at send time (a trace of 12k-token prompts does not fit in memory all at once), or are
+// the trace's own prompt text ("prompt": "...") per ReplayOptions::prompt_source.
 //
 // All sockets are asynchronous (Boost.Asio) and served by a small fixed pool of threads, so many
 // thousands of streams can be in flight at once; the open-file limit is raised to its hard
@@ -84,12 +85,25 @@ struct ModelInfo {
 absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string& api_key,
                                          double timeout_s = 10.0);
 
+// Which prompt a request carries.
+//   kAuto    the trace's prompt text where it has one (a `strata` recording made with prompt
+//            text), else synthesized token ids.
+//   kTokens  always synthesized token ids (the trace's text is ignored).
+//   kText    always the trace's text; Run fails up front (InvalidArgument naming the request)
+//            if any request has none. Clipping an input drops its text (its token count no
+//            longer matches), so clipped requests have none.
+enum class PromptSource { kAuto, kTokens, kText };
+
+// "auto" | "tokens" | "text"; InvalidArgument otherwise.
+absl::StatusOr<PromptSource> ParsePromptSource(std::string_view name);
+
 struct ReplayOptions {
   ServerUrl url;
   std::string model;          // Served model name (required).
   std::string api_key;        // Empty: no Authorization header.
   int io_threads = 2;         // >= 1.
   double timeout_s = 600.0;   // Per request, from its send to its end; > 0.
+  PromptSource prompt_source = PromptSource::kAuto;
 };
 
 // Counters the progress reporter reads while a run is going. Monotonic.
@@ -123,6 +137,9 @@ class Replayer {
 
   // The JSON body sent for one request (exposed for tests and docs).
   static std::string RequestBody(const std::string& model, const std::vector<int32_t>& prompt,
+                                 int32_t max_tokens);
+  // The same body with a text prompt (the server tokenizes it).
+  static std::string RequestBody(const std::string& model, const std::string& prompt_text,
                                  int32_t max_tokens);
 
  private:
