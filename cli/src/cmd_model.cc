@@ -38,7 +38,7 @@ int RunInit(const Args& args) {
 
 int RunPresets() {
   for (const auto& p : ListPresets()) {
-    std::printf("%-12s %s\n", p.name.c_str(), p.description.c_str());
+    std::printf("%-15s %s\n", p.name.c_str(), p.description.c_str());
   }
   return 0;
 }

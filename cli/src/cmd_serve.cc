@@ -67,6 +67,9 @@ int RunRouter(const Args& args) {
            "kv-aware: prefill remotely only when this many prompt tokens are uncached");
   p.AddInt("--max-inflight-per-worker", &o.placement.max_inflight_per_worker,
            "outstanding requests per worker before answering 429");
+  p.AddInt("--admission-queue", &o.admission.capacity,
+           "goodput: requests that may wait, least slack first, for a placement meeting their "
+           "SLO (0: 429 at once)");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key (repeatable; none: no auth)");
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
@@ -113,6 +116,8 @@ int RunWorker(const Args& args) {
   p.AddString("--model", &model, "model directory or preset:NAME");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (mixed)");
   p.AddString("--plugin", &o.engine.plugin, "engine plugin name or path");
+  p.AddString("--plugin-config", &o.engine.runner.backend_config,
+              "JSON object for the plugin's create(), e.g. '{\"threads\": 1}' (CPU)");
   p.AddInt("--block-size", &o.engine.runner.block_size, "tokens per KV block");
   p.AddInt("--num-kv-blocks", &num_kv_blocks, "KV blocks (0: from --kv-cache-mb)");
   p.AddInt("--kv-cache-mb", &kv_cache_mb, "KV cache size when --num-kv-blocks is 0");

@@ -425,6 +425,9 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
                                    "--block-size",
                                    absl::StrCat(c.engine.block_size)};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  if (!c.engine.plugin_config.empty()) {
+    argv.insert(argv.end(), {"--plugin-config", c.engine.plugin_config});
+  }
   if (c.engine.num_kv_blocks > 0) {
     argv.insert(argv.end(), {"--num-kv-blocks", absl::StrCat(c.engine.num_kv_blocks)});
   }

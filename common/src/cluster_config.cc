@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -69,6 +70,13 @@ std::string CheckPositiveSeconds(const double& v) {
 }
 
 std::string CheckNonEmpty(const std::string& v) { return v.empty() ? "must not be empty" : ""; }
+
+// Empty (the plugin's defaults) or a JSON object, as a plugin's create() expects.
+std::string CheckJsonObject(const std::string& v) {
+  if (v.empty()) return "";
+  const nlohmann::json j = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? "" : "must be a JSON object, e.g. '{\"threads\": 1}'";
+}
 
 std::string CheckMegabytes(const int64_t& v) {
   if (v >= 0 && v <= (int64_t{1} << 30)) return "";
@@ -135,6 +143,9 @@ const std::vector<FieldSpec>& Fields() {
       Scalar<std::string>(
           "engine.plugin", "a string", [](auto& c) -> auto& { return c.engine.plugin; },
           CheckNonEmpty),
+      Scalar<std::string>(
+          "engine.plugin_config", "a string",
+          [](auto& c) -> auto& { return c.engine.plugin_config; }, CheckJsonObject),
       Scalar<int>(
           "engine.block_size", "an integer", [](auto& c) -> auto& { return c.engine.block_size; },
           CheckBlockSize),

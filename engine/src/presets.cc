@@ -83,6 +83,11 @@ ModelConfig BaseLlama(int vocab, int hidden, int layers, int heads, int kv_heads
 }
 
 ModelConfig TinyLlama() { return BaseLlama(1024, 256, 4, 8, 2, 640); }
+ModelConfig TinyLlama32k() {
+  ModelConfig c = TinyLlama();
+  c.max_position_embeddings = 32768;
+  return c;
+}
 ModelConfig Llama100m() { return BaseLlama(32768, 768, 12, 12, 4, 2048); }
 
 ModelConfig TinyMoe() {
@@ -105,6 +110,8 @@ ModelConfig TinyMoe() {
 const PresetSpec kPresets[] = {
     {"tiny-llama", "Llama-3-style dense model, 4 layers, hidden 256, GQA 8/2 (~4M params)",
      "float32", 1024, TinyLlama},
+    {"tiny-llama-32k", "tiny-llama with a 32,768-token context (long-prompt benchmarks)",
+     "float32", 1024, TinyLlama32k},
     {"tiny-moe", "Qwen3-MoE-style model, 4 layers, 8 experts top-2, QK-norm (~10M params)",
      "float32", 1024, TinyMoe},
     {"llama-100m", "Llama-3-style dense model, 12 layers, hidden 768 (~110M params)", "bfloat16",

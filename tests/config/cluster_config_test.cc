@@ -45,6 +45,7 @@ decode: {count: 3}
 mixed: {count: 1}
 engine:
   plugin: /opt/libstrata_cuda.so
+  plugin_config: '{"threads": 3}'
   block_size: 32
   num_kv_blocks: 4096
   max_num_seqs: 128
@@ -64,6 +65,7 @@ policy: goodput
   EXPECT_EQ(c->decode.count, 3);
   EXPECT_EQ(c->mixed.count, 1);
   EXPECT_EQ(c->engine.plugin, "/opt/libstrata_cuda.so");
+  EXPECT_EQ(c->engine.plugin_config, R"({"threads": 3})");
   EXPECT_EQ(c->engine.block_size, 32);
   EXPECT_EQ(c->engine.num_kv_blocks, 4096);
   EXPECT_EQ(c->engine.max_num_seqs, 128);
@@ -168,6 +170,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml:2: router.grpc_port: must be in 0..65535, got -1"},
         BadCase{"router:\n  http_port: eighty\n",
                 "cluster.yaml:2: router.http_port: expected an integer"},
+        BadCase{"engine:\n  plugin_config: threads=2\n",
+                "cluster.yaml:2: engine.plugin_config: must be a JSON object, e.g. "
+                "'{\"threads\": 1}'"},
         BadCase{"engine:\n  block_size: 1.5\n",
                 "cluster.yaml:2: engine.block_size: expected an integer"},
         BadCase{"\nengine:\n  block_size: 48\n",

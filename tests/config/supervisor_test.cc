@@ -284,6 +284,19 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
   EXPECT_TRUE(plan.kvstores.empty());
 }
 
+TEST(ClusterPlanTest, PluginConfigReachesEveryWorker) {
+  ClusterConfig c;
+  c.engine.plugin_config = R"({"threads": 1})";
+  const ClusterPlan plan =
+      PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_EQ(plan.workers.size(), 2u);
+  for (const auto& w : plan.workers) {
+    EXPECT_THAT(w.argv, testing::Contains("--plugin-config")) << w.name;
+    EXPECT_THAT(w.argv, testing::Contains(R"({"threads": 1})")) << w.name;
+  }
+  EXPECT_THAT(plan.router[0].argv, testing::Not(testing::Contains("--plugin-config")));
+}
+
 TEST(ClusterPlanTest, KvTiersAddDaemonsAndWorkerTierFlags) {
   ClusterConfig c;
   c.router.http_port = 8000;

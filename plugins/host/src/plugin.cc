@@ -133,8 +133,12 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(std::shared_ptr<Plugin>
   strata_status st =
       plugin->api().create(config_json.empty() ? nullptr : config_json.c_str(), &handle);
   if (st != STRATA_OK || handle == nullptr) {
-    return absl::InternalError(
-        absl::StrCat(plugin->origin(), ": create backend failed (status ", st, ")"));
+    // Without a backend, last_error(NULL) is the failed create's message (both plugins keep
+    // a detached per-thread message for it).
+    const char* msg = plugin->api().last_error(nullptr);
+    return absl::InvalidArgumentError(absl::StrCat(plugin->origin(), ": create backend failed: ",
+                                                   msg != nullptr && *msg ? msg : "no message",
+                                                   " (status ", st, ")"));
   }
   std::unique_ptr<Backend> backend(new Backend(plugin, handle));
   auto status = backend->Check(plugin->api().get_info(handle, &backend->info_), "get_info");

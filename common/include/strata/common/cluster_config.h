@@ -30,6 +30,7 @@ struct ClusterConfig {
 
   struct Engine {
     std::string plugin = "cpu";
+    std::string plugin_config;         // JSON object for the plugin's create() (CPU: {"threads": N})
     int block_size = 16;               // tokens per KV block: a power of two in 1..256
     int num_kv_blocks = 0;             // 0 = the engine's default pool size
     int max_num_seqs = 64;

@@ -129,7 +129,8 @@ typedef struct strata_plugin_api_v1 {
 
   /* --- lifecycle ------------------------------------------------------------------ */
   /* `config_json` may be NULL or a JSON object of backend options (e.g. {"threads":4,
-   * "device":0}); unknown keys are ignored. */
+   * "device":0}); unknown keys are ignored. When create fails, last_error(NULL) returns its
+   * message (valid until the next failing call on the same thread). */
   strata_status (*create)(const char* config_json, strata_backend* out);
   void (*destroy)(strata_backend backend);
   const char* (*last_error)(strata_backend backend);
