@@ -41,6 +41,7 @@ struct ProfileFlags {
   std::string url, out, name = "profile", model, served_model, hardware = "unknown";
   std::string prefill_lens = "16,64,128,256,384,512", prefill_batches = "1,2,4";
   std::string decode_batches = "1,2,4,8,16", decode_lens = "32,256";
+  std::string prefill_contexts = "512,1024,2048", prefill_context_lens = "128,512";
   int repeats = 3, decode_tokens = 32, max_batch_tokens = 512, max_running = 64;
   int block_size = 16, vocab_size = 1024;
   long long num_kv_blocks = 0, seed = 1;
@@ -56,6 +57,10 @@ void AddFlags(ArgParser& p, ProfileFlags& f) {
   p.AddString("--served-model-name", &f.served_model, "model name to send (default: /v1/models)");
   p.AddString("--prefill-lens", &f.prefill_lens, "prompt lengths for prefill samples");
   p.AddString("--prefill-batches", &f.prefill_batches, "concurrent prompts per prefill sample");
+  p.AddString("--prefill-contexts", &f.prefill_contexts,
+              "cached prefix lengths (multiples of 512) for prefill-after-prefix samples");
+  p.AddString("--prefill-context-lens", &f.prefill_context_lens,
+              "new tokens after each cached prefix (<= --max-batch-tokens)");
   p.AddString("--decode-batches", &f.decode_batches, "concurrent streams per decode sample");
   p.AddString("--decode-lens", &f.decode_lens, "prompt lengths (context) for decode samples");
   p.AddInt("--decode-tokens", &f.decode_tokens, "output tokens per decode stream");
@@ -103,7 +108,32 @@ class Runner {
     if (!prompts.ok()) return prompts.status();
     std::vector<TraceRequest> requests(batch);
     for (auto& r : requests) r.input_tokens = prompt, r.output_tokens = output;
-    auto results = replayer_->Run(requests, *prompts);
+    return RunChecked(requests, *prompts);
+  }
+
+  // Sends a prompt of `prefix` tokens (caching it on the worker), then one that continues it
+  // with `fresh` new tokens; returns the second request's result (its usage says how much of
+  // the prefix the worker really reused). `prefix` is a multiple of the 512-token trace block.
+  absl::StatusOr<RequestResult> RunAfterPrefix(int prefix, int fresh) {
+    auto prompts = replay::PromptSynthesizer::Create(vocab_, {}, seed_ + 1000003 * runs_++);
+    if (!prompts.ok()) return prompts.status();
+    TraceRequest first;
+    first.input_tokens = prefix;
+    first.output_tokens = 1;
+    for (int b = 0; b < prefix / replay::kTraceBlockTokens; ++b) first.block_ids.push_back(b);
+    TraceRequest second = first;
+    second.input_tokens = prefix + fresh;
+    second.block_ids.push_back(first.block_ids.size());
+    STRATA_RETURN_IF_ERROR(RunChecked({first}, *prompts).status());
+    auto results = RunChecked({second}, *prompts);
+    if (!results.ok()) return results.status();
+    return results->front();
+  }
+
+ private:
+  absl::StatusOr<std::vector<RequestResult>> RunChecked(const std::vector<TraceRequest>& requests,
+                                                        const replay::PromptSynthesizer& prompts) {
+    auto results = replayer_->Run(requests, prompts);
     if (!results.ok()) return results.status();
     for (const RequestResult& r : *results) {
       if (!r.ok()) {
@@ -114,7 +144,6 @@ class Runner {
     return results;
   }
 
- private:
   replay::Replayer* replayer_;
   int vocab_;
   uint64_t seed_;
@@ -143,6 +172,37 @@ absl::StatusOr<std::vector<PrefillSample>> MeasurePrefill(Runner& runner, const 
     }
   }
   return samples;
+}
+
+// One step of `fresh` new tokens after a cached prefix: the cross term of the prefill model
+// (attention to the context), which prompts without a prefix never exercise.
+absl::Status MeasurePrefillAfterPrefix(Runner& runner, const ProfileFlags& f,
+                                       std::vector<PrefillSample>& samples) {
+  std::vector<int> contexts, lens;
+  STRATA_ASSIGN_OR_RETURN(contexts, ParseList("--prefill-contexts", f.prefill_contexts));
+  STRATA_ASSIGN_OR_RETURN(lens, ParseList("--prefill-context-lens", f.prefill_context_lens));
+  for (int prefix : contexts) {
+    if (prefix % replay::kTraceBlockTokens != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--prefill-contexts: ", prefix, " is not a multiple of ", replay::kTraceBlockTokens));
+    }
+    for (int fresh : lens) {
+      if (fresh > f.max_batch_tokens) continue;  // would take more than one step
+      std::vector<double> times;
+      int64_t cached = -1;
+      for (int rep = 0; rep < f.repeats; ++rep) {
+        STRATA_ASSIGN_OR_RETURN(RequestResult r, runner.RunAfterPrefix(prefix, fresh));
+        times.push_back(r.ttft_s);
+        cached = r.cached_tokens >= 0 ? r.cached_tokens : 0;  // what the worker really reused
+      }
+      const int64_t total = int64_t{prefix} + fresh;
+      samples.push_back({{total - cached}, Median(times), {cached}});
+      std::fprintf(stderr, "prefill  %5lld new after %5lld cached:  %8.2f ms\n",
+                   static_cast<long long>(total - cached), static_cast<long long>(cached),
+                   samples.back().seconds * 1e3);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Median gap in the second half of one stream's tokens; -1 with too few tokens.
@@ -226,6 +286,7 @@ absl::StatusOr<router::WorkerProfile> Profile(const ProfileFlags& f) {
   FillLinks(f, p);
   std::vector<PrefillSample> prefill;
   STRATA_ASSIGN_OR_RETURN(prefill, MeasurePrefill(runner, f));
+  STRATA_RETURN_IF_ERROR(MeasurePrefillAfterPrefix(runner, f, prefill));
   STRATA_ASSIGN_OR_RETURN(p.prefill, router::FitPrefill(prefill, &p.fit_r2_prefill));
   std::vector<DecodeSample> decode;
   STRATA_ASSIGN_OR_RETURN(decode, MeasureDecode(runner, f));

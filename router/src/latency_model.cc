@@ -20,105 +20,125 @@ constexpr std::array<const char*, kNumTierNames> kTierNames = {"gpu", "host", "d
 
 // ---- least squares ------------------------------------------------------------------------
 
-// Three-feature linear least squares through the normal equations. Columns are scaled to unit
+// Linear least squares over up to kFeatures features through the normal equations. Columns are scaled to unit
 // max magnitude first so that a column of squared token counts (~1e8) and the constant column
 // (1) do not make the system numerically singular; a pivot that vanishes relative to its
 // column means the samples cannot tell the coefficients apart.
-using Row = std::array<double, 3>;
+// Unused trailing features are 0 in every row (and get coefficient 0).
+constexpr int kFeatures = 4;
+using Row = std::array<double, kFeatures>;
 
 // The augmented normal matrix [X'X | X'y] of the features divided by `scale`.
 void NormalEquations(const std::vector<Row>& x, const std::vector<double>& y, const Row& scale,
-                     double m[3][4]) {
-  for (int r = 0; r < 3; ++r) {
-    for (int c = 0; c < 4; ++c) m[r][c] = 0;
+                     double m[kFeatures][kFeatures + 1]) {
+  for (int r = 0; r < kFeatures; ++r) {
+    for (int c = 0; c <= kFeatures; ++c) m[r][c] = 0;
   }
   for (size_t i = 0; i < x.size(); ++i) {
-    for (int r = 0; r < 3; ++r) {
+    for (int r = 0; r < kFeatures; ++r) {
       const double xr = x[i][r] / scale[r];
-      for (int c = 0; c < 3; ++c) m[r][c] += xr * x[i][c] / scale[c];
-      m[r][3] += xr * y[i];
+      for (int c = 0; c < kFeatures; ++c) m[r][c] += xr * x[i][c] / scale[c];
+      m[r][kFeatures] += xr * y[i];
     }
   }
 }
 
+// `features`: how many leading features the caller uses (the rest must be 0). A feature that
+// is 0 in every sample cannot be fitted and gets coefficient 0, unless it is the constant.
 // `active`: bit j set = feature j is fitted; the others are fixed at 0.
 absl::StatusOr<Row> SolveLeastSquares(const std::vector<Row>& x, const std::vector<double>& y,
-                                      const char* what, unsigned active = 7) {
+                                      const char* what, int features, unsigned active) {
   if (x.size() < 3) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " fit needs at least 3 samples, got ", x.size()));
   }
-  Row scale{0, 0, 0};
+  Row scale{};
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(y[i]) || y[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " sample ", i, " has an invalid time ", y[i]));
     }
-    for (int j = 0; j < 3; ++j) scale[j] = std::max(scale[j], std::abs(x[i][j]));
+    for (int j = 0; j < kFeatures; ++j) scale[j] = std::max(scale[j], std::abs(x[i][j]));
   }
-  for (int j = 0; j < 3; ++j) {
-    if (scale[j] == 0) {
+  for (int j = 0; j < kFeatures; ++j) {
+    if (scale[j] > 0) continue;
+    if (j < 3) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " fit: feature ", j, " is zero in every sample"));
     }
+    active &= ~(1u << j);  // an optional feature the samples never exercise
+    scale[j] = 1;
   }
-  double m[3][4];
+  for (int j = features; j < kFeatures; ++j) active &= ~(1u << j);
+  double m[kFeatures][kFeatures + 1];
   NormalEquations(x, y, scale, m);
-  const double diag_max = std::max({m[0][0], m[1][1], m[2][2]});
-  for (int j = 0; j < 3; ++j) {
+  double diag_max = 0;
+  for (int j = 0; j < kFeatures; ++j) diag_max = std::max(diag_max, m[j][j]);
+  for (int j = 0; j < kFeatures; ++j) {
     if (active & (1u << j)) continue;
-    for (int c = 0; c < 4; ++c) m[j][c] = 0;
-    for (int r = 0; r < 3; ++r) m[r][j] = 0;
+    for (int c = 0; c <= kFeatures; ++c) m[j][c] = 0;
+    for (int r = 0; r < kFeatures; ++r) m[r][j] = 0;
     m[j][j] = diag_max;  // beta_j = 0
   }
-  for (int col = 0; col < 3; ++col) {
+  for (int col = 0; col < kFeatures; ++col) {
     int pivot = col;
-    for (int r = col + 1; r < 3; ++r) {
+    for (int r = col + 1; r < kFeatures; ++r) {
       if (std::abs(m[r][col]) > std::abs(m[pivot][col])) pivot = r;
     }
     if (std::abs(m[pivot][col]) <= 1e-12 * diag_max) {
       return absl::InvalidArgumentError(absl::StrCat(
-          what, " fit is degenerate: the samples do not vary enough to determine all three "
+          what, " fit is degenerate: the samples do not vary enough to determine all the "
                 "coefficients (vary the token counts / batch sizes)"));
     }
-    for (int c = 0; c < 4; ++c) std::swap(m[col][c], m[pivot][c]);
-    for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c <= kFeatures; ++c) std::swap(m[col][c], m[pivot][c]);
+    for (int r = 0; r < kFeatures; ++r) {
       if (r == col) continue;
       const double f = m[r][col] / m[col][col];
-      for (int c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
+      for (int c = col; c <= kFeatures; ++c) m[r][c] -= f * m[col][c];
     }
   }
   Row beta;
-  for (int j = 0; j < 3; ++j) beta[j] = m[j][3] / m[j][j] / scale[j];
+  for (int j = 0; j < kFeatures; ++j) beta[j] = m[j][kFeatures] / m[j][j] / scale[j];
   return beta;
+}
+
+double Predict(const Row& x, const Row& beta) {
+  double v = 0;
+  for (int j = 0; j < kFeatures; ++j) v += beta[j] * x[j];
+  return v;
 }
 
 double SumSquaredResiduals(const std::vector<Row>& x, const std::vector<double>& y,
                            const Row& beta) {
   double ss = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double e = y[i] - (beta[0] * x[i][0] + beta[1] * x[i][1] + beta[2] * x[i][2]);
+    const double e = y[i] - Predict(x[i], beta);
     ss += e * e;
   }
   return ss;
 }
 
+bool NonNegative(const Row& beta) {
+  return std::all_of(beta.begin(), beta.end(), [](double v) { return v >= 0; });
+}
+
 // Least squares with every coefficient >= 0 (a time never shrinks with more work, and a
-// negative intercept predicts negative times for small steps). With three features the exact
+// negative intercept predicts negative times for small steps). With this few features the exact
 // answer is the best non-negative unconstrained fit over the subsets of features, so try them.
 absl::StatusOr<Row> SolveNonNegative(const std::vector<Row>& x, const std::vector<double>& y,
-                                     const char* what) {
-  STRATA_ASSIGN_OR_RETURN(Row full, SolveLeastSquares(x, y, what));
-  if (full[0] >= 0 && full[1] >= 0 && full[2] >= 0) return full;
+                                     const char* what, int features) {
+  const unsigned all = (1u << features) - 1;
+  STRATA_ASSIGN_OR_RETURN(Row full, SolveLeastSquares(x, y, what, features, all));
+  if (NonNegative(full)) return full;
   std::optional<Row> best;
   double best_ss = 0;
-  for (unsigned mask : {3u, 5u, 6u, 1u, 2u, 4u}) {
-    auto beta = SolveLeastSquares(x, y, what, mask);
-    if (!beta.ok() || (*beta)[0] < 0 || (*beta)[1] < 0 || (*beta)[2] < 0) continue;
+  for (unsigned mask = 1; mask < all; ++mask) {
+    auto beta = SolveLeastSquares(x, y, what, features, mask);
+    if (!beta.ok() || !NonNegative(*beta)) continue;
     const double ss = SumSquaredResiduals(x, y, *beta);
     if (!best.has_value() || ss < best_ss) best = *beta, best_ss = ss;
   }
-  if (!best.has_value()) return Row{0, 0, 0};
+  if (!best.has_value()) return Row{};
   return *best;
 }
 
@@ -128,7 +148,7 @@ double RSquared(const std::vector<Row>& x, const std::vector<double>& y, const R
   mean /= static_cast<double>(y.size());
   double ss_res = 0, ss_tot = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double pred = beta[0] * x[i][0] + beta[1] * x[i][1] + beta[2] * x[i][2];
+    const double pred = Predict(x[i], beta);
     ss_res += (y[i] - pred) * (y[i] - pred);
     ss_tot += (y[i] - mean) * (y[i] - mean);
   }
@@ -265,22 +285,51 @@ double PrefillModel::Seconds(int64_t tokens) const {
   return a + b * t + c * t * t;
 }
 
+double PrefillModel::Seconds(std::span<const int64_t> tokens,
+                             std::span<const int64_t> context) const {
+  double cross = 0;
+  for (size_t i = 0; i < tokens.size() && i < context.size(); ++i) {
+    cross += static_cast<double>(tokens[i]) * static_cast<double>(context[i]);
+  }
+  return Seconds(tokens) + d * cross;
+}
+
+double PrefillModel::Seconds(int64_t tokens, int64_t context) const {
+  return Seconds(tokens) + d * static_cast<double>(tokens) * static_cast<double>(context);
+}
+
+double PrefillModel::ChunkedSeconds(int64_t tokens, int64_t context, int64_t chunk) const {
+  chunk = std::max<int64_t>(1, chunk);
+  double s = 0;
+  for (int64_t done = 0; done < tokens; done += chunk) {
+    s += Seconds(std::min(chunk, tokens - done), context + done);
+  }
+  return s;
+}
+
 absl::StatusOr<PrefillModel> FitPrefill(std::span<const PrefillSample> samples, double* r2) {
   std::vector<Row> x;
   std::vector<double> y;
   for (const PrefillSample& s : samples) {
-    double sum = 0, sum_sq = 0;
-    for (int64_t t : s.tokens) {
-      if (t < 0) return absl::InvalidArgumentError("prefill sample with negative token count");
+    if (!s.context.empty() && s.context.size() != s.tokens.size()) {
+      return absl::InvalidArgumentError("prefill sample with context of a different length");
+    }
+    double sum = 0, sum_sq = 0, cross = 0;
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      const int64_t t = s.tokens[i], ctx = s.context.empty() ? 0 : s.context[i];
+      if (t < 0 || ctx < 0) {
+        return absl::InvalidArgumentError("prefill sample with a negative token count");
+      }
       sum += static_cast<double>(t);
       sum_sq += static_cast<double>(t) * static_cast<double>(t);
+      cross += static_cast<double>(t) * static_cast<double>(ctx);
     }
-    x.push_back({1.0, sum, sum_sq});
+    x.push_back({1.0, sum, sum_sq, cross});
     y.push_back(s.seconds);
   }
-  STRATA_ASSIGN_OR_RETURN(Row beta, SolveNonNegative(x, y, "prefill"));
+  STRATA_ASSIGN_OR_RETURN(Row beta, SolveNonNegative(x, y, "prefill", 4));
   if (r2 != nullptr) *r2 = RSquared(x, y, beta);
-  return PrefillModel{beta[0], beta[1], beta[2]};
+  return PrefillModel{beta[0], beta[1], beta[2], beta[3]};
 }
 
 absl::StatusOr<DecodeModel> FitDecode(std::span<const DecodeSample> samples, double* r2) {
@@ -290,10 +339,11 @@ absl::StatusOr<DecodeModel> FitDecode(std::span<const DecodeSample> samples, dou
     if (s.batch < 0 || s.total_context_tokens < 0) {
       return absl::InvalidArgumentError("decode sample with a negative batch or context");
     }
-    x.push_back({1.0, static_cast<double>(s.total_context_tokens), static_cast<double>(s.batch)});
+    x.push_back(
+        {1.0, static_cast<double>(s.total_context_tokens), static_cast<double>(s.batch), 0.0});
     y.push_back(s.seconds);
   }
-  STRATA_ASSIGN_OR_RETURN(Row beta, SolveNonNegative(x, y, "decode"));
+  STRATA_ASSIGN_OR_RETURN(Row beta, SolveNonNegative(x, y, "decode", 3));
   if (r2 != nullptr) *r2 = RSquared(x, y, beta);
   return DecodeModel{beta[0], beta[1], beta[2]};
 }
@@ -309,6 +359,7 @@ absl::StatusOr<WorkerProfile> WorkerProfile::FromJson(const std::string& json_te
   STRATA_RETURN_IF_ERROR(ReadSizes(root, &p));
   STRATA_RETURN_IF_ERROR(
       ReadModel(root, "prefill", &p.prefill.a, &p.prefill.b, &p.prefill.c, &p.fit_r2_prefill));
+  STRATA_RETURN_IF_ERROR(ReadNumber(root.at("prefill"), "prefill.", "d", &p.prefill.d));  // optional
   STRATA_RETURN_IF_ERROR(
       ReadModel(root, "decode", &p.decode.a, &p.decode.b, &p.decode.c, &p.fit_r2_decode));
   STRATA_RETURN_IF_ERROR(ReadLinks(root, &p));
@@ -336,7 +387,9 @@ std::string WorkerProfile::ToJson() const {
       {"num_kv_blocks", num_kv_blocks},
       {"max_batch_tokens", max_batch_tokens},
       {"max_running", max_running},
-      {"prefill", {{"a", prefill.a}, {"b", prefill.b}, {"c", prefill.c}, {"r2", fit_r2_prefill}}},
+      {"prefill",
+       {{"a", prefill.a}, {"b", prefill.b}, {"c", prefill.c}, {"d", prefill.d},
+        {"r2", fit_r2_prefill}}},
       {"decode", {{"a", decode.a}, {"b", decode.b}, {"c", decode.c}, {"r2", fit_r2_decode}}},
       {"kv_transfer", LinkJson(kv_transfer)},
       {"tier_fetch", tiers},

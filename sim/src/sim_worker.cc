@@ -53,10 +53,20 @@ bool SimWorker::TryAdmit(int request) {
   return true;
 }
 
+// Like the engine's scheduler: a prompt is admitted (and its cached prefix looked up) only in
+// a step whose token budget the running sequences leave room in, so a prompt queued behind
+// another one sharing its prefix finds the blocks that one has committed so far.
+bool SimWorker::HasPrefillBudget() const {
+  int64_t claimed = decoding_;
+  for (int request : prefilling_) claimed += requests_[request].to_compute;
+  return claimed < max_batch_tokens_;
+}
+
 void SimWorker::AdmitWaiting() {
   while (!waiting_.empty()) {
     const int request = waiting_.front();
     const SimRequest& r = requests_[request];
+    if (r.phase != Phase::kDecodeOnly && !HasPrefillBudget()) return;
     const int64_t total = r.phase == Phase::kPrefillOnly ? BlocksFor(r.input)
                                                          : BlocksFor(int64_t{r.input} + r.output);
     if (total > cache_.capacity()) {  // could never be admitted: fail it instead of stalling
@@ -76,16 +86,19 @@ double SimWorker::MaybeStartStep() {
   int64_t budget = max_batch_tokens_ - decoding_;
   step_chunks_.clear();
   chunk_tokens_.clear();
+  chunk_context_.clear();
   for (int request : prefilling_) {
     if (budget <= 0) break;
-    const int64_t c = std::min(requests_[request].to_compute, budget);
+    const SimRequest& r = requests_[request];
+    const int64_t c = std::min(r.to_compute, budget);
     step_chunks_.emplace_back(request, c);
     chunk_tokens_.push_back(c);
+    chunk_context_.push_back(int64_t{r.input} - r.to_compute);  // cached + earlier chunks
     budget -= c;
   }
   if (decoding_ == 0 && step_chunks_.empty()) return -1;
   double seconds = 0;
-  if (!chunk_tokens_.empty()) seconds += profile_.prefill.Seconds(chunk_tokens_);
+  if (!chunk_tokens_.empty()) seconds += profile_.prefill.Seconds(chunk_tokens_, chunk_context_);
   if (decoding_ > 0) seconds += profile_.decode.Seconds(decoding_, context_sum_);
   seconds = std::max(seconds, 0.0);
   step_batch_ = decoding_;
@@ -112,6 +125,7 @@ void SimWorker::FinishStep(double now) {
     SimRequest& r = requests_[request];
     r.to_compute -= tokens;
     queued_prefill_tokens_ -= tokens;
+    CommitComputed(r);
     if (r.to_compute == 0) {
       any_done = true;
       EndPrefill(request, now);
@@ -120,6 +134,18 @@ void SimWorker::FinishStep(double now) {
   if (any_done) {
     std::erase_if(prefilling_, [&](int request) { return requests_[request].to_compute == 0; });
   }
+}
+
+// The engine commits every full block a step completes (CommitFullBlocks), not only at the end
+// of the prompt.
+void SimWorker::CommitComputed(SimRequest& r) {
+  const int64_t computed = int64_t{r.input} - r.to_compute;
+  const int32_t full = static_cast<int32_t>(
+      std::min<int64_t>(computed / block_size_, static_cast<int64_t>(r.chain.size())));
+  if (full <= r.committed) return;
+  cache_.Commit(r.chain, r.committed, full, &events_);
+  r.private_blocks -= full - r.committed;
+  r.committed = full;
 }
 
 void SimWorker::EndPrefill(int request, double now) {

@@ -76,6 +76,8 @@ class SimWorker {
   };
   bool TryAdmit(int request);
   void AdmitWaiting();
+  bool HasPrefillBudget() const;
+  void CommitComputed(SimRequest& r);
   void EndPrefill(int request, double now);
   void StartDecoding(int request);
   void Finished(int request, double now);
@@ -105,6 +107,7 @@ class SimWorker {
   int64_t step_batch_ = 0;                            // decode batch of the running step
   std::vector<std::pair<int, int64_t>> step_chunks_;  // (request, tokens) of the running step
   std::vector<int64_t> chunk_tokens_;
+  std::vector<int64_t> chunk_context_;  // tokens already in each chunk's KV before it
   double step_ema_ = 0;
 };
 

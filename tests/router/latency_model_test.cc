@@ -51,6 +51,51 @@ TEST(LatencyModelTest, FitPrefillRecoversKnownCoefficients) {
   EXPECT_NEAR(r2, 1.0, 1e-9);
 }
 
+// The context term: steps after a cached prefix (or later chunks of a chunked prefill) cost
+// d per new token per context token; samples without context leave d at 0.
+TEST(LatencyModelTest, PrefillContextTermIsEvaluatedFittedAndChunked) {
+  const PrefillModel truth{0.02, 3e-4, 5e-8, 1e-7};
+  EXPECT_DOUBLE_EQ(truth.Seconds(int64_t{512}, int64_t{1536}),
+                   truth.Seconds(int64_t{512}) + 1e-7 * 512 * 1536);
+  const std::vector<int64_t> tokens = {100, 200}, context = {0, 1000};
+  EXPECT_DOUBLE_EQ(truth.Seconds(tokens, context), truth.Seconds(tokens) + 1e-7 * 200 * 1000);
+  // 1,300 new tokens after 200 cached, in chunks of 512: 512 @200, 512 @712, 276 @1224.
+  EXPECT_DOUBLE_EQ(truth.ChunkedSeconds(1300, 200, 512),
+                   truth.Seconds(int64_t{512}, int64_t{200}) +
+                       truth.Seconds(int64_t{512}, int64_t{712}) +
+                       truth.Seconds(int64_t{276}, int64_t{1224}));
+  EXPECT_EQ(truth.ChunkedSeconds(0, 100, 512), 0);
+
+  std::vector<PrefillSample> samples;
+  for (int64_t n : {16, 64, 128, 512}) {
+    for (int batch : {1, 2, 4}) {
+      PrefillSample s;
+      s.tokens.assign(batch, n);
+      s.seconds = truth.Seconds(s.tokens);
+      samples.push_back(s);
+    }
+  }
+  double r2 = 0;
+  auto without = FitPrefill(samples, &r2);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->d, 0);
+  for (int64_t ctx : {512, 1024, 2048}) {
+    for (int64_t n : {128, 512}) {
+      samples.push_back({{n}, truth.Seconds(n, ctx), {ctx}});
+    }
+  }
+  auto fit = FitPrefill(samples, &r2);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->a, truth.a, 1e-9);
+  EXPECT_NEAR(fit->b, truth.b, 1e-12);
+  EXPECT_NEAR(fit->c, truth.c, 1e-15);
+  EXPECT_NEAR(fit->d, truth.d, 1e-14);
+  EXPECT_NEAR(r2, 1.0, 1e-9);
+  const std::vector<PrefillSample> mismatched = {{{1, 2}, 0.1, {3}}, {{2}, 0.2}, {{3}, 0.3}};
+  EXPECT_EQ(FitPrefill(mismatched, &r2).status().code(),
+            absl::StatusCode::kInvalidArgument);  // context length != tokens length
+}
+
 TEST(LatencyModelTest, FitDecodeRecoversKnownCoefficientsUnderNoise) {
   const DecodeModel truth{0.004, 1.5e-7, 2e-4};
   std::mt19937 rng(7);
@@ -122,7 +167,7 @@ WorkerProfile SampleProfile() {
   p.num_kv_blocks = 1000;
   p.max_batch_tokens = 512;
   p.max_running = 32;
-  p.prefill = {0.01, 2e-4, 1e-8};
+  p.prefill = {0.01, 2e-4, 1e-8, 3e-8};
   p.decode = {0.003, 1e-7, 5e-4};
   p.kv_transfer = {2e9, 1e-5};
   p.tier_fetch[1] = {1e10, 1e-6};
@@ -140,6 +185,7 @@ TEST(WorkerProfileTest, JsonRoundTripAndFile) {
   EXPECT_EQ(q->name, "test");
   EXPECT_EQ(q->max_running, 32);
   EXPECT_EQ(q->prefill.c, 1e-8);
+  EXPECT_EQ(q->prefill.d, 3e-8);
   EXPECT_EQ(q->decode.c, 5e-4);
   EXPECT_EQ(q->tier_fetch[3].bytes_per_second, 5e8);
   EXPECT_EQ(q->fit_r2_decode, 0.98);

@@ -3,7 +3,8 @@
 // goodput placement policy to predict TTFT and TPOT and by `strata sim` as the simulated
 // workers' ground truth. DistServe-style forms:
 //
-//   prefill step seconds = a + b * sum(new tokens) + c * sum(new tokens^2)   (per batch)
+//   prefill step seconds = a + b * sum(new tokens) + c * sum(new tokens^2)
+//                          + d * sum(new tokens * context tokens before them)   (per batch)
 //   decode step seconds  = a + b * sum(context tokens) + c * batch           (per step)
 //
 // plus the costs of moving KV: the prefill->decode transfer and fetches from each KV tier.
@@ -23,11 +24,21 @@ namespace strata::router {
 inline constexpr int kNumTierNames = 4;
 const char* TierName(int tier);
 
+// d prices the attention of a step's new tokens to the KV already there (a cached prefix, or
+// the earlier chunks of a chunked prefill): with it a 512-token chunk at offset 3,584 costs more
+// than the prompt's first 512 tokens, as it does on a real engine. Profiles without "d" have 0.
 struct PrefillModel {
-  double a = 0, b = 0, c = 0;
-  // `tokens`: the new (uncached) tokens of each sequence in the batch.
+  double a = 0, b = 0, c = 0, d = 0;
+  // `tokens`: the new (uncached) tokens of each sequence in the batch, no context before them.
   double Seconds(std::span<const int64_t> tokens) const;
   double Seconds(int64_t tokens) const;  // one sequence
+  // `context[i]`: tokens already in sequence i's KV before its `tokens[i]` new ones (same
+  // length as `tokens`).
+  double Seconds(std::span<const int64_t> tokens, std::span<const int64_t> context) const;
+  double Seconds(int64_t tokens, int64_t context) const;
+  // A prompt of `tokens` new tokens after `context` cached ones, computed in engine steps of
+  // at most `chunk` tokens (chunked prefill), each step priced alone.
+  double ChunkedSeconds(int64_t tokens, int64_t context, int64_t chunk) const;
 };
 
 struct DecodeModel {
@@ -70,7 +81,7 @@ struct WorkerProfile {
   }
 
   // JSON: {"name", "hardware", "measured_at", "block_size", "kv_block_bytes", "num_kv_blocks",
-  //  "max_batch_tokens", "max_running", "prefill": {a,b,c,r2}, "decode": {a,b,c,r2},
+  //  "max_batch_tokens", "max_running", "prefill": {a,b,c[,d],r2}, "decode": {a,b,c,r2},
   //  "kv_transfer": {bytes_per_second, latency_seconds},
   //  "tier_fetch": {"host"|"disk"|"remote": {bytes_per_second, latency_seconds}}}.
   // "prefill" and "decode" (with a, b, c) are required, the rest defaults as above.
@@ -89,10 +100,12 @@ std::string DefaultProfilePath();
 // Least-squares fits (normal equations; InvalidArgument when the samples cannot determine the
 // coefficients). Coefficients are constrained to >= 0: when the unconstrained fit has a
 // negative one, the best fit with some coefficients fixed at 0 is returned instead.
-// A prefill sample: per-sequence new tokens of one step and its seconds.
+// A prefill sample: per-sequence new tokens of one step, the tokens cached before them
+// (empty = none) and its seconds.
 struct PrefillSample {
   std::vector<int64_t> tokens;
   double seconds = 0;
+  std::vector<int64_t> context;
 };
 struct DecodeSample {
   int64_t batch = 0;
