@@ -25,6 +25,13 @@
 #       prefill_attention_bench (--dump: outputs checked by torch_sdpa_prefill.py --check
 #       against fp32 and SDPA) and torch_sdpa_prefill.py (SDPA flash backend), then a
 #       TFLOP/s table with ours/SDPA ratios.
+#
+#   scripts/bench_cuda.sh device-moe [--quick]
+#       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
+#       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
+#       moe_bench and bench/cuda/torch_moe.py (torch._grouped_mm, or a per-expert loop), a table of
+#       layer times with ours/torch ratios and, for decode-sized shapes, the GB/s of expert
+#       weights touched over the measured device-copy bandwidth.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/out/cuda-bench
@@ -32,12 +39,13 @@ CARRY=$ROOT/out/cuda-bench
 pack() {
   local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
   ninja -C "$build" -j${JOBS:-2} strata_cuda cuda_plugin_test decode_attention_bench \
-    prefill_attention_bench
+    prefill_attention_bench moe_bench
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
   cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
-     "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench" "$stage/bin/"
+     "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench" \
+     "$build/bin/moe_bench" "$stage/bin/"
   cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
@@ -47,6 +55,9 @@ pack() {
   # Optional tile-shape variants: PREFILL_VARIANTS="<prefill_attention_bench_NAME ...>" (built
   # by hand with -DSTRATA_PREFILL_*) are run with --quick after the main prefill bench.
   for f in ${PREFILL_VARIANTS:-}; do cp "$f" "$stage/bin/"; done
+  # Optional MoE variants: MOE_VARIANTS="<moe_bench_NAME ...>" (built by hand, e.g. with
+  # -DSTRATA_MOE_PDL=0) are run with --quick after the main MoE bench.
+  for f in ${MOE_VARIANTS:-}; do cp "$f" "$stage/bin/"; done
   strip --strip-debug "$stage"/bin/*
   # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
   { for f in "$stage"/bin/*; do ldd "$f"; done
@@ -140,6 +151,65 @@ prefill() {
   prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt"
 }
 
+# MoE layer: conformance focused on the MoE ops, then ours vs PyTorch.
+moe() {
+  local quick=${1:-}
+  local work
+  unpack
+  echo "== strata plugin-test (cuda vs cpu reference)"
+  "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
+    tail -n 15
+  echo "== moe_experts / moe_route: more seeds, verbose; compute-sanitizer memcheck"
+  local op
+  for op in moe_experts moe_route; do
+    local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op $op)
+    "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 9
+    "${test[@]}" --seed 99 2>&1 | tail -n 1
+    if command -v compute-sanitizer >/dev/null; then
+      compute-sanitizer --tool memcheck --print-limit 2 "${test[@]}" 2>&1 | grep -v PASS |
+        head -n 40 || true
+      compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 3 || true
+    fi
+  done
+  echo "== cuda_plugin_test"
+  "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
+  echo "== moe_bench"
+  "$work/bin/moe_bench" $quick | tee "$work/moe_ours.txt"
+  echo "== torch_moe.py"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_moe.py" $quick | tee "$work/moe_torch.txt"
+  local variant
+  for variant in "$work"/bin/moe_bench_*; do
+    [[ -x $variant ]] || continue
+    echo "== variant ${variant##*/moe_bench_} (--quick)"
+    "$variant" --quick | grep -v '^CSV'
+  done
+  echo
+  moe_table "$work/moe_ours.txt" "$work/moe_torch.txt"
+}
+
+# MoE layer time, ours and PyTorch side by side; weights GB/s over copy for <= 64 tokens.
+moe_table() {
+  cat "$1" "$2" | awk -F, '
+    $1 == "CSV" && $2 == "copy" { copy = $3 }
+    $1 == "CSV" && $2 == "ours" { k = $3 "|" $4; us[k] = $5; tf[k] = $6; ex[k] = $7; gbs[k] = $8;
+                                  order[n++] = k }
+    $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6; mode = $7 }
+    END {
+      printf "device copy bandwidth (D2D, read+write): %.0f GB/s; torch mode: %s\n\n", copy, mode
+      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      for (i = 0; i < n; ++i) {
+        k = order[i]; split(k, f, "|")
+        t = (k in tus) ? tus[k] : 0
+        dec = f[2] <= 64
+        printf "| %s | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
+          ex[k], (dec ? sprintf("%.0f", gbs[k]) : "-"), (dec ? sprintf("%.2f", gbs[k] / copy) : "-"),
+          (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.1f", ttf[k]) : "-"),
+          (t ? sprintf("%.2f", t / us[k]) : "-")
+      }
+    }'
+}
+
 # Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns.
 prefill_table() {
   cat "$1" "$2" | awk -F, '
@@ -215,8 +285,10 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   device) shift; device "$@" ;;
   device-prefill) shift; prefill "$@" ;;
+  device-moe) shift; moe "$@" ;;
+  moe-table) shift; moe_table "$@" ;;
   prefill-table) shift; prefill_table "$@" ;;
   table) shift; table "$@" ;;
   compare) shift; compare "$@" ;;
-  *) sed -n '2,29p' "$0"; exit 2 ;;
+  *) sed -n '2,36p' "$0"; exit 2 ;;
 esac

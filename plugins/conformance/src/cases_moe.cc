@@ -105,6 +105,12 @@ void AddMoeExpertsCases(uint64_t seed, CaseList* out) {
   AddMoeExperts(seed, {1, 256, 128, 4, 1}, out);
   AddMoeExperts(seed, {7, 64, 32, 8, 2}, out);
   AddMoeExperts(seed, {20, 128, 96, 16, 4}, out);
+  // Qwen3-30B-A3B routing (128 experts, top-8) and Mixtral-8x7B (8, top-2, I = 3.5 H) at small
+  // hidden sizes; groups big enough for a GPU plugin's prefill tiles; K not a multiple of 64.
+  AddMoeExperts(seed, {9, 256, 96, 128, 8}, out);
+  AddMoeExperts(seed, {3, 512, 448, 8, 2}, out);
+  AddMoeExperts(seed, {300, 256, 128, 8, 2}, out);
+  AddMoeExperts(seed, {40, 72, 40, 16, 4}, out);
 }
 
 }  // namespace strata::conformance

@@ -136,17 +136,24 @@ struct NaiveStream {
   int unused = 0;
 };
 
+// The message of this thread's last failed create (last_error(NULL), as the ABI says).
+thread_local std::string create_error;
+
 strata_status Create(const char* config_json, strata_backend* out) {
   auto backend = std::make_unique<NaiveBackend>();
   if (config_json != nullptr && config_json[0] != '\0') {
     auto config = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) return STRATA_ERR_INVALID_ARGUMENT;
+    if (config.is_discarded() || !config.is_object()) {
+      create_error = "create: config is not a JSON object";
+      return STRATA_ERR_INVALID_ARGUMENT;
+    }
     const std::string dtype = config.value("dtype", "f32");
     if (dtype == "bf16") {
       backend->dtype = STRATA_DTYPE_BF16;
     } else if (dtype == "f16") {
       backend->dtype = STRATA_DTYPE_F16;
     } else if (dtype != "f32") {
+      create_error = "create: dtype must be f32, bf16 or f16, got " + dtype;
       return STRATA_ERR_INVALID_ARGUMENT;
     }
   }
@@ -156,7 +163,9 @@ strata_status Create(const char* config_json, strata_backend* out) {
 
 void Destroy(strata_backend b) { delete Self(b); }
 
-const char* LastError(strata_backend b) { return Self(b)->last_error.c_str(); }
+const char* LastError(strata_backend b) {
+  return b == nullptr ? create_error.c_str() : Self(b)->last_error.c_str();
+}
 
 strata_status GetInfo(strata_backend b, strata_backend_info* out) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));

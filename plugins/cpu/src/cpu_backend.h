@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "cpu_blas.h"
-#include "cpu_status.h"
+#include "cpu_common.h"
 #include "cpu_thread_pool.h"
 #include "strata/plugin/abi.h"
 

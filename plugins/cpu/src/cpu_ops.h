@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "cpu_backend.h"
-#include "cpu_status.h"
+#include "cpu_common.h"
 #include "strata/plugin/abi.h"
 
 namespace strata::cpu {

@@ -16,9 +16,9 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
-#include "cpu_tensor.h"
 
 namespace strata::cpu {
 namespace {
@@ -76,7 +76,7 @@ struct MergeGroup {
 Status CheckShapes(const char* op, const strata_kv_cache* cache,
                    const strata_attention_params* params, const strata_tensor* q,
                    strata_tensor* out, Problem* p) {
-  STRATA_CPU_RETURN_IF_ERROR(ViewCache(op, cache, &p->cache));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(op, cache, &p->cache));
   if (params == nullptr) return InvalidArgument(op, "params is NULL");
   if (params->layer < 0 || params->layer >= p->cache.num_layers) {
     return InvalidArgument(op, "params.layer ", params->layer, " is out of range [0, ",
@@ -85,10 +85,10 @@ Status CheckShapes(const char* op, const strata_kv_cache* cache,
   if (params->sliding_window < 0) {
     return InvalidArgument(op, "params.sliding_window must be >= 0, got ", params->sliding_window);
   }
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(op, "q", q, STRATA_DTYPE_F32, 3, 3, &p->q));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(op, "out", out, STRATA_DTYPE_F32, 3, 3, &p->out));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(op, "out", p->out, "q", p->q));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(op, "q", p->q, 2, p->cache.head_dim));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "q", q, STRATA_DTYPE_F32, 3, 3, &p->q));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "out", out, STRATA_DTYPE_F32, 3, 3, &p->out));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(op, "out", p->out, "q", p->q));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(op, "q", p->q, 2, p->cache.head_dim));
   const int64_t heads = p->q.shape[1];
   if (heads == 0 || heads % p->cache.num_kv_heads != 0) {
     return InvalidArgument(op, "q has ", heads, " heads, not a positive multiple of the cache's ",
@@ -138,7 +138,7 @@ Status CheckSequence(const char* op, bool decode, const strata_attention_batch& 
     return InvalidArgument(op, "kv_len[", s, "] = ", seq.kv_len, " must cover its ", seq.q_len,
                            " query rows and fit its block table (", capacity, " tokens)");
   }
-  STRATA_CPU_RETURN_IF_ERROR(CheckBlocks(op, *p, s, seq));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckBlocks(op, *p, s, seq));
   p->seqs.push_back(seq);
   return Status();
 }
@@ -157,7 +157,7 @@ Status CheckBatch(const char* op, bool decode, const strata_attention_batch* bat
   }
   p->seqs.reserve(batch->num_seqs);
   for (int64_t s = 0; s < batch->num_seqs; ++s) {
-    STRATA_CPU_RETURN_IF_ERROR(CheckSequence(op, decode, *batch, s, p));
+    STRATA_PLUGIN_RETURN_IF_ERROR(CheckSequence(op, decode, *batch, s, p));
   }
   return Status();
 }
@@ -269,7 +269,7 @@ void StartItem(const Problem& p, const Work& w, Scratch& sc) {
   sc.last.resize(lanes);
   for (int lane = 0; lane < lanes; ++lane) {
     const LaneIndex at = LaneAt(p, w, lane);
-    const float* src = p.q.Row(seq.q_begin + at.row) + at.head * d;
+    const float* src = p.q.Row<float>(seq.q_begin + at.row) + at.head * d;
     for (int64_t i = 0; i < d; ++i) sc.q[lane * d + i] = src[i] * p.scale;
     const int64_t pos = p.Position(seq, at.row);
     sc.first[lane] = p.FirstKey(pos);
@@ -324,8 +324,8 @@ KeyChunk ChunkAt(const Problem& p, const Work& w, int64_t pos) {
   KeyChunk c;
   c.pos = pos;
   c.n = static_cast<int>(std::min<int64_t>({bs - offset, w.kv_end - pos, kChunkTokens}));
-  c.k = p.cache.Plane(block, p.layer, 0) + at;
-  c.v = p.cache.Plane(block, p.layer, 1) + at;
+  c.k = p.cache.Plane<float>(block, p.layer, 0) + at;
+  c.v = p.cache.Plane<float>(block, p.layer, 1) + at;
   return c;
 }
 
@@ -380,7 +380,7 @@ void RunKeys(const Problem& p, const Work& w, Scratch& sc) {
 // Output rows of one lane of an item.
 float* OutLane(const Problem& p, const Work& w, int lane) {
   const LaneIndex at = LaneAt(p, w, lane);
-  return p.out.Row(p.seqs[w.seq].q_begin + at.row) + at.head * p.head_dim;
+  return p.out.Row<float>(p.seqs[w.seq].q_begin + at.row) + at.head * p.head_dim;
 }
 
 // Writes acc / l into out, or (acc, m, l) into the item's partial slot.
@@ -490,8 +490,8 @@ Status Attention(CpuBackend& be, bool decode, const strata_kv_cache* cache,
                  const strata_tensor* q, strata_tensor* out) {
   const char* op = decode ? "attention_decode" : "attention_prefill";
   Problem p;
-  STRATA_CPU_RETURN_IF_ERROR(CheckShapes(op, cache, params, q, out, &p));
-  STRATA_CPU_RETURN_IF_ERROR(CheckBatch(op, decode, batch, &p));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckShapes(op, cache, params, q, out, &p));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckBatch(op, decode, batch, &p));
   if (p.seqs.empty()) return Status();
   RunPlan(be, p, MakePlan(p, be.threads()));
   return Status();

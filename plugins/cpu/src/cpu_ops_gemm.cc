@@ -12,9 +12,9 @@
 
 #include "cpu_backend.h"
 #include "cpu_blas.h"
+#include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
-#include "cpu_tensor.h"
 
 namespace strata::cpu {
 namespace {
@@ -113,25 +113,26 @@ Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
             const strata_tensor* bias, int32_t accumulate, strata_tensor* out) {
   constexpr const char* kOp = "gemm";
   TensorView xv, wv, bv, ov;
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 3, &xv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, STRATA_DTYPE_F32, 2, 2, &wv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 3, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 3, &xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, STRATA_DTYPE_F32, 2, 2, &wv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 3, &ov));
   const int64_t m = xv.rows, k = xv.cols, n = wv.rows;
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
   if (ov.cols != n) {
     return InvalidArgument(kOp, "out has ", ov.cols, " columns, expected N = ", n);
   }
   if (bias != nullptr) {
-    STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, STRATA_DTYPE_F32, 1, 1, &bv));
-    STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, STRATA_DTYPE_F32, 1, 1, &bv));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
     if (Overlaps(ov, bv)) return InvalidArgument(kOp, "out overlaps bias");
   }
   if (Overlaps(ov, xv)) return InvalidArgument(kOp, "out overlaps x");
   if (Overlaps(ov, wv)) return InvalidArgument(kOp, "out overlaps w");
-  STRATA_CPU_RETURN_IF_ERROR(CheckBlasDims(kOp, xv, wv, ov));
-  MatMulNT(be, m, n, k, xv.Row(0), xv.stride, wv.Row(0), wv.stride,
-           bias != nullptr ? bv.Row(0) : nullptr, accumulate != 0, ov.Row(0), ov.stride);
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckBlasDims(kOp, xv, wv, ov));
+  MatMulNT(be, m, n, k, xv.Row<float>(0), xv.stride, wv.Row<float>(0), wv.stride,
+           bias != nullptr ? bv.Row<float>(0) : nullptr, accumulate != 0, ov.Row<float>(0),
+           ov.stride);
   return Status();
 }
 

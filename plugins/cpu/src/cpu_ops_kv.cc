@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu_common.h"
 #include "cpu_ops.h"
-#include "cpu_tensor.h"
 
 namespace strata::cpu {
 namespace {
@@ -18,7 +18,7 @@ void CopyBlocks(CpuBackend& be, const CacheView& cache, const int32_t* ids, int6
                 bool to_packed) {
   const size_t block_bytes = static_cast<size_t>(cache.block_elems()) * sizeof(float);
   auto copy_one = [&](int64_t i, bool parallel) {
-    char* block = reinterpret_cast<char*>(cache.Plane(ids[i], 0, 0));
+    char* block = reinterpret_cast<char*>(cache.Plane<float>(ids[i], 0, 0));
     char* buf = packed + i * block_bytes;
     void* dst = to_packed ? buf : block;
     const void* src = to_packed ? block : buf;
@@ -39,7 +39,7 @@ void CopyBlocks(CpuBackend& be, const CacheView& cache, const int32_t* ids, int6
 
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t,
                      const CacheView& cache, TensorView* view) {
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(op, name, t, STRATA_DTYPE_I32, 1, 1, view));
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::ViewBlockList(op, name, t, view));
   return CheckIndices(op, name, view->Ints(), view->rows, 1, cache.num_blocks);
 }
 
@@ -63,22 +63,14 @@ void ParallelCopy(CpuBackend& be, void* dst, const void* src, size_t bytes) {
 Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
                 const strata_tensor* v, const strata_tensor* slots) {
   constexpr const char* kOp = "kv_append";
-  CacheView cv;
-  TensorView kv, vv, sv;
-  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  if (layer < 0 || layer >= cv.num_layers) {
-    return InvalidArgument(kOp, "layer ", layer, " is out of range [0, ", cv.num_layers, ")");
-  }
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, STRATA_DTYPE_F32, 3, 3, &kv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "v", v, STRATA_DTYPE_F32, 3, 3, &vv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "slots", slots, STRATA_DTYPE_I32, 1, 1, &sv));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 1, cv.num_kv_heads));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, cv.head_dim));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(kOp, "v", vv, "k", kv));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "slots", sv, 0, kv.rows));
-  STRATA_CPU_RETURN_IF_ERROR(CheckIndices(kOp, "slots", sv.Ints(), sv.rows, 1,
-                                          cv.num_blocks * cv.block_size,
-                                          /*allow_negative=*/true));
+  plugin_common::KvAppendArgs args;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvAppend(kFloatDtype, cache, layer, k, v, slots, &args));
+  const CacheView& cv = args.cache;
+  const TensorView &kv = args.k, &vv = args.v, &sv = args.slots;
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckIndices(kOp, "slots", sv.Ints(), sv.rows, 1,
+                                             cv.num_blocks * cv.block_size,
+                                             /*allow_negative=*/true));
   const int32_t* slot = sv.Ints();
   const size_t row_bytes = static_cast<size_t>(cv.token_elems()) * sizeof(float);
   const int64_t grain = be.pool().GrainFor(kv.rows, std::max<int64_t>(1, 8192 / kv.cols));
@@ -87,8 +79,8 @@ Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, con
       if (slot[t] < 0) continue;
       const int64_t block = slot[t] / cv.block_size;
       const int64_t offset = (slot[t] % cv.block_size) * cv.token_elems();
-      std::memcpy(cv.Plane(block, layer, 0) + offset, kv.Row(t), row_bytes);
-      std::memcpy(cv.Plane(block, layer, 1) + offset, vv.Row(t), row_bytes);
+      std::memcpy(cv.Plane<float>(block, layer, 0) + offset, kv.Row<float>(t), row_bytes);
+      std::memcpy(cv.Plane<float>(block, layer, 1) + offset, vv.Row<float>(t), row_bytes);
     }
   });
   return Status();
@@ -99,15 +91,16 @@ Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_t
   constexpr const char* kOp = "kv_copy_blocks";
   CacheView cv;
   TensorView sv, dv;
-  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "src_blocks", src, cv, &sv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "dst_blocks", dst, cv, &dv));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "dst_blocks", dv, 0, sv.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "src_blocks", src, cv, &sv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "dst_blocks", dst, cv, &dv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "dst_blocks", dv, 0, sv.rows));
   const size_t block_bytes = static_cast<size_t>(cv.block_elems()) * sizeof(float);
   // In order, one block at a time: a later pair may read a block an earlier pair wrote.
   for (int64_t i = 0; i < sv.rows; ++i) {
     const int32_t from = sv.Ints()[i], to = dv.Ints()[i];
-    if (from != to) ParallelCopy(be, cv.Plane(to, 0, 0), cv.Plane(from, 0, 0), block_bytes);
+    if (from != to)
+      ParallelCopy(be, cv.Plane<float>(to, 0, 0), cv.Plane<float>(from, 0, 0), block_bytes);
   }
   return Status();
 }
@@ -117,8 +110,8 @@ Status KvGather(CpuBackend& be, const strata_kv_cache* cache, const strata_tenso
   constexpr const char* kOp = "kv_gather";
   CacheView cv;
   TensorView bv;
-  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
   if (dst == nullptr && bv.rows > 0) return InvalidArgument(kOp, "dst is NULL");
   CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(dst), /*to_packed=*/true);
   return Status();
@@ -129,8 +122,8 @@ Status KvScatter(CpuBackend& be, const strata_kv_cache* cache, const strata_tens
   constexpr const char* kOp = "kv_scatter";
   CacheView cv;
   TensorView bv;
-  STRATA_CPU_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
   if (src == nullptr && bv.rows > 0) return InvalidArgument(kOp, "src is NULL");
   CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(const_cast<void*>(src)),
              /*to_packed=*/false);

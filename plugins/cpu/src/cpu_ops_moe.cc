@@ -4,15 +4,14 @@
 // expert runs gate_up GEMM -> silu * up -> down GEMM over just its tokens (MatMulNT: streaming
 // kernel for decode-sized groups, OpenBLAS for big ones) and adds the weighted rows into out.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
 
+#include "cpu_common.h"
 #include "cpu_ops.h"
-#include "cpu_tensor.h"
 
 namespace strata::cpu {
 namespace {
@@ -44,45 +43,17 @@ void RouteRow(const float* logits, int64_t experts, int32_t top_k, bool renormal
   }
 }
 
-struct ExpertShapes {
-  TensorView x, weights, ids, gate_up, down, out;
-  int64_t experts = 0, hidden = 0, inter = 0, top_k = 0;
-};
+using ExpertShapes = plugin_common::MoeExpertsArgs;
 
+// The shared descriptor checks, then every topk id against the expert count (host memory here).
 Status CheckExperts(const strata_tensor* x, const strata_tensor* topk_weights,
                     const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                     const strata_tensor* w_down, strata_tensor* out, ExpertShapes* s) {
-  constexpr const char* kOp = "moe_experts";
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 2, &s->x));
-  STRATA_CPU_RETURN_IF_ERROR(
-      ViewTensor(kOp, "topk_weights", topk_weights, STRATA_DTYPE_F32, 2, 2, &s->weights));
-  STRATA_CPU_RETURN_IF_ERROR(
-      ViewTensor(kOp, "topk_ids", topk_ids, STRATA_DTYPE_I32, 2, 2, &s->ids));
-  STRATA_CPU_RETURN_IF_ERROR(
-      ViewTensor(kOp, "w_gate_up", w_gate_up, STRATA_DTYPE_F32, 3, 3, &s->gate_up));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "w_down", w_down, STRATA_DTYPE_F32, 3, 3, &s->down));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 2, &s->out));
-  s->experts = s->gate_up.shape[0];
-  s->hidden = s->x.shape[1];
-  s->inter = s->gate_up.shape[1] / 2;
-  s->top_k = s->ids.shape[1];
-  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(kOp, "out", s->out, "x", s->x));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(kOp, "topk_weights", s->weights, "topk_ids", s->ids));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "topk_ids", s->ids, 0, s->x.rows));
-  if (s->gate_up.shape[1] % 2 != 0) {
-    return InvalidArgument(kOp, "w_gate_up.shape[1] is ", s->gate_up.shape[1], ", not 2 * I");
-  }
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "w_gate_up", s->gate_up, 2, s->hidden));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", s->down, 0, s->experts));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", s->down, 1, s->hidden));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", s->down, 2, s->inter));
-  if (Overlaps(s->out, s->x)) return InvalidArgument(kOp, "out overlaps x");
-  if (s->hidden > INT_MAX || s->gate_up.shape[1] > INT_MAX || s->ids.numel() > INT_MAX) {
-    return InvalidArgument(kOp, "a dimension exceeds INT_MAX");
-  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckMoeExperts(
+      kFloatDtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, s));
   for (int64_t t = 0; t < s->ids.rows; ++t) {
-    STRATA_CPU_RETURN_IF_ERROR(
-        CheckIndices(kOp, "topk_ids", s->ids.IntRow(t), s->top_k, 1, s->experts));
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        CheckIndices("moe_experts", "topk_ids", s->ids.IntRow(t), s->top_k, 1, s->experts));
   }
   return Status();
 }
@@ -108,7 +79,7 @@ Assignment GroupByExpert(const ExpertShapes& s) {
     for (int64_t j = 0; j < s.top_k; ++j) {
       const int64_t at = fill[s.ids.IntRow(t)[j]]++;
       a.token[at] = t;
-      a.weight[at] = s.weights.Row(t)[j];
+      a.weight[at] = s.weights.Row<float>(t)[j];
     }
   }
   return a;
@@ -140,7 +111,7 @@ void ScatterAdd(ThreadPool& pool, const ExpertShapes& s, int64_t n, const int64_
   const int64_t min_cols = std::max<int64_t>(256, (16 * 1024) / std::max<int64_t>(n, 1));
   pool.ParallelFor(h, pool.GrainFor(h, min_cols), [&](int64_t c0, int64_t c1) {
     for (int64_t i = 0; i < n; ++i) {
-      float* dst = s.out.Row(tokens[i]);
+      float* dst = s.out.Row<float>(tokens[i]);
       const float* src = &buf.y[i * h];
       for (int64_t c = c0; c < c1; ++c) dst[c] += weights[i] * src[c];
     }
@@ -155,13 +126,13 @@ void RunExpert(CpuBackend& be, const ExpertShapes& s, const Assignment& a, int64
   ThreadPool& pool = be.pool();
   pool.ParallelFor(n, pool.GrainFor(n, 8), [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
-      std::memcpy(&buf.x[i * h], s.x.Row(tokens[i]), h * sizeof(float));
+      std::memcpy(&buf.x[i * h], s.x.Row<float>(tokens[i]), h * sizeof(float));
     }
   });
-  MatMulNT(be, n, 2 * inter, h, buf.x.data(), h, s.gate_up.Row(e), h, nullptr, false,
+  MatMulNT(be, n, 2 * inter, h, buf.x.data(), h, s.gate_up.Row<float>(e), h, nullptr, false,
            buf.gate_up.data(), 2 * inter);
   SiluMulRows(pool, n, inter, buf);
-  MatMulNT(be, n, h, inter, buf.act.data(), inter, s.down.Row(e), inter, nullptr, false,
+  MatMulNT(be, n, h, inter, buf.act.data(), inter, s.down.Row<float>(e), inter, nullptr, false,
            buf.y.data(), h);
   ScatterAdd(pool, s, n, tokens, a.weight.data() + first, buf);
 }
@@ -170,26 +141,18 @@ void RunExpert(CpuBackend& be, const ExpertShapes& s, const Assignment& a, int64
 
 Status MoeRoute(CpuBackend& be, const strata_tensor* router_logits, int32_t top_k,
                 int32_t renormalize, strata_tensor* topk_weights, strata_tensor* topk_ids) {
-  constexpr const char* kOp = "moe_route";
-  TensorView lv, wv, iv;
-  STRATA_CPU_RETURN_IF_ERROR(
-      ViewTensor(kOp, "router_logits", router_logits, STRATA_DTYPE_F32, 2, 2, &lv));
-  STRATA_CPU_RETURN_IF_ERROR(
-      ViewTensor(kOp, "topk_weights", topk_weights, STRATA_DTYPE_F32, 2, 2, &wv));
-  STRATA_CPU_RETURN_IF_ERROR(ViewTensor(kOp, "topk_ids", topk_ids, STRATA_DTYPE_I32, 2, 2, &iv));
-  const int64_t experts = lv.cols;
-  if (top_k < 1 || top_k > experts) {
-    return InvalidArgument(kOp, "top_k ", top_k, " is out of range [1, ", experts, "]");
-  }
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", wv, 0, lv.rows));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", wv, 1, top_k));
-  STRATA_CPU_RETURN_IF_ERROR(ExpectShape(kOp, "topk_ids", iv, "topk_weights", wv));
+  plugin_common::MoeRouteArgs args;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckMoeRoute(kFloatDtype, router_logits, top_k,
+                                                             topk_weights, topk_ids, &args));
+  const TensorView &lv = args.logits, &wv = args.weights, &iv = args.ids;
+  const int64_t experts = args.experts;
   be.pool().ParallelFor(lv.rows, be.pool().GrainFor(lv.rows, 16), [&](int64_t b, int64_t e) {
     std::vector<float> prob(experts);
     std::vector<int32_t> order(experts);
     for (int64_t t = b; t < e; ++t) {
       int32_t* ids = const_cast<int32_t*>(iv.IntRow(t));
-      RouteRow(lv.Row(t), experts, top_k, renormalize != 0, prob, order, wv.Row(t), ids);
+      RouteRow(lv.Row<float>(t), experts, top_k, renormalize != 0, prob, order, wv.Row<float>(t),
+               ids);
     }
   });
   return Status();
@@ -199,8 +162,9 @@ Status MoeExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* t
                   const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                   const strata_tensor* w_down, strata_tensor* out) {
   ExpertShapes s;
-  STRATA_CPU_RETURN_IF_ERROR(CheckExperts(x, topk_weights, topk_ids, w_gate_up, w_down, out, &s));
-  for (int64_t t = 0; t < s.out.rows; ++t) std::fill_n(s.out.Row(t), s.hidden, 0.0f);
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      CheckExperts(x, topk_weights, topk_ids, w_gate_up, w_down, out, &s));
+  for (int64_t t = 0; t < s.out.rows; ++t) std::fill_n(s.out.Row<float>(t), s.hidden, 0.0f);
   const Assignment a = GroupByExpert(s);
   int64_t busiest = 0;
   for (int64_t e = 0; e < s.experts; ++e) {

@@ -31,10 +31,10 @@ bool FindIntKey(const char* json, const char* key, long* value) {
 
 Status Stream::Create(const char* op, std::unique_ptr<Stream>* out) {
   auto s = std::make_unique<Stream>();
-  STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(
+  STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(
       op, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-  STRATA_CUDA_RETURN_IF_ERROR(CublasStatus(op, cublasCreate(&s->blas), "cublasCreate"));
-  STRATA_CUDA_RETURN_IF_ERROR(
+  STRATA_PLUGIN_RETURN_IF_ERROR(CublasStatus(op, cublasCreate(&s->blas), "cublasCreate"));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
       CublasStatus(op, cublasSetStream(s->blas, s->stream), "cublasSetStream"));
   *out = std::move(s);
   return Status();
@@ -43,12 +43,13 @@ Status Stream::Create(const char* op, std::unique_ptr<Stream>* out) {
 Status Stream::Workspace(const char* op, size_t bytes, void** out) {
   if (bytes > workspace_bytes_) {
     if (workspace_ != nullptr) {
-      STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(op, cudaFreeAsync(workspace_, stream), "cudaFreeAsync"));
+      STRATA_PLUGIN_RETURN_IF_ERROR(
+          CudaStatus(op, cudaFreeAsync(workspace_, stream), "cudaFreeAsync"));
       workspace_ = nullptr;
       workspace_bytes_ = 0;
     }
     const size_t grown = std::max(bytes, size_t{1} << 20);
-    STRATA_CUDA_RETURN_IF_ERROR(
+    STRATA_PLUGIN_RETURN_IF_ERROR(
         CudaStatus(op, cudaMallocAsync(&workspace_, grown, stream), "cudaMallocAsync"));
     workspace_bytes_ = grown;
   }
@@ -78,13 +79,13 @@ Status CudaBackend::Create(const char* config_json, std::unique_ptr<CudaBackend>
   }
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = static_cast<int>(device);
-  STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(kOp, cudaSetDevice(be->device_), "cudaSetDevice"));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(kOp, cudaSetDevice(be->device_), "cudaSetDevice"));
   cudaDeviceProp prop;
-  STRATA_CUDA_RETURN_IF_ERROR(
+  STRATA_PLUGIN_RETURN_IF_ERROR(
       CudaStatus(kOp, cudaGetDeviceProperties(&prop, be->device_), "cudaGetDeviceProperties"));
   be->device_name_ = Cat(prop.name, " (device ", be->device_, ", sm_", prop.major, prop.minor, ")");
   be->total_memory_ = prop.totalGlobalMem;
-  STRATA_CUDA_RETURN_IF_ERROR(Stream::Create(kOp, &be->default_stream_));
+  STRATA_PLUGIN_RETURN_IF_ERROR(Stream::Create(kOp, &be->default_stream_));
   *out = std::move(be);
   return Status();
 }

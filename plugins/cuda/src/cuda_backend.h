@@ -13,7 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "cuda_status.h"
+#include "cuda_common.h"
 #include "strata/plugin/abi.h"
 
 namespace strata::cuda {

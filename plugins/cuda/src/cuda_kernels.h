@@ -41,15 +41,12 @@ cudaError_t LaunchRope(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64_t k
 // out[t, i] = silu(x[t, i]) * x[t, inter + i].
 cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t inter, bf16* out,
                           int64_t out_stride, cudaStream_t stream);
-// Same with fp32 input (the MoE gate/up GEMM output).
-cudaError_t LaunchSiluMulF32(const float* x, int64_t x_stride, int64_t rows, int64_t inter,
-                             bf16* out, int64_t out_stride, cudaStream_t stream);
 
 // out[t, j] = (zero_first ? 0 : out[t, j]) + (bias ? bias[j] : 0).
 cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
                                const bf16* bias, bool zero_first, cudaStream_t stream);
 
-// ---- KV cache and MoE (kernels_kv_moe.cu) -------------------------------------------------
+// ---- KV cache and MoE routing (kernels_kv_moe.cu) -------------------------------------------------
 
 // Writes k, v [rows, Hk, D] of `layer` at slots[t]; negative or out-of-pool slots skip the row.
 cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, const bf16* k,
@@ -68,10 +65,53 @@ cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t ro
                            int32_t top_k, bool renormalize, float* weights, int64_t weights_stride,
                            int32_t* ids, int64_t ids_stride, cudaStream_t stream);
 
-// out[t, :] = sum_j weights[t, j] * y[inv[t * top_k + j], :] for t < rows, y fp32 [*, hidden].
-cudaError_t LaunchMoeCombine(const float* y, int64_t hidden, const int32_t* inv,
-                             const float* weights, int64_t weights_stride, int64_t rows,
-                             int64_t top_k, bf16* out, int64_t out_stride, cudaStream_t stream);
+// ---- moe_experts without a host round trip (kernels_moe_experts.cu) -------------------------
+// out[t] = sum_j weights[t, j] * Expert_{ids[t, j]}(x[t]) (see abi.h moe_experts): a device-side
+// counting sort of the assignments by expert, two grouped GEMMs over the sorted rows (bf16
+// mma.sync, fp32 accumulation; the x row gather fused into the first, silu(gate) * up into its
+// epilogue) and a weighted combine in fp32. An id outside [0, experts) contributes nothing.
+// Plan, then run: the plan depends on host-side shapes only, so the launch can be captured in
+// a CUDA graph; the run enqueues 4 kernels and never synchronizes.
+struct MoeExpertsArgs {
+  const bf16* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t rows = 0;  // tokens T
+  int64_t hidden = 0;
+  int64_t inter = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  const int32_t* topk_ids = nullptr;
+  int64_t ids_stride = 0;
+  const float* weights = nullptr;
+  int64_t weights_stride = 0;
+  const bf16* w_gate_up = nullptr;  // [experts, 2 * inter, hidden], rows dense
+  int64_t gate_up_expert_stride = 0;
+  const bf16* w_down = nullptr;  // [experts, hidden, inter], rows dense
+  int64_t down_expert_stride = 0;
+  bf16* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// hidden and inter multiples of 8, 16-byte aligned x / out / weights with strides multiples of
+// 8 elements, experts < 12288, rows * top_k <= 2^30. Anything else is not served.
+bool MoeExpertsSupported(const MoeExpertsArgs& args);
+
+// Tile shape by average rows per active expert: < 16 small (16 x 32 tiles, deep rings: decode,
+// weight-bandwidth bound), < 64 medium (32 x 32), else large (128 x 128: prefill, compute bound).
+inline constexpr int64_t kMoeMediumTileRows = 16;
+inline constexpr int64_t kMoeLargeTileRows = 64;
+enum class MoeTiles { kSmall, kMedium, kLarge };
+
+struct MoePlan {
+  MoeTiles tiles = MoeTiles::kSmall;
+  int32_t block_m = 0;        // rows per m-tile
+  int64_t max_tiles = 0;      // bound on the m-tiles: ceil(T * k / block_m) + min(E, T * k)
+  size_t workspace_bytes = 0;
+};
+cudaError_t PlanMoeExperts(const MoeExpertsArgs& args, MoePlan* plan);
+// `workspace`: plan.workspace_bytes of device memory, 256-byte aligned, private to `stream`.
+cudaError_t LaunchMoeExperts(const MoeExpertsArgs& args, const MoePlan& plan, void* workspace,
+                             cudaStream_t stream);
 
 // ---- attention (kernels_attention.cu) -------------------------------------------------------
 

@@ -3,7 +3,7 @@
 // dtypes: everything the host can see without reading device memory), then enqueues its
 // kernels or cuBLAS calls on `stream`. Nothing is enqueued when validation fails.
 #include "cuda_backend.h"
-#include "cuda_status.h"
+#include "cuda_common.h"
 #include "strata/plugin/abi.h"
 
 namespace strata::cuda {

@@ -5,9 +5,9 @@
 // The batch arrays (q_start, kv_len, block_tables) are device arrays, so their values are
 // guarded inside the kernel: a row no sequence owns, a sequence whose kv_len does not cover
 // its rows or fit its table, and a table entry outside the pool are skipped.
+#include "cuda_common.h"
 #include "cuda_kernels.h"
 #include "cuda_ops.h"
-#include "cuda_tensor.h"
 
 namespace strata::cuda {
 
@@ -17,7 +17,7 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   const char* op = decode ? "attention_decode" : "attention_prefill";
   CacheView cv;
   TensorView qv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewCache(op, cache, &cv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(op, cache, &cv));
   if (params == nullptr) return InvalidArgument(op, "params is NULL");
   if (params->layer < 0 || params->layer >= cv.num_layers) {
     return InvalidArgument(op, "params.layer ", params->layer, " is out of range [0, ",
@@ -26,10 +26,10 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   if (params->sliding_window < 0) {
     return InvalidArgument(op, "params.sliding_window must be >= 0, got ", params->sliding_window);
   }
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(op, "q", q, kStorageDtype, 3, 3, &qv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(op, "out", out, kStorageDtype, 3, 3, &ov));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(op, "out", ov, "q", qv));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(op, "q", qv, 2, cv.head_dim));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "q", q, kStorageDtype, 3, 3, &qv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "out", out, kStorageDtype, 3, 3, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(op, "out", ov, "q", qv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(op, "q", qv, 2, cv.head_dim));
   const int64_t heads = qv.shape[1];
   if (heads == 0 || heads % cv.num_kv_heads != 0) {
     return InvalidArgument(op, "q has ", heads, " heads, not a positive multiple of the cache's ",
@@ -75,11 +75,11 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
     return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
   }
   DecodePlan plan;
-  STRATA_CUDA_RETURN_IF_ERROR(
+  STRATA_PLUGIN_RETURN_IF_ERROR(
       CudaStatus(op, PlanDecodeAttention(a, batch->max_kv_len, &plan), "decode plan"));
   void* workspace = nullptr;
   if (plan.workspace_bytes > 0) {
-    STRATA_CUDA_RETURN_IF_ERROR(s.Workspace(op, plan.workspace_bytes, &workspace));
+    STRATA_PLUGIN_RETURN_IF_ERROR(s.Workspace(op, plan.workspace_bytes, &workspace));
   }
   return CudaStatus(op, LaunchDecodeAttention(a, plan, workspace, s.stream), "kernel launch");
 }

@@ -1,9 +1,9 @@
 // Dense ops: embedding, rms_norm, gemm (cuBLAS), rope, silu_mul, gather_rows.
 #include <climits>
 
+#include "cuda_common.h"
 #include "cuda_kernels.h"
 #include "cuda_ops.h"
-#include "cuda_tensor.h"
 
 namespace strata::cuda {
 namespace {
@@ -19,11 +19,11 @@ Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids
                  strata_tensor* out) {
   constexpr const char* kOp = "embedding";
   TensorView tv, iv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "table", table, kStorageDtype, 2, 2, &tv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "ids", ids, STRATA_DTYPE_I32, 1, 1, &iv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "table", table, kStorageDtype, 2, 2, &tv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "ids", ids, STRATA_DTYPE_I32, 1, 1, &iv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
   return Launched(kOp, LaunchGatherRows(Bf16(tv), tv.stride, tv.rows, Ints(iv), iv.rows, tv.cols,
                                         Bf16(ov), ov.stride, s.stream));
 }
@@ -32,13 +32,13 @@ Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows,
                   strata_tensor* out) {
   constexpr const char* kOp = "gather_rows";
   TensorView xv, rv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &rv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &rv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
   if (ov.ndim != xv.ndim) return InvalidArgument(kOp, "out and x differ in ndim");
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, rv.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, rv.rows));
   for (int d = 1; d < xv.ndim; ++d) {
-    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, d, xv.shape[d]));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, d, xv.shape[d]));
   }
   return Launched(kOp, LaunchGatherRows(Bf16(xv), xv.stride, xv.rows, Ints(rv), rv.rows, xv.cols,
                                         Bf16(ov), ov.stride, s.stream));
@@ -48,15 +48,15 @@ Status RmsNorm(Stream& s, const strata_tensor* x, strata_tensor* residual,
                const strata_tensor* weight, float eps, strata_tensor* out) {
   constexpr const char* kOp = "rms_norm";
   TensorView xv, rv, wv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "weight", weight, kStorageDtype, 1, 1, &wv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(kOp, "out", ov, "x", xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "weight", weight, kStorageDtype, 1, 1, &wv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "out", ov, "x", xv));
   const int64_t d = xv.shape[xv.ndim - 1];
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "weight", wv, 0, d));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "weight", wv, 0, d));
   if (residual != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "residual", residual, kStorageDtype, 2, 3, &rv));
-    STRATA_CUDA_RETURN_IF_ERROR(ExpectShape(kOp, "residual", rv, "x", xv));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "residual", residual, kStorageDtype, 2, 3, &rv));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "residual", rv, "x", xv));
   }
   if (!(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
   if (d == 0) return Status();
@@ -86,16 +86,16 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
             int32_t accumulate, strata_tensor* out) {
   constexpr const char* kOp = "gemm";
   TensorView xv, wv, bv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, kStorageDtype, 2, 2, &wv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, kStorageDtype, 2, 2, &wv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
   const int64_t m = xv.rows, k = xv.cols, n = wv.rows;
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
   if (ov.cols != n) return InvalidArgument(kOp, "out has ", ov.cols, " columns, expected N = ", n);
   if (bias != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, kStorageDtype, 1, 1, &bv));
-    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, kStorageDtype, 1, 1, &bv));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
     if (Overlaps(ov, bv)) return InvalidArgument(kOp, "out overlaps bias");
   }
   if (Overlaps(ov, xv)) return InvalidArgument(kOp, "out overlaps x");
@@ -106,8 +106,8 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
     return Launched(kOp,
                     LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, accumulate == 0, s.stream));
   }
-  STRATA_CUDA_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
-                                     ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
+  STRATA_PLUGIN_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
+                                       ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
   if (b == nullptr) return Status();
   return Launched(kOp, LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, false, s.stream));
 }
@@ -116,19 +116,20 @@ Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* 
             const strata_tensor* inv_freq, float mscale) {
   constexpr const char* kOp = "rope";
   TensorView qv, kv, pv, fv;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, kStorageDtype, 3, 3, &qv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &pv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &fv));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "positions", pv, 0, qv.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, kStorageDtype, 3, 3, &qv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &pv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &fv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "positions", pv, 0, qv.rows));
   const int64_t d = qv.shape[2], r = fv.rows;
   if (2 * r > d) {
     return InvalidArgument(kOp, "inv_freq has ", r, " entries but head_dim ", d, " allows at most ",
                            d / 2);
   }
   if (k != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, kStorageDtype, 3, 3, &kv));
-    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 0, qv.rows));
-    STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, d));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, kStorageDtype, 3, 3, &kv));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 0, qv.rows));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, d));
     if (qv.numel() > 0 && qv.data == kv.data) {
       return InvalidArgument(kOp, "q and k are the same tensor");
     }
@@ -142,9 +143,9 @@ Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* 
 Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out) {
   constexpr const char* kOp = "silu_mul";
   TensorView xv, ov;
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 2, &xv));
-  STRATA_CUDA_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
-  STRATA_CUDA_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, xv.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 2, &xv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, xv.rows));
   const int64_t inter = ov.cols;
   if (xv.cols != 2 * inter) {
     return InvalidArgument(kOp, "x.shape[1] is ", xv.cols,

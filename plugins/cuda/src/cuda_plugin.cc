@@ -98,7 +98,7 @@ strata_status GetInfo(strata_backend b, strata_backend_info* out) noexcept {
   return Guard(b, "get_info", [&](CudaBackend& be) {
     if (out == nullptr) return InvalidArgument("get_info", "out is NULL");
     size_t free_bytes = 0, total_bytes = 0;
-    STRATA_CUDA_RETURN_IF_ERROR(
+    STRATA_PLUGIN_RETURN_IF_ERROR(
         CudaStatus("get_info", cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
     out->name = "cuda";
     out->device_name = be.device_name().c_str();
@@ -140,7 +140,7 @@ strata_status StreamCreate(strata_backend b, strata_stream* out) noexcept {
   return Guard(b, "stream_create", [&](CudaBackend&) {
     if (out == nullptr) return InvalidArgument("stream_create", "out is NULL");
     std::unique_ptr<Stream> s;
-    STRATA_CUDA_RETURN_IF_ERROR(Stream::Create("stream_create", &s));
+    STRATA_PLUGIN_RETURN_IF_ERROR(Stream::Create("stream_create", &s));
     *out = s.release()->handle();
     return Status();
   });

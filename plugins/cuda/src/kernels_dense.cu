@@ -10,7 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ float Load(const bf16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float Load(const float* p) { return *p; }
 
 // Grid-stride over rows: blockIdx.x strides over rows, threads over the row's elements.
 unsigned RowBlocks(int64_t rows) {
@@ -164,14 +163,6 @@ cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t
   if (rows * inter == 0) return cudaSuccess;
   SiluMulKernel<bf16><<<ElementBlocks(rows * inter), kThreads, 0, stream>>>(x, x_stride, rows,
                                                                             inter, out, out_stride);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchSiluMulF32(const float* x, int64_t x_stride, int64_t rows, int64_t inter,
-                             bf16* out, int64_t out_stride, cudaStream_t stream) {
-  if (rows * inter == 0) return cudaSuccess;
-  SiluMulKernel<float><<<ElementBlocks(rows * inter), kThreads, 0, stream>>>(
-      x, x_stride, rows, inter, out, out_stride);
   return cudaGetLastError();
 }
 

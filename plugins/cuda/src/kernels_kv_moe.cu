@@ -1,4 +1,5 @@
-// KV cache kernels (kv_append, whole-block copies) and the MoE kernels (routing, combine).
+// KV cache kernels (kv_append, whole-block copies) and MoE routing (softmax + top-k); the
+// expert kernels are in kernels_moe_experts.cu.
 #include <algorithm>
 #include <cmath>
 
@@ -124,21 +125,6 @@ __global__ void MoeRouteKernel(const bf16* logits, int64_t logits_stride, int64_
   }
 }
 
-__global__ void MoeCombineKernel(const float* y, int64_t hidden, const int32_t* inv,
-                                 const float* weights, int64_t weights_stride, int64_t rows,
-                                 int64_t top_k, bf16* out, int64_t out_stride) {
-  const int64_t total = rows * hidden;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t t = idx / hidden, c = idx % hidden;
-    float acc = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) {
-      acc += weights[t * weights_stride + j] * y[inv[t * top_k + j] * hidden + c];
-    }
-    out[t * out_stride + c] = __float2bfloat16(acc);
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, const bf16* k,
@@ -188,16 +174,6 @@ cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t ro
   MoeRouteKernel<<<blocks, kWarps * 32, shared, stream>>>(logits, logits_stride, rows, experts,
                                                           top_k, renormalize, weights,
                                                           weights_stride, ids, ids_stride);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchMoeCombine(const float* y, int64_t hidden, const int32_t* inv,
-                             const float* weights, int64_t weights_stride, int64_t rows,
-                             int64_t top_k, bf16* out, int64_t out_stride, cudaStream_t stream) {
-  const int64_t total = rows * hidden;
-  if (total == 0) return cudaSuccess;
-  MoeCombineKernel<<<ElementBlocks(total), kThreads, 0, stream>>>(
-      y, hidden, inv, weights, weights_stride, rows, top_k, out, out_stride);
   return cudaGetLastError();
 }
 

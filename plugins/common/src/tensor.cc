@@ -1,8 +1,8 @@
-#include "cuda_tensor.h"
+#include "strata/plugin_common/tensor.h"
 
 #include <string>
 
-namespace strata::cuda {
+namespace strata::plugin_common {
 namespace {
 
 // Largest element count or stride accepted; keeps every product below int64 overflow.
@@ -40,6 +40,33 @@ Status CheckShape(const char* op, const char* name, const strata_tensor& t, int 
   return Status();
 }
 
+// Fills rows/cols/stride of `v` from `t` (dtype and shape already checked).
+Status ComputeLayout(const char* op, const char* name, const strata_tensor& t, TensorView* v) {
+  v->rows = t.shape[0];
+  v->cols = 1;
+  for (int d = 0; d < t.ndim; ++d) v->shape[d] = t.shape[d];
+  for (int d = 1; d < t.ndim; ++d) {
+    if (!MulLimited(v->cols, t.shape[d], &v->cols)) {
+      return InvalidArgument(op, name, ": too many elements");
+    }
+  }
+  if (t.row_stride < 0) return InvalidArgument(op, name, ": negative row_stride");
+  if (t.ndim == 1 && t.row_stride > 1) {
+    return InvalidArgument(op, name, ": a 1-D tensor must be dense (row_stride ", t.row_stride,
+                           ")");
+  }
+  v->stride = t.row_stride == 0 ? v->cols : t.row_stride;
+  if (v->stride < v->cols) {
+    return InvalidArgument(op, name, ": row_stride ", t.row_stride, " is smaller than a row (",
+                           v->cols, " elements)");
+  }
+  int64_t extent = 0;
+  if (!MulLimited(v->rows, v->stride, &extent)) {
+    return InvalidArgument(op, name, ": too many elements");
+  }
+  return Status();
+}
+
 }  // namespace
 
 const char* DtypeName(strata_dtype dtype) {
@@ -59,34 +86,13 @@ const char* DtypeName(strata_dtype dtype) {
 Status ViewTensor(const char* op, const char* name, const strata_tensor* t, strata_dtype dtype,
                   int min_ndim, int max_ndim, TensorView* view) {
   if (t == nullptr) return InvalidArgument(op, name, " is NULL");
-  STRATA_CUDA_RETURN_IF_ERROR(CheckDtype(op, name, t->dtype, dtype));
-  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(op, name, *t, min_ndim, max_ndim));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckDtype(op, name, t->dtype, dtype));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckShape(op, name, *t, min_ndim, max_ndim));
   TensorView v;
   v.data = t->data;
   v.dtype = t->dtype;
   v.ndim = t->ndim;
-  v.rows = t->shape[0];
-  v.cols = 1;
-  for (int d = 0; d < t->ndim; ++d) v.shape[d] = t->shape[d];
-  for (int d = 1; d < t->ndim; ++d) {
-    if (!MulLimited(v.cols, t->shape[d], &v.cols)) {
-      return InvalidArgument(op, name, ": too many elements");
-    }
-  }
-  if (t->row_stride < 0) return InvalidArgument(op, name, ": negative row_stride");
-  if (t->ndim == 1 && t->row_stride > 1) {
-    return InvalidArgument(op, name, ": a 1-D tensor must be dense (row_stride ", t->row_stride,
-                           ")");
-  }
-  v.stride = t->row_stride == 0 ? v.cols : t->row_stride;
-  if (v.stride < v.cols) {
-    return InvalidArgument(op, name, ": row_stride ", t->row_stride, " is smaller than a row (",
-                           v.cols, " elements)");
-  }
-  int64_t extent = 0;
-  if (!MulLimited(v.rows, v.stride, &extent)) {
-    return InvalidArgument(op, name, ": too many elements");
-  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(ComputeLayout(op, name, *t, &v));
   if (v.data == nullptr && v.numel() > 0) return InvalidArgument(op, name, ": data is NULL");
   *view = v;
   return Status();
@@ -111,6 +117,17 @@ Status ExpectShape(const char* op, const char* name, const TensorView& v, const 
                          shape(ref));
 }
 
+Status CheckIndices(const char* op, const char* name, const int32_t* ids, int64_t n, int64_t stride,
+                    int64_t limit, bool allow_negative) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i * stride];
+    if (id >= limit || (id < 0 && !allow_negative)) {
+      return InvalidArgument(op, name, "[", i, "] = ", id, " is out of range [0, ", limit, ")");
+    }
+  }
+  return Status();
+}
+
 bool Overlaps(const TensorView& a, const TensorView& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
   const char* a0 = static_cast<const char*>(a.data);
@@ -118,9 +135,10 @@ bool Overlaps(const TensorView& a, const TensorView& b) {
   return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
 }
 
-Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) {
+Status ViewCache(const char* op, const strata_kv_cache* cache, strata_dtype dtype,
+                 CacheView* view) {
   if (cache == nullptr) return InvalidArgument(op, "cache is NULL");
-  STRATA_CUDA_RETURN_IF_ERROR(CheckDtype(op, "cache", cache->dtype, kStorageDtype));
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckDtype(op, "cache", cache->dtype, dtype));
   if (cache->num_blocks < 0 || cache->num_layers <= 0 || cache->block_size <= 0 ||
       cache->num_kv_heads <= 0 || cache->head_dim <= 0) {
     return InvalidArgument(op, "cache: num_blocks must be >= 0 and num_layers, block_size, ",
@@ -130,6 +148,7 @@ Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) 
   }
   CacheView v;
   v.data = cache->data;
+  v.dtype = cache->dtype;
   v.num_blocks = cache->num_blocks;
   v.num_layers = cache->num_layers;
   v.block_size = cache->block_size;
@@ -145,4 +164,4 @@ Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) 
   return Status();
 }
 
-}  // namespace strata::cuda
+}  // namespace strata::plugin_common

@@ -1,14 +1,14 @@
 #pragma once
-// A small status type for the CPU plugin's internals. The plugin links nothing of strata's C++
-// libraries (it only sees the C ABI), so it carries its own: an ABI status code plus a message
-// that the entry points copy into the backend's last_error.
+// The status type shared by the in-tree plugins (plugins/cpu, plugins/cuda). A plugin links no
+// strata C++ library (it sees only the C ABI), so it carries this small one: an ABI status code
+// plus a message that the entry points copy into the backend's last_error.
 #include <sstream>
 #include <string>
 #include <utility>
 
 #include "strata/plugin/abi.h"
 
-namespace strata::cpu {
+namespace strata::plugin_common {
 
 class [[nodiscard]] Status {
  public:
@@ -32,21 +32,22 @@ std::string Cat(const Args&... args) {
   return os.str();
 }
 
-// "<op>: <message>" with code INVALID_ARGUMENT.
+// "<op>: <message>" with code INVALID_ARGUMENT (the caller's fault).
 template <typename... Args>
 Status InvalidArgument(const char* op, const Args&... args) {
   return Status(STRATA_ERR_INVALID_ARGUMENT, Cat(op, ": ", args...));
 }
 
+// "<op>: <message>" with code UNSUPPORTED (valid, but this backend does not implement it).
 template <typename... Args>
 Status Unsupported(const char* op, const Args&... args) {
   return Status(STRATA_ERR_UNSUPPORTED, Cat(op, ": ", args...));
 }
 
-}  // namespace strata::cpu
+}  // namespace strata::plugin_common
 
-#define STRATA_CPU_RETURN_IF_ERROR(expr)           \
-  do {                                             \
-    ::strata::cpu::Status strata_cpu_s_ = (expr);  \
-    if (!strata_cpu_s_.ok()) return strata_cpu_s_; \
+#define STRATA_PLUGIN_RETURN_IF_ERROR(expr)                    \
+  do {                                                         \
+    ::strata::plugin_common::Status strata_plugin_s_ = (expr); \
+    if (!strata_plugin_s_.ok()) return strata_plugin_s_;       \
   } while (0)

@@ -1,0 +1,280 @@
+// MoE layer on one GPU: the CUDA plugin's routing + expert kernels (LaunchMoeRoute, then
+// PlanMoeExperts + LaunchMoeExperts, the launchers the plugin's moe_route / moe_experts call),
+// timed with CUDA events on Qwen3-30B-A3B (128 experts, top-8, hidden 2048, inter 768) and
+// Mixtral-8x7B (8 experts, top-2, hidden 4096, inter 14336) layer shapes at 1, 8, 64, 512 and
+// 4,096 tokens, random bf16 weights. torch_moe.py times PyTorch on the same shapes.
+//
+// Each call routes its own random logits (8 sets, used round robin, so successive calls touch
+// different experts and a small shape is not served from the L2). Figures per shape: median
+// time per call (route + experts; also the experts alone, on routings made earlier);
+// TFLOP/s = 2 x T x k x 3 x H x I / time; for decode-sized shapes the GB/s of expert weights
+// actually touched (distinct experts per call x 3 x H x I x 2 bytes, averaged over the 8
+// routings) over the device-copy bandwidth measured in the same run (cudaMemcpy D2D of 2 GiB,
+// bytes read + written).
+//
+//     moe_bench [--quick]        prints a table and "CSV,..." lines for scripts/bench_cuda.sh
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "cuda_kernels.h"
+
+namespace {
+
+using strata::cuda::bf16;
+
+#define BENCH_CHECK(expr)                                                \
+  do {                                                                   \
+    const cudaError_t err_ = (expr);                                     \
+    if (err_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                            \
+      std::exit(1);                                                      \
+    }                                                                    \
+  } while (0)
+
+struct Model {
+  const char* name;
+  int64_t experts, top_k, hidden, inter;
+};
+
+constexpr Model kModels[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
+                             {"mixtral-8x7b", 8, 2, 4096, 14336}};
+constexpr int kRoutings = 8;
+
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+// Fills `bytes` of device memory with uniform bf16 in [-scale, scale]: 1M random values copied
+// once, then repeated by doubling device-to-device copies.
+void FillRandom(void* dst, size_t bytes, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  const size_t pattern = std::min<size_t>(bytes, size_t{2} << 20);
+  std::vector<uint16_t> host(pattern / 2);
+  for (auto& v : host) v = ToBf16(dist(rng));
+  BENCH_CHECK(cudaMemcpy(dst, host.data(), pattern, cudaMemcpyHostToDevice));
+  for (size_t done = pattern; done < bytes; done *= 2) {
+    BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + done, dst, std::min(done, bytes - done),
+                           cudaMemcpyDeviceToDevice));
+  }
+}
+
+double CopyBandwidthGBs() {
+  const size_t bytes = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    BENCH_CHECK(cudaEventRecord(e0));
+    BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    BENCH_CHECK(cudaEventRecord(e1));
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  BENCH_CHECK(cudaFree(a));
+  BENCH_CHECK(cudaFree(b));
+  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+// Device buffers of one model: weights, and per-token-count activations and routing.
+struct Buffers {
+  bf16 *w_gate_up = nullptr, *w_down = nullptr, *x = nullptr, *out = nullptr;
+  bf16* logits = nullptr;  // [kRoutings][tokens][experts]
+  float* weights = nullptr;
+  int32_t* ids = nullptr;  // [kRoutings][tokens][k]
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+struct Result {
+  double us = 0, experts_us = 0, experts_touched = 0;
+  const char* tiles = "";
+};
+
+// Routes all kRoutings logit sets once and counts the distinct experts of each.
+double DistinctExperts(const Model& m, int64_t tokens, const Buffers& b, cudaStream_t stream) {
+  std::vector<int32_t> ids(kRoutings * tokens * m.top_k);
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  BENCH_CHECK(cudaMemcpy(ids.data(), b.ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+  double sum = 0;
+  for (int r = 0; r < kRoutings; ++r) {
+    const auto first = ids.begin() + r * tokens * m.top_k;
+    sum += std::set<int32_t>(first, first + tokens * m.top_k).size();
+  }
+  return sum / kRoutings;
+}
+
+strata::cuda::MoeExpertsArgs ExpertArgs(const Model& m, int64_t tokens, const Buffers& b, int r) {
+  strata::cuda::MoeExpertsArgs a;
+  a.x = b.x;
+  a.x_stride = m.hidden;
+  a.rows = tokens;
+  a.hidden = m.hidden;
+  a.inter = m.inter;
+  a.experts = m.experts;
+  a.top_k = m.top_k;
+  a.topk_ids = b.ids + r * tokens * m.top_k;
+  a.ids_stride = m.top_k;
+  a.weights = b.weights + r * tokens * m.top_k;
+  a.weights_stride = m.top_k;
+  a.w_gate_up = b.w_gate_up;
+  a.gate_up_expert_stride = 2 * m.inter * m.hidden;
+  a.w_down = b.w_down;
+  a.down_expert_stride = m.hidden * m.inter;
+  a.out = b.out;
+  a.out_stride = m.hidden;
+  return a;
+}
+
+// One layer call: route logits set r (unless experts_only: its routing from an earlier
+// call is reused), then the experts.
+void Call(const Model& m, int64_t tokens, Buffers& b, int r, const strata::cuda::MoePlan& plan,
+          cudaStream_t stream, bool experts_only = false) {
+  if (!experts_only) {
+    BENCH_CHECK(strata::cuda::LaunchMoeRoute(b.logits + r * tokens * m.experts, m.experts, tokens,
+                                             m.experts, static_cast<int32_t>(m.top_k), true,
+                                             b.weights + r * tokens * m.top_k, m.top_k,
+                                             b.ids + r * tokens * m.top_k, m.top_k, stream));
+  }
+  BENCH_CHECK(
+      strata::cuda::LaunchMoeExperts(ExpertArgs(m, tokens, b, r), plan, b.workspace, stream));
+}
+
+// Median over 7 repetitions of the time per call of `calls` back-to-back calls.
+template <typename Fn>
+double MedianUs(int calls, Fn call, cudaStream_t stream) {
+  cudaEvent_t e0, e1;
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
+  std::vector<float> per_call;
+  for (int rep = 0; rep < 7; ++rep) {
+    BENCH_CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < calls; ++i) call(i);
+    BENCH_CHECK(cudaEventRecord(e1, stream));
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    per_call.push_back(ms * 1e3f / calls);
+  }
+  BENCH_CHECK(cudaEventDestroy(e0));
+  BENCH_CHECK(cudaEventDestroy(e1));
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+Result TimeShape(const Model& m, int64_t tokens, Buffers& b, cudaStream_t stream) {
+  strata::cuda::MoePlan plan;
+  BENCH_CHECK(strata::cuda::PlanMoeExperts(ExpertArgs(m, tokens, b, 0), &plan));
+  if (plan.workspace_bytes > b.workspace_bytes) {
+    BENCH_CHECK(cudaFree(b.workspace));
+    BENCH_CHECK(cudaMalloc(&b.workspace, plan.workspace_bytes));
+    b.workspace_bytes = plan.workspace_bytes;
+  }
+  for (int r = 0; r < kRoutings; ++r) Call(m, tokens, b, r, plan, stream);  // warm-up
+  Result res;
+  res.tiles = plan.tiles == strata::cuda::MoeTiles::kLarge    ? "large"
+              : plan.tiles == strata::cuda::MoeTiles::kMedium ? "medium"
+                                                              : "small";
+  res.experts_touched = DistinctExperts(m, tokens, b, stream);
+  const int calls = tokens >= 512 ? 8 : 32;
+  res.us = MedianUs(
+      calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream); }, stream);
+  res.experts_us = MedianUs(
+      calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, true); }, stream);
+  return res;
+}
+
+// Output sanity: finite, not all zero (the conformance suite checks the values).
+void CheckOutput(const Model& m, int64_t tokens, const Buffers& b) {
+  std::vector<uint16_t> out(tokens * m.hidden);
+  BENCH_CHECK(cudaMemcpy(out.data(), b.out, out.size() * 2, cudaMemcpyDeviceToHost));
+  size_t nonzero = 0;
+  for (uint16_t v : out) {
+    if ((v & 0x7f80) == 0x7f80) {
+      std::fprintf(stderr, "%s T=%lld: non-finite output\n", m.name,
+                   static_cast<long long>(tokens));
+      std::exit(1);
+    }
+    nonzero += (v & 0x7fff) != 0;
+  }
+  if (nonzero == 0) {
+    std::fprintf(stderr, "%s T=%lld: output is all zero\n", m.name, static_cast<long long>(tokens));
+    std::exit(1);
+  }
+}
+
+void RunModel(const Model& m, const std::vector<int64_t>& token_counts, double copy,
+              cudaStream_t stream) {
+  Buffers b;
+  const int64_t max_t = *std::max_element(token_counts.begin(), token_counts.end());
+  const size_t gu_bytes = m.experts * 2 * m.inter * m.hidden * 2;
+  const size_t dn_bytes = m.experts * m.hidden * m.inter * 2;
+  BENCH_CHECK(cudaMalloc(&b.w_gate_up, gu_bytes));
+  BENCH_CHECK(cudaMalloc(&b.w_down, dn_bytes));
+  BENCH_CHECK(cudaMalloc(&b.x, max_t * m.hidden * 2));
+  BENCH_CHECK(cudaMalloc(&b.out, max_t * m.hidden * 2));
+  BENCH_CHECK(cudaMalloc(&b.logits, kRoutings * max_t * m.experts * 2));
+  BENCH_CHECK(cudaMalloc(&b.weights, kRoutings * max_t * m.top_k * 4));
+  BENCH_CHECK(cudaMalloc(&b.ids, kRoutings * max_t * m.top_k * 4));
+  FillRandom(b.w_gate_up, gu_bytes, 1.0f / std::sqrt(static_cast<float>(m.hidden)), 1);
+  FillRandom(b.w_down, dn_bytes, 1.0f / std::sqrt(static_cast<float>(m.inter)), 2);
+  FillRandom(b.x, max_t * m.hidden * 2, 1.0f, 3);
+  const double expert_bytes = 3.0 * m.hidden * m.inter * 2;
+  for (int64_t tokens : token_counts) {
+    FillRandom(b.logits, kRoutings * tokens * m.experts * 2, 4.0f,
+               100 + static_cast<uint32_t>(tokens));
+    const Result r = TimeShape(m, tokens, b, stream);
+    CheckOutput(m, tokens, b);
+    const double flops = 2.0 * tokens * m.top_k * 3.0 * m.hidden * m.inter;
+    const double gbs = r.experts_touched * expert_bytes / (r.us * 1e-6) / 1e9;
+    std::printf(
+        "%-14s T %5lld: %9.1f us (experts alone %9.1f) %6.1f TFLOP/s  experts %6.1f  "
+        "weights %6.0f GB/s (%.2f of copy)  tiles %s\n",
+        m.name, static_cast<long long>(tokens), r.us, r.experts_us, flops / (r.us * 1e-6) / 1e12,
+        r.experts_touched, gbs, gbs / copy, r.tiles);
+    std::printf("CSV,ours,%s,%lld,%.2f,%.2f,%.1f,%.1f\n", m.name, static_cast<long long>(tokens),
+                r.us, flops / (r.us * 1e-6) / 1e12, r.experts_touched, gbs);
+  }
+  for (void* p : {static_cast<void*>(b.w_gate_up), static_cast<void*>(b.w_down),
+                  static_cast<void*>(b.x), static_cast<void*>(b.out), static_cast<void*>(b.logits),
+                  static_cast<void*>(b.weights), static_cast<void*>(b.ids), b.workspace}) {
+    BENCH_CHECK(cudaFree(p));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const std::vector<int64_t> tokens =
+      quick ? std::vector<int64_t>{1, 64, 4096} : std::vector<int64_t>{1, 8, 64, 512, 4096};
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const double copy = CopyBandwidthGBs();
+  std::printf("# device copy (D2D 2 GiB, read+write): %.0f GB/s\nCSV,copy,%.1f\n", copy, copy);
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Model& m : kModels) RunModel(m, tokens, copy, stream);
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

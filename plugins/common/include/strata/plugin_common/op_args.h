@@ -1,0 +1,46 @@
+#pragma once
+// Argument checks of the ops whose descriptor rules are the same in every in-tree plugin (MoE,
+// kv_append), parameterized by the float dtype the plugin stores. They validate descriptors
+// only; index *values* (topk_ids, slots) are the plugin's business: the CPU plugin reads them,
+// a GPU plugin bounds-checks them in its kernels.
+#include <cstdint>
+
+#include "strata/plugin/abi.h"
+#include "strata/plugin_common/status.h"
+#include "strata/plugin_common/tensor.h"
+
+namespace strata::plugin_common {
+
+// moe_route: router_logits [T, E] (float dtype), topk_weights F32 [T, k], topk_ids I32 [T, k].
+struct MoeRouteArgs {
+  TensorView logits, weights, ids;
+  int64_t experts = 0;
+};
+Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logits, int32_t top_k,
+                     const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                     MoeRouteArgs* args);
+
+// moe_experts: x, out [T, H]; topk_weights F32 / topk_ids I32 [T, k]; w_gate_up [E, 2I, H];
+// w_down [E, H, I]; out must not overlap x; H, 2I and T * k fit in an int.
+struct MoeExpertsArgs {
+  TensorView x, weights, ids, gate_up, down, out;
+  int64_t experts = 0, hidden = 0, inter = 0, top_k = 0;
+};
+Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
+                       const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                       const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                       strata_tensor* out, MoeExpertsArgs* args);
+
+// kv_append: layer in range, k and v [T, Hk, D] matching the pool, slots I32 [T].
+struct KvAppendArgs {
+  CacheView cache;
+  TensorView k, v, slots;
+};
+Status CheckKvAppend(strata_dtype float_dtype, const strata_kv_cache* cache, int32_t layer,
+                     const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots,
+                     KvAppendArgs* args);
+
+// A 1-D I32 list of block ids (kv_copy_blocks, kv_gather, kv_scatter).
+Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view);
+
+}  // namespace strata::plugin_common

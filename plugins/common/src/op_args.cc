@@ -1,0 +1,95 @@
+#include "strata/plugin_common/op_args.h"
+
+#include <climits>
+
+namespace strata::plugin_common {
+
+Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logits, int32_t top_k,
+                     const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                     MoeRouteArgs* a) {
+  constexpr const char* kOp = "moe_route";
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "router_logits", router_logits, float_dtype, 2, 2, &a->logits));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "topk_weights", topk_weights, STRATA_DTYPE_F32, 2, 2, &a->weights));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "topk_ids", topk_ids, STRATA_DTYPE_I32, 2, 2, &a->ids));
+  a->experts = a->logits.shape[1];
+  if (top_k < 1 || top_k > a->experts) {
+    return InvalidArgument(kOp, "top_k ", top_k, " is out of range [1, ", a->experts, "]");
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 0, a->logits.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 1, top_k));
+  return ExpectShape(kOp, "topk_ids", a->ids, "topk_weights", a->weights);
+}
+
+namespace {
+
+Status ViewExpertTensors(strata_dtype float_dtype, const strata_tensor* x,
+                         const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                         const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                         strata_tensor* out, MoeExpertsArgs* a) {
+  constexpr const char* kOp = "moe_experts";
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, float_dtype, 2, 2, &a->x));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "topk_weights", topk_weights, STRATA_DTYPE_F32, 2, 2, &a->weights));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "topk_ids", topk_ids, STRATA_DTYPE_I32, 2, 2, &a->ids));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "w_gate_up", w_gate_up, float_dtype, 3, 3, &a->gate_up));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w_down", w_down, float_dtype, 3, 3, &a->down));
+  return ViewTensor(kOp, "out", out, float_dtype, 2, 2, &a->out);
+}
+
+}  // namespace
+
+Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
+                       const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                       const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                       strata_tensor* out, MoeExpertsArgs* a) {
+  constexpr const char* kOp = "moe_experts";
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewExpertTensors(float_dtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, a));
+  a->experts = a->gate_up.shape[0];
+  a->hidden = a->x.shape[1];
+  a->inter = a->gate_up.shape[1] / 2;
+  a->top_k = a->ids.shape[1];
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "out", a->out, "x", a->x));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "topk_weights", a->weights, "topk_ids", a->ids));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_ids", a->ids, 0, a->x.rows));
+  if (a->gate_up.shape[1] % 2 != 0) {
+    return InvalidArgument(kOp, "w_gate_up.shape[1] is ", a->gate_up.shape[1], ", not 2 * I");
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w_gate_up", a->gate_up, 2, a->hidden));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", a->down, 0, a->experts));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", a->down, 1, a->hidden));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w_down", a->down, 2, a->inter));
+  if (Overlaps(a->out, a->x)) return InvalidArgument(kOp, "out overlaps x");
+  if (a->hidden > INT_MAX || a->gate_up.shape[1] > INT_MAX || a->ids.numel() > INT_MAX) {
+    return InvalidArgument(kOp, "a dimension exceeds INT_MAX");
+  }
+  return Status();
+}
+
+Status CheckKvAppend(strata_dtype float_dtype, const strata_kv_cache* cache, int32_t layer,
+                     const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots,
+                     KvAppendArgs* a) {
+  constexpr const char* kOp = "kv_append";
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, float_dtype, &a->cache));
+  if (layer < 0 || layer >= a->cache.num_layers) {
+    return InvalidArgument(kOp, "layer ", layer, " is out of range [0, ", a->cache.num_layers, ")");
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, float_dtype, 3, 3, &a->k));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "v", v, float_dtype, 3, 3, &a->v));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "slots", slots, STRATA_DTYPE_I32, 1, 1, &a->slots));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", a->k, 1, a->cache.num_kv_heads));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", a->k, 2, a->cache.head_dim));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "v", a->v, "k", a->k));
+  return ExpectDim(kOp, "slots", a->slots, 0, a->k.rows);
+}
+
+Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view) {
+  return ViewTensor(op, name, t, STRATA_DTYPE_I32, 1, 1, view);
+}
+
+}  // namespace strata::plugin_common

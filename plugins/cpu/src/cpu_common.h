@@ -1,0 +1,31 @@
+#pragma once
+// The plugin-side helpers this plugin shares with the other in-tree plugins
+// (plugins/common: Status, descriptor validation, op argument checks), named in strata::cpu.
+// The CPU plugin computes and stores everything in F32.
+#include "strata/plugin_common/op_args.h"
+#include "strata/plugin_common/status.h"
+#include "strata/plugin_common/tensor.h"
+
+namespace strata::cpu {
+
+using plugin_common::CacheView;
+using plugin_common::Cat;
+using plugin_common::CheckIndices;
+using plugin_common::DtypeName;
+using plugin_common::ExpectDim;
+using plugin_common::ExpectShape;
+using plugin_common::InvalidArgument;
+using plugin_common::Overlaps;
+using plugin_common::Status;
+using plugin_common::TensorView;
+using plugin_common::Unsupported;
+using plugin_common::ViewTensor;
+
+// The dtype of every float tensor and of the KV pool.
+inline constexpr strata_dtype kFloatDtype = STRATA_DTYPE_F32;
+
+inline Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) {
+  return plugin_common::ViewCache(op, cache, kFloatDtype, view);
+}
+
+}  // namespace strata::cpu
