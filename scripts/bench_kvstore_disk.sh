@@ -2,21 +2,28 @@
 # G3 disk tier vs fio and db_bench on the same directory, one run, side by side.
 #
 #   scripts/bench_kvstore_disk.sh [build_dir=build] [dir=build_dir/disk_bench_data] [total=1G]
+#                                 [rounds=3]
 # Needs build_dir/bin/disk_bench (ninja disk_bench), fio and db_bench (rocksdb-tools).
 #
 # Per block size (256 KiB, 2 MiB), `total` bytes each:
 #   fio       sequential write (end_fsync) then sequential read of one file, psync, queue depth
-#             1, O_DIRECT when the file system takes it (else buffered; the header says which)
+#             1, bs = block size, O_DIRECT when the file system takes it (else buffered; the
+#             header says which)
+#   strata    disk_bench: Puts of every block + Flush, then Gets after a reopen (store order =
+#             sequential slots, then random order); then "churn": the same Puts into a tier of
+#             a quarter of the size (eviction on 3 of 4 Puts)
 #   db_bench  fillseq (integrated BlobDB, no WAL, no compression, value = block size), then
-#             readrandom of every key with O_DIRECT reads
-#   strata    disk_bench: Puts of every block + Flush, then random-order Gets after dropping
-#             the files from the page cache; then "churn": the same Puts into a tier of a
-#             quarter of the size (eviction on 3 of 4 Puts); layouts blob/sst, sync none/wal
-# MB/s = 2^20 B/s; ratios are strata / fio. Everything it writes is removed at the end.
+#             readrandom of every key with O_DIRECT reads (the previous G3 design's engine)
+# fio and the default tier (sync=wal, page-aligned buffers) run interleaved `rounds` times
+# (fio write, fio read, strata, ...) and each reports its median, so that both see the same
+# disk and the same background load; the ratios are strata median / fio median. The other
+# tier configurations (sync=none; unaligned buffers, a staging copy per block) and db_bench
+# run once. MB/s = 2^20 B/s. Everything it writes is removed at the end.
 set -euo pipefail
 BUILD=${1:-build}
 DIR=${2:-$BUILD/disk_bench_data}
 TOTAL=${3:-1G}
+ROUNDS=${4:-3}
 BENCH=$BUILD/bin/disk_bench
 [[ -x $BENCH ]] || { echo "missing $BENCH (ninja -C $BUILD disk_bench)" >&2; exit 1; }
 command -v fio >/dev/null || { echo "missing fio" >&2; exit 1; }
@@ -55,32 +62,57 @@ db_bench_run() {
 }
 
 ratio() { python3 -c "print('%.2f' % ($1 / $2 if $2 else 0))"; }
+median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+# key=value from a disk_bench line.
+val() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p')"
-echo "# dir $DIR on $(df --output=source "$DIR" | tail -1) ($(df --output=fstype "$DIR" | tail -1)); fio direct=$DIRECT; $TOTAL per run; MB/s = 2^20 B/s"
+strata_row() {  # label, disk_bench line, fio write MB/s, fio read MB/s
+  local l=$2
+  echo "| $1 | $(val write_MBps "$l") | $(ratio "$(val write_MBps "$l")" "$3") |" \
+       "$(val write_p50_us "$l") / $(val write_p99_us "$l") | $(val seq_read_MBps "$l") |" \
+       "$(ratio "$(val seq_read_MBps "$l")" "$4") | $(val read_MBps "$l") |" \
+       "$(ratio "$(val read_MBps "$l")" "$4") | $(val read_p50_us "$l") / $(val read_p99_us "$l") |" \
+       "$(val churn_write_MBps "$l") |"
+}
+
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# dir $DIR on $(df --output=source "$DIR" | tail -1) ($(df --output=fstype "$DIR" | tail -1)); fio direct=$DIRECT; $TOTAL per run; $ROUNDS interleaved rounds; MB/s = 2^20 B/s"
 echo "# RocksDB $(dpkg-query -W -f='${Version}' librocksdb-dev 2>/dev/null), fio $(fio --version)"
 for bs in $((256 << 10)) $((2 << 20)); do
   n=$((total_bytes / bs))
-  rm -rf "$DIR/fio" && mkdir -p "$DIR/fio"
-  read -r fw fw50 fw99 <<<"$(fio_run write "$bs")"
-  read -r fr fr50 fr99 <<<"$(fio_run read "$bs")"
-  rm -rf "$DIR/fio" "$DIR/db_bench"
+  fw_all="" fr_all="" st_lines=() fio_lat=()
+  for ((r = 0; r < ROUNDS; r++)); do
+    rm -rf "$DIR/fio" && mkdir -p "$DIR/fio"
+    read -r fw fw50 fw99 <<<"$(fio_run write "$bs")"
+    read -r fr fr50 fr99 <<<"$(fio_run read "$bs")"
+    rm -rf "$DIR/fio"
+    fw_all+=" $fw" fr_all+=" $fr"
+    fio_lat+=("$fw $fw50 $fw99 $fr $fr50 $fr99")
+    st_lines+=("$("$BENCH" "$DIR" "$bs" "$total_bytes" wal aligned)")
+  done
+  fw=$(median <<<"$fw_all") fr=$(median <<<"$fr_all")
+  # The tier's median round by write bandwidth (its read numbers come from the same run).
+  st_w=$(for l in "${st_lines[@]}"; do val write_MBps "$l"; done | median)
+  st_r=$(for l in "${st_lines[@]}"; do val read_MBps "$l"; done | median)
+  st_s=$(for l in "${st_lines[@]}"; do val seq_read_MBps "$l"; done | median)
+  st_c=$(for l in "${st_lines[@]}"; do val churn_write_MBps "$l"; done | median)
+  none_line=$("$BENCH" "$DIR" "$bs" "$total_bytes" none aligned)
+  unaligned_line=$("$BENCH" "$DIR" "$bs" "$total_bytes" wal unaligned)
+  rm -rf "$DIR/db_bench"
   dw=$(db_bench_run fillseq "$bs" "$n")
   dr=$(db_bench_run readrandom "$bs" "$n")
   rm -rf "$DIR/db_bench"
   echo
   echo "block $((bs >> 10)) KiB ($n blocks)"
   echo
-  echo "| what | write MB/s | write/fio | write p50/p99 us | read MB/s | read/fio | read p50/p99 us | churn write MB/s |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-  echo "| fio seq (direct=$DIRECT) | $fw | 1.00 | $fw50 / $fw99 | $fr | 1.00 | $fr50 / $fr99 | |"
-  echo "| db_bench fillseq / readrandom (blob, no WAL) | $dw | $(ratio "${dw:-0}" "$fw") | | $dr | $(ratio "${dr:-0}" "$fr") | | |"
-  for cfg in "blob none" "blob wal" "sst none"; do
-    set -- $cfg
-    line=$("$BENCH" "$DIR" "$bs" "$total_bytes" "$1" "$2")
-    val() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
-    echo "| strata G3 $1, sync=$2 | $(val write_MBps) | $(ratio "$(val write_MBps)" "$fw") |" \
-         "$(val write_p50_us) / $(val write_p99_us) | $(val read_MBps) | $(ratio "$(val read_MBps)" "$fr") |" \
-         "$(val read_p50_us) / $(val read_p99_us) | $(val churn_write_MBps) |"
+  echo "| what | write MB/s | write/fio | write p50/p99 us | seq read MB/s | seq read/fio | random read MB/s | random read/fio | read p50/p99 us | churn write MB/s |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| fio seq (direct=$DIRECT), median of $ROUNDS (write$fw_all; read$fr_all; latencies: round 1) | $fw | 1.00 | $(cut -d' ' -f2,3 <<<"${fio_lat[0]}" | sed 's/ / \/ /') | $fr | 1.00 | | | $(cut -d' ' -f5,6 <<<"${fio_lat[0]}" | sed 's/ / \/ /') | |"
+  echo "| **strata G3 sync=wal, aligned, median of $ROUNDS** | **$st_w** | **$(ratio "$st_w" "$fw")** | | **$st_s** | **$(ratio "$st_s" "$fr")** | **$st_r** | **$(ratio "$st_r" "$fr")** | | $st_c |"
+  for ((r = 0; r < ROUNDS; r++)); do
+    strata_row "strata G3 sync=wal, aligned, round $((r + 1))" "${st_lines[$r]}" "$fw" "$fr"
   done
+  strata_row "strata G3 sync=none, aligned" "$none_line" "$fw" "$fr"
+  strata_row "strata G3 sync=wal, unaligned buffers" "$unaligned_line" "$fw" "$fr"
+  echo "| db_bench fillseq / readrandom (BlobDB, no WAL) | $dw | $(ratio "${dw:-0}" "$fw") | | | | $dr | $(ratio "${dr:-0}" "$fr") | | |"
 done

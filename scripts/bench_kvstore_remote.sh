@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # G4 (remote kvstore tier) put/get bandwidth vs ucx_perftest ucp_put_bw / ucp_get, two processes
-# on this host, same block sizes, same UCX_TLS, one run. The daemon is a real `strata kvstore`;
+# on this host, same block sizes, same UCX_TLS, one run; plus the mean latency of one block
+# put/get next to ucx_perftest's ucp_put_lat / ucp_get latency. The daemon is a real `strata kvstore`;
 # the client is bench/kvstore/remote_bench.cc (RemoteTier: RPCs + one UCX transfer per ~16 MiB
 # run + checksums). Prints a markdown table of MB/s (2^20 B/s) and ratios.
 #
@@ -18,24 +19,27 @@ PORT=${PERFTEST_PORT:-13338}
 [[ -x $STRATA && -x $BENCH ]] || { echo "missing $STRATA or $BENCH" >&2; exit 1; }
 command -v ucx_perftest >/dev/null || { echo "missing ucx_perftest" >&2; exit 1; }
 
-# ucx_perftest MB/s for one test and size: server and client on localhost, same UCX_TLS.
+# ucx_perftest's final line for one test and size, as "MBPS AVG_LATENCY_US": server and client
+# on localhost, same UCX_TLS. (put_lat reports one-way latency: half a ping-pong.)
 perftest() {
   local tls=$1 test=$2 size=$3 iters
   if [[ $tls == tcp ]]; then iters=$(( (128 << 20) / size )); else iters=$(( (512 << 20) / size )); fi
+  [[ $test == *lat* ]] && iters=$(( iters / 4 ))
   (( iters < 20 )) && iters=20
   UCX_TLS=$tls ucx_perftest -p "$PORT" >/dev/null 2>&1 &
   local server=$!
   sleep 0.3
   UCX_TLS=$tls ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" \
-      -w $(( iters / 10 + 1 )) 2>/dev/null | awk '/^Final:/ {print $(NF-2)}'
+      -w $(( iters / 10 + 1 )) 2>/dev/null | awk '/^Final:/ {print $(NF-2), $4}'
   wait "$server" 2>/dev/null || true
 }
 
 DAEMON=
-cleanup() { [[ -n $DAEMON ]] && kill "$DAEMON" 2>/dev/null; wait 2>/dev/null || true; }
+cleanup() { [[ -n $DAEMON ]] && kill "$DAEMON" 2>/dev/null; wait 2>/dev/null; true; }
 trap cleanup EXIT
 
-# Starts a daemon for one block size (256 MiB of blocks) and prints its address.
+# Starts a daemon for one block size (256 MiB of blocks); sets DAEMON (its pid) and ADDRESS.
+# Called directly, not in $(...): a subshell would lose DAEMON.
 start_daemon() {
   local tls=$1 size=$2 out
   out=$(mktemp)
@@ -46,7 +50,7 @@ start_daemon() {
     grep -q ": grpc " "$out" && break
     sleep 0.05
   done
-  sed -n 's/.*: grpc \([^, ]*\).*/\1/p' "$out" | head -1
+  ADDRESS=$(sed -n 's/.*: grpc \([^, ]*\).*/\1/p' "$out" | head -1)
   rm -f "$out"
 }
 
@@ -54,20 +58,23 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Mo
 echo "# UCX $(ucx_info -v | sed -n 's/^# Version //p'); MB/s = 2^20 B/s; ratio = G4 / ucx_perftest"
 for tls in $TLS_LIST; do
   echo
-  echo "UCX_TLS=$tls"
+  echo "UCX_TLS=$tls: bandwidth (MB/s, ~16 MiB runs) and mean latency of one block (us)"
   echo
-  echo "| block | ucx_perftest put_bw | G4 put | ratio | ucx_perftest get | G4 get | ratio |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| block | perftest put_bw | G4 put | ratio | perftest get | G4 get | ratio |" \
+       "perftest put_lat | G4 put | perftest get | G4 get |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for size in $((64 << 10)) $((256 << 10)) $((1 << 20)) $((4 << 20)); do
-    ref_put=$(perftest "$tls" ucp_put_bw "$size")
-    ref_get=$(perftest "$tls" ucp_get "$size")
-    address=$(start_daemon "$tls" "$size")
-    read -r _ put get < <(UCX_TLS=$tls "$BENCH" "$address" "$size" "$SECONDS_PER_POINT" \
-        2>/dev/null | grep -E "^[0-9]")
-    kill "$DAEMON" 2>/dev/null; wait "$DAEMON" 2>/dev/null || true; DAEMON=
-    awk -v s="$size" -v rp="$ref_put" -v p="$put" -v rg="$ref_get" -v g="$get" 'BEGIN {
+    read -r ref_put _ < <(perftest "$tls" ucp_put_bw "$size")
+    read -r ref_get ref_get_us < <(perftest "$tls" ucp_get "$size")
+    read -r _ ref_put_us < <(perftest "$tls" ucp_put_lat "$size")
+    start_daemon "$tls" "$size"
+    read -r _ put get put_us get_us < <(UCX_TLS=$tls "$BENCH" "$ADDRESS" "$size" \
+        "$SECONDS_PER_POINT" 2>/dev/null | grep -E "^[0-9]")
+    kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; DAEMON=
+    awk -v s="$size" -v rp="$ref_put" -v p="$put" -v rg="$ref_get" -v g="$get" \
+        -v rpl="$ref_put_us" -v pl="$put_us" -v rgl="$ref_get_us" -v gl="$get_us" 'BEGIN {
       unit = (s >= 1048576) ? sprintf("%d MiB", s / 1048576) : sprintf("%d KiB", s / 1024);
-      printf "| %s | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", unit, rp, p,
-             (rp > 0 ? p / rp : 0), rg, g, (rg > 0 ? g / rg : 0) }'
+      printf "| %s | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.1f | %.1f | %.1f | %.1f |\n",
+             unit, rp, p, (rp > 0 ? p / rp : 0), rg, g, (rg > 0 ? g / rg : 0), rpl, pl, rgl, gl }'
   done
 done

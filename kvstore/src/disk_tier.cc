@@ -1,248 +1,23 @@
-// G3 disk tier on RocksDB (disk_tier.h). Formats and options: disk_tier_internal.h.
-#include "strata/kvstore/disk_tier.h"
-
+// G3 disk tier, the data path (disk_tier.h): blocks in slots of an O_DIRECT data file, their
+// index entries in RocksDB. Opening and index rebuild: disk_tier_open.cc.
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "disk_tier_internal.h"
-#include "rocksdb/db.h"
-#include "rocksdb/write_batch.h"
+#include "disk_tier_impl.h"
 #include "strata/common/status_macros.h"
-#include "strata/kvstore/eviction_policy.h"
 
-namespace strata::kvstore {
+namespace strata::kvstore::disk_internal {
 namespace {
 
-using disk_internal::EncodeKey;
+rocksdb::Slice KeySlice(const Key& key) { return rocksdb::Slice(key.data(), key.size()); }
 
-rocksdb::Slice KeySlice(const disk_internal::Key& key) {
-  return rocksdb::Slice(key.data(), key.size());
-}
+}  // namespace
 
-// RocksDB status -> canonical code: I/O trouble is retryable, corruption is data loss.
-absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  std::string msg = absl::StrCat("disk tier ", std::string(what), ": ", s.ToString());
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
-  if (s.IsIOError() || s.IsBusy() || s.IsTryAgain() || s.IsTimedOut() || s.IsIncomplete()) {
-    return absl::UnavailableError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
-class DiskTierImpl final : public DiskTier {
- public:
-  DiskTierImpl(const DiskTierOptions& options, int64_t capacity_blocks)
-      : options_(options),
-        capacity_blocks_(capacity_blocks),
-        write_options_(disk_internal::MakeWriteOptions(options.sync)),
-        direct_io_(options.direct_io && disk_internal::SupportsDirectIo(options)) {
-    // Blob layout: cache the small SST blocks that map keys to blob offsets (values are never
-    // cached: no blob cache). SST layout: the data blocks are the values, read once.
-    read_options_.fill_cache = options.layout == DiskValueLayout::kBlobFiles;
-    // Every value carries the tier's own XXH3 checksum, verified end to end on each Get;
-    // RocksDB's software CRC32C over the same bytes would cost more than the read itself.
-    read_options_.verify_checksums = false;
-  }
-  ~DiskTierImpl() override;
-
-  absl::Status Open();
-
-  TierKind kind() const override { return TierKind::kDisk; }
-  size_t block_bytes() const override { return options_.block_bytes; }
-  absl::Status Put(const BlockMeta& meta, std::span<const std::byte> data) override;
-  absl::Status Get(BlockHash hash, std::span<std::byte> dst) override;
-  bool Contains(BlockHash hash) const override;
-  absl::Status Erase(BlockHash hash) override;
-  TierUsage usage() const override;
-  TierStats stats() const override;
-  void SetEventListener(TierEventListener listener) override;
-  std::vector<BlockMeta> Blocks() const override;
-  std::vector<BlockMeta> Contents() const override { return Blocks(); }
-  absl::Status Flush() override;
-  absl::Status PutRawForTest(BlockHash hash, std::string_view value) override;
-
- private:
-  absl::Status OpenDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
-  void CloseDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
-  // (Re)builds the index and a fresh policy from the meta family, in store order; drops
-  // unreadable records and blocks beyond capacity; publishes kRemoved for indexed blocks that
-  // are no longer there.
-  absl::Status RebuildIndex() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // Victims that make room for one more block; ResourceExhausted if none can be found.
-  absl::StatusOr<std::vector<BlockHash>> PickVictimsLocked(int64_t extra)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `value_parts` under meta.hash (deleting `victims` in the same batch) and indexes it.
-  absl::Status StoreLocked(const BlockMeta& meta, rocksdb::SliceParts value,
-                           const std::vector<BlockHash>& victims)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  void DeleteKeys(rocksdb::WriteBatch* batch, BlockHash hash);
-  // Every database write goes through here. After a failed write RocksDB refuses all further
-  // writes (DB::Resume cannot clear a log write error), so the next write first reopens the
-  // database: a disk that healed does not need a process restart.
-  rocksdb::Status WriteLocked(rocksdb::WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // Removes `hash` from the index and policy, publishing kRemoved. No-op if absent.
-  void UnindexLocked(BlockHash hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EmitLocked(TierEvent::Kind kind, BlockHash hash, BlockHash parent)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Get found a bad copy: delete it from disk and the index; always DataLoss.
-  absl::Status DropCorrupt(BlockHash hash, const absl::Status& why);
-  // Get found no value for an indexed hash: unindex it if the database really lacks it.
-  void DropIfMissing(BlockHash hash);
-
-  const DiskTierOptions options_;
-  const int64_t capacity_blocks_;
-  const rocksdb::WriteOptions write_options_;
-  const bool direct_io_;
-  rocksdb::ReadOptions read_options_;
-  // Serializes every change of the database, so the index can be updated after a write
-  // succeeds without another writer interleaving. Lock order: write_mu_, db_mu_, mu_.
-  absl::Mutex write_mu_;
-  // Shared by every database call, exclusive while the database is (re)opened or closed.
-  // The handles change only with write_mu_ and db_mu_ both held exclusively, so holding
-  // either one is enough to read them.
-  mutable absl::Mutex db_mu_;
-  std::unique_ptr<rocksdb::DB> db_;  // null after a failed reopen
-  rocksdb::ColumnFamilyHandle* data_cf_ = nullptr;
-  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
-
-  uint64_t next_sequence_ ABSL_GUARDED_BY(write_mu_) = 1;
-  bool write_failed_ ABSL_GUARDED_BY(write_mu_) = false;
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<BlockHash, BlockHash> index_ ABSL_GUARDED_BY(mu_);  // hash -> parent
-  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
-  TierStats stats_ ABSL_GUARDED_BY(mu_);
-  TierEventListener listener_ ABSL_GUARDED_BY(mu_);
-};
-
-DiskTierImpl::~DiskTierImpl() {
-  absl::MutexLock d(&db_mu_);
-  CloseDbLocked();
-}
-
-void DiskTierImpl::CloseDbLocked() {
-  if (db_ == nullptr) return;
-  if (options_.sync == DiskSyncMode::kNoWal) {
-    // Without a log, the memtables are the only copy of recent blocks.
-    db_->Flush(rocksdb::FlushOptions(), {data_cf_, meta_cf_}).PermitUncheckedError();
-  }
-  for (auto* cf : {data_cf_, meta_cf_}) {
-    if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
-  }
-  data_cf_ = meta_cf_ = nullptr;
-  db_->Close().PermitUncheckedError();
-  db_.reset();
-}
-
-absl::Status DiskTierImpl::Open() {
-  absl::MutexLock w(&write_mu_);
-  {
-    absl::MutexLock d(&db_mu_);
-    STRATA_RETURN_IF_ERROR(OpenDbLocked());
-  }
-  return RebuildIndex();
-}
-
-absl::Status DiskTierImpl::OpenDbLocked() {
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, disk_internal::MakeDataFamilyOptions(options_)},
-      {disk_internal::kMetaFamily, disk_internal::MakeMetaFamilyOptions(options_)}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(disk_internal::MakeDbOptions(options_, direct_io_),
-                                        options_.path, families, &handles, &db);
-  if (!s.ok()) return FromRocks(s, absl::StrCat("open ", options_.path));
-  db_.reset(db);
-  data_cf_ = handles[0];
-  meta_cf_ = handles[1];
-  return absl::OkStatus();
-}
-
-absl::Status DiskTierImpl::RebuildIndex() {
-  struct Loaded {
-    uint64_t sequence;
-    BlockHash hash;
-    BlockHash parent;
-  };
-  std::vector<Loaded> loaded;
-  rocksdb::WriteBatch drop;
-  {
-    absl::ReaderMutexLock d(&db_mu_);
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options_, meta_cf_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      BlockHash hash = 0;
-      disk_internal::MetaRecord record;
-      if (!disk_internal::DecodeKey(it->key().ToStringView(), &hash) ||
-          !disk_internal::DecodeMeta(it->value().ToStringView(), &record)) {
-        drop.Delete(data_cf_, it->key()).PermitUncheckedError();
-        drop.Delete(meta_cf_, it->key()).PermitUncheckedError();
-        continue;
-      }
-      loaded.push_back({record.sequence, hash, record.parent});
-    }
-    STRATA_RETURN_IF_ERROR(FromRocks(it->status(), "scan meta"));
-  }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy,
-                          CreateEvictionPolicy(options_.policy, capacity_blocks_));
-  std::sort(loaded.begin(), loaded.end(),
-            [](const Loaded& a, const Loaded& b) { return a.sequence < b.sequence; });
-  // Over capacity (the bound shrank since the last run): keep the most recently stored.
-  size_t skip = loaded.size() > static_cast<size_t>(capacity_blocks_)
-                    ? loaded.size() - static_cast<size_t>(capacity_blocks_)
-                    : 0;
-  {
-    absl::MutexLock l(&mu_);
-    absl::flat_hash_map<BlockHash, BlockHash> before = std::move(index_);
-    index_.clear();
-    policy_ = std::move(policy);
-    for (size_t i = 0; i < loaded.size(); ++i) {
-      next_sequence_ = std::max(next_sequence_, loaded[i].sequence + 1);
-      if (i < skip) {
-        DeleteKeys(&drop, loaded[i].hash);
-        continue;
-      }
-      index_[loaded[i].hash] = loaded[i].parent;
-      policy_->Insert(loaded[i].hash);
-    }
-    for (const auto& [hash, parent] : before) {
-      if (!index_.contains(hash)) EmitLocked(TierEvent::Kind::kRemoved, hash, kRootBlockHash);
-    }
-  }
-  if (drop.Count() == 0) return absl::OkStatus();
-  return FromRocks(WriteLocked(&drop), "drop at open");
-}
-
-void DiskTierImpl::DeleteKeys(rocksdb::WriteBatch* batch, BlockHash hash) {
-  const disk_internal::Key key = EncodeKey(hash);
-  batch->Delete(data_cf_, KeySlice(key)).PermitUncheckedError();
-  batch->Delete(meta_cf_, KeySlice(key)).PermitUncheckedError();
-}
-
-rocksdb::Status DiskTierImpl::WriteLocked(rocksdb::WriteBatch* batch) {
-  if (write_failed_) {
-    {
-      absl::MutexLock d(&db_mu_);
-      CloseDbLocked();
-      absl::Status reopened = OpenDbLocked();
-      if (!reopened.ok()) return rocksdb::Status::IOError(std::string(reopened.message()));
-    }
-    write_failed_ = false;
-    // The failed batch never became visible, so this finds the same blocks (store order).
-    absl::Status rebuilt = RebuildIndex();
-    if (!rebuilt.ok()) return rocksdb::Status::IOError(std::string(rebuilt.message()));
-  }
-  absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) return rocksdb::Status::IOError("database closed");
-  rocksdb::Status s = db_->Write(write_options_, batch);
-  write_failed_ = !s.ok();
-  return s;
+bool DiskTierImpl::ZeroCopy(const void* data) const {
+  // Buffered I/O takes any buffer; O_DIRECT needs aligned addresses and lengths.
+  return !file_->direct_io() || (IsAligned(data) && options_.block_bytes % kIoAlign == 0);
 }
 
 void DiskTierImpl::EmitLocked(TierEvent::Kind kind, BlockHash hash, BlockHash parent) {
@@ -255,26 +30,55 @@ void DiskTierImpl::EmitLocked(TierEvent::Kind kind, BlockHash hash, BlockHash pa
   listener_(event);
 }
 
-void DiskTierImpl::UnindexLocked(BlockHash hash) {
-  if (index_.erase(hash) == 0) return;
+std::optional<DiskTierImpl::Entry> DiskTierImpl::UnindexLocked(BlockHash hash) {
+  auto it = index_.find(hash);
+  if (it == index_.end()) return std::nullopt;
+  const Entry e = it->second;
+  index_.erase(it);
   policy_->Erase(hash);
   EmitLocked(TierEvent::Kind::kRemoved, hash, kRootBlockHash);
+  return e;
 }
 
-absl::StatusOr<std::vector<BlockHash>> DiskTierImpl::PickVictimsLocked(int64_t extra) {
-  std::vector<BlockHash> victims;
+absl::StatusOr<std::vector<DiskTierImpl::Victim>> DiskTierImpl::PickVictimsLocked(int64_t extra) {
+  std::vector<Victim> victims;
   const int64_t need = static_cast<int64_t>(index_.size()) + extra - capacity_blocks_;
   for (int64_t i = 0; i < need; ++i) {
     // Disk blocks are never leased: the only keys skipped are the ones already chosen.
     std::optional<BlockHash> victim = policy_->Victim([&](BlockHash key) {
-      return std::find(victims.begin(), victims.end(), key) == victims.end();
+      return std::none_of(victims.begin(), victims.end(),
+                          [&](const Victim& v) { return v.hash == key; });
     });
     if (!victim.has_value()) {
       return absl::ResourceExhaustedError("disk tier: no block can be evicted");
     }
-    victims.push_back(*victim);
+    victims.push_back({*victim, index_.at(*victim).slot});
   }
   return victims;
+}
+
+absl::StatusOr<uint64_t> DiskTierImpl::TakeFreeSlotLocked() {
+  if (free_slots_.empty() && !flush_pending_slots_.empty()) {
+    STRATA_RETURN_IF_ERROR(FlushIndexLocked());
+  }
+  if (free_slots_.empty()) {
+    // capacity + spare slots and at most capacity blocks: cannot happen.
+    return absl::InternalError("disk tier: no free slot");
+  }
+  const uint64_t slot = free_slots_.front();
+  free_slots_.pop_front();
+  return slot;
+}
+
+void DiskTierImpl::ReleaseSlotLocked(uint64_t slot) {
+  if (slot >= static_cast<uint64_t>(total_slots_)) return;  // beyond a shrunk capacity
+  if (options_.sync == DiskSyncMode::kNoWal) {
+    // The deletion is only in the memtable: a crash would bring the old entry back, pointing
+    // at whatever the slot holds by then.
+    flush_pending_slots_.push_back(slot);
+  } else {
+    free_slots_.push_back(slot);
+  }
 }
 
 absl::Status DiskTierImpl::Put(const BlockMeta& meta, std::span<const std::byte> data) {
@@ -282,55 +86,129 @@ absl::Status DiskTierImpl::Put(const BlockMeta& meta, std::span<const std::byte>
     return absl::InvalidArgumentError(absl::StrCat("disk tier: Put of ", data.size(),
                                                    " bytes, blocks are ", options_.block_bytes));
   }
-  const disk_internal::EncodedHeader header =
-      disk_internal::EncodeHeader({meta.hash, meta.parent, data.size(), BlockChecksum(data)});
-  const rocksdb::Slice parts[2] = {
-      rocksdb::Slice(header.data(), header.size()),
-      rocksdb::Slice(reinterpret_cast<const char*>(data.data()), data.size())};
-  absl::MutexLock w(&write_mu_);
-  std::vector<BlockHash> victims;
   {
     absl::MutexLock l(&mu_);
-    if (index_.contains(meta.hash)) {
+    if (auto it = index_.find(meta.hash); it != index_.end()) {
       policy_->Touch(meta.hash);
       return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<BlockHash>> picked = PickVictimsLocked(1);
+  }
+  const bool zero_copy = ZeroCopy(data.data());
+  // Outside the write lock where possible; a staged block is checksummed while it is copied.
+  uint64_t checksum = zero_copy ? BlockChecksum(data) : 0;
+  absl::MutexLock w(&write_mu_);
+  std::span<const std::byte> payload = data;
+  if (!zero_copy) {
+    if (write_staging_ == nullptr) {
+      write_staging_ = std::make_unique<AlignedBuffer>(AlignUp(options_.block_bytes));
+    }
+    checksum = CopyWithBlockChecksum(write_staging_->span().first(data.size()), data);
+    payload = write_staging_->span();  // padded to kIoAlign with zeros
+  }
+  absl::Status writable = EnsureWritableLocked();
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock l(&mu_);
+    if (index_.contains(meta.hash)) {  // stored by another thread meanwhile
+      policy_->Touch(meta.hash);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<std::vector<Victim>> picked =
+        writable.ok() ? PickVictimsLocked(1) : absl::StatusOr<std::vector<Victim>>(writable);
     if (!picked.ok()) {
       ++stats_.rejected;
       return picked.status();
     }
     victims = *std::move(picked);
   }
-  return StoreLocked(meta, rocksdb::SliceParts(parts, 2), victims);
+  return StoreLocked({meta, options_.block_bytes, checksum, payload}, victims);
 }
 
-absl::Status DiskTierImpl::StoreLocked(const BlockMeta& meta, rocksdb::SliceParts value,
-                                       const std::vector<BlockHash>& victims) {
-  const disk_internal::Key key = EncodeKey(meta.hash);
-  const rocksdb::Slice key_slice = KeySlice(key);
-  const auto record = disk_internal::EncodeMeta({meta.parent, next_sequence_});
-  rocksdb::WriteBatch batch;
-  for (BlockHash victim : victims) DeleteKeys(&batch, victim);
-  rocksdb::Status s = batch.Put(data_cf_, rocksdb::SliceParts(&key_slice, 1), value);
-  if (s.ok()) s = batch.Put(meta_cf_, key_slice, rocksdb::Slice(record.data(), record.size()));
-  if (s.ok()) s = WriteLocked(&batch);
-  absl::MutexLock l(&mu_);
+absl::Status DiskTierImpl::StoreLocked(const SlotWrite& w, const std::vector<Victim>& victims) {
+  absl::StatusOr<uint64_t> slot = TakeFreeSlotLocked();
+  absl::Status s = slot.status();
+  if (s.ok()) {
+    // Data first: the slot is free, so no durable index entry points at it while it is torn.
+    const std::span<const std::byte> parts[] = {w.payload};
+    s = file_->Write(SlotOffset(*slot), parts);
+    if (s.ok() && options_.sync == DiskSyncMode::kWalSync) s = file_->Sync();
+  }
+  if (s.ok()) {
+    // Then the index: one atomic batch adds the block and deletes the victims.
+    const Key key = EncodeKey(w.meta.hash);
+    const auto record =
+        EncodeIndexRecord({*slot, w.meta.parent, w.length, w.checksum, next_sequence_});
+    rocksdb::WriteBatch batch;
+    for (const Victim& v : victims) {
+      const Key victim_key = EncodeKey(v.hash);
+      batch.Delete(KeySlice(victim_key)).PermitUncheckedError();
+    }
+    batch.Put(KeySlice(key), rocksdb::Slice(record.data(), record.size())).PermitUncheckedError();
+    s = FromRocks(WriteLocked(&batch), "index write");
+  }
+  // Never reused, even by a failed write: a log record that failed to report success may
+  // still be recovered, and then must not tie with the next block's for the same slot.
+  const uint64_t sequence = next_sequence_++;
   if (!s.ok()) {
+    if (slot.ok()) free_slots_.push_front(*slot);  // nothing points at it
+    absl::MutexLock l(&mu_);
     ++stats_.rejected;
-    return FromRocks(s, "put");
+    return s;
   }
-  ++next_sequence_;
-  for (BlockHash victim : victims) {
-    UnindexLocked(victim);
-    ++stats_.evictions;
+  {
+    absl::MutexLock l(&mu_);
+    for (const Victim& v : victims) {
+      UnindexLocked(v.hash);
+      ++stats_.evictions;
+    }
+    index_[w.meta.hash] = {*slot, w.meta.parent, w.length, w.checksum, sequence};
+    policy_->InsertChild(w.meta.hash, w.meta.parent);
+    ++stats_.puts;
+    stats_.bytes_in += static_cast<int64_t>(options_.block_bytes);
+    EmitLocked(TierEvent::Kind::kStored, w.meta.hash, w.meta.parent);
   }
-  index_[meta.hash] = meta.parent;
-  policy_->Insert(meta.hash);
-  ++stats_.puts;
-  stats_.bytes_in += static_cast<int64_t>(options_.block_bytes);
-  EmitLocked(TierEvent::Kind::kStored, meta.hash, meta.parent);
+  for (const Victim& v : victims) ReleaseSlotLocked(v.slot);
+  if (options_.sync == DiskSyncMode::kNoWal) {
+    bytes_since_flush_ += options_.block_bytes;
+    // The Put is done either way; a failed flush leaves the slots pending until a later one.
+    if (bytes_since_flush_ >= WriteBufferBytes(options_)) FlushIndexLocked().IgnoreError();
+  }
   return absl::OkStatus();
+}
+
+std::unique_ptr<AlignedBuffer> DiskTierImpl::AcquireReadBuffer() const {
+  {
+    absl::MutexLock p(&pool_mu_);
+    if (!read_pool_.empty()) {
+      std::unique_ptr<AlignedBuffer> buffer = std::move(read_pool_.back());
+      read_pool_.pop_back();
+      return buffer;
+    }
+  }
+  return std::make_unique<AlignedBuffer>(slot_bytes_);
+}
+
+void DiskTierImpl::ReleaseReadBuffer(std::unique_ptr<AlignedBuffer> buffer) const {
+  absl::MutexLock p(&pool_mu_);
+  if (read_pool_.size() < 8) read_pool_.push_back(std::move(buffer));
+}
+
+absl::Status DiskTierImpl::ReadSlot(const Entry& e, std::span<std::byte> dst) const {
+  const bool zero_copy = ZeroCopy(dst.data());
+  std::unique_ptr<AlignedBuffer> buffer = zero_copy ? nullptr : AcquireReadBuffer();
+  const size_t staged_bytes = file_->direct_io() ? AlignUp(dst.size()) : dst.size();
+  const std::span<std::byte> payload = zero_copy ? dst : buffer->span().first(staged_bytes);
+  const std::span<std::byte> parts[] = {payload};
+  absl::Status s = file_->Read(SlotOffset(e.slot), parts);
+  if (s.ok()) {
+    // A staged block is checksummed while it is copied out (dst is unspecified on failure).
+    const uint64_t checksum =
+        zero_copy ? BlockChecksum(dst) : CopyWithBlockChecksum(dst, payload.first(dst.size()));
+    s = VerifyBlock(checksum, options_.block_bytes,
+                    IndexRecord{e.slot, e.parent, e.length, e.checksum, e.sequence});
+  }
+  if (buffer != nullptr) ReleaseReadBuffer(std::move(buffer));
+  return s;
 }
 
 absl::Status DiskTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
@@ -338,33 +216,18 @@ absl::Status DiskTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
     return absl::InvalidArgumentError(absl::StrCat("disk tier: Get into ", dst.size(),
                                                    " bytes, blocks are ", options_.block_bytes));
   }
+  Entry e;
   {
     absl::MutexLock l(&mu_);
-    if (!index_.contains(hash)) {
+    auto it = index_.find(hash);
+    if (it == index_.end()) {
       ++stats_.misses;
       return absl::NotFoundError("disk tier: block not present");
     }
+    e = it->second;
   }
-  const disk_internal::Key key = EncodeKey(hash);
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s;
-  {
-    absl::ReaderMutexLock d(&db_mu_);
-    s = db_ == nullptr ? rocksdb::Status::IOError("database closed")
-                       : db_->Get(read_options_, data_cf_, KeySlice(key), &value);
-  }
-  if (s.IsNotFound()) {  // evicted or erased since the index said present
-    DropIfMissing(hash);
-    return absl::NotFoundError("disk tier: block not present");
-  }
-  if (s.IsCorruption()) return DropCorrupt(hash, FromRocks(s, "get"));
-  if (!s.ok()) {
-    absl::MutexLock l(&mu_);
-    ++stats_.misses;
-    return FromRocks(s, "get");
-  }
-  absl::Status verified = disk_internal::DecodeValue(value.ToStringView(), hash, dst);
-  if (!verified.ok()) return DropCorrupt(hash, verified);
+  // No lock held: the slot may be freed and rewritten meanwhile, which the checks catch.
+  if (absl::Status s = ReadSlot(e, dst); !s.ok()) return ReadFailed(hash, e, s);
   absl::MutexLock l(&mu_);
   if (index_.contains(hash)) policy_->Touch(hash);
   ++stats_.hits;
@@ -372,36 +235,37 @@ absl::Status DiskTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
   return absl::OkStatus();
 }
 
-void DiskTierImpl::DropIfMissing(BlockHash hash) {
+absl::Status DiskTierImpl::ReadFailed(BlockHash hash, const Entry& read, const absl::Status& why) {
+  // Under the write lock no slot changes hands, so "still indexed with the same sequence"
+  // means the slot held this block during the whole read.
   absl::MutexLock w(&write_mu_);
-  const disk_internal::Key key = EncodeKey(hash);
-  std::string ignored;
-  bool missing = false;
   {
-    absl::ReaderMutexLock d(&db_mu_);
-    missing =
-        db_ != nullptr && db_->Get(read_options_, data_cf_, KeySlice(key), &ignored).IsNotFound();
+    absl::MutexLock l(&mu_);
+    ++stats_.misses;
+    auto it = index_.find(hash);
+    if (it == index_.end() || it->second.sequence != read.sequence) {
+      return absl::NotFoundError("disk tier: block evicted while being read");
+    }
+    if (why.code() != absl::StatusCode::kDataLoss) return why;  // I/O error: keep the block
+    ++stats_.checksum_failures;
   }
-  absl::MutexLock l(&mu_);
-  ++stats_.misses;
-  if (!missing || !index_.contains(hash)) return;
-  // The index outlived its value (cannot happen with atomic batches; heal it anyway).
-  rocksdb::WriteBatch batch;
-  DeleteKeys(&batch, hash);
-  if (WriteLocked(&batch).ok()) UnindexLocked(hash);
-}
-
-absl::Status DiskTierImpl::DropCorrupt(BlockHash hash, const absl::Status& why) {
-  absl::MutexLock w(&write_mu_);
-  rocksdb::WriteBatch batch;
-  DeleteKeys(&batch, hash);
-  const rocksdb::Status s = WriteLocked(&batch);
-  absl::MutexLock l(&mu_);
-  ++stats_.checksum_failures;
-  ++stats_.misses;
-  // Unindexed even if the delete failed: a copy known to be bad is never offered again.
-  UnindexLocked(hash);
-  return absl::DataLossError(absl::StrCat(why.message(), s.ok() ? "" : " (delete failed)"));
+  const absl::Status writable = EnsureWritableLocked();
+  rocksdb::Status deleted = rocksdb::Status::IOError("index not writable");
+  if (writable.ok()) {
+    rocksdb::WriteBatch batch;
+    const Key key = EncodeKey(hash);
+    batch.Delete(KeySlice(key)).PermitUncheckedError();
+    deleted = WriteLocked(&batch);
+  }
+  std::optional<Entry> dropped;
+  {
+    absl::MutexLock l(&mu_);
+    // Unindexed even if the delete failed: a copy known to be bad is never offered again.
+    dropped = UnindexLocked(hash);
+  }
+  // Its slot is reusable only once no durable entry points at it.
+  if (dropped.has_value() && deleted.ok()) ReleaseSlotLocked(dropped->slot);
+  return absl::DataLossError(absl::StrCat(why.message(), deleted.ok() ? "" : " (delete failed)"));
 }
 
 bool DiskTierImpl::Contains(BlockHash hash) const {
@@ -415,11 +279,17 @@ absl::Status DiskTierImpl::Erase(BlockHash hash) {
     absl::ReaderMutexLock l(&mu_);
     if (!index_.contains(hash)) return absl::OkStatus();
   }
+  STRATA_RETURN_IF_ERROR(EnsureWritableLocked());
   rocksdb::WriteBatch batch;
-  DeleteKeys(&batch, hash);
+  const Key key = EncodeKey(hash);
+  batch.Delete(KeySlice(key)).PermitUncheckedError();
   STRATA_RETURN_IF_ERROR(FromRocks(WriteLocked(&batch), "erase"));
-  absl::MutexLock l(&mu_);
-  UnindexLocked(hash);
+  std::optional<Entry> erased;
+  {
+    absl::MutexLock l(&mu_);
+    erased = UnindexLocked(hash);
+  }
+  if (erased.has_value()) ReleaseSlotLocked(erased->slot);
   return absl::OkStatus();
 }
 
@@ -446,51 +316,43 @@ std::vector<BlockMeta> DiskTierImpl::Blocks() const {
   absl::ReaderMutexLock l(&mu_);
   std::vector<BlockMeta> out;
   out.reserve(index_.size());
-  for (const auto& [hash, parent] : index_) out.push_back({hash, parent});
+  for (const auto& [hash, e] : index_) out.push_back({hash, e.parent});
   return out;
 }
 
 absl::Status DiskTierImpl::Flush() {
-  absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) return absl::UnavailableError("disk tier: database closed");
-  return FromRocks(db_->Flush(rocksdb::FlushOptions(), {data_cf_, meta_cf_}), "flush");
+  absl::MutexLock w(&write_mu_);
+  STRATA_RETURN_IF_ERROR(file_->Sync());
+  return FlushIndexLocked();
 }
 
-absl::Status DiskTierImpl::PutRawForTest(BlockHash hash, std::string_view value) {
+absl::StatusOr<uint64_t> DiskTierImpl::SlotOffsetForTest(BlockHash hash) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = index_.find(hash);
+  if (it == index_.end()) return absl::NotFoundError("disk tier: block not present");
+  return SlotOffset(it->second.slot);
+}
+
+absl::Status DiskTierImpl::PutRawForTest(BlockHash hash, std::string_view payload,
+                                         uint64_t checksum) {
   absl::MutexLock w(&write_mu_);
-  std::vector<BlockHash> victims;
+  STRATA_RETURN_IF_ERROR(EnsureWritableLocked());
+  std::vector<Victim> victims;
   {
     absl::MutexLock l(&mu_);
-    UnindexLocked(hash);
-    STRATA_ASSIGN_OR_RETURN(victims, PickVictimsLocked(1));
+    if (std::optional<Entry> old = UnindexLocked(hash); old.has_value()) {
+      victims.push_back({hash, old->slot});  // its key is overwritten, its slot freed
+    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<Victim> more, PickVictimsLocked(1));
+    victims.insert(victims.end(), more.begin(), more.end());
   }
-  const rocksdb::Slice part(value.data(), value.size());
-  return StoreLocked({hash, kRootBlockHash}, rocksdb::SliceParts(&part, 1), victims);
-}
-
-}  // namespace
-
-absl::StatusOr<DiskSyncMode> ParseDiskSyncMode(std::string_view name) {
-  if (name == "none") return DiskSyncMode::kNoWal;
-  if (name == "wal") return DiskSyncMode::kWal;
-  if (name == "wal-sync") return DiskSyncMode::kWalSync;
-  return absl::InvalidArgumentError(
-      absl::StrCat("disk sync mode \"", std::string(name), "\": expected none, wal or wal-sync"));
-}
-
-absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(const DiskTierOptions& options) {
-  if (options.path.empty()) return absl::InvalidArgumentError("disk tier: empty path");
-  if (options.block_bytes == 0) return absl::InvalidArgumentError("disk tier: block_bytes 0");
-  const int64_t capacity_blocks =
-      options.capacity_bytes / static_cast<int64_t>(options.block_bytes);
-  if (capacity_blocks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("disk tier: capacity ", options.capacity_bytes,
-                                                   " bytes holds no block of ",
-                                                   options.block_bytes));
+  if (write_staging_ == nullptr) {
+    write_staging_ = std::make_unique<AlignedBuffer>(AlignUp(options_.block_bytes));
   }
-  auto tier = std::make_unique<DiskTierImpl>(options, capacity_blocks);
-  STRATA_RETURN_IF_ERROR(tier->Open());
-  return tier;
+  const std::span<std::byte> staging = write_staging_->span();
+  std::memset(staging.data(), 0, staging.size());
+  std::memcpy(staging.data(), payload.data(), std::min(payload.size(), staging.size()));
+  return StoreLocked({{hash, kRootBlockHash}, payload.size(), checksum, staging}, victims);
 }
 
-}  // namespace strata::kvstore
+}  // namespace strata::kvstore::disk_internal

@@ -33,6 +33,12 @@ Registry& GetRegistry() {
     r->factories.emplace("prefix-tinylfu", [](int64_t capacity) {
       return internal::NewTinyLfuPolicy(capacity, internal::TinyLfuOptions{.prefix_aware = true});
     });
+    r->factories.emplace("ghost-lru", [](int64_t capacity) {
+      return internal::NewGhostPolicy(capacity, internal::GhostOptions{});
+    });
+    r->factories.emplace("adaptive-tinylfu", [](int64_t capacity) {
+      return internal::NewTinyLfuPolicy(capacity, internal::TinyLfuOptions{.adaptive = true});
+    });
     return r;
   }();
   return *registry;

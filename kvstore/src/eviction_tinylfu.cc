@@ -97,14 +97,17 @@ enum class Queue : uint8_t { kWindow, kProbation, kProtected, kOrphan };
 class TinyLfuPolicy final : public EvictionPolicy {
  public:
   TinyLfuPolicy(int64_t capacity, const TinyLfuOptions& options)
-      : prefix_aware_(options.prefix_aware), sketch_(capacity, options.sample_factor) {
-    window_cap_ = std::clamp<int64_t>(
-        static_cast<int64_t>(std::llround(options.window_fraction * capacity)), 1, capacity);
-    main_cap_ = capacity - window_cap_;
-    protected_cap_ = static_cast<int64_t>(options.protected_fraction * main_cap_);
+      : prefix_aware_(options.prefix_aware),
+        adaptive_(options.adaptive),
+        capacity_(capacity),
+        protected_fraction_(options.protected_fraction),
+        sketch_(capacity, options.sample_factor),
+        climber_(capacity, options.adapt_period) {
+    SetWindow(static_cast<int64_t>(std::llround(options.window_fraction * capacity)));
   }
 
   std::string_view name() const override {
+    if (adaptive_) return prefix_aware_ ? "prefix-adaptive-tinylfu" : "adaptive-tinylfu";
     return prefix_aware_ ? "prefix-tinylfu" : "w-tinylfu";
   }
 
@@ -114,6 +117,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
   void Touch(BlockHash key) override {
     auto it = entries_.find(key);
     if (it == entries_.end()) return;
+    Sample(/*hit=*/true);
     sketch_.Increment(key);
     switch (it->second.queue) {
       case Queue::kWindow:
@@ -205,6 +209,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
 
   void Add(BlockHash key, std::optional<BlockHash> parent) {
     if (entries_.contains(key)) return Touch(key);
+    Sample(/*hit=*/false);
     sketch_.Increment(key);
     Queue queue = Queue::kWindow;
     if (prefix_aware_ && parent.has_value()) {
@@ -223,6 +228,20 @@ class TinyLfuPolicy final : public EvictionPolicy {
     }
   }
 
+  // Window and main shares; the queues follow lazily (Victim evicts from whichever area is
+  // over its share, Touch trims protected).
+  void SetWindow(int64_t window) {
+    window_cap_ = std::clamp<int64_t>(window, 1, std::max<int64_t>(1, capacity_ - 1));
+    main_cap_ = capacity_ - window_cap_;
+    protected_cap_ = static_cast<int64_t>(protected_fraction_ * static_cast<double>(main_cap_));
+  }
+
+  // One access for the hill climber (adaptive only).
+  void Sample(bool hit) {
+    if (!adaptive_) return;
+    if (std::optional<int64_t> next = climber_.Record(hit, window_cap_)) SetWindow(*next);
+  }
+
   static std::optional<BlockHash> Oldest(const std::list<BlockHash>& list,
                                          const std::function<bool(BlockHash)>& evictable) {
     for (auto it = list.rbegin(); it != list.rend(); ++it) {
@@ -237,10 +256,14 @@ class TinyLfuPolicy final : public EvictionPolicy {
   }
 
   const bool prefix_aware_;
+  const bool adaptive_;
+  const int64_t capacity_;
+  const double protected_fraction_;
   int64_t window_cap_ = 1;
   int64_t main_cap_ = 0;
   int64_t protected_cap_ = 0;
   FrequencySketch sketch_;
+  WindowClimber climber_;
   std::list<BlockHash> window_, probation_, protected_, orphan_;
   absl::flat_hash_map<BlockHash, Entry> entries_;
   // Cached children of every parent that has any (prefix-aware only); kept while the parent

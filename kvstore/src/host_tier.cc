@@ -27,7 +27,6 @@
 namespace strata::kvstore {
 namespace {
 
-using internal::CopyWithChecksum;
 using internal::HostPool;
 
 enum class SlotState : uint8_t { kFree, kWriting, kReserved, kStored, kDetached };
@@ -149,7 +148,7 @@ absl::Status HostTierImpl::Put(const BlockMeta& meta, std::span<const std::byte>
     slot = *allocated;
     slots_[slot].state = SlotState::kWriting;
   }
-  const uint64_t checksum = CopyWithChecksum(SlotSpan(slot), data);
+  const uint64_t checksum = CopyWithBlockChecksum(SlotSpan(slot), data, CopyDestination::kStreamed);
   absl::MutexLock lock(&mu_);
   PublishLocked(slot, meta, checksum);
   return absl::OkStatus();
@@ -172,7 +171,7 @@ absl::Status HostTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
     ++slots_[slot].readers;
     policy_->Touch(hash);
   }
-  const uint64_t checksum = CopyWithChecksum(dst, SlotSpan(slot));
+  const uint64_t checksum = CopyWithBlockChecksum(dst, SlotSpan(slot));
   absl::MutexLock lock(&mu_);
   Slot& s = slots_[slot];
   --s.readers;
@@ -295,7 +294,7 @@ absl::Status HostTierImpl::CommitWrite(uint64_t reservation_id, uint64_t checksu
     reservations_.erase(it);
     slots_[res.slot].state = SlotState::kWriting;  // no longer expirable
   }
-  const uint64_t actual = internal::FastBlockChecksum(SlotSpan(res.slot));
+  const uint64_t actual = BlockChecksum(SlotSpan(res.slot));
   absl::MutexLock lock(&mu_);
   if (actual != checksum) {
     ++stats_.checksum_failures;

@@ -1,9 +1,7 @@
 #pragma once
 // Pieces of the G2 host tier shared by its implementation files (and benchmarked/tested).
 #include <cstddef>
-#include <cstdint>
 #include <functional>
-#include <span>
 
 #include "absl/status/statusor.h"
 
@@ -33,13 +31,5 @@ class HostPool {
   bool pinned_;
   bool owned_;
 };
-
-// Copies src into dst (same size) and returns BlockChecksum of the bytes written, computed
-// chunk by chunk while each chunk is still in cache: one pass over memory instead of two.
-// Both use libxxhash's x86 dispatch entry points (AVX2/AVX-512 picked at run time; ~3x the
-// scalar/SSE2 default on this project's CI VM) and return exactly BlockChecksum's value.
-uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> src);
-// BlockChecksum(data), faster.
-uint64_t FastBlockChecksum(std::span<const std::byte> data);
 
 }  // namespace strata::kvstore::internal

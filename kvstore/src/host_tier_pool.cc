@@ -1,28 +1,14 @@
-// The host tier's pool memory and its checksumming copy.
+// The host tier's pool memory.
 #include <sys/mman.h>
-#include <xxh_x86dispatch.h>  // XXH3 with runtime AVX2/AVX-512 selection
-#include <xxhash.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "host_tier_internal.h"
 #include "strata/common/logging.h"
-#include "strata/kvstore/tier.h"
 
 namespace strata::kvstore::internal {
-namespace {
-
-// Must equal the seed of BlockChecksum (tier.cc); host_tier_test checks that the two agree.
-constexpr uint64_t kChecksumSeed = 0x73747261'74616b76ULL;
-// Small enough to stay in L2 between the copy and the hash.
-constexpr size_t kChunkBytes = 64 * 1024;
-
-}  // namespace
-
 absl::StatusOr<HostPool> HostPool::Create(
     size_t bytes, const std::function<absl::StatusOr<void*>(size_t)>& allocate) {
   if (allocate) {
@@ -55,24 +41,6 @@ HostPool::HostPool(HostPool&& other) noexcept
 
 HostPool::~HostPool() {
   if (owned_ && base_ != nullptr) munmap(base_, bytes_);
-}
-
-uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> src) {
-  STRATA_CHECK(dst.size() == src.size()) << dst.size() << " vs " << src.size();
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  STRATA_CHECK(state != nullptr) << "XXH3_createState failed";
-  XXH3_64bits_reset_withSeed(state.get(), kChecksumSeed);
-  for (size_t off = 0; off < src.size(); off += kChunkBytes) {
-    const size_t n = std::min(kChunkBytes, src.size() - off);
-    std::memcpy(dst.data() + off, src.data() + off, n);
-    XXH3_64bits_update_dispatch(state.get(), dst.data() + off, n);
-  }
-  return XXH3_64bits_digest(state.get());
-}
-
-uint64_t FastBlockChecksum(std::span<const std::byte> data) {
-  return XXH3_64bits_withSeed_dispatch(data.data(), data.size(), kChecksumSeed);
 }
 
 }  // namespace strata::kvstore::internal

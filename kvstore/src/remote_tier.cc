@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "strata/common/status_macros.h"
@@ -115,11 +114,12 @@ StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
       continue;
     }
     const size_t at = lane_offset + st.runs.size() * bb();
-    std::memcpy(staging_ + at, items[i].src, bb());
+    // One pass: the checksum is computed from the registers the block is copied through.
+    const uint64_t checksum = CopyWithBlockChecksum({staging_ + at, bb()}, {items[i].src, bb()});
     st.runs.push_back({.local_offset = at, .remote_offset = r.offset(), .length = bb()});
     v1::KvCommit* c = st.commit.add_commits();
     c->set_reservation_id(r.id());
-    c->set_checksum(BlockChecksum({items[i].src, bb()}));
+    c->set_checksum(checksum);
     st.written.push_back(items[i]);
   }
   return st;

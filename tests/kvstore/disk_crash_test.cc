@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +35,7 @@ using testing::MakeBlock;
 
 constexpr size_t kBlock = 16 << 10;
 constexpr int64_t kCapacityBlocks = 192;
+constexpr size_t kWriteBufferBlocks = 64;  // disk_crash_writer's index flush interval
 constexpr const char* kModeNames[] = {"wal", "none", "wal-sync"};
 
 int EnvInt(const char* name, int fallback) {
@@ -108,6 +108,7 @@ DiskTierOptions TierOptions(const fs::path& dir, const char* mode) {
   o.block_bytes = kBlock;
   o.capacity_bytes = kCapacityBlocks * static_cast<int64_t>(kBlock);
   o.sync = *ParseDiskSyncMode(mode);
+  o.write_buffer_bytes = kWriteBufferBlocks * kBlock;  // as the writer: same spare slots
   return o;
 }
 
@@ -142,24 +143,10 @@ uint64_t VerifySurvivors(DiskTier& tier, const char* mode, uint64_t acked) {
   return end;
 }
 
-// Flips a payload byte of one held block inside a blob file; returns its hash (0: none found).
-BlockHash CorruptOneBlobValue(const fs::path& dir, const std::vector<BlockMeta>& blocks) {
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".blob") continue;
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    for (const BlockMeta& m : blocks) {
-      const auto header = disk_internal::EncodeHeader(
-          {m.hash, m.parent, kBlock, BlockChecksum(MakeBlock(m.hash, kBlock))});
-      const size_t at = bytes.find(std::string(header.begin(), header.end()));
-      if (at == std::string::npos) continue;
-      const size_t victim = at + disk_internal::kHeaderBytes + kBlock / 2;
-      f.seekp(static_cast<std::streamoff>(victim));
-      f.put(static_cast<char>(bytes[victim] ^ 0x10));
-      return m.hash;
-    }
-  }
-  return 0;
+// Flips a payload byte of the held block `hash`, whose slot starts at `offset`, in the data file.
+bool CorruptSlot(const DiskTierOptions& options, uint64_t offset) {
+  return testing::FlipByte(options.path + "/" + disk_internal::kDataFileName, offset + kBlock / 2,
+                           0x10);
 }
 
 // After the crash: new writes, reads and eviction work, and survive a clean reopen.
@@ -204,17 +191,22 @@ void RunIteration(int iteration, std::mt19937_64& rng) {
   const DiskTierOptions options = TierOptions(dir, mode);
   uint64_t end = 0;
   std::vector<BlockMeta> blocks;
+  uint64_t corrupt_offset = 0;
   {
     auto tier = DiskTier::Create(options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     end = VerifySurvivors(**tier, mode, w.acked);
     blocks = (*tier)->Blocks();
+    if (!blocks.empty()) corrupt_offset = *(*tier)->SlotOffsetForTest(blocks.front().hash);
   }
-  const BlockHash corrupted = blocks.empty() ? 0 : CorruptOneBlobValue(dir, blocks);
+  BlockHash corrupted = 0;
+  if (!blocks.empty()) {
+    ASSERT_TRUE(CorruptSlot(options, corrupt_offset));
+    corrupted = blocks.front().hash;
+  }
   auto tier = DiskTier::Create(options);
   ASSERT_TRUE(tier.ok()) << tier.status();
   if (!blocks.empty()) {
-    ASSERT_NE(corrupted, 0u) << "no held block found in a blob file";
     std::vector<std::byte> dst(kBlock);
     EXPECT_EQ((*tier)->Get(corrupted, dst).code(), absl::StatusCode::kDataLoss);
     EXPECT_FALSE((*tier)->Contains(corrupted));

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   options.capacity_bytes =
       std::strtoll(argv[3], nullptr, 10) * static_cast<int64_t>(options.block_bytes);
   options.sync = *sync;
-  options.write_buffer_bytes = 64 * options.block_bytes;  // flush (and compact) often
+  options.write_buffer_bytes = 64 * options.block_bytes;  // kNoWal: flush the index often
   auto tier = DiskTier::Create(options);
   if (!tier.ok()) {
     std::fprintf(stderr, "open: %s\n", tier.status().ToString().c_str());

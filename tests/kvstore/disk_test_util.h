@@ -1,9 +1,10 @@
 #pragma once
-// Helpers shared by the G3 tests and the crash writer: deterministic block contents and a
-// RocksDB Env whose file writes can be made to fail.
+// Helpers shared by the G3 tests and the crash writer: deterministic block contents, a
+// rocksdb::Env whose file writes can be made to fail, and damaging a block in the data file.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,19 @@ inline void FillBlock(BlockHash hash, std::span<std::byte> out) {
   }
 }
 
+// XORs `mask` into the byte at `offset` of the file at `path` (buffered: a later O_DIRECT read
+// of the range sees it, the kernel writes dirty pages back before direct reads).
+inline bool FlipByte(const std::string& path, uint64_t offset, uint8_t mask) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) return false;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  if (!f.get(c)) return false;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ static_cast<char>(mask)));
+  return static_cast<bool>(f.flush());
+}
+
 inline std::vector<std::byte> MakeBlock(BlockHash hash, size_t bytes) {
   std::vector<std::byte> block(bytes);
   FillBlock(hash, block);
@@ -49,8 +63,10 @@ inline bool CrashBlockIndex(BlockHash hash, uint64_t* i) {
   return true;
 }
 
-// An Env whose files fail every Append while `fail_writes` is set (an SSD gone bad, a full
-// disk): what RocksDB then reports is what the tier must turn into a clean error.
+// An Env whose file writes fail on demand (an SSD gone bad, a full disk): what RocksDB and the
+// data file then report is what the tier must turn into a clean error.
+//   fail_index_writes  every Append to a WritableFile (RocksDB's log and tables) fails
+//   fail_data_writes   every Write to a RandomRWFile (the tier's data file) fails
 class FailingWritesEnv : public rocksdb::EnvWrapper {
  public:
   explicit FailingWritesEnv(rocksdb::Env* base) : rocksdb::EnvWrapper(base) {}
@@ -61,11 +77,19 @@ class FailingWritesEnv : public rocksdb::EnvWrapper {
                                   std::unique_ptr<rocksdb::WritableFile>* result,
                                   const rocksdb::EnvOptions& options) override {
     rocksdb::Status s = target()->NewWritableFile(name, result, options);
-    if (s.ok()) *result = std::make_unique<File>(std::move(*result), &fail_writes);
+    if (s.ok()) *result = std::make_unique<File>(std::move(*result), &fail_index_writes);
+    return s;
+  }
+  rocksdb::Status NewRandomRWFile(const std::string& name,
+                                  std::unique_ptr<rocksdb::RandomRWFile>* result,
+                                  const rocksdb::EnvOptions& options) override {
+    rocksdb::Status s = target()->NewRandomRWFile(name, result, options);
+    if (s.ok()) *result = std::make_unique<RwFile>(std::move(*result), &fail_data_writes);
     return s;
   }
 
-  std::atomic<bool> fail_writes{false};
+  std::atomic<bool> fail_index_writes{false};
+  std::atomic<bool> fail_data_writes{false};
 
  private:
   class File : public rocksdb::WritableFileWrapper {
@@ -84,6 +108,19 @@ class FailingWritesEnv : public rocksdb::EnvWrapper {
 
    private:
     std::unique_ptr<rocksdb::WritableFile> base_;
+    const std::atomic<bool>* fail_;
+  };
+  class RwFile : public rocksdb::RandomRWFileWrapper {
+   public:
+    RwFile(std::unique_ptr<rocksdb::RandomRWFile> base, const std::atomic<bool>* fail)
+        : rocksdb::RandomRWFileWrapper(base.get()), base_(std::move(base)), fail_(fail) {}
+    rocksdb::Status Write(uint64_t offset, const rocksdb::Slice& data) override {
+      if (fail_->load()) return rocksdb::Status::IOError("injected write failure");
+      return base_->Write(offset, data);
+    }
+
+   private:
+    std::unique_ptr<rocksdb::RandomRWFile> base_;
     const std::atomic<bool>* fail_;
   };
 };

@@ -1,10 +1,10 @@
 // G3 disk tier: behaviour through the Tier contract, on an in-memory Env (fast, no disk) and,
-// where the bytes on disk matter, on a real temporary directory.
+// where the bytes on disk or O_DIRECT matter, on a real temporary directory
+// (disk_tier_file_test.cc).
 #include "strata/kvstore/disk_tier.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
+#include <set>
 #include <thread>
 
 #include "disk_test_util.h"
@@ -21,7 +21,7 @@ using ::testing::UnorderedElementsAre;
 
 constexpr size_t kBlock = 16 << 10;
 
-class DiskTierTest : public ::testing::TestWithParam<DiskValueLayout> {
+class DiskTierTest : public ::testing::Test {
  protected:
   DiskTierTest() : env_(rocksdb::NewMemEnv(rocksdb::Env::Default())) {}
 
@@ -30,7 +30,6 @@ class DiskTierTest : public ::testing::TestWithParam<DiskValueLayout> {
     o.path = "/strata-disk-test";
     o.block_bytes = kBlock;
     o.capacity_bytes = capacity_blocks * static_cast<int64_t>(kBlock);
-    o.layout = GetParam();
     o.env = env_.get();
     return o;
   }
@@ -58,7 +57,7 @@ class DiskTierTest : public ::testing::TestWithParam<DiskValueLayout> {
   std::vector<TierEvent> events_;
 };
 
-TEST_P(DiskTierTest, PutGetRoundTrip) {
+TEST_F(DiskTierTest, PutGetRoundTrip) {
   auto tier = Open(Options(8));
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->kind(), TierKind::kDisk);
@@ -85,7 +84,7 @@ TEST_P(DiskTierTest, PutGetRoundTrip) {
   EXPECT_EQ(events_[1].parent, 11u);
 }
 
-TEST_P(DiskTierTest, WrongSizesAreInvalidArgument) {
+TEST_F(DiskTierTest, WrongSizesAreInvalidArgument) {
   auto tier = Open(Options(4));
   ASSERT_NE(tier, nullptr);
   std::vector<std::byte> small(kBlock - 1), big(kBlock + 1);
@@ -96,7 +95,7 @@ TEST_P(DiskTierTest, WrongSizesAreInvalidArgument) {
   EXPECT_EQ(tier->usage().blocks, 1);
 }
 
-TEST_P(DiskTierTest, BoundedCapacityEvictsLeastRecentlyUsed) {
+TEST_F(DiskTierTest, BoundedCapacityEvictsLeastRecentlyUsed) {
   auto tier = Open(Options(4));
   ASSERT_NE(tier, nullptr);
   for (BlockHash h = 1; h <= 4; ++h) ASSERT_TRUE(PutBlock(*tier, h).ok());
@@ -115,7 +114,38 @@ TEST_P(DiskTierTest, BoundedCapacityEvictsLeastRecentlyUsed) {
   EXPECT_EQ(CountEvents(TierEvent::Kind::kRemoved), 6);
 }
 
-TEST_P(DiskTierTest, EraseRemovesAndPublishes) {
+// Evicted blocks' slots are reused: the data file never needs more than capacity + spare slots,
+// in both the logged and the unlogged mode (where a slot waits for the next index flush).
+TEST_F(DiskTierTest, SlotsOfEvictedBlocksAreReused) {
+  for (DiskSyncMode mode : {DiskSyncMode::kWal, DiskSyncMode::kNoWal}) {
+    DiskTierOptions o = Options(4);
+    o.path += std::to_string(static_cast<int>(mode));
+    o.sync = mode;
+    o.write_buffer_bytes = 2 * kBlock;  // kNoWal: 2 spare slots, index flush every 2 Puts
+    const uint64_t slots = mode == DiskSyncMode::kWal ? 5 : 6;
+    auto tier = Open(o);
+    ASSERT_NE(tier, nullptr);
+    std::set<uint64_t> offsets;
+    for (BlockHash h = 1; h <= 40; ++h) {
+      ASSERT_TRUE(PutBlock(*tier, h).ok()) << h;
+      auto offset = tier->SlotOffsetForTest(h);
+      ASSERT_TRUE(offset.ok());
+      offsets.insert(*offset);
+      ASSERT_LT(*offset, slots * disk_internal::SlotBytes(kBlock)) << h;
+    }
+    EXPECT_EQ(offsets.size(), slots);
+    for (BlockHash h : {37, 38, 39, 40}) ExpectBlock(*tier, h);
+    EXPECT_EQ(tier->stats().evictions, 36);
+    EXPECT_EQ(tier->stats().checksum_failures, 0);
+    tier.reset();
+    tier = Open(o);  // clean close and reopen
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(tier->usage().blocks, 4);
+    for (BlockHash h : {37, 38, 39, 40}) ExpectBlock(*tier, h);
+  }
+}
+
+TEST_F(DiskTierTest, EraseRemovesAndPublishes) {
   auto tier = Open(Options(4));
   ASSERT_NE(tier, nullptr);
   ASSERT_TRUE(PutBlock(*tier, 5).ok());
@@ -127,7 +157,7 @@ TEST_P(DiskTierTest, EraseRemovesAndPublishes) {
   EXPECT_EQ(tier->Get(5, dst).code(), absl::StatusCode::kNotFound);
 }
 
-TEST_P(DiskTierTest, ReopenKeepsBlocksInEveryMode) {
+TEST_F(DiskTierTest, ReopenKeepsBlocksInEveryMode) {
   for (DiskSyncMode mode : {DiskSyncMode::kNoWal, DiskSyncMode::kWal, DiskSyncMode::kWalSync}) {
     DiskTierOptions o = Options(16);
     o.path += std::to_string(static_cast<int>(mode));
@@ -149,7 +179,7 @@ TEST_P(DiskTierTest, ReopenKeepsBlocksInEveryMode) {
   }
 }
 
-TEST_P(DiskTierTest, ReopenKeepsStoreOrderForEviction) {
+TEST_F(DiskTierTest, ReopenKeepsStoreOrderForEviction) {
   DiskTierOptions o = Options(4);
   {
     auto tier = Open(o);
@@ -165,7 +195,7 @@ TEST_P(DiskTierTest, ReopenKeepsStoreOrderForEviction) {
   for (BlockHash h : {30, 20, 50, 60}) EXPECT_TRUE(tier->Contains(h)) << h;
 }
 
-TEST_P(DiskTierTest, ReopenWithSmallerCapacityKeepsNewest) {
+TEST_F(DiskTierTest, ReopenWithSmallerCapacityKeepsNewest) {
   {
     auto tier = Open(Options(8));
     ASSERT_NE(tier, nullptr);
@@ -182,23 +212,27 @@ TEST_P(DiskTierTest, ReopenWithSmallerCapacityKeepsNewest) {
   EXPECT_EQ(tier->usage().blocks, 3);
 }
 
-TEST_P(DiskTierTest, CorruptValuesAreDataLossNeverServed) {
+TEST_F(DiskTierTest, CorruptValuesAreDataLossNeverServed) {
   auto tier = Open(Options(16));
   ASSERT_NE(tier, nullptr);
-  std::vector<std::byte> block = MakeBlock(7, kBlock);
-  const auto header = disk_internal::EncodeHeader({7, 0, kBlock, BlockChecksum(block)});
-  std::string good(header.begin(), header.end());
-  good.append(reinterpret_cast<const char*>(block.data()), block.size());
+  const std::vector<std::byte> block = MakeBlock(7, kBlock);
+  const uint64_t checksum = BlockChecksum(block);
+  const std::string good(reinterpret_cast<const char*>(block.data()), block.size());
   std::string flipped = good;
-  flipped[disk_internal::kHeaderBytes + 100] ^= 0x01;
-  std::string bad_magic = good;
-  bad_magic[0] ^= 0x01;
-  std::string truncated = good.substr(0, good.size() - 1);
-  std::string short_value = good.substr(0, 10);
-  const std::string cases[] = {flipped, bad_magic, truncated, short_value};
+  flipped[100] ^= 0x01;
+  struct Case {
+    std::string payload;
+    uint64_t checksum;
+  };
+  const Case cases[] = {
+      {flipped, checksum},                     // a flipped bit
+      {good, checksum ^ 1},                    // the index's checksum is not the block's
+      {good.substr(0, kBlock - 1), checksum},  // indexed with another length
+      {"", checksum},                          // nothing written (the slot reads zeros)
+  };
   int n = 0;
-  for (const std::string& value : cases) {
-    ASSERT_TRUE(tier->PutRawForTest(7, value).ok());
+  for (const Case& c : cases) {
+    ASSERT_TRUE(tier->PutRawForTest(7, c.payload, c.checksum).ok());
     ASSERT_TRUE(tier->Contains(7));
     std::vector<std::byte> dst(kBlock, std::byte{0});
     EXPECT_EQ(tier->Get(7, dst).code(), absl::StatusCode::kDataLoss) << n;
@@ -211,27 +245,33 @@ TEST_P(DiskTierTest, CorruptValuesAreDataLossNeverServed) {
   }
   EXPECT_EQ(tier->stats().misses, 2 * n);
   EXPECT_EQ(tier->stats().hits, 0);
-  // The well-formed value is served, and a value stored under another key is not.
-  ASSERT_TRUE(tier->PutRawForTest(7, good).ok());
+  // The well-formed block is served, and another block's bytes in block 8's slot are not.
+  ASSERT_TRUE(tier->PutRawForTest(7, good, checksum).ok());
   ExpectBlock(*tier, 7);
-  ASSERT_TRUE(tier->PutRawForTest(8, good).ok());
+  ASSERT_TRUE(tier->PutRawForTest(8, good, BlockChecksum(MakeBlock(8, kBlock))).ok());
   std::vector<std::byte> dst(kBlock);
   EXPECT_EQ(tier->Get(8, dst).code(), absl::StatusCode::kDataLoss);
 }
 
-TEST_P(DiskTierTest, FailedWritesAreRejectedAndInvisible) {
+// A failing data write (the block) and a failing index write (its entry, after the block was
+// written) are both rejected with nothing visible: no new block, no eviction, no event; the
+// tier heals in place once the disk does.
+class DiskTierFaultTest : public DiskTierTest,
+                          public ::testing::WithParamInterface<bool /*fail index*/> {};
+
+TEST_P(DiskTierFaultTest, FailedWritesAreRejectedAndInvisible) {
   FailingWritesEnv faulty(env_.get());
+  std::atomic<bool>& fail = GetParam() ? faulty.fail_index_writes : faulty.fail_data_writes;
   DiskTierOptions o = Options(4);
   o.env = &faulty;
-  o.sync = DiskSyncMode::kWal;  // every Put reaches a file (the log) at once
+  o.sync = DiskSyncMode::kWal;  // every Put reaches the index log at once
   {
     auto tier = Open(o);
     ASSERT_NE(tier, nullptr);
     for (BlockHash h = 1; h <= 4; ++h) ASSERT_TRUE(PutBlock(*tier, h).ok());
     const size_t events_before = events_.size();
-    faulty.fail_writes = true;
+    fail = true;
     absl::Status s = PutBlock(*tier, 5);  // would also evict block 1
-    EXPECT_FALSE(s.ok());
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     EXPECT_EQ(tier->stats().rejected, 1);
     EXPECT_EQ(tier->stats().puts, 4);
@@ -242,11 +282,12 @@ TEST_P(DiskTierTest, FailedWritesAreRejectedAndInvisible) {
     std::vector<std::byte> dst(kBlock);
     EXPECT_EQ(tier->Get(5, dst).code(), absl::StatusCode::kNotFound);
     ExpectBlock(*tier, 1);  // reads keep working
-    faulty.fail_writes = false;
+    fail = false;
     // The disk is healthy again: the tier recovers without a restart.
     absl::Status healed = PutBlock(*tier, 6);
     ASSERT_TRUE(healed.ok()) << healed;
     ExpectBlock(*tier, 6);
+    for (BlockHash h : {1, 3, 4}) ExpectBlock(*tier, h);  // no slot was handed out twice
   }
   auto tier = Open(o);  // reopened on a healthy disk: the failed block never appears
   ASSERT_NE(tier, nullptr);
@@ -255,9 +296,13 @@ TEST_P(DiskTierTest, FailedWritesAreRejectedAndInvisible) {
   for (BlockHash h : {1, 3, 4, 6}) ExpectBlock(*tier, h);
   ASSERT_TRUE(PutBlock(*tier, 5).ok());
   ExpectBlock(*tier, 5);
+  EXPECT_EQ(tier->stats().checksum_failures, 0);
 }
 
-TEST_P(DiskTierTest, ConcurrentPutsAndGets) {
+INSTANTIATE_TEST_SUITE_P(DataOrIndex, DiskTierFaultTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Index" : "Data"; });
+
+TEST_F(DiskTierTest, ConcurrentPutsAndGets) {
   auto tier = Open(Options(64));
   ASSERT_NE(tier, nullptr);
   std::vector<std::thread> threads;
@@ -279,13 +324,6 @@ TEST_P(DiskTierTest, ConcurrentPutsAndGets) {
   EXPECT_LE(tier->usage().blocks, 64);
   EXPECT_EQ(tier->stats().checksum_failures, 0);
 }
-
-INSTANTIATE_TEST_SUITE_P(Layouts, DiskTierTest,
-                         ::testing::Values(DiskValueLayout::kBlobFiles,
-                                           DiskValueLayout::kSstInline),
-                         [](const auto& info) {
-                           return info.param == DiskValueLayout::kBlobFiles ? "Blob" : "Sst";
-                         });
 
 TEST(DiskTierOptionsTest, RejectsBadOptions) {
   DiskTierOptions o;
@@ -312,51 +350,6 @@ TEST(DiskFormatTest, KeysSortNumerically) {
   EXPECT_EQ(h, 0x0102030405060708ULL);
   EXPECT_LT(std::string_view(disk_internal::EncodeKey(255).data(), 8),
             std::string_view(disk_internal::EncodeKey(256).data(), 8));
-}
-
-// Bytes flipped inside a blob file on a real disk are caught on read (RocksDB's blob CRC or
-// the tier's checksum) and the block is dropped, never served.
-TEST(DiskTierFileTest, FlippedByteOnDiskIsNeverServed) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "strata_disk_flip";
-  fs::remove_all(dir);
-  DiskTierOptions o;
-  o.path = dir.string();
-  o.block_bytes = kBlock;
-  o.capacity_bytes = 8 * static_cast<int64_t>(kBlock);
-  {
-    auto tier = DiskTier::Create(o);
-    ASSERT_TRUE(tier.ok()) << tier.status();
-    for (BlockHash h = 1; h <= 3; ++h) ASSERT_TRUE((*tier)->Put({h, 0}, MakeBlock(h, kBlock)).ok());
-    ASSERT_TRUE((*tier)->Flush().ok());
-  }
-  // Find block 2's payload in the blob file by its header and flip one payload byte.
-  const auto header =
-      disk_internal::EncodeHeader({2, 0, kBlock, BlockChecksum(MakeBlock(2, kBlock))});
-  bool flipped = false;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".blob") continue;
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const size_t at = bytes.find(std::string(header.begin(), header.end()));
-    if (at == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(at + disk_internal::kHeaderBytes + 777));
-    f.put(static_cast<char>(bytes[at + disk_internal::kHeaderBytes + 777] ^ 0x40));
-    flipped = true;
-  }
-  ASSERT_TRUE(flipped);
-  auto tier = DiskTier::Create(o);
-  ASSERT_TRUE(tier.ok()) << tier.status();
-  std::vector<std::byte> dst(kBlock);
-  EXPECT_EQ((*tier)->Get(2, dst).code(), absl::StatusCode::kDataLoss);
-  EXPECT_FALSE((*tier)->Contains(2));
-  EXPECT_EQ((*tier)->stats().checksum_failures, 1);
-  for (BlockHash h : {1, 3}) {
-    ASSERT_TRUE((*tier)->Get(h, dst).ok());
-    EXPECT_TRUE(dst == MakeBlock(h, kBlock));
-  }
-  tier->reset();
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // and their timeouts, direct writes, caller-supplied memory, and a multi-threaded smoke test.
 #include "strata/kvstore/host_tier.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -16,6 +19,10 @@ namespace strata::kvstore {
 namespace {
 
 constexpr size_t kBlock = 4096;
+// BlockChecksum of ChecksumIsAFixedFunction's inputs (cross-checked against an independent
+// Python transcription of the definition in tier.cc).
+constexpr uint64_t kGoldenChecksum1500 = 6844763263013897041ULL;
+constexpr uint64_t kGoldenChecksumEmpty = 15995393589288388306ULL;
 
 std::vector<std::byte> BlockData(BlockHash hash, size_t size = kBlock) {
   std::vector<std::byte> data(size);
@@ -81,14 +88,53 @@ TEST(HostTierTest, CreateValidatesOptions) {
   EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(HostTierTest, ChunkedChecksumEqualsBlockChecksum) {
-  for (size_t size : {size_t{1}, size_t{4096}, size_t{65536}, size_t{65537}, size_t{300000}}) {
+TEST(HostTierTest, CopyChecksumEqualsBlockChecksumOnEveryPath) {
+  // Sizes around the 64-byte stripe and the 1 KiB scramble period, and a big block.
+  for (size_t size : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1023},
+                      size_t{1024}, size_t{1088}, size_t{4096}, size_t{65537}, size_t{300000}}) {
     auto src = BlockData(7, size);
     std::vector<std::byte> dst(size);
-    EXPECT_EQ(internal::CopyWithChecksum(dst, src), BlockChecksum(src)) << size;
-    EXPECT_EQ(internal::FastBlockChecksum(src), BlockChecksum(src)) << size;
+    const uint64_t sum = BlockChecksum(src);
+    EXPECT_EQ(CopyWithBlockChecksum(dst, src), sum) << size;
+    EXPECT_EQ(internal::PortableBlockChecksumForTest(src), sum) << size;
     EXPECT_EQ(dst, src);
+    // Streaming stores need a 32-byte aligned destination (else the cached path is taken).
+    std::vector<std::byte> raw(size + 64);
+    auto* aligned = reinterpret_cast<std::byte*>(
+        (reinterpret_cast<uintptr_t>(raw.data()) + 63) & ~uintptr_t{63});
+    std::span<std::byte> streamed(aligned, size);
+    EXPECT_EQ(CopyWithBlockChecksum(streamed, src, CopyDestination::kStreamed), sum) << size;
+    EXPECT_TRUE(std::equal(streamed.begin(), streamed.end(), src.begin())) << size;
   }
+}
+
+TEST(HostTierTest, ChecksumIsAFixedFunction) {
+  // Values are stored on disk and sent between processes: the function must never drift.
+  std::vector<std::byte> data(1500);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 + 3);
+  EXPECT_EQ(BlockChecksum(data), kGoldenChecksum1500);
+  EXPECT_EQ(BlockChecksum({}), kGoldenChecksumEmpty);
+}
+
+TEST(HostTierTest, ChecksumDetectsFlippedBitsAndMovedStripes) {
+  const auto base = BlockData(11, 8192);
+  const uint64_t sum = BlockChecksum(base);
+  // Every single-bit flip at a spread of positions (both halves of a lane, tail included).
+  for (size_t pos : {size_t{0}, size_t{3}, size_t{4}, size_t{63}, size_t{64}, size_t{1023},
+                     size_t{1024}, size_t{5000}, size_t{8191}}) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = base;
+      bad[pos] ^= static_cast<std::byte>(1 << bit);
+      EXPECT_NE(BlockChecksum(bad), sum) << pos << ":" << bit;
+    }
+  }
+  // Two 64-byte stripes swapped: same bytes, other places.
+  auto swapped = base;
+  std::swap_ranges(swapped.begin() + 128, swapped.begin() + 192, swapped.begin() + 4096);
+  EXPECT_NE(BlockChecksum(swapped), sum);
+  // All zeros of different lengths differ.
+  std::vector<std::byte> z1(4096), z2(4160);
+  EXPECT_NE(BlockChecksum(z1), BlockChecksum(z2));
 }
 
 TEST(HostTierTest, PutGetRoundTripWithStatsUsageAndEvents) {

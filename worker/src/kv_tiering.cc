@@ -133,6 +133,12 @@ void KvTiering::Install(metrics::Registry* registry) {
   }
   callbacks_.push_back(
       imported.AddCallback({}, [this] { return double(stats().imported_blocks); }));
+  auto& failed = registry->CounterOrDie(
+      "strata_worker_kv_fetch_failed_blocks_total",
+      "KV blocks a staged fetch planned but could not bring into the engine (missing from the "
+      "tier when read, or no room), so they were recomputed");
+  callbacks_.push_back(
+      failed.AddCallback({}, [this] { return double(stats().fetch_failed_blocks); }));
 }
 
 void KvTiering::OnTierEvent(const kvstore::TierEvent& e) {

@@ -1,30 +1,43 @@
 #pragma once
-// G3: KV blocks in RocksDB on a local path (an SSD), bounded, checksummed, crash-safe.
+// G3: KV blocks on a local path (an SSD), bounded, checksummed, crash-safe.
 //
 // Layout (docs/kvstore_disk.md has the numbers behind the choices):
-//   column family "default"  key = 8-byte big-endian block hash
-//                            value = 40-byte header (magic, version, hash, parent, length,
-//                                    BlockChecksum) || block bytes
-//   column family "meta"     key = the same 8 bytes
-//                            value = parent hash, store sequence (16 bytes)
-// Both column families are written in one WriteBatch per Put (atomic) and flushed together
-// (atomic_flush), so after any crash a block's meta entry exists exactly when its value does.
-// Open rebuilds the in-memory index (hash -> parent, eviction order, usage) by scanning only
-// the small "meta" family, never the values. The eviction order after a restart is the order
-// in which blocks were stored (reads since the last store are not persisted): approximate
-// recency, as the contract allows.
+//   PATH/blocks.data  the values: a preallocated file of fixed-size slots, one block per slot
+//                     (block_bytes rounded up to 4 KiB, nothing else), written and read with
+//                     O_DIRECT: one pwrite / pread per block, no copy when the caller's buffer
+//                     is page-aligned.
+//   PATH/index/       RocksDB, the index and metadata only: block hash -> slot, length,
+//                     checksum (BlockChecksum), parent, store sequence (40 bytes a block). It
+//                     never holds values.
 //
-// Every Get verifies the header and the checksum; a bad copy is deleted, counted
-// (checksum_failures and misses), published as kRemoved and reported as DataLoss.
+// Write order: the block goes into a *free* slot first (a slot no durable index entry points
+// to), then one RocksDB WriteBatch adds its index entry and deletes the entries of the blocks it
+// evicts; an evicted block's slot is reused only once its deletion is durable (sync mode below).
+// So a crash leaves every durable index entry pointing either at its own block or, if the data
+// never fully reached the disk, at bytes that fail the checksum: such a block is dropped on its
+// first read (DataLoss, counted), never served.
 //
-// A failed write (I/O error) is rejected and leaves nothing visible; RocksDB then refuses
-// writes, so the next write reopens the database first (a disk that healed needs no restart).
+// Open rebuilds the in-memory index (hash -> slot, parent, eviction order, usage, free slots)
+// by scanning the RocksDB index only, never the values. The eviction order after a restart is
+// the order in which blocks were stored (reads since are not persisted): approximate recency,
+// as the contract allows.
 //
-// All file access goes through `options.env` (tests pass rocksdb::NewMemEnv or a
-// fault-injecting Env). Durability is chosen by `sync` (DiskSyncMode below).
+// Every Get verifies the checksum of the bytes read against the index (and the length); a bad
+// copy is unindexed and its slot freed, counted (checksum_failures and misses), published as
+// kRemoved and reported as DataLoss. On any error `dst`'s contents are unspecified (the block
+// may be read straight into it).
 //
-// Thread-safety: every method is thread-safe. Writes (Put, Erase, dropping a corrupt copy)
-// are serialized; reads run concurrently with each other and with writes.
+// A failed write (I/O error) is rejected and leaves nothing visible (no new block, no
+// eviction); after a failed index write RocksDB refuses writes, so the next write reopens the
+// index first (a disk that healed needs no restart).
+//
+// File access: the POSIX file API with O_DIRECT by default (buffered where the file system
+// refuses O_DIRECT, e.g. tmpfs before Linux 6.6; direct_io() says which); when `options.env` is
+// set, every file (index and data) goes through that rocksdb::Env instead, buffered (tests pass
+// rocksdb::NewMemEnv or a fault-injecting Env).
+//
+// Thread-safety: every method is thread-safe. Writes (Put, Erase, dropping a corrupt copy) are
+// serialized; reads run concurrently with each other and with writes.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,67 +55,67 @@ class Env;
 namespace strata::kvstore {
 
 // What survives a crash. Every mode keeps the store consistent (a block is served only if it
-// verifies); they differ in how many recently stored blocks a crash may lose.
+// verifies); they differ in how many recently stored blocks a crash may lose. The block bytes
+// always go straight to the data file; only the small index entries are logged.
 enum class DiskSyncMode : uint8_t {
-  // No write-ahead log: a Put is in memory until the memtable is flushed (every
-  // write_buffer_bytes). A process crash loses the blocks stored since the last flush. Each
-  // byte is written to disk once (fastest). A clean close flushes.
+  // No index log: index entries reach disk when the index is flushed, every
+  // write_buffer_bytes of stored blocks. A crash loses the blocks stored since then (their
+  // slots are simply free again). Slots freed by eviction wait for that flush before reuse,
+  // so the data file holds write_buffer_bytes of spare slots beyond the capacity.
   kNoWal,
-  // Write-ahead log written (not fsynced) on every Put: a process crash (SIGKILL) loses
-  // nothing that Put acknowledged; a power loss may lose the OS-buffered tail. Each byte is
-  // written twice (log, then blob file at flush).
+  // Index log written (not fsynced) with every Put, ~100 bytes: a process crash (SIGKILL) loses
+  // nothing that Put acknowledged; a power loss may lose the OS-buffered tail of the log.
   kWal,
-  // As kWal plus fsync on every Put: survives power loss; slowest.
+  // As kWal plus fdatasync of the data file and fsync of the log on every Put: survives power
+  // loss; slowest.
   kWalSync,
 };
 // "none" / "wal" / "wal-sync"; InvalidArgument otherwise.
 absl::StatusOr<DiskSyncMode> ParseDiskSyncMode(std::string_view name);
 
-// Where the value bytes live inside RocksDB.
-enum class DiskValueLayout : uint8_t {
-  // Integrated BlobDB: values in blob files, the LSM holds only keys and blob references, so
-  // compaction never rewrites block bytes (blob GC relocates live values from old files).
-  kBlobFiles,
-  // Values inline in SST files with large (256 KiB) data blocks: compaction rewrites values.
-  // Fills faster where RocksDB's CRC32C is software (blob records are always CRC32C'd, SST
-  // blocks use XXH3), reads slower; docs/kvstore_disk.md has both measured.
-  kSstInline,
-};
-
 struct DiskTierOptions {
-  std::string path;  // database directory (created if missing)
+  std::string path;  // directory (created if missing): blocks.data and index/
   size_t block_bytes = 0;
   int64_t capacity_bytes = 0;  // value bytes; rounded down to whole blocks, at least one
   std::string policy = "lru";  // eviction_policy.h name
-  // kNoWal by default: G3 is a cache, a crash costs at most one memtable of recently demoted
-  // blocks (misses, never wrong data), and a log would double the bytes written.
-  DiskSyncMode sync = DiskSyncMode::kNoWal;
-  DiskValueLayout layout = DiskValueLayout::kBlobFiles;
-  // Memtable size (also the unit of loss under kNoWal). 0: max(64 MiB, 16 blocks).
+  // kWal by default: the log holds only index entries, so it costs one small buffered append
+  // per Put and a process crash loses no acknowledged block.
+  DiskSyncMode sync = DiskSyncMode::kWal;
+  // Under kNoWal: how many bytes of stored blocks between index flushes (the unit of loss in a
+  // crash, and the spare slots of the data file). 0: max(64 MiB, 16 blocks).
   size_t write_buffer_bytes = 0;
-  // O_DIRECT reads and flush/compaction writes, where the file system supports it (probed at
-  // Create; buffered otherwise).
+  // O_DIRECT on the data file where the file system supports it (probed at Create; buffered
+  // otherwise). Ignored when `env` is set.
   bool direct_io = true;
-  // File system access; nullptr: rocksdb::Env::Default(). Not owned; outlives the tier.
+  // File system access; nullptr: the POSIX API (data) and rocksdb::Env::Default() (index).
+  // Not owned; outlives the tier.
   rocksdb::Env* env = nullptr;
 };
 
 class DiskTier : public Tier {
  public:
-  // Opens (or creates) the database at options.path and rebuilds the index. InvalidArgument
-  // for bad options; Unavailable / DataLoss when the database cannot be opened.
+  // Opens (or creates) the store at options.path and rebuilds the index. InvalidArgument for
+  // bad options; Unavailable / DataLoss when the files cannot be opened.
   static absl::StatusOr<std::unique_ptr<DiskTier>> Create(const DiskTierOptions& options);
 
   // Every block held (unordered), e.g. to republish kStored events for the blocks that
   // survived a restart: Open publishes no events.
   virtual std::vector<BlockMeta> Blocks() const = 0;
 
-  // Flushes memtables to disk (a no-op for data already flushed).
+  // Makes everything stored so far durable: fdatasync of the data file, index memtable flush.
   [[nodiscard]] virtual absl::Status Flush() = 0;
 
-  // Stores raw `value` bytes under `hash`'s key, bypassing header and checksum creation, and
-  // indexes it as present: lets tests plant corrupt values.
-  [[nodiscard]] virtual absl::Status PutRawForTest(BlockHash hash, std::string_view value) = 0;
+  // Whether the data file is read and written with O_DIRECT.
+  virtual bool direct_io() const = 0;
+  // Path of the data file and the byte offset of `hash`'s slot (its block) in it; NotFound if
+  // absent. Lets tests damage a block on disk.
+  virtual std::string data_file_path() const = 0;
+  virtual absl::StatusOr<uint64_t> SlotOffsetForTest(BlockHash hash) const = 0;
+
+  // Stores `payload` (at most block_bytes of it) in a slot under `hash`, indexed with
+  // `checksum` and length payload.size(), unchecked: lets tests plant corrupt blocks.
+  [[nodiscard]] virtual absl::Status PutRawForTest(BlockHash hash, std::string_view payload,
+                                                   uint64_t checksum) = 0;
 };
 
 }  // namespace strata::kvstore

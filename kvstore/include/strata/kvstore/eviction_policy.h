@@ -1,6 +1,7 @@
 #pragma once
 // Eviction policies for the KV tiers, selected by name from config ("lru", "s3-fifo", "arc",
-// "w-tinylfu", "prefix-tinylfu").
+// "w-tinylfu", "prefix-tinylfu", "adaptive-tinylfu", "ghost-lru"; docs/kvstore.md compares
+// their hit rates against Belady's optimum).
 //
 // A policy tracks the keys a tier holds and answers "which one goes next". It never owns data
 // and never evicts by itself: the tier calls Victim() when it needs room, skips keys it cannot

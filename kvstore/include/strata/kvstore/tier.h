@@ -52,8 +52,26 @@ struct TierEvent {
 // held: it must be cheap and must not call back into the tier (queue the event).
 using TierEventListener = std::function<void(const TierEvent&)>;
 
-// The checksum stored with every value: XXH3-64 of the block bytes with a fixed seed.
+// The checksum stored with every value (every tier, on disk and on the wire): a 64-bit
+// multiply-accumulate hash over 64-byte stripes with position-dependent keys, a nonlinear
+// scramble every 1 KiB and a full-avalanche finalizer (tier.cc states the exact function).
+// It is built to run inside a copy loop: a vector (AVX2) path picked at run time and a portable
+// path give identical values on every machine. Not cryptographic: it detects corruption
+// (flipped bits, torn or misplaced writes), not forgery.
 uint64_t BlockChecksum(std::span<const std::byte> data);
+// Copies src into dst (same size, not overlapping) and returns BlockChecksum of the copied
+// bytes, in one pass over memory: each 64-byte stripe is hashed from the registers it is
+// copied through. Readers verify what they deliver, writers checksum what they store, at
+// close to memcpy speed. kStreamed writes dst with non-temporal stores (when the CPU has them
+// and dst is 32-byte aligned): for memory that will not be read soon, such as a pool slot; it
+// saves the read-for-ownership of every destination line and keeps the cache for other work.
+enum class CopyDestination : uint8_t { kCached, kStreamed };
+uint64_t CopyWithBlockChecksum(std::span<std::byte> dst, std::span<const std::byte> src,
+                               CopyDestination where = CopyDestination::kCached);
+namespace internal {
+// BlockChecksum through the portable path only (tests compare it with the dispatched one).
+uint64_t PortableBlockChecksumForTest(std::span<const std::byte> data);
+}  // namespace internal
 
 struct TierUsage {
   int64_t blocks = 0;
