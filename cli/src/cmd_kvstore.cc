@@ -46,7 +46,8 @@ int RunKvstore(const Args& args) {
   p.AddInt("--http-port", &o.http_port, "/metrics and /health port (0: any free port, -1: none)");
   p.AddInt64("--capacity-bytes", &capacity, "bytes of block memory (rounded down to blocks)");
   p.AddInt64("--block-bytes", &block_bytes, "bytes per block (0: the first client's)");
-  p.AddString("--policy", &o.policy, "eviction policy: lru or s3-fifo");
+  p.AddString("--policy", &o.policy,
+              "eviction policy (kvstore registry: lru, s3-fifo, arc, ghost-lru, ...)");
   p.AddInt64("--lease-timeout-ms", &lease_timeout_ms,
              "how long an unreleased lease or reservation holds a block");
   p.AddString("--router", &o.router_address, "router registry host:port (empty: standalone)");

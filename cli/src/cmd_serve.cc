@@ -131,11 +131,11 @@ int RunWorker(const Args& args) {
   bool no_demote_remote = false;
   worker::KvTierOptions& t = o.kv_tiers;
   p.AddInt64("--kv-host-mb", &kv_host_mb, "G2 pinned host KV tier size (0: no lower tiers)");
-  p.AddString("--kv-host-policy", &t.host_policy, "G2 eviction: lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu");
+  p.AddString("--kv-host-policy", &t.host_policy, "G2 eviction: lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu, ghost-lru, ...");
   p.AddString("--kv-offload", &t.offload, "G1 -> G2: write-back (on eviction) or write-through");
-  p.AddString("--kv-disk-path", &t.disk_path, "G3 RocksDB directory (empty: no disk tier)");
+  p.AddString("--kv-disk-path", &t.disk_path, "G3 directory: slot file + RocksDB index (empty: no disk tier)");
   p.AddInt64("--kv-disk-mb", &kv_disk_mb, "G3 size bound");
-  p.AddString("--kv-disk-policy", &t.disk_policy, "G3 eviction: lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu");
+  p.AddString("--kv-disk-policy", &t.disk_policy, "G3 eviction (G2's names)");
   p.AddInt("--kv-disk-admit-uses", &t.disk_admit_uses,
            "G2 -> G3 only for blocks used at least this many times");
   p.AddRepeated("--kv-remote", &t.remote, "G4 `strata kvstore` daemon host:port (repeatable)");

@@ -85,10 +85,12 @@ std::string CheckMegabytes(const int64_t& v) {
 
 // The eviction policies kvstore/ registers (kept in step with docs/kvstore.md).
 std::string CheckPolicy(const std::string& v) {
-  for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu"}) {
+  for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu", "adaptive-tinylfu",
+                            "ghost-lru"}) {
     if (v == known) return "";
   }
-  return absl::StrCat("must be lru, s3-fifo, arc, w-tinylfu or prefix-tinylfu, got '", v, "'");
+  return absl::StrCat("must be lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu, adaptive-tinylfu or "
+                      "ghost-lru, got '", v, "'");
 }
 
 std::string CheckOffload(const std::string& v) {

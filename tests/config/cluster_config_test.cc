@@ -148,8 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
                 "decode, mixed, engine, slo, kv_tiers, log_dir, api_keys, policy)"},
         BadCase{"kv_tiers:\n  host_policy: mru\n",
-                "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu or "
-                "prefix-tinylfu, got 'mru'"},
+                "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu, "
+                "prefix-tinylfu, adaptive-tinylfu or ghost-lru, got 'mru'"},
         BadCase{"kv_tiers:\n  offload: lazy\n",
                 "cluster.yaml:2: kv_tiers.offload: must be write-back or write-through, got "
                 "'lazy'"},

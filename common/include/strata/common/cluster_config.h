@@ -47,9 +47,9 @@ struct ClusterConfig {
   // host_mb is 0 (G3 and G4 spill from G2, so they need it).
   struct KvTiers {
     int64_t host_mb = 0;                  // G2: pinned host memory per worker
-    std::string host_policy = "lru";      // lru | s3-fifo
+    std::string host_policy = "lru";      // lru | s3-fifo | arc | ... (kvstore's registry)
     std::string offload = "write-back";   // G1 -> G2: write-back (on eviction) | write-through
-    std::string disk_path;                // G3: RocksDB directory; each worker uses <path>/<id>
+    std::string disk_path;                // G3: slot file + RocksDB index; worker uses <path>/<id>
     int64_t disk_mb = 0;                  // G3 bound per worker; 0 = no disk tier
     std::string disk_policy = "lru";
     int disk_admit_uses = 2;              // G2 -> G3 only for blocks used at least this often
