@@ -85,8 +85,8 @@ std::string CheckMegabytes(const int64_t& v) {
 
 // The eviction policies kvstore/ registers (kept in step with docs/kvstore.md).
 std::string CheckPolicy(const std::string& v) {
-  for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu", "adaptive-tinylfu",
-                            "ghost-lru"}) {
+  for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu",
+                            "adaptive-tinylfu", "ghost-lru"}) {
     if (v == known) return "";
   }
   return absl::StrCat("must be lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu, adaptive-tinylfu or "
