@@ -52,13 +52,19 @@ int Engine::ImportCachedBlocks(std::span<const BlockHash> keep_cached,
       continue;
     }
     auto block = blocks_->Allocate();
-    if (!block.ok()) break;
+    if (!block.ok()) {
+      STRATA_LOG(Warning) << "KV import stopped at block " << i << " of " << blocks.size()
+                          << ": no free device block: " << block.status();
+      break;
+    }
     absl::Status s = fill(i, std::span<std::byte>(block_staging_.data(), bytes));
     if (s.ok()) {
       s = runner_->backend().CopyToDevice(base + static_cast<size_t>(*block) * bytes,
                                           block_staging_.data(), bytes);
     }
     if (!s.ok()) {
+      STRATA_LOG(Warning) << "KV import stopped at block " << i << " of " << blocks.size()
+                          << ": " << s;
       blocks_->Release(*block);
       break;
     }

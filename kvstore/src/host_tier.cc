@@ -70,6 +70,7 @@ class HostTierImpl final : public HostTier {
   void SetEventListener(TierEventListener listener) override;
 
   absl::StatusOr<Lease> Acquire(BlockHash hash) override;
+  absl::StatusOr<uint64_t> Pin(BlockHash hash) override;
   void Release(uint64_t lease_id) override;
   absl::StatusOr<Reservation> ReserveWrite(const BlockMeta& meta) override;
   absl::Status CommitWrite(uint64_t reservation_id, uint64_t checksum) override;
@@ -253,6 +254,17 @@ absl::StatusOr<HostTier::Lease> HostTierImpl::Acquire(BlockHash hash) {
   ++stats_.hits;
   stats_.bytes_out += static_cast<int64_t>(block_bytes_);
   return Lease{.id = id, .offset = SlotOffset(slot), .checksum = slots_[slot].checksum};
+}
+
+absl::StatusOr<uint64_t> HostTierImpl::Pin(BlockHash hash) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(hash);
+  if (it == index_.end()) return absl::NotFoundError("host tier: block not present");
+  const uint64_t id = next_id_++;
+  leases_.emplace(id, LeaseInfo{.slot = it->second, .deadline = NewDeadlineLocked()});
+  ++slots_[it->second].leases;
+  policy_->Touch(hash);
+  return id;
 }
 
 void HostTierImpl::Release(uint64_t lease_id) {

@@ -42,7 +42,7 @@ class TieredStoreImpl final : public TieredStore {
   absl::Status Offload(const BlockMeta& meta, std::span<const std::byte> data) override;
   void NoteUse(std::span<const BlockHash> hashes) override;
   std::vector<TierKind> Locate(std::span<const BlockHash> hashes) const override;
-  void Prefetch(std::vector<BlockMeta> blocks, std::function<void(int)> done) override;
+  void Prefetch(std::vector<BlockMeta> blocks, PrefetchDone done) override;
   absl::Status ReadHost(BlockHash hash, std::span<std::byte> dst) override;
   TierCost cost(TierKind kind) const override;
   void SetEventListener(TierEventListener listener) override;
@@ -57,14 +57,15 @@ class TieredStoreImpl final : public TieredStore {
   };
   struct FetchTask {
     std::vector<BlockMeta> blocks;
-    std::function<void(int)> done;
+    PrefetchDone done;
   };
 
   void Emit(const TierEvent& event);
   void OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes);
   void DemotionLoop();
   void FetchLoop();
-  int RunFetch(const std::vector<BlockMeta>& blocks, std::vector<std::byte>& buffer);
+  int RunFetch(const std::vector<BlockMeta>& blocks, std::vector<std::byte>& buffer,
+               std::vector<uint64_t>& leases);
   Tier* SourceFor(BlockHash hash) const;
   void ObserveRun(TierKind kind, int blocks, double seconds);
 
@@ -252,7 +253,7 @@ std::vector<TierKind> TieredStoreImpl::Locate(std::span<const BlockHash> hashes)
   return out;
 }
 
-void TieredStoreImpl::Prefetch(std::vector<BlockMeta> blocks, std::function<void(int)> done) {
+void TieredStoreImpl::Prefetch(std::vector<BlockMeta> blocks, PrefetchDone done) {
   absl::MutexLock lock(&fetch_mu_);
   fetches_.push_back(FetchTask{.blocks = std::move(blocks), .done = std::move(done)});
 }
@@ -272,8 +273,13 @@ void TieredStoreImpl::FetchLoop() {
       task = std::move(fetches_.front());
       fetches_.pop_front();
     }
-    const int n = RunFetch(task.blocks, buffer);
-    if (task.done) task.done(n);
+    std::vector<uint64_t> leases;
+    const int n = RunFetch(task.blocks, buffer, leases);
+    HostTier* host = host_.get();
+    PrefetchPins pins(nullptr, [host, leases = std::move(leases)](const void*) {
+      for (uint64_t id : leases) host->Release(id);
+    });
+    if (task.done) task.done(n, std::move(pins));
   }
 }
 
@@ -284,10 +290,11 @@ Tier* TieredStoreImpl::SourceFor(BlockHash hash) const {
   return remote_.get();
 }
 
-// Copies blocks into G2 in order until one cannot be had. Consecutive blocks read from one tier
-// form a run, timed (reads only) for that tier's cost and latency histogram.
-int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks,
-                              std::vector<std::byte>& buffer) {
+// Copies blocks into G2 in order until one cannot be had, leasing each block of the run that is
+// in G2 (already or once copied) so that later copies cannot evict it. Consecutive blocks read
+// from one tier form a run, timed (reads only) for that tier's cost and latency histogram.
+int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks, std::vector<std::byte>& buffer,
+                              std::vector<uint64_t>& leases) {
   Tier* run_tier = nullptr;
   int run_blocks = 0;
   double run_seconds = 0;
@@ -301,8 +308,9 @@ int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks,
   int n = 0;
   for (; n < static_cast<int>(blocks.size()); ++n) {
     const BlockMeta& meta = blocks[n];
-    if (host_->Contains(meta.hash)) {
+    if (absl::StatusOr<uint64_t> held = host_->Pin(meta.hash); held.ok()) {
       close_run();
+      leases.push_back(*held);
       continue;
     }
     Tier* source = SourceFor(meta.hash);
@@ -314,6 +322,9 @@ int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks,
     run_seconds += SecondsSince(start);
     ++run_blocks;
     if (!host_->Put(meta, buffer).ok()) break;
+    absl::StatusOr<uint64_t> held = host_->Pin(meta.hash);
+    if (!held.ok()) break;  // evicted at once (every other slot leased): the run ends here
+    leases.push_back(*held);
   }
   close_run();
   return n;

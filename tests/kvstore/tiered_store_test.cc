@@ -258,7 +258,7 @@ TEST(TieredStoreTest, LocateAndPrefetchFromDiskAndRemote) {
   for (BlockHash h : chain) blocks.push_back({.hash = h, .parent = h - 1});
   absl::Notification done;
   int fetched = -1;
-  f.store->Prefetch(blocks, [&](int n) {
+  f.store->Prefetch(blocks, [&](int n, TieredStore::PrefetchPins) {
     fetched = n;
     done.Notify();
   });
@@ -279,13 +279,49 @@ TEST(TieredStoreTest, LocateAndPrefetchFromDiskAndRemote) {
   EXPECT_EQ(f.remote->stats.hits, 1);  // block 4 was not read from remote
 }
 
+// A run whose head is already in a full G2 and whose tail comes from disk: fetching the tail
+// must not evict the head before the caller reads it (the pins hold it), and once the pins are
+// dropped the blocks are ordinary residents again.
+TEST(TieredStoreTest, PrefetchPinsTheRunUntilThePinsAreDropped) {
+  Fixture f({}, 4, true, false);
+  ASSERT_TRUE(f.Offload(1).ok());  // the run's head, least recently used of G2
+  for (BlockHash h : {10, 11, 12}) ASSERT_TRUE(f.Offload(h).ok());  // G2 now full
+  for (BlockHash h : {2, 3}) Fixture::Seed(*f.disk, h);
+  absl::Notification done;
+  int fetched = -1;
+  TieredStore::PrefetchPins pins;
+  f.store->Prefetch({{.hash = 1}, {.hash = 2, .parent = 1}, {.hash = 3, .parent = 2}},
+                    [&](int n, TieredStore::PrefetchPins p) {
+                      fetched = n;
+                      pins = std::move(p);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_EQ(fetched, 3);
+  Tier* host = f.store->tier(TierKind::kHost);
+  for (BlockHash h : {1, 2, 3}) EXPECT_TRUE(host->Contains(h)) << h;
+  // Pressure while pinned: the run stays, one unpinned block makes room.
+  ASSERT_TRUE(f.Offload(20).ok());
+  for (BlockHash h : {1, 2, 3}) EXPECT_TRUE(host->Contains(h)) << h;
+  // Every slot but one pinned: more pressure cycles that one slot, never the run.
+  ASSERT_TRUE(f.Offload(21).ok());
+  EXPECT_FALSE(host->Contains(20));
+  for (BlockHash h : {1, 2, 3}) EXPECT_TRUE(host->Contains(h)) << h;
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(f.store->ReadHost(1, out).ok());
+  EXPECT_EQ(out, BlockData(1));
+  pins.reset();
+  for (BlockHash h : {30, 31, 32, 33}) ASSERT_TRUE(f.Offload(h).ok());
+  for (BlockHash h : {1, 2, 3}) EXPECT_FALSE(host->Contains(h)) << h << " still pinned";
+}
+
 TEST(TieredStoreTest, PrefetchStopsAtCorruptBlock) {
   Fixture f({}, 8, true, false);
   for (BlockHash h : {1, 2, 3}) Fixture::Seed(*f.disk, h);
   f.disk->corrupt.insert(2);
   absl::Notification done;
   int fetched = -1;
-  f.store->Prefetch({{.hash = 1}, {.hash = 2}, {.hash = 3}}, [&](int n) {
+  f.store->Prefetch({{.hash = 1}, {.hash = 2}, {.hash = 3}}, [&](int n, TieredStore::PrefetchPins) {
     fetched = n;
     done.Notify();
   });
@@ -367,7 +403,7 @@ TEST(TieredStoreTest, MetricsPerTierPassPromtool) {
   ASSERT_TRUE(f.store->ReadHost(4, out).ok());
   EXPECT_FALSE(f.store->ReadHost(1, out).ok());
   absl::Notification done;
-  f.store->Prefetch({{.hash = 1}}, [&](int) { done.Notify(); });
+  f.store->Prefetch({{.hash = 1}}, [&](int, TieredStore::PrefetchPins) { done.Notify(); });
   done.WaitForNotification();
   f.store->Flush();  // the prefetch evicted block 3: its demotion is written too
 

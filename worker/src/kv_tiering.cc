@@ -229,13 +229,9 @@ void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(Engine
     return;
   }
   store_->NoteUse(rest.subspan(0, size_t(plan)));
-  const bool all_host =
-      std::all_of(located.begin(), located.begin() + plan,
-                  [](kvstore::TierKind t) { return t == kvstore::TierKind::kHost; });
-  if (all_host) {
-    ready(ImportTask(std::move(hashes), device, plan));
-    return;
-  }
+  // Even a run wholly in G2 goes through Prefetch, which pins it there until the import: the
+  // import's own device allocations write evicted G1 blocks back into G2, which would otherwise
+  // evict the run's unpinned blocks before they are read.
   std::vector<kvstore::BlockMeta> run;
   run.reserve(plan);
   for (int i = 0; i < plan; ++i) {
@@ -243,18 +239,21 @@ void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(Engine
     run.push_back({.hash = hashes[idx], .parent = idx == 0 ? kRootBlockHash : hashes[idx - 1]});
   }
   auto shared = std::make_shared<std::vector<BlockHash>>(std::move(hashes));
-  store_->Prefetch(std::move(run),
-                   [this, shared, device, plan, ready = std::move(ready)](int n) mutable {
-                     if (n < plan) {
-                       absl::MutexLock lock(&mu_);
-                       stats_.fetch_failed_blocks += plan - n;
-                     }
-                     ready(n > 0 ? ImportTask(std::move(*shared), device, n) : nullptr);
-                   });
+  store_->Prefetch(std::move(run), [this, shared, device, plan, ready = std::move(ready)](
+                                       int n, kvstore::TieredStore::PrefetchPins pins) mutable {
+    if (n < plan) {
+      absl::MutexLock lock(&mu_);
+      stats_.fetch_failed_blocks += plan - n;
+    }
+    ready(n > 0 ? ImportTask(std::move(*shared), device, n, std::move(pins)) : nullptr);
+  });
 }
 
-EngineTask KvTiering::ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched) {
-  return [this, hashes = std::move(hashes), device_blocks, fetched](Engine& e) {
+EngineTask KvTiering::ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched,
+                                 kvstore::TieredStore::PrefetchPins pins) {
+  // `pins` keeps a prefetched run resident in G2 until this task has read it (or is dropped).
+  return [this, hashes = std::move(hashes), device_blocks, fetched,
+          pins = std::move(pins)](Engine& e) {
     std::vector<Engine::ImportedBlock> blocks;
     blocks.reserve(fetched);
     for (int i = 0; i < fetched; ++i) {

@@ -73,7 +73,8 @@ class KvTiering final : public PromptStager {
   int LeadingInDevice(std::span<const BlockHash> hashes) const;
   // How many of the `located` blocks after the device prefix to fetch (0: recompute them).
   int PlanFetch(const std::vector<kvstore::TierKind>& located) const;
-  EngineTask ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched);
+  EngineTask ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched,
+                        kvstore::TieredStore::PrefetchPins pins = nullptr);
   void OnTierEvent(const kvstore::TierEvent& event);
 
   const KvTieringOptions options_;

@@ -63,6 +63,10 @@ class HostTier : public Tier {
   };
   // NotFound if absent. Counts as a hit/use.
   virtual absl::StatusOr<Lease> Acquire(BlockHash hash) = 0;
+  // The same hold without reading: keeps a block resident (and most recently used) for a reader
+  // that comes later, e.g. a prefetched run waiting for its import. Counts no hit or miss.
+  // NotFound if absent. Released with Release(id).
+  virtual absl::StatusOr<uint64_t> Pin(BlockHash hash) = 0;
   virtual void Release(uint64_t lease_id) = 0;  // unknown/expired ids are ignored
 
   struct Reservation {

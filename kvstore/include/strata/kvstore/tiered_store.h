@@ -87,9 +87,14 @@ class TieredStore {
   // stops at the first block no tier holds. Presence only: nothing is read.
   virtual std::vector<TierKind> Locate(std::span<const BlockHash> hashes) const = 0;
   // Brings `blocks` (a chain run, in order) into G2 from whichever tier holds each, on the fetch
-  // threads; `done(n)` (on a fetch thread) reports that the first n blocks are in G2 now (a
-  // miss or checksum failure ends the run early). Measures each tier's TierCost.
-  virtual void Prefetch(std::vector<BlockMeta> blocks, std::function<void(int)> done) = 0;
+  // threads; `done(n, pins)` (on a fetch thread) reports that the first n blocks are in G2 now
+  // (a miss or checksum failure ends the run early). Those n blocks - fetched or already in G2 -
+  // are leased (never evicted) until the last copy of `pins` is destroyed, so fetching the end
+  // of a run into a full G2 cannot evict its head before the caller reads it; the leases also
+  // expire after the host tier's lease timeout. Measures each tier's TierCost.
+  using PrefetchPins = std::shared_ptr<const void>;
+  using PrefetchDone = std::function<void(int, PrefetchPins)>;
+  virtual void Prefetch(std::vector<BlockMeta> blocks, PrefetchDone done) = 0;
   // Copies a block from G2 into `dst` (checksum verified). NotFound if G2 no longer holds it.
   [[nodiscard]] virtual absl::Status ReadHost(BlockHash hash, std::span<std::byte> dst) = 0;
 
