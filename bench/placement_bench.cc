@@ -4,7 +4,7 @@
 // host tiers), then Placer::Place with live-looking WorkerViews, for each policy. One thread;
 // per-decision latency from steady_clock. Goal: p99 < 50 us.
 //
-// usage: placement_bench [decisions per policy (default 20000)]
+// usage: placement_bench [decisions per policy (default 20000)] [policy,policy,... (default all)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -134,7 +134,9 @@ int main(int argc, char** argv) {
               "%d decisions per policy\n\n",
               static_cast<long long>(index.num_blocks()), decisions);
   std::printf("| policy | p50 us | p99 us | max us | decisions/s | errors |\n|---|---:|---:|---:|---:|---:|\n");
+  const std::string only = argc > 2 ? std::string(",") + argv[2] + "," : "";
   for (const char* policy : {"round-robin", "least-loaded", "kv-aware", "kv-cost", "goodput"}) {
+    if (!only.empty() && only.find(std::string(",") + policy + ",") == std::string::npos) continue;
     const Result r = Run(policy, index, docs, views, decisions);
     std::printf("| %s | %.1f | %.1f | %.1f | %.0f | %d |\n", policy, r.p50, r.p99, r.max,
                 r.per_second, r.errors);

@@ -6,7 +6,10 @@
 # Rows per GPU count: round-robin over N aggregated (mixed) workers (the baseline); kv-cost
 # (Dynamo-style) aggregated and disaggregated; kv-aware, least-loaded and goodput disaggregated;
 # goodput aggregated. The disaggregated split is the one `strata plan --policy goodput`
-# recommends (searched on the first $PLAN_REQUESTS requests to bound its cost).
+# recommends (searched on the first $PLAN_REQUESTS requests to bound its cost). Every goodput row
+# is run twice, side by side: without the router's admission queue (--admission-queue 0, the
+# default: 429 at once) and with it (queue by slack, --admission-queue $QUEUE).
+# POLICIES limits the rows printed (round-robin and kv-cost still run: the ratios need them).
 #
 # SLOs: TTFT 2 s and TPOT 100 ms for an H200-class Llama-3.1-8B worker, scaled to the profile:
 #   ttft = 2 s   x (profile prefill seconds of one 12,000-token prompt) / 0.7444 s
@@ -14,7 +17,10 @@
 # (0.7444 s and 12.7 ms are those two times in the H200-class reference profile of
 # docs/sim.md; the trace's mean prompt is 12k tokens). Both factors are printed; set SLO_TTFT / SLO_TPOT to override.
 #
-# Usage: scripts/bench_sim.sh [BUILD_DIR]   (env: PROFILE, TRACE, GPUS, PLAN_REQUESTS, EVALS)
+# Usage: scripts/bench_sim.sh [BUILD_DIR]
+#   env: PROFILE, TRACE, GPUS, PLAN_REQUESTS, EVALS, QUEUE (default 256),
+#        SPLITS (e.g. "16=6:10 64=24:40": use these prefill:decode splits instead of planning),
+#        POLICIES (default "round-robin kv-cost kv-aware least-loaded goodput")
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +31,9 @@ TRACE=${TRACE:-$ROOT/../shared/traces/mooncake_conversation.jsonl}
 GPUS=${GPUS:-"16 64"}
 PLAN_REQUESTS=${PLAN_REQUESTS:-3000}
 EVALS=${EVALS:-8}
+QUEUE=${QUEUE:-256}
+POLICIES=${POLICIES:-round-robin kv-cost kv-aware least-loaded goodput}
+wanted() { [[ " $POLICIES " == *" $1 "* ]]; }
 
 for f in "$STRATA" "$PROFILE" "$TRACE"; do
   [[ -e $f ]] || { echo "bench_sim.sh: missing $f" >&2; exit 2; }
@@ -59,9 +68,14 @@ echo
 echo "| GPUs | policy | cluster | goodput req/s | vs aggregated round-robin | vs kv-cost (same cluster) |"
 echo "|---:|---|---|---:|---:|---:|"
 for n in $GPUS; do
-  rec=$("$STRATA" plan "${COMMON[@]}" --gpus "$n" --policy goodput --no-aggregated \
-        --max-requests "$PLAN_REQUESTS" --max-splits 3 --max-evaluations 6 2>/dev/null |
-        sed -n 's/^recommended: \([0-9]*\) prefill + \([0-9]*\) decode.*/\1 \2/p')
+  given=$(tr ' ' '\n' <<<"${SPLITS:-}" | sed -n "s/^$n=\([0-9]*\):\([0-9]*\)$/\1 \2/p")
+  if [[ -n $given ]]; then
+    rec=$given
+  else
+    rec=$("$STRATA" plan "${COMMON[@]}" --gpus "$n" --policy goodput --no-aggregated \
+          --max-requests "$PLAN_REQUESTS" --max-splits 3 --max-evaluations 6 2>/dev/null |
+          sed -n 's/^recommended: \([0-9]*\) prefill + \([0-9]*\) decode.*/\1 \2/p')
+  fi
   read -r P D <<<"${rec:-$((n / 4)) $((n - n / 4))}"
   base=$(goodput round-robin --aggregated --workers "$n")
   kv_agg=$(goodput kv-cost --aggregated --workers "$n")
@@ -72,13 +86,24 @@ b, g, k = float('$base'), float('$3'), float('$4')
 r = lambda x, y: f'{x / y:.2f}x' if y > 0 else '-'
 print(f'| $n | $1 | $2 | {g:.3f} | {r(g, b)} | {r(g, k)} |')"
   }
-  row round-robin "$n mixed" "$base" "$kv_agg"
-  row kv-cost "$n mixed" "$kv_agg" "$kv_agg"
-  row goodput "$n mixed" "$(goodput goodput --aggregated --workers "$n")" "$kv_agg"
-  row kv-cost "${P}P:${D}D" "$kv_dis" "$kv_dis"
-  for policy in kv-aware least-loaded goodput; do
-    row "$policy" "${P}P:${D}D" "$(goodput "$policy" --prefill "$P" --decode "$D")" "$kv_dis"
+  # goodput as the router runs it by default (no admission queue: 429 at once), then with the
+  # admission queue (queue by slack, --admission-queue $QUEUE), side by side.
+  goodput_rows() {  # cluster kv-cost-of-that-cluster shape...
+    local cluster=$1 kv=$2; shift 2
+    row "goodput" "$cluster" "$(goodput goodput "$@" --admission-queue 0)" "$kv"
+    row "goodput + admission queue $QUEUE" "$cluster" \
+        "$(goodput goodput "$@" --admission-queue "$QUEUE")" "$kv"
+  }
+  if wanted round-robin; then row round-robin "$n mixed" "$base" "$kv_agg"; fi
+  if wanted kv-cost; then row kv-cost "$n mixed" "$kv_agg" "$kv_agg"; fi
+  if wanted goodput; then goodput_rows "$n mixed" "$kv_agg" --aggregated --workers "$n"; fi
+  if wanted kv-cost; then row kv-cost "${P}P:${D}D" "$kv_dis" "$kv_dis"; fi
+  for policy in kv-aware least-loaded; do
+    if wanted "$policy"; then
+      row "$policy" "${P}P:${D}D" "$(goodput "$policy" --prefill "$P" --decode "$D")" "$kv_dis"
+    fi
   done
+  if wanted goodput; then goodput_rows "${P}P:${D}D" "$kv_dis" --prefill "$P" --decode "$D"; fi
 done
 echo
 echo "wall time $(( $(date +%s) - start )) s"

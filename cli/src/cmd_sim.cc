@@ -37,6 +37,7 @@ struct CommonFlags {
   long long max_requests = 0, seed = 0, max_batch_tokens = 0, kv_blocks = 0;
   int max_output_tokens = 0, max_model_len = 0, max_evaluations = 10;
   int min_remote_prefill_tokens = 16, max_inflight = 256;
+  int admission_queue = router::AdmissionOptions{}.capacity;
   bool quiet = false;
 };
 
@@ -69,6 +70,8 @@ void AddCommonFlags(ArgParser& p, CommonFlags& f) {
            "uncached tokens below which prefill stays on the decode worker");
   p.AddInt("--max-inflight-per-worker", &f.max_inflight, "outstanding requests before 429");
   p.AddDouble("--overlap-weight", &f.overlap_weight, "kv-cost: weight of blocks to prefill");
+  p.AddInt("--admission-queue", &f.admission_queue,
+           "goodput: requests that may wait for a placement meeting their SLO (0: 429 at once)");
   p.AddBool("--quiet", &f.quiet, "no progress line");
 }
 
@@ -82,7 +85,7 @@ absl::Status ValidateCommon(const CommonFlags& f) {
   }
   if (f.max_requests < 0 || f.max_output_tokens < 0 || f.max_model_len < 0 ||
       f.max_batch_tokens < 0 || f.kv_blocks < 0 || f.min_remote_prefill_tokens < 0 ||
-      f.max_inflight < 1) {
+      f.max_inflight < 1 || f.admission_queue < 0) {
     return absl::InvalidArgumentError("counts must be >= 0 (--max-inflight-per-worker >= 1)");
   }
   if (f.clip != "truncate" && f.clip != "skip") {
@@ -114,6 +117,7 @@ absl::StatusOr<Setup> Prepare(const CommonFlags& f, const std::string& default_p
   s.options.placement.min_remote_prefill_tokens = f.min_remote_prefill_tokens;
   s.options.placement.max_inflight_per_worker = f.max_inflight;
   s.options.placement.overlap_weight = f.overlap_weight;
+  s.options.admission.capacity = f.admission_queue;
   s.options.placement.slo = {f.slo_ttft, f.slo_tpot};  // goodput places against these
   s.options.placement.profile = s.options.profile;
   if (auto placer = router::Placer::Create(s.options.placement); !placer.ok()) {
@@ -191,10 +195,12 @@ std::string TraceLine(const TraceSummary& t) {
 
 std::string SimLine(const sim::SimOptions& o, const sim::SimStats& s, double wall_s) {
   return absl::StrFormat(
-      "sim: %s (%d GPUs), policy %s, profile %s; %d remote prefills, %d rejected, %d KV events, "
+      "sim: %s (%d GPUs), policy %s, profile %s; %d remote prefills, %d rejected, %d queued "
+      "(%d placed from the queue, %d out of slack, %d queue full), %d KV events, "
       "%d evictions, %d engine steps, %d events; %.1f s simulated in %.2f s\n",
       o.shape.ToString(), o.shape.gpus(), o.placement.policy, o.profile.name, s.remote_prefills,
-      s.rejected, s.kv_events, s.evictions, s.steps, s.events, s.simulated_s, wall_s);
+      s.rejected, s.queued, s.queue_placed, s.slack_expired, s.queue_full, s.kv_events,
+      s.evictions, s.steps, s.events, s.simulated_s, wall_s);
 }
 
 struct SimFlags {

@@ -1,5 +1,7 @@
 #include "cluster_backend.h"
 
+#include <chrono>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -38,8 +40,10 @@ struct CallState {
   absl::Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   std::shared_ptr<Attempt> current ABSL_GUARDED_BY(mu);
+  AdmissionQueue::Ticket ticket ABSL_GUARDED_BY(mu) = AdmissionQueue::kNoTicket;  // waiting
   std::vector<std::string> exclude;  // workers that failed this request
   int attempts = 0;
+  double arrival_s = 0;  // ClusterBackend::Now() at Generate
 };
 
 void StartAttempt(std::shared_ptr<CallState> state);
@@ -67,7 +71,10 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows with the status
     openai::GenerateEvent ev = ToEvent(response_);
-    if (!got_any_ && !ev.tokens.empty()) ObserveFirstToken(absl::Now() - placed_at_);
+    if (!got_any_ && !ev.tokens.empty()) {
+      ObserveFirstToken(absl::Now() - placed_at_);
+      state_->backend->WakeQueue();  // the prefill is done: its queue slot is free
+    }
     got_any_ = true;
     if (ev.finished) finished_ = true;
     state_->on_event(std::move(ev));
@@ -103,7 +110,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       ev.status = cancelled ? absl::CancelledError("cancelled") : proto::FromGrpc(status);
       state_->on_event(std::move(ev));
     }
-    self_.reset();  // may delete this
+    b->WakeQueue();  // a decode slot (and the stream's share of the batch) is free
+    self_.reset();   // may delete this
   }
 
  private:
@@ -143,30 +151,20 @@ std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<i
       HashBlockChain(seed, std::span<const int32_t>(prompt.data(), full * bs), bs));
 }
 
-void StartAttempt(std::shared_ptr<CallState> state) {
+// Places the request and starts its attempt; the placement's error when it cannot be placed.
+absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   ClusterBackend* b = state->backend;
   WorkerPool* pool = b->pool();
-  ++state->attempts;
   PlacementRequest pr;
   pr.prompt_tokens = int32_t(state->request.prompt.size());
   pr.block_size = pool->block_size();
   pr.exclude = state->exclude;
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
+  pr.waited_s = ClusterBackend::Now() - state->arrival_s;
   auto placed =
       b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, state->request.prompt), pr);
-  if (!placed.ok()) {
-    if (b->metrics().rejections) {
-      const bool slo = RetryAfterSeconds(placed.status()).has_value();
-      b->metrics().rejections->WithLabels({slo ? "slo" : absl::StatusCodeToString(
-                                                                placed.status().code())})
-          ->Increment();
-    }
-    openai::GenerateEvent ev;
-    ev.status = placed.status();
-    state->on_event(std::move(ev));
-    return;
-  }
+  if (!placed.ok()) return placed.status();
   pool->AddInflight(placed->decode_id, 1);
   if (!placed->prefill_id.empty()) pool->AddInflight(placed->prefill_id, 1);
   if (b->metrics().inflight) b->metrics().inflight->Increment();
@@ -181,6 +179,64 @@ void StartAttempt(std::shared_ptr<CallState> state) {
     if (state->cancelled) attempt->TryCancel();
   }
   attempt->Start(attempt);
+  return absl::OkStatus();
+}
+
+void Answer(const std::shared_ptr<CallState>& state, absl::Status status) {
+  openai::GenerateEvent ev;
+  ev.status = std::move(status);
+  state->on_event(std::move(ev));
+}
+
+// The request waits in the admission queue (or the queue rejects it at once).
+void Enqueue(const std::shared_ptr<CallState>& state, const absl::Status& placement_error) {
+  ClusterBackend* b = state->backend;
+  AdmissionWaiter w;
+  w.deadline_s = state->arrival_s + b->placer()->TargetsFor(state->request.slo_class).ttft_s;
+  w.try_place = [state]() -> absl::Status {
+    {
+      absl::MutexLock lock(&state->mu);
+      // Its client left: done with it (Cancel is taking it out of the queue right now).
+      if (state->cancelled) return absl::OkStatus();
+    }
+    return TryStart(state);
+  };
+  w.reject = [state](AdmissionReject, const absl::Status& status) {
+    {
+      absl::MutexLock lock(&state->mu);
+      if (state->cancelled) return;
+    }
+    Answer(state, status);
+  };
+  // Offer may answer at once (through `reject`), so it runs without the call's lock.
+  const AdmissionQueue::Ticket ticket =
+      b->queue()->Offer(ClusterBackend::Now(), placement_error, std::move(w));
+  if (ticket == AdmissionQueue::kNoTicket) return;
+  bool cancelled;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->ticket = ticket;
+    cancelled = state->cancelled;
+  }
+  if (cancelled) b->queue()->Remove(ticket);  // Cancel ran before the ticket was known
+}
+
+void StartAttempt(std::shared_ptr<CallState> state) {
+  ClusterBackend* b = state->backend;
+  ++state->attempts;
+  const absl::Status placed = TryStart(state);
+  if (placed.ok()) return;
+  if (b->queue() != nullptr && !b->draining() && MinTtftIfWaited(placed).has_value()) {
+    Enqueue(state, placed);
+    return;
+  }
+  if (b->metrics().rejections) {
+    const bool slo = RetryAfterSeconds(placed).has_value();
+    b->metrics()
+        .rejections->WithLabels({slo ? "slo" : absl::StatusCodeToString(placed.code())})
+        ->Increment();
+  }
+  Answer(state, placed);
 }
 
 // The handle the front end holds: cancels whichever attempt is running.
@@ -188,9 +244,15 @@ class CallHandle final : public openai::GenerationHandle {
  public:
   explicit CallHandle(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
   void Cancel() override {
-    absl::MutexLock lock(&state_->mu);
-    state_->cancelled = true;
-    if (state_->current) state_->current->TryCancel();
+    AdmissionQueue::Ticket ticket;
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->cancelled = true;
+      if (state_->current) state_->current->TryCancel();
+      ticket = state_->ticket;
+    }
+    // A waiting request leaves the queue (a ticket that was placed or answered is ignored).
+    if (ticket != AdmissionQueue::kNoTicket) state_->backend->queue()->Remove(ticket);
   }
 
  private:
@@ -204,10 +266,25 @@ std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
   if (recorder_ != nullptr) recorder_->Record(request.prompt, request.params.max_tokens);
   auto state = std::make_shared<CallState>();
   state->backend = this;
+  state->arrival_s = Now();
   state->request = std::move(request);
   state->on_event = std::move(on_event);
   StartAttempt(state);
   return std::make_unique<CallHandle>(std::move(state));
+}
+
+void ClusterBackend::SetDraining() {
+  draining_ = true;
+  if (queue_ != nullptr) queue_->RejectAll(absl::UnavailableError("the router is shutting down"));
+}
+
+void ClusterBackend::WakeQueue() {
+  if (queue_ != nullptr) queue_->Wake(Now());
+}
+
+double ClusterBackend::Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 bool ClusterBackend::Ready() const {

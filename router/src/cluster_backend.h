@@ -3,11 +3,14 @@
 // holds what, places the request and streams the decode worker's tokens back. A worker that
 // fails before sending anything is dropped from the pool and the request is placed again once.
 // Each placement's predicted TTFT is compared with the first token's arrival to keep the
-// placer's per-worker correction (and its pending-prefill ledger) current.
+// placer's per-worker correction (and its pending-prefill ledger) current. A request the
+// goodput policy could place after waiting for capacity waits in the AdmissionQueue, which is
+// woken whenever capacity may have changed.
 #include <atomic>
 
 #include "strata/common/metrics.h"
 #include "strata/openai/backend.h"
+#include "strata/router/admission_queue.h"
 #include "strata/router/placement.h"
 #include "strata/router/worker_pool.h"
 #include "traffic_recorder.h"
@@ -25,25 +28,36 @@ struct ClusterBackendMetrics {
 
 class ClusterBackend final : public openai::Backend {
  public:
-  // `recorder` (optional, not owned) gets every request as it arrives.
+  // `recorder` (optional, not owned) gets every request as it arrives. `queue` (optional, not
+  // owned): requests the goodput policy cannot place now but could after waiting for a decode
+  // slot wait there (admission_queue.h) instead of getting 429 at once.
   ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
-                 TrafficRecorder* recorder = nullptr)
-      : pool_(pool), placer_(placer), metrics_(metrics), recorder_(recorder) {}
+                 TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr)
+      : pool_(pool), placer_(placer), metrics_(metrics), recorder_(recorder), queue_(queue) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
-  void SetDraining() { draining_ = true; }
+  // Stops taking requests; waiting ones are answered 503 at once.
+  void SetDraining();
+  // Capacity may have changed (a heartbeat, the periodic timer; first tokens and finished
+  // streams call it themselves): re-tries waiting requests, expires those out of slack.
+  void WakeQueue();
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }
   Placer* placer() const { return placer_; }
+  AdmissionQueue* queue() const { return queue_; }
+  bool draining() const { return draining_; }
   const ClusterBackendMetrics& metrics() const { return metrics_; }
+  // Seconds on the steady clock the admission queue runs on.
+  static double Now();
 
  private:
   WorkerPool* pool_;
   Placer* placer_;
   ClusterBackendMetrics metrics_;
   TrafficRecorder* recorder_;
+  AdmissionQueue* queue_;
   std::atomic<bool> draining_{false};
 };
 

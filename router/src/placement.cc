@@ -78,10 +78,6 @@ absl::StatusOr<std::unique_ptr<PlacementPolicy>> CreatePlacementPolicy(
 
 // ---- helpers -------------------------------------------------------------------------------
 
-int64_t OutstandingRequests(const WorkerView& w) {
-  return std::max<int64_t>(w.inflight, w.load.running() + w.load.waiting());
-}
-
 WorkerMatch MatchFor(const WorkerView& w, const std::vector<WorkerMatch>& matches) {
   for (const auto& m : matches) {
     if (m.worker == w.index_id) return m;
@@ -106,6 +102,15 @@ Placement MakePlacement(const WorkerView& d, const WorkerView* p,
 
 std::optional<double> RetryAfterSeconds(const absl::Status& status) {
   auto payload = status.GetPayload(kRetryAfterPayload);
+  double seconds;
+  if (!payload.has_value() || !absl::SimpleAtod(std::string(*payload), &seconds)) {
+    return std::nullopt;
+  }
+  return seconds;
+}
+
+std::optional<double> MinTtftIfWaited(const absl::Status& status) {
+  auto payload = status.GetPayload(kMinTtftPayload);
   double seconds;
   if (!payload.has_value() || !absl::SimpleAtod(std::string(*payload), &seconds)) {
     return std::nullopt;
@@ -234,6 +239,19 @@ int64_t Placer::PendingPrefillTokens(const std::string& worker_id) const {
   absl::MutexLock lock(&mu_);
   auto it = pending_.find(worker_id);
   return it == pending_.end() ? 0 : it->second;
+}
+
+void Placer::LiveState(const std::vector<const WorkerView*>& workers,
+                       std::vector<double>* correction, std::vector<int64_t>* pending) const {
+  correction->assign(workers.size(), 1.0);
+  pending->assign(workers.size(), 0);
+  absl::MutexLock lock(&mu_);
+  if (correction_.empty() && pending_.empty()) return;  // nothing observed yet: no hashing
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const std::string& id = workers[i]->info.id();
+    if (auto it = correction_.find(id); it != correction_.end()) (*correction)[i] = it->second;
+    if (auto it = pending_.find(id); it != pending_.end()) (*pending)[i] = it->second;
+  }
 }
 
 SloTargets Placer::TargetsFor(const std::string& slo_class) const {

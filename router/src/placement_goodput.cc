@@ -5,7 +5,7 @@
 // Predictions (all seconds; M = profile.max_batch_tokens):
 //   queue(W)     = prefill.a * floor(Q / M) + prefill.b * Q, Q = prompt tokens queued on W
 //                  (heartbeat, or the router's own ledger when that is larger)
-//   compute(n)   = n split into chunks of M, each chunk prefill.Seconds(chunk)
+//   compute(n)   = n split into chunks of M, each chunk prefill.Seconds(chunk, tokens before it)
 //   fetch(W)     = cached prefix blocks below G1 at their tier's link speed (G1 is free)
 //   local on D   : TTFT = corr(D) * (queue + fetch + compute + the running batch's decode work
 //                  riding each prefill step); TPOT = decode(batch+1, context+prompt) + compute /
@@ -14,7 +14,12 @@
 //                  lacks; TPOT = decode(batch+1, context+prompt)
 // corr(W) is the router's EMA of observed / predicted TTFT on W (1 until observed).
 // Feasible: TTFT <= the class's ttft and TPOT <= its tpot. Choice: the feasible candidate with
-// the least ttft/T + tpot/P; none feasible: ResourceExhausted with a retry-after hint.
+// the least ttft/T + tpot/P; none feasible: ResourceExhausted with a retry-after hint, and the
+// least TTFT of a candidate that misses only on TPOT, when a batch of one would meet it
+// (kMinTtftPayload: waiting for a decode slot could help).
+//
+// Cost: each candidate's index match and the placer's live state are looked up once per
+// decision (WorkerFacts), not once per prediction.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,6 +40,14 @@ struct Candidate {
   int64_t prefill_tokens = 0;
 };
 
+// Compute(n) of the last n asked within one decision: most candidates compute the same number
+// of uncached tokens (whole prompt, or all but one shared prefix), so each distinct n is
+// modelled once. Same values as calling Compute every time.
+struct ComputeMemo {
+  int64_t tokens = -1;
+  double seconds = 0;
+};
+
 // Prefill of this prompt on one worker: how long until its last prompt token is computed.
 struct PrefillSide {
   double seconds = 0;       // queue + fetch + compute, uncorrected
@@ -43,21 +56,69 @@ struct PrefillSide {
   double compute_s = 0;     // compute alone
 };
 
+// One candidate worker's per-request facts, looked up once per decision (the index match and
+// the placer's live state), since every candidate is predicted from them several times.
+struct WorkerFacts {
+  const WorkerView* view = nullptr;
+  const WorkerMatch* match = nullptr;  // never null: a zero match when it holds nothing
+  double correction = 1;               // Placer::TtftCorrection
+  int64_t pending = 0;                 // Placer::PendingPrefillTokens
+};
+
+// Index matches by worker id: a dense table while ids are small (they are handed out
+// sequentially), else a linear scan of the (short) match list.
+class MatchTable {
+ public:
+  explicit MatchTable(const std::vector<WorkerMatch>& matches) : matches_(matches) {
+    WorkerId max_id = 0;
+    for (const WorkerMatch& m : matches) max_id = std::max(max_id, m.worker);
+    if (max_id < kMaxDense) {
+      dense_.assign(size_t{max_id} + 1, nullptr);
+      for (const WorkerMatch& m : matches) {
+        if (dense_[m.worker] == nullptr) dense_[m.worker] = &m;
+      }
+    }
+  }
+  // The match of `w` (the first one listed, like MatchFor), or `none` (zero blocks).
+  const WorkerMatch* Find(const WorkerView& w, WorkerMatch* none) const {
+    if (!matches_.empty() && !dense_.empty()) {
+      if (w.index_id < dense_.size() && dense_[w.index_id] != nullptr) return dense_[w.index_id];
+    } else {
+      for (const WorkerMatch& m : matches_) {
+        if (m.worker == w.index_id) return &m;
+      }
+    }
+    none->worker = w.index_id;
+    return none;
+  }
+
+ private:
+  static constexpr WorkerId kMaxDense = 1 << 16;
+  const std::vector<WorkerMatch>& matches_;
+  std::vector<const WorkerMatch*> dense_;
+};
+
 class GoodputPolicy final : public PlacementPolicy {
  public:
   explicit GoodputPolicy(const PlacementOptions& o) : options_(o), profile_(o.profile) {}
 
   absl::StatusOr<Placement> Place(const PlacementContext& ctx) override {
     const SloTargets slo = ctx.placer.TargetsFor(ctx.request.slo_class);
-    const Candidate best = Choose(ctx, slo);
-    if (best.ttft <= slo.ttft_s && best.tpot <= slo.tpot_s) {
+    // TTFT counts from the arrival: a request that already waited has that much less left.
+    // Feasibility uses what is left (`limit`); the choice among candidates still normalizes by
+    // the class's targets.
+    SloTargets limit = slo;
+    if (ctx.request.waited_s > 0) limit.ttft_s -= ctx.request.waited_s;
+    double wait_ttft = kInf;
+    const Candidate best = Choose(ctx, slo, limit, &wait_ttft);
+    if (Feasible(best, limit)) {
       Placement p = MakePlacement(*best.decode, best.prefill, ctx.matches);
       p.predicted_ttft_s = best.ttft;
       p.predicted_tpot_s = best.tpot;
       p.prefill_tokens = best.prefill_tokens;
       return p;
     }
-    return Reject(slo, best);
+    return Reject(slo, best, wait_ttft);
   }
 
  private:
@@ -65,27 +126,62 @@ class GoodputPolicy final : public PlacementPolicy {
     return ctx.request.block_size > 0 ? ctx.request.block_size : std::max(1, profile_.block_size);
   }
 
+  // Facts for ctx.decode then ctx.prefill, in that order.
+  std::vector<WorkerFacts> Gather(const PlacementContext& ctx) const {
+    std::vector<const WorkerView*> all;
+    all.reserve(ctx.decode.size() + ctx.prefill.size());
+    all.insert(all.end(), ctx.decode.begin(), ctx.decode.end());
+    all.insert(all.end(), ctx.prefill.begin(), ctx.prefill.end());
+    std::vector<double> correction;
+    std::vector<int64_t> pending;
+    ctx.placer.LiveState(all, &correction, &pending);
+    std::vector<WorkerFacts> facts(all.size());
+    for (size_t i = 0; i < all.size(); ++i) {
+      facts[i] = {all[i], nullptr, correction[i], pending[i]};
+    }
+    return facts;
+  }
+
   // Every decode worker locally, and with the best (least-TTFT) prefill worker; the best
-  // candidate by Better().
-  Candidate Choose(const PlacementContext& ctx, const SloTargets& slo) const {
-    const WorkerView* best_p = nullptr;
+  // candidate by Better(). `wait_ttft`: the least TTFT of a candidate that meets the TTFT
+  // target and misses only because of its decode batch (kMinTtftPayload), else infinity.
+  Candidate Choose(const PlacementContext& ctx, const SloTargets& slo, const SloTargets& limit,
+                   double* wait_ttft) const {
+    std::vector<WorkerFacts> facts = Gather(ctx);
+    const MatchTable table(ctx.matches);
+    std::vector<WorkerMatch> none(facts.size());
+    for (size_t i = 0; i < facts.size(); ++i) facts[i].match = table.Find(*facts[i].view, &none[i]);
+    const size_t num_decode = ctx.decode.size();
+    const WorkerFacts* best_p = nullptr;
     PrefillSide best_ps;
     double best_p_ttft = kInf;
-    for (const WorkerView* p : ctx.prefill) {
-      PrefillSide ps = Prefill(ctx, *p);
-      const double t = ctx.placer.TtftCorrection(p->info.id()) * ps.seconds;
+    ComputeMemo memo;
+    for (size_t i = num_decode; i < facts.size(); ++i) {
+      PrefillSide ps = Prefill(ctx, facts[i], memo);
+      const double t = facts[i].correction * ps.seconds;
       if (t < best_p_ttft) {
-        best_p = p, best_ps = ps, best_p_ttft = t;
+        best_p = &facts[i], best_ps = ps, best_p_ttft = t;
       }
     }
+    // A batch of one meets the TPOT target: waiting for the batch to shrink could help.
+    const bool tpot_reachable =
+        profile_.decode.Seconds(1, ctx.request.prompt_tokens) <= limit.tpot_s;
     Candidate best;
-    for (const WorkerView* d : ctx.decode) {
-      const double tpot = DecodeTpot(ctx, *d);
-      Candidate local = Local(ctx, *d, tpot);
-      if (Better(local, best, slo)) best = local;
+    for (size_t i = 0; i < num_decode; ++i) {
+      const WorkerFacts& d = facts[i];
+      const int64_t context = Context(ctx, *d.view);
+      const double tpot = DecodeTpot(ctx, *d.view, context);
+      Candidate local = Local(ctx, d, tpot, context, memo);
+      if (Better(local, best, slo, limit)) best = local;
+      if (tpot_reachable && local.ttft <= limit.ttft_s) {
+        *wait_ttft = std::min(*wait_ttft, local.ttft);
+      }
       if (best_p == nullptr) continue;
-      Candidate remote{d, best_p, best_p_ttft + Transfer(ctx, *d), tpot, best_ps.tokens};
-      if (Better(remote, best, slo)) best = remote;
+      Candidate remote{d.view, best_p->view, best_p_ttft + Transfer(ctx, d), tpot, best_ps.tokens};
+      if (Better(remote, best, slo, limit)) best = remote;
+      if (tpot_reachable && remote.ttft <= limit.ttft_s) {
+        *wait_ttft = std::min(*wait_ttft, remote.ttft);
+      }
     }
     return best;
   }
@@ -94,13 +190,15 @@ class GoodputPolicy final : public PlacementPolicy {
     return c.ttft <= slo.ttft_s && c.tpot <= slo.tpot_s;
   }
 
-  // Feasible beats infeasible; among feasible, the most total slack: the least sum of
-  // SLO-normalized latencies, ttft/T + tpot/P, so neither a fast first token on an overloaded
-  // decode batch nor a light batch behind a long prefill queue wins outright (ties: list
-  // order). Among infeasible, the smaller worst relative overshoot (the retry-after estimate).
-  static bool Better(const Candidate& a, const Candidate& b, const SloTargets& slo) {
+  // Feasible (within `limit`) beats infeasible; among feasible, the most total slack: the least
+  // sum of SLO-normalized latencies, ttft/T + tpot/P, so neither a fast first token on an
+  // overloaded decode batch nor a light batch behind a long prefill queue wins outright (ties:
+  // list order). Among infeasible, the smaller worst relative overshoot (the retry-after
+  // estimate). T and P are the class's targets (`slo`).
+  static bool Better(const Candidate& a, const Candidate& b, const SloTargets& slo,
+                     const SloTargets& limit) {
     if (b.decode == nullptr) return true;
-    const bool fa = Feasible(a, slo), fb = Feasible(b, slo);
+    const bool fa = Feasible(a, limit), fb = Feasible(b, limit);
     if (fa != fb) return fa;
     if (fa) {
       return a.ttft / slo.ttft_s + a.tpot / slo.tpot_s < b.ttft / slo.ttft_s + b.tpot / slo.tpot_s;
@@ -110,36 +208,37 @@ class GoodputPolicy final : public PlacementPolicy {
     return oa < ob;
   }
 
-  Candidate Local(const PlacementContext& ctx, const WorkerView& d, double base_tpot) const {
-    const PrefillSide ps = Prefill(ctx, d);
-    const int64_t batch = OutstandingRequests(d);
+  Candidate Local(const PlacementContext& ctx, const WorkerFacts& d, double base_tpot,
+                  int64_t context, ComputeMemo& memo) const {
+    const PrefillSide ps = Prefill(ctx, d, memo);
+    const int64_t batch = OutstandingRequests(*d.view);
     // The running batch's decode rows ride along every prefill step (no extra step overhead).
     const double riding =
         batch > 0 ? static_cast<double>(ps.steps) *
-                        (profile_.decode.b * static_cast<double>(Context(ctx, d)) +
+                        (profile_.decode.b * static_cast<double>(context) +
                          profile_.decode.c * static_cast<double>(batch))
                   : 0;
     Candidate c;
-    c.decode = &d;
-    c.ttft = ctx.placer.TtftCorrection(d.info.id()) * (ps.seconds + riding);
+    c.decode = d.view;
+    c.ttft = d.correction * (ps.seconds + riding);
     // A running batch stalls for this prefill; spread over this request's output tokens.
     c.tpot = base_tpot + (batch > 0 ? ps.compute_s / static_cast<double>(OutputTokens(ctx)) : 0);
     c.prefill_tokens = ps.tokens;
     return c;
   }
 
-  PrefillSide Prefill(const PlacementContext& ctx, const WorkerView& w) const {
+  PrefillSide Prefill(const PlacementContext& ctx, const WorkerFacts& w, ComputeMemo& memo) const {
     const int bs = BlockSize(ctx);
     const int64_t prompt = std::max<int32_t>(1, ctx.request.prompt_tokens);
-    const WorkerMatch m = MatchFor(w, ctx.matches);
+    const WorkerMatch& m = *w.match;
     // At least the last prompt token is computed (it yields the first output token).
     const int64_t cached = std::min<int64_t>(m.blocks, (prompt - 1) / bs);
-    const int64_t queued =
-        std::max(w.load.queued_prefill_tokens(), ctx.placer.PendingPrefillTokens(w.info.id()));
+    const int64_t queued = std::max(w.view->load.queued_prefill_tokens(), w.pending);
     const int64_t max_tokens = std::max<int64_t>(1, profile_.max_batch_tokens);
     PrefillSide ps;
     ps.tokens = prompt - cached * bs;
-    ps.compute_s = Compute(ps.tokens);
+    if (memo.tokens != ps.tokens) memo = {ps.tokens, Compute(ps.tokens, prompt)};
+    ps.compute_s = memo.seconds;
     ps.steps = (queued + ps.tokens + max_tokens - 1) / max_tokens;
     const double queue_s = profile_.prefill.a * static_cast<double>(queued / max_tokens) +
                            profile_.prefill.b * static_cast<double>(queued);
@@ -147,13 +246,10 @@ class GoodputPolicy final : public PlacementPolicy {
     return ps;
   }
 
-  // One prompt of n new tokens, chunked into engine steps of at most max_batch_tokens.
-  double Compute(int64_t n) const {
-    const int64_t m = std::max<int64_t>(1, profile_.max_batch_tokens);
-    const int64_t full = n / m, rest = n % m;
-    double s = static_cast<double>(full) * profile_.prefill.Seconds(m);
-    if (rest > 0) s += profile_.prefill.Seconds(rest);
-    return s;
+  // The last n tokens of a prompt of `prompt` tokens (the rest cached), chunked into engine
+  // steps of at most max_batch_tokens, each chunk attending to everything before it.
+  double Compute(int64_t n, int64_t prompt) const {
+    return profile_.prefill.ChunkedSeconds(n, prompt - n, profile_.max_batch_tokens);
   }
 
   // Cached prefix blocks [0, cached) below G1 come up from their tier. tier_blocks[t] is the
@@ -171,17 +267,18 @@ class GoodputPolicy final : public PlacementPolicy {
   }
 
   // KV blocks of the prompt the decode worker does not hold in G1 travel from the prefill worker.
-  double Transfer(const PlacementContext& ctx, const WorkerView& d) const {
+  double Transfer(const PlacementContext& ctx, const WorkerFacts& d) const {
     const int bs = BlockSize(ctx);
     const int64_t blocks = (int64_t{ctx.request.prompt_tokens} + bs - 1) / bs;
-    return profile_.TransferSeconds(blocks - MatchFor(d, ctx.matches).tier_blocks[0]);
+    return profile_.TransferSeconds(blocks - d.match->tier_blocks[0]);
   }
 
-  // The decode step after admitting this request; infinite when the batch is full.
-  double DecodeTpot(const PlacementContext& ctx, const WorkerView& d) const {
+  // The decode step after admitting this request; infinite when the batch is full. `context`:
+  // Context(ctx, d).
+  double DecodeTpot(const PlacementContext& ctx, const WorkerView& d, int64_t context) const {
     const int64_t batch = OutstandingRequests(d);
     if (batch + 1 > profile_.max_running) return kInf;
-    return profile_.decode.Seconds(batch + 1, Context(ctx, d) + ctx.request.prompt_tokens);
+    return profile_.decode.Seconds(batch + 1, context + ctx.request.prompt_tokens);
   }
 
   // Context tokens of the worker's decode batch: reported, else its used KV blocks; plus the
@@ -202,8 +299,9 @@ class GoodputPolicy final : public PlacementPolicy {
   }
 
   // ResourceExhausted with the predicted wait: the TTFT overshoot of the closest candidate
-  // (its queue must drain that much), at least 1 s, at most 60 s.
-  static absl::Status Reject(const SloTargets& slo, const Candidate& best) {
+  // (its queue must drain that much), at least 1 s, at most 60 s; and kMinTtftPayload when
+  // waiting for a decode slot could meet the SLO (`wait_ttft` finite).
+  static absl::Status Reject(const SloTargets& slo, const Candidate& best, double wait_ttft) {
     double wait = 1;
     if (std::isfinite(best.ttft)) wait = std::max(wait, std::ceil(best.ttft - slo.ttft_s));
     wait = std::min(wait, 60.0);
@@ -212,6 +310,9 @@ class GoodputPolicy final : public PlacementPolicy {
         "TPOT %.3gs; retry after %gs",
         slo.ttft_s, slo.tpot_s, best.ttft, best.tpot, wait));
     s.SetPayload(kRetryAfterPayload, absl::Cord(absl::StrCat(wait)));
+    if (std::isfinite(wait_ttft)) {
+      s.SetPayload(kMinTtftPayload, absl::Cord(absl::StrFormat("%.17g", wait_ttft)));
+    }
     return s;
   }
 

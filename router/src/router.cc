@@ -1,6 +1,7 @@
 #include "strata/router/router.h"
 
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +23,9 @@ namespace {
 // The Registry gRPC service: workers register and heartbeat here.
 class RegistryService final : public v1::Registry::Service {
  public:
-  explicit RegistryService(WorkerPool* pool) : pool_(pool) {}
+  // `on_heartbeat` runs after every accepted heartbeat (the workers' load changed).
+  RegistryService(WorkerPool* pool, std::function<void()> on_heartbeat)
+      : pool_(pool), on_heartbeat_(std::move(on_heartbeat)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override {
@@ -35,7 +38,9 @@ class RegistryService final : public v1::Registry::Service {
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-    resp->set_reregister(!pool_->Heartbeat(*req).ok());
+    const bool known = pool_->Heartbeat(*req).ok();
+    resp->set_reregister(!known);
+    if (known) on_heartbeat_();
     return grpc::Status::OK;
   }
   grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
@@ -47,6 +52,22 @@ class RegistryService final : public v1::Registry::Service {
 
  private:
   WorkerPool* pool_;
+  std::function<void()> on_heartbeat_;
+};
+
+// The admission queue's metrics: time waited, rejections by reason.
+class AdmissionMetrics final : public AdmissionObserver {
+ public:
+  AdmissionMetrics(metrics::HistogramFamily* waited, metrics::CounterFamily* rejections)
+      : waited_(waited), rejections_(rejections) {}
+  void OnLeft(double waited_s) override { waited_->Default()->Observe(waited_s); }
+  void OnRejected(AdmissionReject reason) override {
+    rejections_->WithLabels({AdmissionRejectName(reason)})->Increment();
+  }
+
+ private:
+  metrics::HistogramFamily* waited_;
+  metrics::CounterFamily* rejections_;
 };
 
 // Fills the placement options the router owns: its SLO targets, --slo-class specs, the
@@ -76,7 +97,9 @@ absl::Status ResolvePlacementOptions(RouterOptions& o) {
 class RouterImpl final : public Router {
  public:
   explicit RouterImpl(RouterOptions options)
-      : options_(std::move(options)), pool_(options_.dead_after), service_(&pool_) {}
+      : options_(std::move(options)),
+        pool_(options_.dead_after),
+        service_(&pool_, [this] { WakeQueue(); }) {}
   ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
 
   absl::Status Init() {
@@ -92,8 +115,11 @@ class RouterImpl final : public Router {
                                                                options_.record_prompts,
                                                                tokenizer_.get()));
     }
+    if (options_.admission.capacity > 0) {
+      queue_ = std::make_unique<AdmissionQueue>(options_.admission, admission_metrics_.get());
+    }
     backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
-                                                recorder_.get());
+                                                recorder_.get(), queue_.get());
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -131,7 +157,9 @@ class RouterImpl final : public Router {
             .Default();
     backend_metrics_.rejections = &registry_.CounterOrDie(
         "strata_router_rejections_total",
-        "Requests placement refused, by reason (slo: no placement predicted to meet the SLO)",
+        "Requests refused, by reason (slo: no placement predicted to meet the SLO, waiting or "
+        "not; queue_full: the admission queue was full; slack_expired: no placement met the "
+        "SLO before the request's slack ran out; shutdown: waiting when the router stopped)",
         {"reason"});
     backend_metrics_.ttft_correction = &registry_.GaugeOrDie(
         "strata_router_ttft_correction",
@@ -140,6 +168,18 @@ class RouterImpl final : public Router {
     backend_metrics_.ttft_error = &registry_.HistogramOrDie(
         "strata_router_ttft_observed_over_predicted", "Observed / predicted TTFT per request",
         {0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 4, 8});
+    admission_metrics_ = std::make_unique<AdmissionMetrics>(
+        &registry_.HistogramOrDie(
+            "strata_router_admission_queue_seconds",
+            "Time a request waited in the admission queue (placed, rejected or cancelled)",
+            {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+        backend_metrics_.rejections);
+    callbacks_.push_back(
+        registry_
+            .GaugeOrDie("strata_router_admission_queue_depth",
+                        "Requests waiting in the admission queue for a placement that meets "
+                        "their SLO")
+            .AddCallback({}, [this] { return queue_ ? double(queue_->size()) : 0.0; }));
     auto& workers = registry_.GaugeOrDie("strata_router_workers", "Registered workers by role",
                                          {"role"});
     for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_MIXED}) {
@@ -181,13 +221,26 @@ class RouterImpl final : public Router {
           absl::StrCat("cannot listen for gRPC on ", options_.host, ":", options_.grpc_port));
     }
     STRATA_RETURN_IF_ERROR(http_->Start());
+    // The periodic safety net: stale workers expire, waiting requests are re-tried and those
+    // out of slack answered even when no stream or heartbeat wakes the queue.
     expiry_ = std::thread([this] {
-      while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(250))) pool_.ExpireStale();
+      absl::Time next_expiry = absl::Now();
+      while (!stop_.WaitForNotificationWithTimeout(options_.admission_tick)) {
+        if (absl::Now() >= next_expiry) {
+          pool_.ExpireStale();
+          next_expiry = absl::Now() + absl::Milliseconds(250);
+        }
+        WakeQueue();
+      }
     });
     return absl::OkStatus();
   }
 
   bool Ready() const override { return backend_ && backend_->Ready(); }
+
+  void WakeQueue() {
+    if (backend_) backend_->WakeQueue();
+  }
 
   void Shutdown(absl::Duration drain) override {
     if (stopped_.exchange(true)) return;
@@ -214,6 +267,8 @@ class RouterImpl final : public Router {
   metrics::Registry registry_;
   std::unique_ptr<openai::ApiMetrics> api_metrics_;
   ClusterBackendMetrics backend_metrics_;
+  std::unique_ptr<AdmissionMetrics> admission_metrics_;
+  std::unique_ptr<AdmissionQueue> queue_;
   std::vector<metrics::CallbackHandle> callbacks_;
   std::unique_ptr<TrafficRecorder> recorder_;
   std::unique_ptr<ClusterBackend> backend_;

@@ -1,6 +1,9 @@
 #include "strata/sim/simulator.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <queue>
 
@@ -16,7 +19,7 @@ using replay::ErrorKind;
 using replay::RequestResult;
 using replay::TraceRequest;
 
-enum class EventKind : uint8_t { kStepDone, kKvArrive, kHeartbeat };
+enum class EventKind : uint8_t { kStepDone, kKvArrive, kHeartbeat, kAdmissionTimer };
 
 struct Event {
   double time;
@@ -59,7 +62,7 @@ absl::Status Validate(const std::vector<TraceRequest>& trace, const SimOptions& 
   return absl::OkStatus();
 }
 
-class Simulation final : public WorkerListener {
+class Simulation final : public WorkerListener, public router::AdmissionObserver {
  public:
   Simulation(const std::vector<TraceRequest>& trace, const SimOptions& options,
              std::unique_ptr<router::Placer> placer, const SimProgress& progress, int64_t every)
@@ -68,7 +71,10 @@ class Simulation final : public WorkerListener {
         placer_(std::move(placer)),
         progress_(progress),
         progress_every_(std::max<int64_t>(1, every)),
-        seed_(BlockHashSeed("strata-sim", absl::StrCat(options.seed))) {}
+        seed_(BlockHashSeed("strata-sim", absl::StrCat(options.seed))),
+        queue_(options.admission.capacity > 0
+                   ? std::make_unique<router::AdmissionQueue>(options.admission, this)
+                   : nullptr) {}
 
   absl::Status Init();
   SimResult Run();
@@ -77,11 +83,19 @@ class Simulation final : public WorkerListener {
   void OnFirstToken(int request, double now) override;
   void OnFinished(int request, double now, int worker) override;
   void OnUnservable(int request, int worker) override;
+  void OnLeft(double waited_s) override {}
+  void OnRejected(router::AdmissionReject reason) override;
 
  private:
   void AddWorker(v1::Role role, const std::string& name, int64_t max_batch_tokens);
   void Push(double time, EventKind kind, int32_t target);
   void Arrive(int request);
+  // Places the request now and starts it on its workers; the placement's error otherwise.
+  absl::Status PlaceNow(int request);
+  void Reject(int request, const absl::Status& status);
+  void Enqueue(int request, const absl::Status& placement_error);
+  // Runs a pending wake-up of the admission queue and keeps its expiry timer scheduled.
+  void WakeQueue();
   void KvArrive(int request);
   void Kick(int worker);
   void Publish(int worker);
@@ -96,6 +110,9 @@ class Simulation final : public WorkerListener {
   int64_t progress_every_;
   uint64_t seed_;
 
+  std::unique_ptr<router::AdmissionQueue> queue_;  // null: no queue
+  bool wake_pending_ = false;                      // capacity changed since the last wake
+  double timer_at_ = -1;                           // the pending kAdmissionTimer, if >= 0
   router::KvIndex index_;
   std::vector<std::unique_ptr<SimWorker>> workers_;
   std::vector<router::WorkerView> views_;  // what the router sees, by worker
@@ -188,6 +205,7 @@ void Simulation::Publish(int worker) {
 
 void Simulation::Heartbeat(int worker) {
   Publish(worker);
+  wake_pending_ = true;
   if (pending_work_ > 0 || next_arrival_ < trace_.size()) {
     Push(now_ + o_.heartbeat_interval_s, EventKind::kHeartbeat, worker);
   }
@@ -202,6 +220,17 @@ void Simulation::Arrive(int request) {
   SimRequest& r = requests_[request];
   r.chain = TraceBlockChain(trace_[request], static_cast<uint64_t>(request), o_.profile.block_size,
                             o_.seed);
+  const absl::Status placed = PlaceNow(request);
+  if (placed.ok()) return;
+  if (queue_ != nullptr && router::MinTtftIfWaited(placed).has_value()) {
+    Enqueue(request, placed);
+  } else {
+    Reject(request, placed);
+  }
+}
+
+absl::Status Simulation::PlaceNow(int request) {
+  SimRequest& r = requests_[request];
   if (o_.heartbeat_interval_s == 0) {
     for (size_t w = 0; w < workers_.size(); ++w) Publish(static_cast<int>(w));
   }
@@ -210,18 +239,9 @@ void Simulation::Arrive(int request) {
   pr.prompt_tokens = r.input;
   pr.block_size = o_.profile.block_size;
   pr.max_tokens = r.output;  // what `strata replay` sends as max_tokens
+  pr.waited_s = now_ - r.arrival;  // > 0 when placed from the admission queue
   absl::StatusOr<router::Placement> placed = placer_->Place(views_, matches, pr);
-  if (!placed.ok()) {
-    ++stats_.rejected;
-    if (placed.status().code() == absl::StatusCode::kResourceExhausted) {
-      Fail(request, ErrorKind::kHttp4xx, 429, "rate_limit_error",
-           std::string(placed.status().message()));
-    } else {
-      Fail(request, ErrorKind::kHttp5xx, 503, "service_unavailable",
-           std::string(placed.status().message()));
-    }
-    return;
-  }
+  if (!placed.ok()) return placed.status();
   placements_[request] = *placed;
   r.decode_worker = worker_of_.at(placed->decode_id);
   r.decode_cached_blocks = placed->cached_blocks;
@@ -235,6 +255,62 @@ void Simulation::Arrive(int request) {
   } else {
     workers_[r.decode_worker]->Enqueue(request, Phase::kLocal);
     Kick(r.decode_worker);
+  }
+  return absl::OkStatus();
+}
+
+void Simulation::Reject(int request, const absl::Status& status) {
+  ++stats_.rejected;
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    Fail(request, ErrorKind::kHttp4xx, 429, "rate_limit_error", std::string(status.message()));
+  } else {
+    Fail(request, ErrorKind::kHttp5xx, 503, "service_unavailable", std::string(status.message()));
+  }
+}
+
+// As ClusterBackend does: the request waits, deadline = arrival + its TTFT target.
+void Simulation::Enqueue(int request, const absl::Status& placement_error) {
+  router::AdmissionWaiter w;
+  w.deadline_s = requests_[request].arrival + placer_->TargetsFor("").ttft_s;
+  w.try_place = [this, request] {
+    absl::Status placed = PlaceNow(request);
+    if (placed.ok()) ++stats_.queue_placed;
+    return placed;
+  };
+  w.reject = [this, request](router::AdmissionReject, const absl::Status& status) {
+    Reject(request, status);
+  };
+  if (queue_->Offer(now_, placement_error, std::move(w)) != router::AdmissionQueue::kNoTicket) {
+    ++stats_.queued;
+    WakeQueue();  // schedules its expiry
+  }
+}
+
+void Simulation::OnRejected(router::AdmissionReject reason) {
+  if (reason == router::AdmissionReject::kSlackExpired) ++stats_.slack_expired;
+  if (reason == router::AdmissionReject::kQueueFull) ++stats_.queue_full;
+}
+
+// Capacity changes (first tokens, finished requests, heartbeats) only mark a wake-up; it runs
+// after the event that caused it, never inside a worker's step bookkeeping.
+void Simulation::WakeQueue() {
+  if (queue_ == nullptr) return;
+  if (queue_->size() == 0) {
+    wake_pending_ = false;  // nothing waits: the state a new request sees is current
+    return;
+  }
+  if (wake_pending_) {
+    wake_pending_ = false;
+    queue_->Wake(now_);
+  }
+  const std::optional<double> expiry = queue_->NextExpiry();
+  // Expiry rejects once the latest start has passed: the first representable time after it.
+  const double at =
+      expiry ? std::max(now_, std::nextafter(*expiry, std::numeric_limits<double>::infinity()))
+             : -1;
+  if (at >= 0 && (timer_at_ < 0 || at < timer_at_)) {
+    timer_at_ = at;
+    Push(at, EventKind::kAdmissionTimer, -1);
   }
 }
 
@@ -264,6 +340,7 @@ void Simulation::KvArrive(int request) {
 // correction and releases its pending-prefill ledger.
 void Simulation::OnFirstToken(int request, double now) {
   placer_->OnFirstToken(placements_[request], now - requests_[request].arrival);
+  wake_pending_ = true;
 }
 
 void Simulation::OnFinished(int request, double now, int worker) {
@@ -303,6 +380,7 @@ void Simulation::Done(int request) {
   SimRequest& r = requests_[request];
   if (r.decode_worker >= 0) --views_[r.decode_worker].inflight;
   if (r.prefill_worker >= 0) --views_[r.prefill_worker].inflight;
+  if (r.decode_worker >= 0) wake_pending_ = true;
   r.chain = {};
   ++finished_;
   if (progress_ && finished_ % progress_every_ == 0) {
@@ -317,6 +395,7 @@ SimResult Simulation::Run() {
         (events_.empty() || trace_[next_arrival_].arrival_s < events_.top().time)) {
       now_ = std::max(now_, trace_[next_arrival_].arrival_s);
       Arrive(static_cast<int>(next_arrival_++));
+      WakeQueue();
       continue;
     }
     const Event e = events_.top();
@@ -334,7 +413,12 @@ SimResult Simulation::Run() {
       case EventKind::kHeartbeat:
         Heartbeat(e.target);
         break;
+      case EventKind::kAdmissionTimer:
+        if (e.time == timer_at_) timer_at_ = -1;
+        wake_pending_ = true;
+        break;
     }
+    WakeQueue();
   }
   for (size_t i = 0; i < results_.size(); ++i) {  // a request no event will ever finish
     if (results_[i].http_status == 0) {

@@ -214,6 +214,55 @@ TEST_F(GoodputTest, AdmissionRejectsUnderPredictedOverloadWithRetryAfter) {
   EXPECT_FALSE(RetryAfterSeconds(absl::ResourceExhaustedError("x")).has_value());
 }
 
+TEST_F(GoodputTest, AFullDecodeBatchSaysWaitingForASlotCouldHelp) {
+  auto placer = MakeGoodput({2.0, 0.2});
+  SetDecodeLoad(workers_[1], 64, 4000);  // at max_running: TPOT infinite on d0
+  auto r = placer->Place(workers_, {}, Request(10, 16));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  // The least TTFT among candidates that meet 2 s: local on d0, one 20 ms prefill step
+  // carrying the batch's decode rows (4000 x 10 us + 64 x 1 ms); remote would be 0.221 s.
+  const std::optional<double> wait = MinTtftIfWaited(r.status());
+  ASSERT_TRUE(wait.has_value());
+  EXPECT_NEAR(*wait, 0.02 + 0.04 + 0.064, 1e-9);
+  // TTFT out of reach (0.1 s) while the batch is full: waiting cannot help.
+  auto tight = MakeGoodput({0.1, 0.2});
+  EXPECT_FALSE(MinTtftIfWaited(tight->Place(workers_, {}, Request(10, 16)).status()).has_value());
+  // Nor when even a batch of one misses TPOT: 5,000 context tokens take 61 ms > 50 ms.
+  auto slow = MakeGoodput({100, 0.05});
+  EXPECT_FALSE(
+      MinTtftIfWaited(slow->Place(workers_, {}, Request(5000, 16)).status()).has_value());
+  // A placement that only overloads the prefill queues (the other test) has no such hint.
+  EXPECT_FALSE(MinTtftIfWaited(absl::ResourceExhaustedError("x")).has_value());
+}
+
+// The policy looks index matches up in a table by worker id, or by scanning the list when ids
+// are large: both give the same decisions.
+TEST(GoodputMatchLookupTest, LargeWorkerIdsDecideLikeSmallOnes) {
+  for (WorkerId base : {WorkerId{0}, WorkerId{1} << 20}) {
+    std::vector<WorkerView> w = {View(base + 1, "p0", v1::ROLE_PREFILL),
+                                 View(base + 2, "d0", v1::ROLE_DECODE),
+                                 View(base + 3, "p1", v1::ROLE_PREFILL),
+                                 View(base + 4, "d1", v1::ROLE_DECODE)};
+    SetDecodeLoad(w[1], 4, 2000);
+    SetDecodeLoad(w[3], 2, 1000);
+    w[2].load.set_queued_prefill_tokens(500);
+    // p1 holds 50 blocks in G1, d1 30 in G1, p0 20 on disk; a worker not in the pool 63.
+    const std::vector<WorkerMatch> m = {Match(base + 1, 20, {0, 0, 20, 0}),
+                                        Match(base + 3, 50, {50, 0, 0, 0}),
+                                        Match(base + 4, 30, {30, 0, 0, 0}),
+                                        Match(base + 9, 63, {63, 0, 0, 0})};
+    auto placer = MakeGoodput({2.0, 0.2});
+    Placement p = *placer->Place(w, m, Request(1000, 16));
+    SCOPED_TRACE(base);
+    EXPECT_EQ(p.decode_id, "d1");
+    EXPECT_EQ(p.prefill_id, "p1");
+    EXPECT_EQ(p.cached_blocks, 30);
+    EXPECT_EQ(p.prefill_tokens, 200);
+    // p1: 500 queued tokens (0.5 s) + 200 tokens (0.21 s); 33 blocks d1 lacks move (33 ms).
+    EXPECT_NEAR(p.predicted_ttft_s, 0.5 + 0.21 + 0.033, 1e-9);
+  }
+}
+
 TEST(GoodputLedgerTest, PendingPrefillFillsTheGapBetweenHeartbeats) {
   // One idle mixed worker; every admitted 400-token prompt queues 0.41 s more before the next.
   std::vector<WorkerView> w = {View(1, "m0", v1::ROLE_MIXED)};

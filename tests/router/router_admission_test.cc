@@ -5,6 +5,11 @@
 // prompts fit (predicted TTFT 0.2, 0.4, ..., 1.0 s through the router's pending-prefill
 // ledger); the rest of a burst gets 429 with an OpenAI-style error, and the admitted requests
 // complete. SLO classes come from X-SLO-Class.
+//
+// Queue by slack (RouterQueueTest): a profile whose decode batch holds 2 sequences; with both
+// slots taken a third request is infeasible only on TPOT, so it waits in the admission queue
+// (capacity 2) and is placed when a stream ends; a fifth gets 429 queue_full, a waiting one
+// whose slack runs out gets 429 slack_expired, and a client that leaves is taken out.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -64,20 +69,23 @@ class HeldWorker final : public v1::Worker::Service {
   bool open_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-std::string WriteProfile() {
+std::string WriteProfile(int max_running = 64) {
   WorkerProfile p;
   p.name = "admission-test";
   p.max_batch_tokens = 100000;
-  p.max_running = 64;
+  p.max_running = max_running;
   p.prefill = {0, 0.001, 0};  // 1 ms per prompt token
   p.decode = {0.001, 0, 0};
-  const std::string path = ::testing::TempDir() + "/admission_profile.json";
+  const std::string path =
+      ::testing::TempDir() + "/admission_profile_" + std::to_string(max_running) + ".json";
   std::ofstream(path) << p.ToJson();
   return path;
 }
 
 class RouterAdmissionTest : public ::testing::Test {
  protected:
+  virtual void Configure(RouterOptions& o) {}
+
   void SetUp() override {
     RouterOptions o;
     o.http_port = 0;
@@ -90,6 +98,7 @@ class RouterAdmissionTest : public ::testing::Test {
     o.placement.policy = "goodput";
     o.placement.profile_path = WriteProfile();
     o.placement.slo_class_specs = {"relaxed=ttft:100", "strict=ttft:0.1"};
+    Configure(o);
     auto r = Router::Create(o);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = std::move(*r);
@@ -121,17 +130,23 @@ class RouterAdmissionTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  // A non-streaming completion of a 200-token prompt (distinct per `seed`).
-  http::testing::Response Complete(int seed, const std::string& slo_class = "") {
+  // Connects and sends a non-streaming completion of a 200-token prompt (distinct per `seed`).
+  std::unique_ptr<http::testing::TestClient> Send(int seed, const std::string& slo_class = "") {
     Json prompt = Json::array();
     for (int i = 0; i < 200; ++i) prompt.push_back(100 + (seed * 7 + i) % 200);
     const Json body = {{"model", "tiny-llama"}, {"prompt", prompt}, {"max_tokens", 3}};
     const std::string headers = slo_class.empty() ? "" : "X-SLO-Class: " + slo_class + "\r\n";
     auto c = http::testing::TestClient::Connect(router_->http_port());
     EXPECT_NE(c, nullptr);
-    if (c == nullptr) return {};
+    if (c == nullptr) return nullptr;
     c->Send(http::testing::Post("/v1/completions", body.dump(),
                                 "Content-Type: application/json\r\n" + headers));
+    return c;
+  }
+
+  http::testing::Response Complete(int seed, const std::string& slo_class = "") {
+    auto c = Send(seed, slo_class);
+    if (c == nullptr) return {};
     auto r = c->ReadResponse();
     EXPECT_TRUE(r.has_value());
     return r.value_or(http::testing::Response{});
@@ -198,6 +213,107 @@ TEST_F(RouterAdmissionTest, SloClassesComeFromTheHeader) {
   EXPECT_EQ(Complete(2).status, 200);
   EXPECT_EQ(Complete(3, "relaxed").status, 200);
   EXPECT_EQ(Complete(4, "unknown-class").status, 200);  // unknown names get the default
+}
+
+// ---- queue by slack ----------------------------------------------------------------------
+
+class RouterQueueTest : public RouterAdmissionTest {
+ protected:
+  void Configure(RouterOptions& o) override {
+    o.slo_ttft_s = 5;
+    o.placement.profile_path = WriteProfile(/*max_running=*/2);
+    o.placement.slo_class_specs = {"tight=ttft:0.8"};
+    o.admission.capacity = 2;
+    o.admission_tick = absl::Milliseconds(20);
+  }
+
+  // The value of an unlabelled metric sample line ("name value"), or -1.
+  double MetricValue(const std::string& name) {
+    const std::string text = Metrics();
+    const size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + name.size() + 2));
+  }
+
+  // Waits (bounded) until `done` holds.
+  template <typename F>
+  bool WaitFor(F done) {
+    for (int spin = 0; spin < 2000; ++spin) {
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return done();
+  }
+};
+
+TEST_F(RouterQueueTest, ExcessWaitsForADecodeSlotAndIsServedWhenOneFrees) {
+  // One at a time, so each placement sees the previous one's effect.
+  std::vector<std::unique_ptr<http::testing::TestClient>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(Send(i));
+    ASSERT_TRUE(WaitFor([&] { return worker_.received() == i + 1; }));
+  }
+  for (int i = 2; i < 4; ++i) {  // the batch is full: these two wait
+    clients.push_back(Send(i));
+    ASSERT_TRUE(
+        WaitFor([&] { return MetricValue("strata_router_admission_queue_depth") == i - 1; }));
+  }
+  const http::testing::Response full = Complete(4);  // the queue is full: 429 at once
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_EQ(Json::parse(full.body)["error"]["type"], "rate_limit_error");
+  EXPECT_THAT(Json::parse(full.body)["error"]["message"].get<std::string>(),
+              HasSubstr("queue is full"));
+  EXPECT_FALSE(full.Header("retry-after").empty());
+  EXPECT_EQ(worker_.received(), 2);  // nothing waiting was sent to the worker
+
+  worker_.Open();  // the held streams finish; each frees a slot for a waiting request
+  for (auto& c : clients) {
+    auto r = c->ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], 3);
+  }
+  EXPECT_EQ(worker_.received(), 4);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("strata_router_rejections_total{reason=\"queue_full\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("strata_router_admission_queue_seconds_count 2"));
+  EXPECT_EQ(MetricValue("strata_router_admission_queue_depth"), 0);
+}
+
+TEST_F(RouterQueueTest, AWaitingRequestWhoseSlackRunsOutGets429) {
+  std::vector<std::unique_ptr<http::testing::TestClient>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(Send(i));
+    ASSERT_TRUE(WaitFor([&] { return worker_.received() == i + 1; }));
+  }
+  // Predicted TTFT 0.6 s (two prompts pending ahead of it, then its own 0.2 s) against the
+  // class's 0.8 s: it may wait 0.2 s for a decode slot; none frees, so its slack runs out.
+  const http::testing::Response r = Complete(7, "tight");
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(), HasSubstr("slack"));
+  EXPECT_FALSE(r.Header("retry-after").empty());
+  EXPECT_EQ(worker_.received(), 2);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("strata_router_rejections_total{reason=\"slack_expired\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("strata_router_admission_queue_seconds_count 1"));
+}
+
+TEST_F(RouterQueueTest, AClientThatLeavesWhileWaitingIsTakenOutOfTheQueue) {
+  std::vector<std::unique_ptr<http::testing::TestClient>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(Send(i));
+    ASSERT_TRUE(WaitFor([&] { return worker_.received() == i + 1; }));
+  }
+  {
+    auto leaving = Send(9);
+    ASSERT_TRUE(WaitFor([&] { return MetricValue("strata_router_admission_queue_depth") == 1; }));
+  }  // the client disconnects
+  EXPECT_TRUE(WaitFor([&] { return MetricValue("strata_router_admission_queue_depth") == 0; }));
+  worker_.Open();
+  for (auto& c : held) EXPECT_EQ(c->ReadResponse().value_or(http::testing::Response{}).status, 200);
+  absl::SleepFor(absl::Milliseconds(100));  // a wrongly kept request would be placed by now
+  EXPECT_EQ(worker_.received(), 2);
+  EXPECT_THAT(Metrics(), HasSubstr("strata_router_admission_queue_seconds_count 1"));
 }
 
 }  // namespace

@@ -208,6 +208,47 @@ TEST(SimulatorTest, PlacementRejectionsAreCountedAs429) {
   EXPECT_EQ(s.slo_met, 2);
 }
 
+// The router's admission queue in the simulator: with 2 decode slots, a third request is
+// infeasible only on TPOT; it waits and is served when a slot frees (queue on), gets 429 at once
+// (queue off), or gets 429 when its slack runs out first (tight TTFT target).
+TEST(SimulatorTest, TheAdmissionQueueHoldsTpotBlockedRequestsUntilASlotFrees) {
+  auto run = [](int queue, double ttft) {
+    SimOptions o = Options({0, 0, 1}, "goodput");
+    o.profile.max_running = 2;
+    o.placement.slo = {ttft, 0.1};
+    o.admission.capacity = queue;
+    absl::StatusOr<SimResult> r = Simulate({Req(0, 100, 5), Req(0, 100, 5), Req(0, 100, 5)}, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  const SimResult queued = run(8, 5.0);
+  for (const auto& res : queued.results) EXPECT_TRUE(res.ok()) << res.error_message;
+  EXPECT_EQ(queued.stats.queued, 1);
+  EXPECT_EQ(queued.stats.queue_placed, 1);
+  EXPECT_EQ(queued.stats.rejected, 0);
+  // The third starts only when the first ends (after its prefill and 4 decode steps); its TTFT
+  // counts from its arrival, so it includes the wait.
+  EXPECT_NEAR(queued.results[0].ttft_s, 0.11, 1e-9);
+  EXPECT_GT(queued.results[2].ttft_s, queued.results[0].e2e_s);
+  EXPECT_GT(queued.results[2].ttft_s, queued.results[1].ttft_s);
+
+  const SimResult off = run(0, 5.0);
+  EXPECT_EQ(off.results[2].http_status, 429);
+  EXPECT_EQ(off.stats.queued, 0);
+  EXPECT_EQ(off.stats.rejected, 1);
+
+  // TTFT target 0.35 s: predicted 0.31 s once a slot frees (0.2 s of prompts queued ahead, then
+  // its own 0.11 s), so it may wait until 0.04 s; the first slot frees far later.
+  const SimResult expired = run(8, 0.35);
+  EXPECT_TRUE(expired.results[0].ok());
+  EXPECT_EQ(expired.results[2].http_status, 429);
+  EXPECT_EQ(expired.results[2].error_type, "rate_limit_error");
+  EXPECT_NEAR(expired.results[2].e2e_s, 0.04, 1e-6);
+  EXPECT_EQ(expired.stats.queued, 1);
+  EXPECT_EQ(expired.stats.slack_expired, 1);
+  EXPECT_EQ(expired.stats.rejected, 1);
+}
+
 TEST(SimulatorTest, RequestLargerThanAWorkerFailsInsteadOfStalling) {
   SimOptions o = Options({0, 0, 1});
   o.profile.num_kv_blocks = 10;  // 160 tokens

@@ -15,7 +15,8 @@
 //       load; picks the fastest-TTFT candidate that meets both SLOs (ties: lower TPOT),
 //       prefilling on the decode worker when that is predicted better (conditional
 //       disaggregation), and rejects with ResourceExhausted + a retry-after hint when no
-//       candidate can meet the request's SLO (admission control).
+//       candidate can meet the request's SLO (admission control), plus kMinTtftPayload when
+//       waiting for a decode slot could (the router's AdmissionQueue, when enabled, queues it).
 //
 // The Placer needs no gRPC connections (WorkerView::stub may be null, as in `strata sim`) and is
 // deterministic given its inputs, options and the sequence of calls made on it.
@@ -87,6 +88,9 @@ struct PlacementRequest {
   std::vector<std::string> exclude;  // workers that just failed this request
   std::string slo_class;             // "" = the default targets; unknown names too
   int64_t max_tokens = 0;            // 0 = unknown (assumed_output_tokens)
+  // Seconds since the request arrived (it waited in the admission queue, or a worker failed
+  // it): goodput measures its TTFT target from the arrival, so this much of it is spent.
+  double waited_s = 0;
 };
 
 struct Placement {
@@ -105,6 +109,13 @@ struct Placement {
 // a retry is predicted to meet the SLO, as decimal text. The router answers 429 + Retry-After.
 inline constexpr char kRetryAfterPayload[] = "type.strata.dev/retry-after-seconds";
 std::optional<double> RetryAfterSeconds(const absl::Status& status);
+// The payload of a goodput rejection that waiting could turn into a placement: no candidate
+// meets the SLO now, but one meets the TTFT target and fails only on TPOT because of its
+// current decode batch (a batch of one would meet it). Its value is that candidate's predicted
+// TTFT (the least such), as decimal text: the TTFT once a decode slot frees, which the
+// admission queue (admission_queue.h) subtracts from the deadline to get the slack.
+inline constexpr char kMinTtftPayload[] = "type.strata.dev/min-ttft-if-waited-seconds";
+std::optional<double> MinTtftIfWaited(const absl::Status& status);
 
 class PlacementPolicy;
 
@@ -136,6 +147,10 @@ class Placer {
   // Live state the policies read (besides the request and the workers).
   int64_t PendingPrefillTokens(const std::string& worker_id) const;
   double TtftCorrection(const std::string& worker_id) const;
+  // Both for every worker in `workers` (same order), under one lock; a policy that reads them
+  // for many candidates per request calls this once.
+  void LiveState(const std::vector<const WorkerView*>& workers, std::vector<double>* correction,
+                 std::vector<int64_t>* pending) const;
 
  private:
   Placer(PlacementOptions options, std::unique_ptr<PlacementPolicy> policy);

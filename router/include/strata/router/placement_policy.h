@@ -3,6 +3,7 @@
 // PlacementOptions::policy (`--policy`). The built-in policies (placement.h lists them) are
 // registered on first use of the registry; a new one is one class plus one
 // RegisterPlacementPolicy call before the Placer is created.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,7 +48,9 @@ absl::StatusOr<std::unique_ptr<PlacementPolicy>> CreatePlacementPolicy(
 // Helpers for policies.
 // Requests outstanding on a worker: the router's own count reacts at once, the heartbeat's
 // covers work from other routers.
-int64_t OutstandingRequests(const WorkerView& w);
+inline int64_t OutstandingRequests(const WorkerView& w) {
+  return std::max<int64_t>(w.inflight, w.load.running() + w.load.waiting());
+}
 // The index's match for a worker (all zero when it holds nothing of the prompt).
 WorkerMatch MatchFor(const WorkerView& w, const std::vector<WorkerMatch>& matches);
 // A placement on decode worker `d`, prefilling on `p` (nullptr: on `d`).

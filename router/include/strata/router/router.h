@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/router/admission_queue.h"
 #include "strata/router/placement.h"
 
 namespace strata::router {
@@ -24,6 +25,11 @@ struct RouterOptions {
   std::string record_trace;
   bool record_prompts = false;  // also write each prompt's text into the recording
   PlacementOptions placement;
+  // Requests that could meet their SLO after waiting for a decode slot wait here, least slack
+  // first (goodput policy; capacity 0: 429 at once). See admission_queue.h.
+  AdmissionOptions admission;
+  // How often the admission queue is woken when nothing else woke it (expiring slack).
+  absl::Duration admission_tick = absl::Milliseconds(50);
   absl::Duration dead_after = absl::Seconds(3);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)

@@ -8,7 +8,11 @@
 //   - Every request is placed at its arrival by Placer::Place over WorkerViews built from the
 //     simulated workers (heartbeat load fields, the router's inflight counts) and the prompt's
 //     KvIndex::MatchPrefix. A placement error is a failed request (429 for ResourceExhausted,
-//     503 otherwise), reported like `strata replay` reports one.
+//     503 otherwise), reported like `strata replay` reports one — except one that says waiting
+//     could meet the SLO (router::MinTtftIfWaited): it waits in the router's own
+//     router::AdmissionQueue (when `admission.capacity` > 0), which is woken, as the router
+//     wakes it, when a first token arrives, a request ends or a heartbeat comes, and at the
+//     next slack expiry; its TTFT counts from its arrival.
 //   - Each worker is an engine: a FIFO waiting queue; admission when a sequence slot
 //     (max_running) and the request's KV blocks (G1 PrefixCache, LRU-evicted) are free; steps
 //     of one decode token per running sequence plus prefill chunks under max_batch_tokens
@@ -31,6 +35,7 @@
 #include "strata/common/block_hash.h"
 #include "strata/replay/replayer.h"
 #include "strata/replay/trace.h"
+#include "strata/router/admission_queue.h"
 #include "strata/router/latency_model.h"
 #include "strata/router/placement.h"
 
@@ -50,6 +55,7 @@ struct SimOptions {
   router::WorkerProfile profile;
   ClusterShape shape;
   router::PlacementOptions placement;
+  router::AdmissionOptions admission;  // the router's defaults; capacity 0: no queue
   uint64_t seed = 0;                  // block-hash seed of the synthesized prompts
   double heartbeat_interval_s = 0.5;  // 0: the router sees load and KV events at once
   int64_t max_batch_tokens = 0;       // chunked-prefill budget per step; 0: the profile's
@@ -60,7 +66,11 @@ struct SimStats {
   int64_t events = 0;           // events processed
   int64_t steps = 0;            // engine steps over all workers
   int64_t remote_prefills = 0;  // placements with a separate prefill worker
-  int64_t rejected = 0;         // placement errors
+  int64_t rejected = 0;         // placement errors (429/503), at arrival or from the queue
+  int64_t queued = 0;           // requests that waited in the admission queue
+  int64_t queue_placed = 0;     // ... and were placed from it
+  int64_t slack_expired = 0;    // ... and were rejected when their slack ran out
+  int64_t queue_full = 0;       // rejected because the queue was full
   int64_t kv_events = 0;        // stored + removed events published to the index
   int64_t evictions = 0;        // G1 blocks evicted over all workers
   double simulated_s = 0;       // time of the last event
