@@ -16,6 +16,10 @@
 #   POLICY       routing policy of both the cluster's router and the simulation [kv-aware]
 #   PROFILE      a profile JSON to simulate with, or `measure`: run `strata profile` against a
 #                standalone mixed worker first (same machine, same moment) [measure]
+#   PROFILE_ARGS extra `strata profile` flags; the default samples decode where this window runs
+#                (batches of 1-4 streams, contexts up to 2k tokens), so the linear decode model is
+#                fitted in the regime it is used in ["--decode-batches 1,2,4
+#                --decode-lens 256,1024,2048"]
 #   PORT         router HTTP port [18941]; the profiled worker uses PORT+1
 #   ISOLATE      1: every worker runs its CPU plugin with one thread, pinned to its own core
 #                (prefill: CPU 0, decode and the profiled worker: CPU 1), so the two workers
@@ -29,7 +33,7 @@
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-  sed -n "2,26p" "$0" | sed 's/^# \{0,1\}//'
+  sed -n "2,30p" "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 STRATA_BIN=$(realpath "$1")
@@ -43,6 +47,7 @@ ROUNDS=${ROUNDS:-2}
 POLICY=${POLICY:-kv-aware}
 PROFILE=${PROFILE:-measure}
 PORT=${PORT:-18941}
+PROFILE_ARGS=${PROFILE_ARGS:---decode-batches 1,2,4 --decode-lens 256,1024,2048}
 ISOLATE=${ISOLATE:-1}
 PLUGIN_ARGS=()
 [[ "$ISOLATE" == 1 ]] && PLUGIN_ARGS=(--plugin-config '{"threads": 1}')
@@ -99,7 +104,7 @@ if [[ "$PROFILE" == measure ]]; then
   wait_line "$OUT_DIR/profiled_worker.log" "http 127\.0\.0\.1:[0-9]+, grpc"
   "$STRATA_BIN" profile --url "http://127.0.0.1:$((PORT + 1))" --name sim-vs-real \
     --hardware "$(nproc) vCPU, $(uname -m), measured by scripts/sim_vs_real.sh" \
-    --model preset:tiny-llama --out "$OUT_DIR/profile.json" | tail -5
+    --model preset:tiny-llama $PROFILE_ARGS --out "$OUT_DIR/profile.json" | tail -5
   stop_pid
   PROFILE="$OUT_DIR/profile.json"
 fi
