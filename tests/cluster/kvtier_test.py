@@ -81,6 +81,7 @@ class KvTierTest(unittest.TestCase):
         cls.kv_http = int(cls.kvstore.match.group(2))
         cls.decode = [cu.start_worker(STRATA, cls.model, cls.tmp, "decode", f"decode-{i}",
                                       cls.grpc, cls.name) for i in range(2)]
+        cls.started = []
         cls.prefill = cls.start_prefill("prefill-0")
         assert cu.wait_until(lambda: cu.metric(cls.http, "strata_router_workers",
                                                {"role": "decode"}) == 2, timeout=30)
@@ -97,11 +98,12 @@ class KvTierTest(unittest.TestCase):
         # start_worker passes --num-kv-blocks 512 first; the later flag wins.
         w = cu.start_worker(STRATA, cls.model, cls.tmp, "prefill", wid, cls.grpc, cls.name + argv)
         w.http = int(w.match.group(1))
+        cls.started.append(w)  # every prefill worker is stopped at teardown, whatever replaced it
         return w
 
     @classmethod
     def tearDownClass(cls):
-        for w in cls.decode + [cls.prefill]:
+        for w in cls.decode + cls.started:
             w.stop()
         cls.kvstore.stop()
         rc = cls.router.stop()
