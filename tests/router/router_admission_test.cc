@@ -13,6 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -76,8 +78,10 @@ std::string WriteProfile(int max_running = 64) {
   p.max_running = max_running;
   p.prefill = {0, 0.001, 0};  // 1 ms per prompt token
   p.decode = {0.001, 0, 0};
-  const std::string path =
-      ::testing::TempDir() + "/admission_profile_" + std::to_string(max_running) + ".json";
+  // One file per process: ctest runs this binary's test cases as parallel processes.
+  const std::string path = ::testing::TempDir() + "/admission_profile_" +
+                           std::to_string(::getpid()) + "_" + std::to_string(max_running) +
+                           ".json";
   std::ofstream(path) << p.ToJson();
   return path;
 }
