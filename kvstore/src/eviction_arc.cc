@@ -103,11 +103,7 @@ class ArcPolicy final : public EvictionPolicy {
 
   std::optional<BlockHash> OldestEvictable(Where w,
                                            const std::function<bool(BlockHash)>& evictable) {
-    std::list<BlockHash>& list = List(w);
-    for (auto it = list.rbegin(); it != list.rend(); ++it) {
-      if (evictable(*it)) return *it;
-    }
-    return std::nullopt;
+    return internal::OldestEvictable(List(w), evictable);
   }
 
   void DropOldest(Where w) {

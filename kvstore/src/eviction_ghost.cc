@@ -59,10 +59,10 @@ class GhostPolicy final : public EvictionPolicy {
     // Each round either returns or admits one window key to main, so it ends.
     while (true) {
       const bool window_over = static_cast<int64_t>(window_.size()) >= window_cap_;
-      std::optional<BlockHash> candidate = window_over ? Oldest(window_, evictable) : std::nullopt;
+      std::optional<BlockHash> candidate = window_over ? OldestEvictable(window_, evictable) : std::nullopt;
       if (!candidate.has_value()) {
-        std::optional<BlockHash> v = Oldest(main_, evictable);
-        if (!v.has_value()) v = Oldest(window_, evictable);
+        std::optional<BlockHash> v = OldestEvictable(main_, evictable);
+        if (!v.has_value()) v = OldestEvictable(window_, evictable);
         if (v.has_value()) Remember(*v);
         return v;
       }
@@ -91,14 +91,6 @@ class GhostPolicy final : public EvictionPolicy {
   void Sample(bool hit) {
     if (!adaptive_) return;
     if (std::optional<int64_t> next = climber_.Record(hit, window_cap_)) SetWindow(*next);
-  }
-
-  static std::optional<BlockHash> Oldest(const std::list<BlockHash>& list,
-                                         const std::function<bool(BlockHash)>& evictable) {
-    for (auto it = list.rbegin(); it != list.rend(); ++it) {
-      if (evictable(*it)) return *it;
-    }
-    return std::nullopt;
   }
 
   // Adds an evicted key to the ghost (oldest ghosts drop out beyond ghost_cap_).

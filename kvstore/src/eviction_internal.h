@@ -5,12 +5,23 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 
 #include "strata/kvstore/eviction_policy.h"
 
 namespace strata::kvstore::internal {
+
+// The least recently inserted/touched key of a most-recent-first list that `evictable` accepts.
+inline std::optional<BlockHash> OldestEvictable(const std::list<BlockHash>& list,
+                                                const std::function<bool(BlockHash)>& evictable) {
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    if (evictable(*it)) return *it;
+  }
+  return std::nullopt;
+}
 
 std::unique_ptr<EvictionPolicy> NewLruPolicy(int64_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(int64_t capacity_blocks);

@@ -32,10 +32,7 @@ class LruPolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockHash> Victim(const std::function<bool(BlockHash)>& evictable) override {
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-      if (evictable(*it)) return *it;
-    }
-    return std::nullopt;
+    return internal::OldestEvictable(order_, evictable);
   }
 
   int64_t size() const override { return static_cast<int64_t>(index_.size()); }

@@ -160,12 +160,12 @@ class TinyLfuPolicy final : public EvictionPolicy {
 
   std::optional<BlockHash> Victim(const std::function<bool(BlockHash)>& evictable) override {
     if (prefix_aware_) {
-      if (auto orphan = Oldest(orphan_, evictable)) return orphan;
+      if (auto orphan = OldestEvictable(orphan_, evictable)) return orphan;
     }
     std::optional<BlockHash> from_main = MainVictim(evictable);
     const bool window_full = static_cast<int64_t>(window_.size()) >= window_cap_;
     if (!window_full && from_main.has_value()) return from_main;
-    std::optional<BlockHash> candidate = Oldest(window_, evictable);
+    std::optional<BlockHash> candidate = OldestEvictable(window_, evictable);
     if (!candidate.has_value() || !from_main.has_value()) {
       return candidate.has_value() ? candidate : from_main;
     }
@@ -242,17 +242,9 @@ class TinyLfuPolicy final : public EvictionPolicy {
     if (std::optional<int64_t> next = climber_.Record(hit, window_cap_)) SetWindow(*next);
   }
 
-  static std::optional<BlockHash> Oldest(const std::list<BlockHash>& list,
-                                         const std::function<bool(BlockHash)>& evictable) {
-    for (auto it = list.rbegin(); it != list.rend(); ++it) {
-      if (evictable(*it)) return *it;
-    }
-    return std::nullopt;
-  }
-
   std::optional<BlockHash> MainVictim(const std::function<bool(BlockHash)>& evictable) {
-    if (auto v = Oldest(probation_, evictable)) return v;
-    return Oldest(protected_, evictable);
+    if (auto v = OldestEvictable(probation_, evictable)) return v;
+    return OldestEvictable(protected_, evictable);
   }
 
   const bool prefix_aware_;
