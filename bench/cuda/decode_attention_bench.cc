@@ -28,20 +28,16 @@
 #include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {
 
-#define BENCH_CHECK(expr)                                                                    \
-  do {                                                                                       \
-    const cudaError_t err_ = (expr);                                                         \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                     \
-                   cudaGetErrorString(err_));                                                \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+using strata::cuda::bench::CopyBandwidthGBs;
+using strata::cuda::bench::FromBf16;
+using strata::cuda::bench::ToBf16;
+
 
 constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
@@ -57,19 +53,6 @@ struct Model {
   int kv_heads;
 };
 
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float FromBf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Fills `bytes` of device memory with a repeating 64 MiB pattern of random bf16 in [-1, 1].
 void FillRandom(void* dst, size_t bytes, std::mt19937& rng) {
   const size_t pattern = std::min<size_t>(bytes, size_t{64} << 20) / 2 * 2;
@@ -81,31 +64,6 @@ void FillRandom(void* dst, size_t bytes, std::mt19937& rng) {
     BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + done, dst, std::min(done, bytes - done),
                            cudaMemcpyDeviceToDevice));
   }
-}
-
-double CopyBandwidthGBs() {
-  const size_t bytes = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  BENCH_CHECK(cudaEventCreate(&e0));
-  BENCH_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 12; ++i) {
-    BENCH_CHECK(cudaEventRecord(e0));
-    BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    BENCH_CHECK(cudaEventRecord(e1));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 2) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  BENCH_CHECK(cudaFree(a));
-  BENCH_CHECK(cudaFree(b));
-  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
 struct Shape {

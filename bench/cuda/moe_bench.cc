@@ -24,21 +24,17 @@
 #include <set>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda_kernels.h"
 
 namespace {
 
+using strata::cuda::bench::CopyBandwidthGBs;
+using strata::cuda::bench::FromBf16;
+using strata::cuda::bench::ToBf16;
+
 using strata::cuda::bf16;
 
-#define BENCH_CHECK(expr)                                                \
-  do {                                                                   \
-    const cudaError_t err_ = (expr);                                     \
-    if (err_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
-                   cudaGetErrorString(err_));                            \
-      std::exit(1);                                                      \
-    }                                                                    \
-  } while (0)
 
 struct Model {
   const char* name;
@@ -48,12 +44,6 @@ struct Model {
 constexpr Model kModels[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
                              {"mixtral-8x7b", 8, 2, 4096, 14336}};
 constexpr int kRoutings = 8;
-
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
 
 // Fills `bytes` of device memory with uniform bf16 in [-scale, scale]: 1M random values copied
 // once, then repeated by doubling device-to-device copies.
@@ -68,31 +58,6 @@ void FillRandom(void* dst, size_t bytes, float scale, uint32_t seed) {
     BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + done, dst, std::min(done, bytes - done),
                            cudaMemcpyDeviceToDevice));
   }
-}
-
-double CopyBandwidthGBs() {
-  const size_t bytes = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  BENCH_CHECK(cudaEventCreate(&e0));
-  BENCH_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 12; ++i) {
-    BENCH_CHECK(cudaEventRecord(e0));
-    BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    BENCH_CHECK(cudaEventRecord(e1));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 2) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  BENCH_CHECK(cudaFree(a));
-  BENCH_CHECK(cudaFree(b));
-  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
 // Device buffers of one model: weights, and per-token-count activations and routing.

@@ -29,20 +29,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {
 
-#define BENCH_CHECK(expr)                                                                    \
-  do {                                                                                       \
-    const cudaError_t err_ = (expr);                                                         \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                     \
-                   cudaGetErrorString(err_));                                                \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+using strata::cuda::bench::CopyBandwidthGBs;
+using strata::cuda::bench::FromBf16;
+using strata::cuda::bench::ToBf16;
+
 
 constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
@@ -64,19 +60,6 @@ struct Shape {
   std::string label;  // "N" for the SDPA-comparable shapes
   std::vector<Seq> seqs;
 };
-
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float FromBf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Random bf16 in [-amp, amp] (a cheap generator: tens of millions of values per shape).
 std::vector<uint16_t> RandomBf16(size_t n, float amp, uint64_t seed) {
