@@ -201,6 +201,7 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
     return absl::ResourceExhaustedError("every worker is at its limit of outstanding requests");
   }
   PlacementContext ctx{request, decode, prefill, matches, *this};
+  absl::MutexLock decide(&decide_mu_);
   auto placed = policy_->Place(ctx);
   if (placed.ok() && options_.track_pending_prefill && placed->prefill_tokens > 0) {
     const std::string& at = placed->prefill_id.empty() ? placed->decode_id : placed->prefill_id;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -100,10 +101,11 @@ class RouterAdmissionTest : public ::testing::Test {
     o.slo_ttft_s = 1.1;
     o.slo_tpot_s = 0.5;
     o.placement.policy = "goodput";
-    o.placement.profile_path = WriteProfile();
     o.placement.slo_class_specs = {"relaxed=ttft:100", "strict=ttft:0.1"};
     Configure(o);
+    if (o.placement.profile_path.empty()) o.placement.profile_path = WriteProfile();
     auto r = Router::Create(o);
+    std::remove(o.placement.profile_path.c_str());  // read once, at Create
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = std::move(*r);
     ASSERT_TRUE(router_->Start().ok());

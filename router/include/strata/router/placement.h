@@ -126,7 +126,8 @@ class Placer {
   ~Placer();
 
   // Unavailable when no decode-capable worker is registered; ResourceExhausted when every
-  // candidate is at max_inflight_per_worker or (goodput) none can meet the SLO.
+  // candidate is at max_inflight_per_worker or (goodput) none can meet the SLO. Thread-safe;
+  // concurrent calls are decided one at a time.
   absl::StatusOr<Placement> Place(const std::vector<WorkerView>& workers,
                                   const std::vector<WorkerMatch>& matches,
                                   const PlacementRequest& request);
@@ -157,6 +158,9 @@ class Placer {
 
   PlacementOptions options_;
   std::unique_ptr<PlacementPolicy> policy_;
+  // Serializes decisions: a decision reads the pending-prefill ledger and adds its own prompt
+  // to it, so two concurrent ones must not both see the ledger without the other's prompt.
+  absl::Mutex decide_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, int64_t> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, double> correction_ ABSL_GUARDED_BY(mu_);
