@@ -21,10 +21,16 @@
 #                fitted in the regime it is used in ["--decode-batches 1,2,4
 #                --decode-lens 256,1024,2048"]
 #   PORT         router HTTP port [18941]; the profiled worker uses PORT+1
-#   ISOLATE      1: every worker runs its CPU plugin with one thread, pinned to its own core
-#                (prefill: CPU 0, decode and the profiled worker: CPU 1), so the two workers
-#                behave like two separate devices as the simulator assumes; 0: defaults (the
-#                workers then share every core and slow each other down) [1]
+#   ISOLATE      1: every worker runs its CPU plugin with one thread, pinned to its own CPUs
+#                (prefill: PREFILL_CPUS, decode and the profiled worker: DECODE_CPUS), so the
+#                two workers behave like two separate devices as the simulator assumes; 0:
+#                defaults (the workers then share every core and slow each other down) [1]
+#   PREFILL_CPUS, DECODE_CPUS  taskset CPU lists of the two workers [0 / 1]. With more than
+#                one CPU each, the engine thread still computes on one (threads: 1) and the
+#                worker's gRPC, KV-transfer and UCX threads get the other instead of taking
+#                turns with it: on a machine with 6+ CPUs use e.g. 0-1 / 2-3
+#   CLIENT_CPUS  taskset CPU list for the router (`strata up` itself) and `strata replay`;
+#                empty: not pinned [empty]
 #
 # Both sides get the same window file (timestamps already divided by SPEEDUP; replayed and
 # simulated at speedup 1), the same output lengths (max_tokens + ignore_eos), the same
@@ -33,7 +39,7 @@
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-  sed -n "2,30p" "$0" | sed 's/^# \{0,1\}//'
+  sed -n "2,38p" "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 STRATA_BIN=$(realpath "$1")
@@ -49,6 +55,11 @@ PROFILE=${PROFILE:-measure}
 PORT=${PORT:-18941}
 PROFILE_ARGS=${PROFILE_ARGS:---decode-batches 1,2,4 --decode-lens 256,1024,2048}
 ISOLATE=${ISOLATE:-1}
+PREFILL_CPUS=${PREFILL_CPUS:-0}
+DECODE_CPUS=${DECODE_CPUS:-1}
+CLIENT_CPUS=${CLIENT_CPUS:-}
+CLIENT=()
+[[ -n "$CLIENT_CPUS" ]] && CLIENT=(taskset -c "$CLIENT_CPUS")
 PLUGIN_ARGS=()
 [[ "$ISOLATE" == 1 ]] && PLUGIN_ARGS=(--plugin-config '{"threads": 1}')
 URL="http://127.0.0.1:${PORT}"
@@ -100,9 +111,9 @@ if [[ "$PROFILE" == measure ]]; then
   "$STRATA_BIN" worker --role mixed --id profiled --http-port $((PORT + 1)) --grpc-port 0 \
     "${PLUGIN_ARGS[@]}" >"$OUT_DIR/profiled_worker.log" 2>&1 &
   PID=$!
-  [[ "$ISOLATE" == 1 ]] && taskset -a -p -c 1 "$PID" >/dev/null
+  [[ "$ISOLATE" == 1 ]] && taskset -a -p -c "$DECODE_CPUS" "$PID" >/dev/null
   wait_line "$OUT_DIR/profiled_worker.log" "http 127\.0\.0\.1:[0-9]+, grpc"
-  "$STRATA_BIN" profile --url "http://127.0.0.1:$((PORT + 1))" --name sim-vs-real \
+  "${CLIENT[@]}" "$STRATA_BIN" profile --url "http://127.0.0.1:$((PORT + 1))" --name sim-vs-real \
     --hardware "$(nproc) vCPU, $(uname -m), measured by scripts/sim_vs_real.sh" \
     --model preset:tiny-llama $PROFILE_ARGS --out "$OUT_DIR/profile.json" | tail -5
   stop_pid
@@ -113,14 +124,15 @@ CONFIG="$OUT_DIR/cluster.yaml"
 printf 'policy: %s\n' "$POLICY" >"$CONFIG"
 [[ "$ISOLATE" == 1 ]] && printf 'engine:\n  plugin_config: %s\n' "'{\"threads\": 1}'" >>"$CONFIG"
 
-# pin_workers: prefill worker(s) to CPU 0, decode worker(s) to CPU 1 (all their threads).
+# pin_workers: prefill worker(s) to PREFILL_CPUS, decode worker(s) to DECODE_CPUS (all their
+# threads).
 pin_workers() {
   local child args
   for child in $(pgrep -P "$PID"); do
     args=$(tr '\0' ' ' <"/proc/$child/cmdline")
     case "$args" in
-      *"--role prefill"*) taskset -a -p -c 0 "$child" >/dev/null ;;
-      *"--role decode"*) taskset -a -p -c 1 "$child" >/dev/null ;;
+      *"--role prefill"*) taskset -a -p -c "$PREFILL_CPUS" "$child" >/dev/null ;;
+      *"--role decode"*) taskset -a -p -c "$DECODE_CPUS" "$child" >/dev/null ;;
     esac
   done
 }
@@ -129,11 +141,11 @@ for round in $(seq 1 "$ROUNDS"); do
   echo "== round $round: strata replay against strata up (policy $POLICY)"
   dir="$OUT_DIR/real$round"
   mkdir -p "$dir"
-  "$STRATA_BIN" up --config "$CONFIG" --port "$PORT" --log-dir "$dir/logs" >"$dir/up.out" 2>&1 &
+  "${CLIENT[@]}" "$STRATA_BIN" up --config "$CONFIG" --port "$PORT" --log-dir "$dir/logs" >"$dir/up.out" 2>&1 &
   PID=$!
   wait_line "$dir/up.out" "strata is serving at"
   [[ "$ISOLATE" == 1 ]] && pin_workers
-  "$STRATA_BIN" replay --trace "$WINDOW" --format mooncake --url "$URL" --speedup 1 \
+  "${CLIENT[@]}" "$STRATA_BIN" replay --trace "$WINDOW" --format mooncake --url "$URL" --speedup 1 \
     --slo-ttft 1000 --slo-tpot 1000 --quiet --out "$dir/result" | tee "$dir/replay.out"
   stop_pid
 done

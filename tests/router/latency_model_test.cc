@@ -241,5 +241,18 @@ TEST(WorkerProfileTest, TheShippedDefaultProfileLoads) {
   EXPECT_GT(p->kv_block_bytes, 0);
 }
 
+// The profile the sim-to-real check was met with (docs/BENCHMARKS.md) ships beside the default:
+// it has the context term, which chunked long prompts need.
+TEST(WorkerProfileTest, TheShippedOneCoreProfileHasAContextTerm) {
+  const std::string dir = std::filesystem::path(DefaultProfilePath()).parent_path().string();
+  auto p = WorkerProfile::Load(dir + "/tiny-llama-cpu-1core.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "tiny-llama-cpu-1core");
+  EXPECT_GT(p->prefill.d, 0);
+  // A 512-token chunk after 2,048 cached tokens costs more than the first 512.
+  EXPECT_GT(p->prefill.Seconds(int64_t{512}, int64_t{2048}), p->prefill.Seconds(int64_t{512}));
+  EXPECT_GT(p->fit_r2_prefill, 0.9);
+}
+
 }  // namespace
 }  // namespace strata::router
