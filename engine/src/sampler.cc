@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "strata/engine/sampling.h"
+#include "strata/plugin_common/sampling.h"
 
 namespace strata {
 namespace {
@@ -44,74 +45,6 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
       logits[t] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
     }
   }
-}
-
-int32_t Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return best;
-}
-
-// log_softmax of the raw logits, then the chosen token and the top n.
-void FillLogprobs(std::span<const float> raw, int n, SampleResult& result) {
-  const float max = *std::max_element(raw.begin(), raw.end());
-  double sum = 0;
-  for (float v : raw) sum += std::exp(static_cast<double>(v - max));
-  const float log_z = max + static_cast<float>(std::log(sum));
-  result.logprob = raw[result.token] - log_z;
-  if (n <= 0) return;
-  std::vector<int32_t> idx(raw.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  n = std::min<int>(n, static_cast<int>(raw.size()));
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-    return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
-  });
-  for (int i = 0; i < n; ++i) result.top.push_back({idx[i], raw[idx[i]] - log_z});
-}
-
-// Candidates sorted by descending logit, truncated by top-k / top-p / min-p.
-struct Candidates {
-  std::vector<int32_t> ids;
-  std::vector<double> probs;  // normalized over ids
-};
-
-Candidates Truncate(std::span<const float> logits, const SamplingParams& p) {
-  const int vocab = static_cast<int>(logits.size());
-  std::vector<int32_t> ids(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  int keep = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
-  ids.resize(keep);
-  std::vector<double> probs(keep);
-  const double max = logits[ids[0]];
-  double sum = 0;
-  for (int i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[ids[i]] - max);
-  for (double& v : probs) v /= sum;
-  if (p.top_p < 1.0f) {
-    double cum = 0;
-    int n = 0;
-    while (n < keep) {
-      cum += probs[n++];
-      if (cum >= p.top_p) break;
-    }
-    keep = std::max(n, 1);
-  }
-  if (p.min_p > 0.0f) {
-    const double threshold = p.min_p * probs[0];
-    int n = 1;
-    while (n < keep && probs[n] >= threshold) ++n;
-    keep = n;
-  }
-  ids.resize(keep);
-  probs.resize(keep);
-  const double kept = std::accumulate(probs.begin(), probs.end(), 0.0);
-  for (double& v : probs) v /= kept;
-  return {std::move(ids), std::move(probs)};
 }
 
 }  // namespace
@@ -170,25 +103,36 @@ SampleResult Sample(std::span<float> logits, const SamplingParams& params,
   std::vector<float> raw;
   if (params.logprobs >= 0) raw.assign(logits.begin(), logits.end());
   ApplyPenalties(logits, params, prompt, output);
+  const int64_t vocab = static_cast<int64_t>(logits.size());
   SampleResult result{};
-  if (params.temperature == 0.0f) {
-    result.token = Argmax(logits);
-  } else {
-    for (float& v : logits) v /= params.temperature;
-    Candidates c = Truncate(logits, params);
-    const double u = rng.Uniform();
-    double cum = 0;
-    result.token = c.ids.back();
-    for (size_t i = 0; i < c.ids.size(); ++i) {
-      cum += c.probs[i];
-      if (u < cum) {
-        result.token = c.ids[i];
-        break;
-      }
-    }
+  // The rule is the plugin ABI's `sample` op (plugin_common), so host and device sampling agree.
+  strata_sample_params p = ToSampleParams(params);
+  if (params.temperature != 0.0f) p.uniform = rng.Uniform();
+  result.token = plugin_common::SampleRow(logits.data(), vocab, p);
+  if (params.logprobs >= 0) {
+    const int n = static_cast<int>(std::min<int64_t>(params.logprobs, vocab));
+    std::vector<int32_t> ids(n);
+    std::vector<float> lps(n);
+    plugin_common::RowLogprobs(raw.data(), vocab, result.token, n, &result.logprob, ids.data(),
+                               lps.data());
+    for (int i = 0; i < n; ++i) result.top.push_back({ids[i], lps[i]});
   }
-  if (params.logprobs >= 0) FillLogprobs(raw, params.logprobs, result);
   return result;
+}
+
+strata_sample_params ToSampleParams(const SamplingParams& params) {
+  strata_sample_params p{};
+  p.temperature = params.temperature;
+  p.top_k = params.top_k;
+  p.top_p = params.top_p;
+  p.min_p = params.min_p;
+  p.num_logprobs = params.logprobs;
+  return p;
+}
+
+bool NeedsHostSampling(const SamplingParams& params) {
+  return params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
+         params.presence_penalty != 0.0f;
 }
 
 }  // namespace strata

@@ -127,6 +127,16 @@ TEST_F(PluginLoaderTest, TableFromAnOlderHeaderIsFailedPrecondition) {
               AllOf(StartsWith(TestPlugin("short_table") + ": "), HasSubstr("bytes")));
 }
 
+TEST_F(PluginLoaderTest, TableEndingBeforeTheOptionalEntriesLoadsWithoutThem) {
+  // Its struct_size stops before `sample` (a table built before that entry existed); the
+  // entry it nevertheless filled must not be read.
+  auto plugin = Plugin::Load(TestPlugin("pre_sample"));
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  EXPECT_FALSE((*plugin)->has_sample());
+  EXPECT_EQ((*plugin)->api().sample, nullptr);
+  EXPECT_NE((*plugin)->api().gemm, nullptr);
+}
+
 TEST_F(PluginLoaderTest, MissingRequiredEntryIsInvalidArgumentNamingIt) {
   auto plugin = Plugin::Load(TestPlugin("missing_entry"));
   EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);

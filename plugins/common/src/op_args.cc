@@ -1,6 +1,8 @@
 #include "strata/plugin_common/op_args.h"
 
 #include <climits>
+#include <cmath>
+#include <cstdint>
 
 namespace strata::plugin_common {
 
@@ -21,6 +23,56 @@ Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logit
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 0, a->logits.rows));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 1, top_k));
   return ExpectShape(kOp, "topk_ids", a->ids, "topk_weights", a->weights);
+}
+
+Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
+                   const strata_sample_params* params, const strata_tensor* tokens,
+                   const strata_tensor* logprobs, const strata_tensor* top_ids, SampleArgs* a) {
+  constexpr const char* kOp = "sample";
+  const strata_dtype ldt =
+      logits != nullptr && logits->dtype == STRATA_DTYPE_F32 ? STRATA_DTYPE_F32 : act_dtype;
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "logits", logits, ldt, 2, 2, &a->logits));
+  if (a->logits.cols < 1) return InvalidArgument(kOp, "logits has an empty vocabulary");
+  if (a->logits.cols > INT32_MAX) return InvalidArgument(kOp, "logits has over 2^31 columns");
+  if (params == nullptr) return InvalidArgument(kOp, "params is NULL");
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "tokens", tokens, STRATA_DTYPE_I32, 1, 1,
+                                           &a->tokens));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "tokens", a->tokens, 0, a->logits.rows));
+  if ((logprobs == nullptr) != (top_ids == nullptr)) {
+    return InvalidArgument(kOp, "logprobs and top_ids must both be given or both be NULL");
+  }
+  a->has_logprobs = logprobs != nullptr;
+  if (!a->has_logprobs) return Status();
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "logprobs", logprobs, STRATA_DTYPE_F32, 2, 2, &a->logprobs));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "logprobs", a->logprobs, 0, a->logits.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ExpectDim(kOp, "logprobs", a->logprobs, 1, 1 + STRATA_MAX_LOGPROBS));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "top_ids", top_ids, STRATA_DTYPE_I32, 2, 2, &a->top_ids));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "top_ids", a->top_ids, 0, a->logits.rows));
+  return ExpectDim(kOp, "top_ids", a->top_ids, 1, STRATA_MAX_LOGPROBS);
+}
+
+Status CheckSampleParams(const strata_sample_params& p, int64_t row) {
+  constexpr const char* kOp = "sample";
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    return InvalidArgument(kOp, "params[", row, "].temperature must be >= 0, got ", p.temperature);
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return InvalidArgument(kOp, "params[", row, "].top_p must be in (0, 1], got ", p.top_p);
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return InvalidArgument(kOp, "params[", row, "].min_p must be in [0, 1], got ", p.min_p);
+  }
+  if (!(p.uniform >= 0.0 && p.uniform < 1.0)) {
+    return InvalidArgument(kOp, "params[", row, "].uniform must be in [0, 1), got ", p.uniform);
+  }
+  if (p.num_logprobs < -1 || p.num_logprobs > STRATA_MAX_LOGPROBS) {
+    return InvalidArgument(kOp, "params[", row, "].num_logprobs must be in [-1, ",
+                           STRATA_MAX_LOGPROBS, "], got ", p.num_logprobs);
+  }
+  return Status();
 }
 
 namespace {

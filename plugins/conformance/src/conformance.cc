@@ -38,6 +38,7 @@ constexpr OpEntry kOps[] = {
     {"kv_scatter", AddKvScatterCases},
     {"moe_route", AddMoeRouteCases},
     {"moe_experts", AddMoeExpertsCases},
+    {"sample", AddSampleCases},
 };
 
 strata_dtype DtypeFor(const Backend& backend, Role role) {
@@ -261,6 +262,12 @@ CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
     r.skipped = true;
     r.error = absl::StrCat(candidate.plugin().has_moe() ? "reference" : "candidate",
                            " has no MoE entries");
+    return r;
+  }
+  if (c.needs_sample && !(candidate.plugin().has_sample() && reference.plugin().has_sample())) {
+    r.skipped = true;
+    r.error = absl::StrCat(candidate.plugin().has_sample() ? "reference" : "candidate",
+                           " has no sample entry");
     return r;
   }
   const auto values = SharedValues(c, candidate, reference);

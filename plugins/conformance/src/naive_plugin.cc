@@ -383,6 +383,7 @@ strata_plugin_api_v1 MakeTable() {
   t.kv_gather = KvGather;
   t.kv_scatter = KvScatter;
   t.moe_route = MoeRoute;
+  t.sample = Sample;
   t.moe_experts = MoeExperts;
   return t;
 }

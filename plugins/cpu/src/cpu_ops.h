@@ -49,6 +49,10 @@ Status MoeExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* t
                   const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                   const strata_tensor* w_down, strata_tensor* out);
 
+// cpu_ops_sample.cc
+Status Sample(CpuBackend& be, const strata_tensor* logits, const strata_sample_params* params,
+              strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);
+
 // Shared by gemm and the MoE experts: out[m, n] = x[m, :] . w[n, :] (+ bias[n])
 // (+ out[m, n] if accumulate). Small m reads w once through the pool; larger m calls OpenBLAS
 // sgemm from the calling thread (never from inside the pool).

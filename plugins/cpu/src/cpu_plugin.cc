@@ -262,6 +262,14 @@ strata_status MoeExpertsEntry(strata_backend b, strata_stream, const strata_tens
   });
 }
 
+strata_status SampleEntry(strata_backend b, strata_stream, const strata_tensor* logits,
+                          const strata_sample_params* params, strata_tensor* tokens,
+                          strata_tensor* logprobs, strata_tensor* top_ids) noexcept {
+  return Guard(b, "sample", [&](CpuBackend& be) {
+    return Sample(be, logits, params, tokens, logprobs, top_ids);
+  });
+}
+
 const strata_plugin_api_v1 kApi = {
     .api_version = STRATA_PLUGIN_API_VERSION,
     .struct_size = sizeof(strata_plugin_api_v1),
@@ -292,6 +300,7 @@ const strata_plugin_api_v1 kApi = {
     .kv_scatter = KvScatterEntry,
     .moe_route = MoeRouteEntry,
     .moe_experts = MoeExpertsEntry,
+    .sample = SampleEntry,
 };
 
 }  // namespace

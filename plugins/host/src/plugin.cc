@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -69,7 +72,9 @@ absl::StatusOr<std::shared_ptr<Plugin>> Plugin::FromTable(const strata_plugin_ap
         absl::StrCat(origin, ": plugin API version ", api->api_version,
                      " does not match this strata's version ", STRATA_PLUGIN_API_VERSION)));
   }
-  if (api->struct_size < sizeof(strata_plugin_api_v1)) {
+  // Entries from `sample` on are optional: a table that ends before them is complete.
+  constexpr size_t kRequiredBytes = offsetof(strata_plugin_api_v1, sample);
+  if (api->struct_size < kRequiredBytes) {
     return fail(absl::FailedPreconditionError(
         absl::StrCat(origin, ": plugin API table is ", api->struct_size, " bytes, expected ",
                      sizeof(strata_plugin_api_v1), " (built against an older header?)")));
@@ -79,7 +84,10 @@ absl::StatusOr<std::shared_ptr<Plugin>> Plugin::FromTable(const strata_plugin_ap
     return fail(absl::InvalidArgumentError(
         absl::StrCat(origin, ": plugin lacks required entries: ", absl::StrJoin(missing, ", "))));
   }
-  return std::shared_ptr<Plugin>(new Plugin(api, std::move(origin), dl_handle));
+  // The host reads its own full-size copy: optional entries past the plugin's table are NULL.
+  strata_plugin_api_v1 table{};
+  std::memcpy(&table, api, std::min<size_t>(api->struct_size, sizeof(table)));
+  return std::shared_ptr<Plugin>(new Plugin(table, std::move(origin), dl_handle));
 }
 
 absl::StatusOr<std::shared_ptr<Plugin>> Plugin::Load(const std::string& path) {

@@ -3,6 +3,8 @@
  *   LOADER_TEST_API_VERSION=N   reports API version N
  *   LOADER_TEST_OMIT_GEMM       leaves the required `gemm` entry NULL
  *   LOADER_TEST_SHORT_TABLE     reports a struct_size smaller than the v1 table
+ *   LOADER_TEST_PRE_SAMPLE      reports the struct_size of a table built before the optional
+ *                               `sample` entry (which it fills anyway: the host must ignore it)
  *   LOADER_TEST_NULL_TABLE      strata_plugin_get_api() returns NULL
  *   LOADER_TEST_NO_ENTRY        exports no strata_plugin_get_api at all
  * The loader must refuse every variant before calling any entry, so the entries only need
@@ -79,11 +81,18 @@ static strata_status Scatter(strata_backend b, strata_stream s, const strata_kv_
                              const strata_tensor* blocks, const void* src) {
   return STRATA_ERR_UNSUPPORTED;
 }
+static strata_status Sample(strata_backend b, strata_stream s, const strata_tensor* l,
+                            const strata_sample_params* p, strata_tensor* t, strata_tensor* lp,
+                            strata_tensor* ti) {
+  return STRATA_ERR_UNSUPPORTED;
+}
 
 static const strata_plugin_api_v1 kTable = {
     .api_version = LOADER_TEST_API_VERSION,
-#ifdef LOADER_TEST_SHORT_TABLE
+#if defined(LOADER_TEST_SHORT_TABLE)
     .struct_size = (uint32_t)offsetof(strata_plugin_api_v1, moe_route),
+#elif defined(LOADER_TEST_PRE_SAMPLE)
+    .struct_size = (uint32_t)offsetof(strata_plugin_api_v1, sample),
 #else
     .struct_size = sizeof(strata_plugin_api_v1),
 #endif
@@ -114,6 +123,7 @@ static const strata_plugin_api_v1 kTable = {
     .kv_copy_blocks = CopyBlocks,
     .kv_gather = Gather,
     .kv_scatter = Scatter,
+    .sample = Sample,
 };
 
 #ifdef LOADER_TEST_NO_ENTRY

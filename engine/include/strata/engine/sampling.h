@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "strata/plugin/abi.h"
 
 namespace strata {
 
@@ -60,6 +61,13 @@ class Rng {
  private:
   uint64_t s_[4];
 };
+
+// The device-side form of `params` (strata/plugin/abi.h) with `uniform` 0: the caller sets it
+// from the request's generator (one draw per sampled token, only when temperature > 0).
+strata_sample_params ToSampleParams(const SamplingParams& params);
+// Penalties need the request's token history, which only the host sampler applies: such a
+// request's logits must come back to the host.
+bool NeedsHostSampling(const SamplingParams& params);
 
 // Samples one token from `logits` (modified in place as scratch). `prompt` and `output` are
 // the request's tokens so far, for the penalties.

@@ -7,8 +7,9 @@
 //                       (write-through); the engine picks the moment, the store copies the bytes.
 //   demote   G2 -> G3   when G2 evicts a block that was used at least `disk_admit_min_uses`
 //                       times (Offload and NoteUse both count a use; Dynamo's frequency filter).
-//   demote   G2 -> G4   when G2 evicts a block and a remote tier is configured (and G3 -> G4
-//                       when G3 evicts one), if `demote_to_remote`.
+//   demote   G2 -> G4   when G2 evicts a block and a remote tier is configured, if
+//                       `demote_to_remote`: in the same demotion as G3 (no frequency filter),
+//                       so a block G3 evicts later is already remote and G3 never forwards.
 //   fetch    G3/G4 -> G2   Prefetch(), asynchronous on the store's fetch threads.
 //   read     G2 -> G1   ReadHost(), synchronous (a memcpy), on the engine thread.
 // Demotions run on a background thread from a bounded queue (full: dropped and counted), so

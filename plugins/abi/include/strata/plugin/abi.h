@@ -122,6 +122,28 @@ typedef struct strata_backend_info {
   uint64_t free_memory;      /* bytes free at the time of the call */
 } strata_backend_info;
 
+/* Sampling request for one logits row (the `sample` op), in device memory. The rule is the
+ * host sampler's (engine/include/strata/engine/sampling.h, after penalties):
+ *  - temperature == 0: the argmax (ties: lowest id);
+ *  - else x = logits / temperature (fp32); candidates in descending x (ties: lowest id first);
+ *    keep the first top_k (when 0 < top_k < vocab); p = softmax of the kept (computed as
+ *    exp(double(x) - max) / sum, in double); top_p < 1: keep the shortest prefix whose
+ *    cumulative p >= top_p (at least one); min_p > 0: of those, keep the leading ones with
+ *    p >= min_p * p[0]; renormalize; the token is the first candidate whose cumulative
+ *    probability exceeds `uniform` (the last kept one if rounding leaves none).
+ * Sums may be taken in any order: a draw within ~1e-12 of a boundary may land on either side. */
+typedef struct strata_sample_params {
+  float temperature;    /* >= 0; 0: greedy */
+  int32_t top_k;        /* <= 0: off */
+  float top_p;          /* (0, 1]; 1: off */
+  float min_p;          /* [0, 1]; 0: off */
+  double uniform;       /* this row's draw in [0, 1) from the host's seeded generator */
+  int32_t num_logprobs; /* -1: none; 0..STRATA_MAX_LOGPROBS: the chosen token's and the top n */
+  int32_t reserved;     /* 0 */
+} strata_sample_params;
+
+#define STRATA_MAX_LOGPROBS 20
+
 typedef struct strata_plugin_api_v1 {
   uint32_t api_version; /* == STRATA_PLUGIN_API_VERSION */
   uint32_t struct_size; /* sizeof(strata_plugin_api_v1) as the plugin was built */
@@ -223,6 +245,21 @@ typedef struct strata_plugin_api_v1 {
                                const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                                const strata_tensor* w_gate_up, const strata_tensor* w_down,
                                strata_tensor* out);
+
+  /* --- sampling (optional: NULL when the plugin does not sample; the host then copies the
+   * logits back and samples on the host) --------------------------------------------------
+   * Entries from here on are optional and may lie beyond a table built against an older
+   * header (struct_size tells; the host treats them as NULL).
+   * For each row r of logits [N, V] (F32 or the backend's act dtype), with params[r] (a device
+   * array of N strata_sample_params): tokens int32 [N] gets the sampled id. When a row's
+   * num_logprobs n >= 0, logprobs f32 [N, 1 + STRATA_MAX_LOGPROBS] gets in column 0 the chosen
+   * token's log-probability under log_softmax(logits[r]) (the raw row: no temperature) and in
+   * columns 1..n the top n of that distribution (descending, ties: lowest id), whose ids go to
+   * top_ids int32 [N, STRATA_MAX_LOGPROBS] columns 0..n-1; other entries are left as they
+   * are. logprobs and top_ids may be NULL when no row asks for logprobs. */
+  strata_status (*sample)(strata_backend b, strata_stream s, const strata_tensor* logits,
+                          const strata_sample_params* params, strata_tensor* tokens,
+                          strata_tensor* logprobs, strata_tensor* top_ids);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

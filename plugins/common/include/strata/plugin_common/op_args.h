@@ -40,6 +40,18 @@ Status CheckKvAppend(strata_dtype float_dtype, const strata_kv_cache* cache, int
                      const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots,
                      KvAppendArgs* args);
 
+// sample: logits [N, V] in F32 or `act_dtype`, params non-NULL, tokens I32 [N]; logprobs F32
+// [N, 1 + STRATA_MAX_LOGPROBS] and top_ids I32 [N, STRATA_MAX_LOGPROBS], both or neither.
+struct SampleArgs {
+  TensorView logits, tokens, logprobs, top_ids;
+  bool has_logprobs = false;
+};
+Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
+                   const strata_sample_params* params, const strata_tensor* tokens,
+                   const strata_tensor* logprobs, const strata_tensor* top_ids, SampleArgs* args);
+// One row's parameters (host-addressable memory only), in the ranges abi.h gives.
+Status CheckSampleParams(const strata_sample_params& p, int64_t row);
+
 // A 1-D I32 list of block ids (kv_copy_blocks, kv_gather, kv_scatter).
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view);
 

@@ -30,14 +30,16 @@ class Plugin {
   Plugin(const Plugin&) = delete;
   Plugin& operator=(const Plugin&) = delete;
 
-  const strata_plugin_api_v1& api() const { return *api_; }
+  // A full-size copy of the plugin's table (optional entries past its struct_size are NULL).
+  const strata_plugin_api_v1& api() const { return api_; }
   const std::string& origin() const { return origin_; }
-  bool has_moe() const { return api_->moe_route != nullptr && api_->moe_experts != nullptr; }
+  bool has_moe() const { return api_.moe_route != nullptr && api_.moe_experts != nullptr; }
+  bool has_sample() const { return api_.sample != nullptr; }
 
  private:
-  Plugin(const strata_plugin_api_v1* api, std::string origin, void* dl_handle)
+  Plugin(const strata_plugin_api_v1& api, std::string origin, void* dl_handle)
       : api_(api), origin_(std::move(origin)), dl_handle_(dl_handle) {}
-  const strata_plugin_api_v1* api_;
+  strata_plugin_api_v1 api_;
   std::string origin_;
   void* dl_handle_;
 };

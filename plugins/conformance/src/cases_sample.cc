@@ -1,0 +1,106 @@
+// Conformance cases for the optional `sample` entry (skipped when either backend leaves it
+// NULL): the sampled ids must match the reference exactly, the logprobs within tolerance.
+// Logits are in the act dtype, as the engine passes them; inputs are rounded to the coarser of
+// the two backends' dtypes, so both sample the same numbers (and bf16 makes ties common).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "harness.h"
+
+namespace strata::conformance {
+namespace {
+
+enum class Shape { kPeaked, kFlat, kTies };
+
+// kPeaked: a few tokens far above a long tail (a language model's usual row); kFlat: values in
+// [-1, 1) (many tokens matter for top-p); kTies: values from {-2, 0, 1, 3}, so equal logits
+// straddle every cut and the lower-id-first rule decides.
+std::vector<float> Logits(Rng& rng, int64_t rows, int64_t vocab, Shape shape) {
+  std::vector<float> out(static_cast<size_t>(rows * vocab));
+  static constexpr float kLevels[] = {-2.0f, 0.0f, 1.0f, 3.0f};
+  for (float& v : out) {
+    switch (shape) {
+      case Shape::kPeaked:
+        v = static_cast<float>(rng.Uniform(-4, 2) + (rng.Int(0, 999) < 3 ? 8 : 0));
+        break;
+      case Shape::kFlat:
+        v = static_cast<float>(rng.Uniform(-1, 1));
+        break;
+      case Shape::kTies:
+        v = kLevels[rng.Int(0, 3)];
+        break;
+    }
+  }
+  return out;
+}
+
+// Row r's parameters cycle through greedy, plain temperature, and each truncation alone and
+// combined; the draw and the logprob count come from the generator.
+strata_sample_params Params(Rng& rng, int64_t r, int64_t vocab, bool logprobs) {
+  strata_sample_params p{};
+  p.top_p = 1.0f;
+  switch (r % 7) {
+    case 0: p.temperature = 0.0f; break;
+    case 1: p.temperature = 1.0f; break;
+    case 2: p.temperature = 0.7f, p.top_k = 1 + rng.Int(0, 49); break;
+    case 3: p.temperature = 1.3f, p.top_p = 0.9f; break;
+    case 4: p.temperature = 0.8f, p.min_p = 0.05f; break;
+    case 5: p.temperature = 1.0f, p.top_k = static_cast<int32_t>(vocab / 2), p.top_p = 0.5f,
+            p.min_p = 0.1f; break;
+    default: p.temperature = 2.0f, p.top_p = 0.98f; break;
+  }
+  p.uniform = rng.Uniform(0, 1);
+  p.num_logprobs = logprobs ? rng.Int(-1, STRATA_MAX_LOGPROBS) : -1;
+  return p;
+}
+
+std::vector<int32_t> AsInts(const std::vector<strata_sample_params>& params) {
+  std::vector<int32_t> ints(params.size() * sizeof(strata_sample_params) / sizeof(int32_t));
+  std::memcpy(ints.data(), params.data(), params.size() * sizeof(strata_sample_params));
+  return ints;
+}
+
+void AddSample(uint64_t seed, int64_t rows, int64_t vocab, Shape shape, bool logprobs,
+               CaseList* out) {
+  static constexpr const char* kShape[] = {"peaked", "flat", "ties"};
+  CaseBuilder cb(seed, "sample",
+                 absl::StrFormat("N=%d V=%d %s%s", rows, vocab, kShape[static_cast<int>(shape)],
+                                 logprobs ? " logprobs" : ""));
+  const int logits = cb.Values("logits", Role::kAct, Logits(cb.rng(), rows, vocab, shape));
+  std::vector<strata_sample_params> params;
+  for (int64_t r = 0; r < rows; ++r) params.push_back(Params(cb.rng(), r, vocab, logprobs));
+  const int par = cb.Ints("params", AsInts(params));
+  const int tokens = cb.Output(cb.Ints("tokens", std::vector<int32_t>(rows, -1)));
+  const int lp_cols = 1 + STRATA_MAX_LOGPROBS;
+  const int lp = cb.Output(
+      cb.Values("logprobs", Role::kF32, std::vector<float>(rows * lp_cols, 7.0f)));
+  const int ti = cb.Output(cb.Ints("top_ids", std::vector<int32_t>(rows * STRATA_MAX_LOGPROBS, -1)));
+  TestCase c = cb.Build([=](OpContext& ctx) {
+    strata_tensor lt = ctx.Tensor(logits, {rows, vocab});
+    strata_tensor tt = ctx.Tensor(tokens, {rows});
+    strata_tensor lpt = ctx.Tensor(lp, {rows, lp_cols});
+    strata_tensor tit = ctx.Tensor(ti, {rows, STRATA_MAX_LOGPROBS});
+    const auto* p = static_cast<const strata_sample_params*>(ctx.Ptr(par));
+    return ctx.Check(ctx.api().sample(ctx.backend(), ctx.stream(), &lt, p, &tt,
+                                      logprobs ? &lpt : nullptr, logprobs ? &tit : nullptr),
+                     "sample");
+  });
+  c.needs_sample = true;
+  out->push_back(std::move(c));
+}
+
+}  // namespace
+
+void AddSampleCases(uint64_t seed, CaseList* out) {
+  AddSample(seed, 7, 1000, Shape::kPeaked, true, out);
+  AddSample(seed, 14, 517, Shape::kFlat, true, out);
+  AddSample(seed, 21, 64, Shape::kTies, true, out);
+  AddSample(seed, 64, 32000, Shape::kPeaked, false, out);
+  // Vocabulary sizes of Llama 3 and Qwen3 (rows wider than any one thread block's tile).
+  AddSample(seed, 9, 128256, Shape::kPeaked, true, out);
+  AddSample(seed, 8, 151936, Shape::kFlat, false, out);
+}
+
+}  // namespace strata::conformance
