@@ -22,9 +22,31 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
                                                                  : ForwardSeq::Logits::kNone;
     seqs.push_back(f);
   }
+  // On the device when the plugin samples and no request here needs the host sampler; each
+  // sampled row draws from its request's generator exactly as the host sampler would.
+  bool on_device = options_.device_sampling && runner_->can_sample();
+  std::vector<strata_sample_params> params;
+  for (size_t i = 0; i < sched.seqs.size() && on_device; ++i) {
+    if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
+    const Request* r = sched.seqs[i].request;
+    on_device = !NeedsHostSampling(r->params);
+    params.push_back(ToSampleParams(r->params));
+  }
   std::vector<float> logits;
+  std::vector<SampleResult> sampled;
   if (!seqs.empty()) {
-    STRATA_ASSIGN_OR_RETURN(logits, runner_->Forward(seqs));
+    if (on_device) {
+      size_t row = 0;
+      for (size_t i = 0; i < sched.seqs.size(); ++i) {
+        if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
+        const Request* r = sched.seqs[i].request;
+        if (r->params.temperature != 0.0f) params[row].uniform = r->rng->Uniform();
+        ++row;
+      }
+      STRATA_ASSIGN_OR_RETURN(sampled, runner_->ForwardSampled(seqs, params));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(logits, runner_->Forward(seqs));
+    }
     ++stats_.steps;
   }
   scheduler_->OnStepDone(sched);
@@ -39,7 +61,11 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     }
     if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
     RequestOutput out;
-    ProcessSample(r, std::span<float>(logits.data() + row * vocab, vocab), out);
+    if (on_device) {
+      ApplySample(r, sampled[row], out);
+    } else {
+      ProcessSample(r, std::span<float>(logits.data() + row * vocab, vocab), out);
+    }
     ++row;
     outputs.push_back(std::move(out));
   }

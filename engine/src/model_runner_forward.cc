@@ -17,9 +17,33 @@ absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int v
 
 absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardSeq> seqs) {
   StepInputs in;
+  STRATA_RETURN_IF_ERROR(RunBody(seqs, in));
+  if (in.num_tokens == 0) return std::vector<float>();
+  return RunHead(in);
+}
+
+absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
+    std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params) {
+  if (!can_sample()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(backend_->plugin().origin(), ": plugin has no sample entry"));
+  }
+  StepInputs in;
+  STRATA_RETURN_IF_ERROR(RunBody(seqs, in));
+  if (params.size() != in.logit_rows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(params.size(), " sampling params for ",
+                                                   in.logit_rows.size(), " logits rows"));
+  }
+  if (in.num_tokens == 0) return std::vector<SampleResult>();
+  STRATA_RETURN_IF_ERROR(ComputeLogits(in));
+  return SampleLogits(in, params);
+}
+
+// Everything up to the final norm's input: inputs uploaded, embedding, every layer.
+absl::Status ModelRunner::RunBody(std::span<const ForwardSeq> seqs, StepInputs& in) {
   STRATA_RETURN_IF_ERROR(
       BuildInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
-  if (in.num_tokens == 0) return std::vector<float>();
+  if (in.num_tokens == 0) return absl::OkStatus();
   STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
                                        static_cast<int64_t>(in.block_tables.size()),
                                        static_cast<int64_t>(in.logit_rows.size())));
@@ -34,7 +58,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardS
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.embedding(backend_->handle(), backend_->stream(), &table, &ids, &residual), "embedding"));
   for (int l = 0; l < config().num_layers; ++l) STRATA_RETURN_IF_ERROR(RunLayer(l, in));
-  return RunHead(in);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -244,7 +268,8 @@ absl::Status ModelRunner::RunMoe(int layer, const StepInputs& in) {
                          "moe_experts");
 }
 
-absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
+// The final norm and, for the logits rows, the LM head into scratch_->logits [rows, vocab].
+absl::Status ModelRunner::ComputeLogits(const StepInputs& in) {
   const auto& api = backend_->api();
   auto* b = backend_->handle();
   auto* s = backend_->stream();
@@ -259,19 +284,26 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.rms_norm(b, s, &hidden, &residual, &norm_w, eps, &normed), "rms_norm(final)"));
-  if (rows == 0) {
-    STRATA_RETURN_IF_ERROR(backend_->Synchronize());
-    return std::vector<float>();
-  }
+  if (rows == 0) return absl::OkStatus();
   strata_tensor row_ids = MakeTensor(scratch_->logit_rows.data(), STRATA_DTYPE_I32, {rows});
   strata_tensor head_in = MakeTensor(scratch_->head_in.data(), act, {rows, h});
   strata_tensor head_w = MakeTensor(model_->lm_head().data(), wdt, {v, h});
   strata_tensor logits = MakeTensor(scratch_->logits.data(), act, {rows, v});
   STRATA_RETURN_IF_ERROR(
       backend_->Check(api.gather_rows(b, s, &normed, &row_ids, &head_in), "gather_rows"));
-  STRATA_RETURN_IF_ERROR(
-      backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits), "gemm(lm_head)"));
-  std::vector<float> out(static_cast<size_t>(rows * v));
+  return backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits),
+                         "gemm(lm_head)");
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
+  STRATA_RETURN_IF_ERROR(ComputeLogits(in));
+  const strata_dtype act = backend_->info().act_dtype;
+  const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
+  if (rows == 0) {
+    STRATA_RETURN_IF_ERROR(backend_->Synchronize());
+    return std::vector<float>();
+  }
+  std::vector<float> out(static_cast<size_t>(rows * config().vocab_size));
   if (act == STRATA_DTYPE_F32) {
     STRATA_RETURN_IF_ERROR(
         backend_->CopyToHost(out.data(), scratch_->logits.data(), out.size() * sizeof(float)));
@@ -282,6 +314,65 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
       backend_->CopyToHost(half.data(), scratch_->logits.data(), half.size() * sizeof(uint16_t)));
   for (size_t j = 0; j < out.size(); ++j) {
     out[j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
+  }
+  return out;
+}
+
+// The plugin's `sample` over scratch_->logits: uploads the params, copies back the ids (and
+// the logprobs only when a row asks for them).
+absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
+    const StepInputs& in, std::span<const strata_sample_params> params) {
+  const int64_t rows = static_cast<int64_t>(in.logit_rows.size()), v = config().vocab_size;
+  Scratch& sc = *scratch_;
+  bool logprobs = false;
+  for (const auto& p : params) logprobs |= p.num_logprobs >= 0;
+  constexpr int64_t kLp = 1 + STRATA_MAX_LOGPROBS, kTop = STRATA_MAX_LOGPROBS;
+  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
+    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+    buf.Reset();
+    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), bytes));
+    return absl::OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(grow(sc.sample_params, rows * sizeof(strata_sample_params)));
+  STRATA_RETURN_IF_ERROR(grow(sc.sample_tokens, rows * sizeof(int32_t)));
+  if (logprobs) {
+    STRATA_RETURN_IF_ERROR(grow(sc.sample_logprobs, rows * kLp * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(sc.sample_top, rows * kTop * sizeof(int32_t)));
+  }
+  STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(sc.sample_params.data(), params.data(),
+                                                rows * sizeof(strata_sample_params)));
+  const strata_dtype act = backend_->info().act_dtype;
+  strata_tensor logits = MakeTensor(sc.logits.data(), act, {rows, v});
+  strata_tensor tokens = MakeTensor(sc.sample_tokens.data(), STRATA_DTYPE_I32, {rows});
+  strata_tensor lp = MakeTensor(sc.sample_logprobs.data(), STRATA_DTYPE_F32, {rows, kLp});
+  strata_tensor top = MakeTensor(sc.sample_top.data(), STRATA_DTYPE_I32, {rows, kTop});
+  STRATA_RETURN_IF_ERROR(backend_->Check(
+      backend_->api().sample(backend_->handle(), backend_->stream(), &logits,
+                             static_cast<const strata_sample_params*>(sc.sample_params.data()),
+                             &tokens, logprobs ? &lp : nullptr, logprobs ? &top : nullptr),
+      "sample"));
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  STRATA_RETURN_IF_ERROR(
+      backend_->CopyToHost(ids.data(), sc.sample_tokens.data(), ids.size() * sizeof(int32_t)));
+  std::vector<float> lps;
+  std::vector<int32_t> tops;
+  if (logprobs) {
+    lps.resize(static_cast<size_t>(rows * kLp));
+    tops.resize(static_cast<size_t>(rows * kTop));
+    STRATA_RETURN_IF_ERROR(
+        backend_->CopyToHost(lps.data(), sc.sample_logprobs.data(), lps.size() * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(
+        backend_->CopyToHost(tops.data(), sc.sample_top.data(), tops.size() * sizeof(int32_t)));
+  }
+  std::vector<SampleResult> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    out[r].token = ids[r];
+    const int n = params[r].num_logprobs;
+    if (n < 0) continue;
+    out[r].logprob = lps[r * kLp];
+    for (int j = 0; j < n && j < v; ++j) {
+      out[r].top.push_back({tops[r * kTop + j], lps[r * kLp + 1 + j]});
+    }
   }
   return out;
 }

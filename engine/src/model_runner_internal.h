@@ -14,6 +14,7 @@ struct ModelRunner::Scratch {
   DeviceBuffer hidden, residual, normed, qkv, attn, mlp_in, mlp_act, router, topk_w, topk_ids;
   DeviceBuffer ids, positions, slots, q_start, kv_len, block_tables, logit_rows;
   DeviceBuffer head_in, logits;
+  DeviceBuffer sample_params, sample_tokens, sample_logprobs, sample_top;  // ForwardSampled
 };
 
 // Host-side description of one step, flattened from the ForwardSeqs. Lives until the step's

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
@@ -26,8 +27,10 @@ class EngineTest : public ::testing::Test {
     delete dir_;
   }
 
-  std::unique_ptr<Engine> Make(bool prefix_caching = true, int num_blocks = 128) {
+  std::unique_ptr<Engine> Make(bool prefix_caching = true, int num_blocks = 128,
+                               bool device_sampling = true) {
     EngineOptions opts;
+    opts.device_sampling = device_sampling;
     opts.runner.block_size = 8;
     opts.runner.num_kv_blocks = num_blocks;
     opts.enable_prefix_caching = prefix_caching;
@@ -93,6 +96,64 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
   p.seed = 99;
   auto c = e->Generate({"Once upon a time"}, p);
   EXPECT_NE((*a)[0].tokens, (*c)[0].tokens);
+}
+
+// The CPU plugin has the `sample` entry: steps sample through it unless device_sampling is
+// off. Both paths apply one rule with one generator, so a batch of mixed requests (greedy,
+// each truncation, logprobs) comes out identical, and a request with a penalty (host only)
+// mixed into the batch changes nothing for the others.
+TEST_F(EngineTest, DeviceAndHostSamplingGiveTheSameTokensAndLogprobs) {
+  std::vector<SamplingParams> mix(5);
+  for (size_t i = 0; i < mix.size(); ++i) {
+    mix[i].max_tokens = 12;
+    mix[i].ignore_eos = true;
+    mix[i].seed = 100 + i;
+  }
+  mix[0].temperature = 0;
+  mix[1].temperature = 1.2f, mix[1].top_k = 20;
+  mix[2].temperature = 0.9f, mix[2].top_p = 0.8f, mix[2].logprobs = 3;
+  mix[3].temperature = 1.0f, mix[3].min_p = 0.1f, mix[3].logprobs = 0;
+  mix[4].temperature = 1.0f;
+  auto run = [&](bool device, bool with_penalty) {
+    auto e = Make(true, 128, device);
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < mix.size(); ++i) {
+      SamplingParams p = mix[i];
+      if (with_penalty && i == 4) p.repetition_penalty = 1.3f;
+      const std::string id = "r" + std::to_string(i);
+      const absl::Status added = e->AddTextRequest(id, "once upon a time " + std::to_string(i), p);
+      EXPECT_TRUE(added.ok()) << added;
+      ids.push_back(id);
+    }
+    std::map<std::string, std::vector<int32_t>> tokens;
+    std::map<std::string, std::vector<float>> logprobs;
+    while (e->HasUnfinished()) {
+      auto outs = e->Step();
+      EXPECT_TRUE(outs.ok()) << outs.status();
+      if (!outs.ok()) break;
+      for (const RequestOutput& o : *outs) {
+        auto& t = tokens[o.request_id];
+        t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+        for (const SampleResult& s : o.logprobs) {
+          logprobs[o.request_id].push_back(s.logprob);
+          for (const auto& top : s.top) logprobs[o.request_id].push_back(top.logprob);
+        }
+      }
+    }
+    std::vector<std::vector<int32_t>> t;
+    std::vector<std::vector<float>> l;
+    for (const auto& id : ids) t.push_back(tokens[id]), l.push_back(logprobs[id]);
+    return std::make_pair(t, l);
+  };
+  const auto host = run(false, false), device = run(true, false);
+  EXPECT_EQ(host.first, device.first);
+  EXPECT_EQ(host.second, device.second);
+  for (const auto& t : device.first) EXPECT_EQ(t.size(), 12u);
+  EXPECT_EQ(device.second[2].size(), 12u * 4);  // chosen + top 3 per token
+  // Sampled requests really sample: not all of them follow the greedy one.
+  EXPECT_NE(device.first[1], device.first[0]);
+  const auto mixed = run(true, true);
+  for (size_t i = 0; i + 1 < mix.size(); ++i) EXPECT_EQ(mixed.first[i], device.first[i]) << i;
 }
 
 TEST_F(EngineTest, StopStringTruncatesTextAndStops) {

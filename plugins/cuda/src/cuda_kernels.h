@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "strata/plugin/abi.h"
+
 namespace strata::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -174,5 +176,14 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& p
 // the pool is masked and never dereferenced.
 bool PrefillAttentionSupported(const AttentionArgs& args);
 cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t stream);
+
+// ---- sampling (kernels_sample.cu) ------------------------------------------------------------
+// abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one thread block
+// per row; params (device) values outside their ranges are clamped. logprobs / top_ids may be
+// NULL (then no row writes them).
+cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows,
+                         int64_t vocab, const strata_sample_params* params, int32_t* tokens,
+                         float* logprobs, int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+                         cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -36,6 +36,9 @@ Status MoeExperts(Stream& s, const strata_tensor* x, const strata_tensor* topk_w
                   const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                   const strata_tensor* w_down, strata_tensor* out);
 
+Status Sample(Stream& s, const strata_tensor* logits, const strata_sample_params* params,
+              strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);
+
 // out[m, n] (row stride ldo, dtype out_type) = x[m, k] (bf16, ldx) * w[n, k]^T (bf16, ldw)
 // + beta * out, through cublasGemmEx with fp32 compute. Dimensions must fit in int.
 Status GemmNT(const char* op, Stream& s, int64_t m, int64_t n, int64_t k, const void* x,

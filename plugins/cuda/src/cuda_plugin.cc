@@ -264,6 +264,14 @@ strata_status MoeRouteEntry(strata_backend b, strata_stream st, const strata_ten
   });
 }
 
+strata_status SampleEntry(strata_backend b, strata_stream st, const strata_tensor* logits,
+                          const strata_sample_params* params, strata_tensor* tokens,
+                          strata_tensor* logprobs, strata_tensor* top_ids) noexcept {
+  return GuardOp(b, st, "sample", [&](Stream& s) {
+    return Sample(s, logits, params, tokens, logprobs, top_ids);
+  });
+}
+
 strata_status MoeExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
                               const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                               const strata_tensor* w_gate_up, const strata_tensor* w_down,
@@ -303,6 +311,7 @@ const strata_plugin_api_v1 kApi = {
     .kv_scatter = KvScatterEntry,
     .moe_route = MoeRouteEntry,
     .moe_experts = MoeExpertsEntry,
+    .sample = SampleEntry,
 };
 
 }  // namespace

@@ -30,6 +30,10 @@ struct EngineOptions {
   std::string cache_salt;     // mixed into block hashes (tenant isolation)
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   uint64_t default_seed = 0;  // seeds requests without a seed (request i gets seed + i)
+  // Sample on the device through the plugin's `sample` entry when it has one, so a step
+  // copies back token ids instead of logits rows; steps with a request that needs the host
+  // sampler (penalties) still copy logits. Same tokens either way (one sampling rule).
+  bool device_sampling = true;
 };
 
 struct RequestOutput {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "strata/engine/block_manager.h"
 #include "strata/engine/model.h"
+#include "strata/engine/sampling.h"
 
 namespace strata {
 
@@ -58,6 +59,12 @@ class ModelRunner {
   // Logits rows in order: for each sequence, none / its last token / all its tokens.
   // Each row has vocab_size floats.
   absl::StatusOr<std::vector<float>> Forward(std::span<const ForwardSeq> seqs);
+  // Forward, then every logits row sampled on the device by the plugin's `sample` entry
+  // (can_sample()), params[i] for the i-th row: copies back ids (and the logprobs rows that
+  // ask for them) instead of vocab_size floats per row. FailedPrecondition without the entry.
+  absl::StatusOr<std::vector<SampleResult>> ForwardSampled(
+      std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params);
+  bool can_sample() const { return backend_->plugin().has_sample(); }
 
   struct Scratch;     // model_runner_internal.h
   struct StepInputs;  // model_runner_internal.h
@@ -71,7 +78,11 @@ class ModelRunner {
   absl::Status RunAttention(int layer, const StepInputs& in);
   absl::Status RunMlp(int layer, const StepInputs& in);
   absl::Status RunMoe(int layer, const StepInputs& in);
+  absl::Status RunBody(std::span<const ForwardSeq> seqs, StepInputs& in);
+  absl::Status ComputeLogits(const StepInputs& in);
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
+  absl::StatusOr<std::vector<SampleResult>> SampleLogits(
+      const StepInputs& in, std::span<const strata_sample_params> params);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;

@@ -1,0 +1,337 @@
+// On-device sampling (abi.h strata_sample_params): one thread block per logits row, no sort.
+//
+// The rule orders a row's candidates by descending scaled logit, ties by ascending id, and
+// every truncation keeps a prefix of that order, so each step is "find the element where a
+// cumulative quantity (a count, or probability mass) over the order first crosses a target".
+// That element is found with a 4-pass radix select on the logit's orderable 32-bit key (a
+// 256-bin histogram of the quantity per pass, in shared memory, scanned from the top bin),
+// then a scan in id order of the elements whose key equals the one found. A prefix is kept as
+// a Cut: everything whose key is above `key`, and the elements with that key up to id `id`.
+// Mass is exp(double(x) - max) in double, as the host rule computes it; sums are taken in a
+// different order than the host's sequential loop, so a draw within ~1e-15 of a boundary may
+// fall on the other side (abi.h allows it).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda_kernels.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+
+struct Cut {
+  uint32_t key = 0;
+  int32_t id = INT_MAX;  // with key 0 and id INT_MAX: every element
+};
+
+__device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float Load(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
+
+// Larger float -> larger key; -0 and +0 share one key (they compare equal).
+__device__ __forceinline__ uint32_t Key(float f) {
+  if (f == 0.0f) f = 0.0f;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ bool In(uint32_t key, int32_t id, const Cut& c) {
+  return key > c.key || (key == c.key && id <= c.id);
+}
+
+// "a before b" in the candidate order: larger value, then lower id.
+__device__ __forceinline__ bool Before(float va, int32_t ia, float vb, int32_t ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+struct Shared {
+  double hist[256];
+  double warp_d[kWarps];
+  float warp_f[kWarps];
+  int32_t warp_i[kWarps];
+  double before;
+  uint32_t prefix;
+  int found;  // the select crossed its target
+  int32_t tie_id;
+};
+
+__device__ double BlockSum(double v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.warp_d[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kWarps; ++w) total += sh.warp_d[w];
+  return total;
+}
+
+// The first element in candidate order among those each thread offers (value, id).
+__device__ void BlockFirst(float& v, int32_t& id, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_down_sync(0xffffffffu, v, o);
+    const int32_t oi = __shfl_down_sync(0xffffffffu, id, o);
+    if (Before(ov, oi, v, id)) v = ov, id = oi;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.warp_f[threadIdx.x >> 5] = v, sh.warp_i[threadIdx.x >> 5] = id;
+  __syncthreads();
+  v = sh.warp_f[0], id = sh.warp_i[0];
+  for (int w = 1; w < kWarps; ++w) {
+    if (Before(sh.warp_f[w], sh.warp_i[w], v, id)) v = sh.warp_f[w], id = sh.warp_i[w];
+  }
+}
+
+// One row as the select sees it: x[i] = load(row, i) / temperature (1: raw), the mass of an
+// element exp(double(x) - max).
+template <typename T>
+struct Row {
+  const T* data;
+  int64_t vocab;
+  float temperature;  // 0: the raw logits
+  double max;
+  __device__ float X(int64_t i) const {
+    const float v = Load(data, i);
+    return temperature > 0.0f ? __fdiv_rn(v, temperature) : v;
+  }
+  __device__ double Mass(float x) const { return exp(static_cast<double>(x) - max); }
+};
+
+// The first element (in candidate order, among those inside `within`) at which the running sum
+// of its weight (1 per element when `count`, else its mass) reaches `target` (`strict`: exceeds
+// it). Returns whether one does; the Cut through it goes to *out.
+template <typename T>
+__device__ bool Select(const Row<T>& row, const Cut& within, bool count, double target,
+                       bool strict, Cut* out, Shared& sh) {
+  auto crosses = [&](double acc) { return strict ? acc > target : acc >= target; };
+  if (threadIdx.x == 0) sh.before = 0, sh.prefix = 0, sh.found = 0;
+  uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = sh.prefix;
+    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+      const float x = row.X(i);
+      const uint32_t k = Key(x);
+      if ((k & mask) != prefix || !In(k, static_cast<int32_t>(i), within)) continue;
+      atomicAdd(&sh.hist[(k >> shift) & 255u], count ? 1.0 : row.Mass(x));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double acc = sh.before;
+      int bin = -1;
+      for (int b = 255; b >= 0; --b) {
+        if (crosses(acc + sh.hist[b])) {
+          bin = b;
+          break;
+        }
+        acc += sh.hist[b];
+      }
+      if (bin < 0) {
+        sh.found = 0;
+        sh.prefix = 0;
+      } else {
+        sh.found = 1;
+        sh.before = acc;
+        sh.prefix = prefix | (static_cast<uint32_t>(bin) << shift);
+      }
+    }
+    __syncthreads();
+    if (!sh.found) return false;
+    mask |= 255u << shift;
+  }
+  // Ties at the key found, in id order: each thread sums one contiguous chunk of ids.
+  const uint32_t key = sh.prefix;
+  const int64_t chunk = (row.vocab + kThreads - 1) / kThreads;
+  const int64_t lo = threadIdx.x * chunk, hi = min(row.vocab, lo + chunk);
+  double mine = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float x = row.X(i);
+    if (Key(x) == key && In(key, static_cast<int32_t>(i), within)) mine += count ? 1.0 : row.Mass(x);
+  }
+  // Exclusive scan of the chunk sums in thread order (warp shuffles, then across warps).
+  double incl = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, incl, o);
+    if ((threadIdx.x & 31) >= o) incl += up;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 31) sh.warp_d[threadIdx.x >> 5] = incl;
+  if (threadIdx.x == 0) sh.tie_id = INT_MAX;
+  __syncthreads();
+  double acc = sh.before;
+  for (int w = 0; w < static_cast<int>(threadIdx.x >> 5); ++w) acc += sh.warp_d[w];
+  acc += incl - mine;
+  if (!crosses(acc) && crosses(acc + mine)) {  // exactly one thread's chunk crosses
+    for (int64_t i = lo; i < hi; ++i) {
+      const float x = row.X(i);
+      if (Key(x) != key || !In(key, static_cast<int32_t>(i), within)) continue;
+      acc += count ? 1.0 : row.Mass(x);
+      if (crosses(acc)) {
+        sh.tie_id = static_cast<int32_t>(i);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (sh.tie_id == INT_MAX) return false;  // rounding: the ties did not reach the target
+  *out = Cut{key, sh.tie_id};
+  return true;
+}
+
+// Sum of the mass of the elements inside `c`.
+template <typename T>
+__device__ double MassIn(const Row<T>& row, const Cut& c, Shared& sh) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    const float x = row.X(i);
+    if (In(Key(x), static_cast<int32_t>(i), c)) s += row.Mass(x);
+  }
+  return BlockSum(s, sh);
+}
+
+// The first (or, with `last`, the last) element of `c` in candidate order.
+template <typename T>
+__device__ int32_t Extreme(const Row<T>& row, const Cut& c, bool last, Shared& sh) {
+  float v = last ? INFINITY : -INFINITY;
+  int32_t id = last ? -1 : INT_MAX;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    const float x = row.X(i);
+    if (!In(Key(x), static_cast<int32_t>(i), c)) continue;
+    const int32_t ii = static_cast<int32_t>(i);
+    // The last in order is the first in the reversed order: smaller value, then higher id.
+    if (last ? Before(-x, -ii, -v, -id) : Before(x, ii, v, id)) v = x, id = ii;
+  }
+  if (last) {
+    float nv = -v;
+    int32_t nid = -id;
+    BlockFirst(nv, nid, sh);
+    return -nid;
+  }
+  BlockFirst(v, id, sh);
+  return id;
+}
+
+// The sampling rule of abi.h for one row with temperature > 0.
+template <typename T>
+__device__ int32_t Draw(const T* data, int64_t vocab, const strata_sample_params& p, Shared& sh) {
+  Row<T> row{data, vocab, p.temperature, 0.0};
+  const Cut all;
+  const int32_t first = Extreme(row, all, false, sh);
+  row.max = row.X(first);
+  Cut keep = all;
+  if (p.top_k > 0 && p.top_k < vocab) Select(row, all, true, p.top_k, false, &keep, sh);
+  const double total = MassIn(row, keep, sh);
+  if (p.top_p < 1.0f) {
+    Cut c;
+    if (Select(row, keep, false, static_cast<double>(p.top_p) * total, false, &c, sh)) keep = c;
+  }
+  if (p.min_p > 0.0f) {
+    // p_i >= min_p * p_0 holds on a prefix made of whole tie groups (p_0 = 1 / total).
+    const double threshold = static_cast<double>(p.min_p) * (1.0 / total);
+    uint32_t lowest = UINT32_MAX;
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+      const float x = row.X(i);
+      const uint32_t k = Key(x);
+      if (In(k, static_cast<int32_t>(i), keep) && row.Mass(x) / total >= threshold) {
+        lowest = min(lowest, k);
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) lowest = min(lowest, __shfl_down_sync(0xffffffffu, lowest, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh.warp_i[threadIdx.x >> 5] = static_cast<int32_t>(lowest);
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w) lowest = min(lowest, static_cast<uint32_t>(sh.warp_i[w]));
+    if (lowest > keep.key) keep = Cut{lowest, INT_MAX};
+  }
+  const double kept = MassIn(row, keep, sh);
+  Cut at;
+  if (Select(row, keep, false, p.uniform * kept, true, &at, sh)) return at.id;
+  return Extreme(row, keep, true, sh);
+}
+
+template <typename T>
+__device__ void Logprobs(const T* data, int64_t vocab, int32_t token, int n, float* lp,
+                         int32_t* top, Shared& sh) {
+  Row<T> raw{data, vocab, 0.0f, 0.0};
+  const int32_t first = Extreme(raw, Cut{}, false, sh);
+  const float max = raw.X(first);
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    s += exp(static_cast<double>(raw.X(i) - max));
+  }
+  const double sum = BlockSum(s, sh);
+  const float log_z = max + static_cast<float>(log(sum));
+  if (threadIdx.x == 0) lp[0] = raw.X(token) - log_z;
+  // The top n in order: each pass takes the first element after the previous one.
+  float pv = INFINITY;
+  int32_t pid = -1;
+  for (int j = 0; j < n && j < vocab; ++j) {
+    float v = -INFINITY;
+    int32_t id = INT_MAX;
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+      const float x = raw.X(i);
+      const int32_t ii = static_cast<int32_t>(i);
+      if (Before(pv, pid, x, ii) && Before(x, ii, v, id)) v = x, id = ii;
+    }
+    BlockFirst(v, id, sh);
+    if (threadIdx.x == 0) {
+      lp[1 + j] = v - log_z;
+      top[j] = id;
+    }
+    pv = v, pid = id;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    SampleKernel(const T* logits, int64_t stride, int64_t vocab,
+                 const strata_sample_params* params, int32_t* tokens, float* logprobs,
+                 int64_t lp_stride, int32_t* top_ids, int64_t top_stride) {
+  __shared__ Shared sh;
+  const int64_t r = blockIdx.x;
+  const T* data = logits + r * stride;
+  strata_sample_params p = params[r];
+  // Out-of-range values are clamped (the host validated them; device memory is not read back).
+  p.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
+  p.top_p = p.top_p > 0.0f ? fminf(p.top_p, 1.0f) : 1.0f;
+  p.min_p = fminf(fmaxf(p.min_p, 0.0f), 1.0f);
+  p.uniform = fmin(fmax(p.uniform, 0.0), 1.0);
+  int32_t token;
+  if (p.temperature == 0.0f) {
+    Row<T> raw{data, vocab, 0.0f, 0.0};
+    token = Extreme(raw, Cut{}, false, sh);
+  } else {
+    token = Draw(data, vocab, p, sh);
+  }
+  if (threadIdx.x == 0) tokens[r] = token;
+  if (p.num_logprobs >= 0 && logprobs != nullptr && top_ids != nullptr) {
+    Logprobs(data, vocab, token, min(p.num_logprobs, STRATA_MAX_LOGPROBS), logprobs + r * lp_stride,
+             top_ids + r * top_stride, sh);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows,
+                         int64_t vocab, const strata_sample_params* params, int32_t* tokens,
+                         float* logprobs, int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+                         cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (f32) {
+    SampleKernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(logits), stride,
+                                                       vocab, params, tokens, logprobs, lp_stride,
+                                                       top_ids, top_stride);
+  } else {
+    SampleKernel<bf16><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(logits), stride,
+                                                      vocab, params, tokens, logprobs, lp_stride,
+                                                      top_ids, top_stride);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda
