@@ -49,39 +49,113 @@ __device__ __forceinline__ bool Before(float va, int32_t ia, float vb, int32_t i
 }
 
 struct Shared {
-  double hist[256];
+  double hist[256];  // one radix pass's bins
   double warp_d[kWarps];
   float warp_f[kWarps];
   int32_t warp_i[kWarps];
+  double res_d;  // a block reduction's result, broadcast
+  float res_f;
+  int32_t res_i;
   double before;
   uint32_t prefix;
   int found;  // the select crossed its target
   int32_t tie_id;
 };
 
+// Block reductions: each warp reduces with shuffles, warp 0 combines the warps' values and
+// broadcasts through shared memory (every thread gets the result).
 __device__ double BlockSum(double v, Shared& sh) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.warp_d[threadIdx.x >> 5] = v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sh.warp_d[warp] = v;
   __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kWarps; ++w) total += sh.warp_d[w];
-  return total;
+  if (warp == 0) {
+    double t = sh.warp_d[lane];
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+    if (lane == 0) sh.res_d = t;
+  }
+  __syncthreads();
+  return sh.res_d;
 }
 
-// The first element in candidate order among those each thread offers (value, id).
-__device__ void BlockFirst(float& v, int32_t& id, Shared& sh) {
+__device__ uint32_t BlockMin(uint32_t v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_down_sync(0xffffffffu, v, o));
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sh.warp_i[warp] = static_cast<int32_t>(v);
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t t = static_cast<uint32_t>(sh.warp_i[lane]);
+    for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
+    if (lane == 0) sh.res_i = static_cast<int32_t>(t);
+  }
+  __syncthreads();
+  return static_cast<uint32_t>(sh.res_i);
+}
+
+__device__ __forceinline__ void WarpFirst(float& v, int32_t& id) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_down_sync(0xffffffffu, v, o);
     const int32_t oi = __shfl_down_sync(0xffffffffu, id, o);
     if (Before(ov, oi, v, id)) v = ov, id = oi;
   }
+}
+
+// The first element in candidate order among those each thread offers (value, id).
+__device__ void BlockFirst(float& v, int32_t& id, Shared& sh) {
+  WarpFirst(v, id);
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.warp_f[threadIdx.x >> 5] = v, sh.warp_i[threadIdx.x >> 5] = id;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sh.warp_f[warp] = v, sh.warp_i[warp] = id;
   __syncthreads();
-  v = sh.warp_f[0], id = sh.warp_i[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (Before(sh.warp_f[w], sh.warp_i[w], v, id)) v = sh.warp_f[w], id = sh.warp_i[w];
+  if (warp == 0) {
+    float t = sh.warp_f[lane];
+    int32_t ti = sh.warp_i[lane];
+    WarpFirst(t, ti);
+    if (lane == 0) sh.res_f = t, sh.res_i = ti;
+  }
+  __syncthreads();
+  v = sh.res_f, id = sh.res_i;
+}
+
+// Exclusive prefix sum of `v` over the block in thread order.
+__device__ double BlockExclusiveSum(double v, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += up;
+  }
+  __syncthreads();
+  if (lane == 31) sh.warp_d[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {  // the warps' totals -> their exclusive prefixes, in place
+    const double total = sh.warp_d[lane];
+    double t = total;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double up = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += up;
+    }
+    sh.warp_d[lane] = t - total;
+  }
+  __syncthreads();
+  return sh.warp_d[warp] + incl - v;
+}
+
+// hist[bin] += w for every active lane of the warp: one atomic per distinct bin. Called by
+// every lane of the warp.
+__device__ __forceinline__ void AddToBins(double* hist, bool active, uint32_t bin, double w) {
+  unsigned todo = __ballot_sync(0xffffffffu, active);
+  const int lane = threadIdx.x & 31;
+  while (todo != 0) {
+    const int src = __ffs(todo) - 1;
+    const uint32_t b = __shfl_sync(0xffffffffu, bin, src);
+    const bool mine = active && bin == b;
+    double v = mine ? w : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == src) atomicAdd(&hist[b], v);
+    todo &= ~__ballot_sync(0xffffffffu, mine);
   }
 }
 
@@ -113,11 +187,24 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
     for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
     const uint32_t prefix = sh.prefix;
-    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-      const float x = row.X(i);
-      const uint32_t k = Key(x);
-      if ((k & mask) != prefix || !In(k, static_cast<int32_t>(i), within)) continue;
-      atomicAdd(&sh.hist[(k >> shift) & 255u], count ? 1.0 : row.Mass(x));
+    // Whole warps walk the row together so that lanes adding to the same bin can be summed
+    // with shuffles first (one shared atomic per distinct bin per warp, not one per element:
+    // a row's keys crowd into a few bins, and 1,024 threads adding to one double serialize).
+    for (int64_t base = 0; base < row.vocab; base += kThreads) {
+      const int64_t i = base + threadIdx.x;
+      bool active = false;
+      uint32_t bin = 0;
+      double w = 0;
+      if (i < row.vocab) {
+        const float x = row.X(i);
+        const uint32_t k = Key(x);
+        if ((k & mask) == prefix && In(k, static_cast<int32_t>(i), within)) {
+          active = true;
+          bin = (k >> shift) & 255u;
+          w = count ? 1.0 : row.Mass(x);
+        }
+      }
+      AddToBins(sh.hist, active, bin, w);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -130,11 +217,8 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
         }
         acc += sh.hist[b];
       }
-      if (bin < 0) {
-        sh.found = 0;
-        sh.prefix = 0;
-      } else {
-        sh.found = 1;
+      sh.found = bin >= 0;
+      if (bin >= 0) {
         sh.before = acc;
         sh.prefix = prefix | (static_cast<uint32_t>(bin) << shift);
       }
@@ -152,19 +236,8 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
     const float x = row.X(i);
     if (Key(x) == key && In(key, static_cast<int32_t>(i), within)) mine += count ? 1.0 : row.Mass(x);
   }
-  // Exclusive scan of the chunk sums in thread order (warp shuffles, then across warps).
-  double incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double up = __shfl_up_sync(0xffffffffu, incl, o);
-    if ((threadIdx.x & 31) >= o) incl += up;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 31) sh.warp_d[threadIdx.x >> 5] = incl;
   if (threadIdx.x == 0) sh.tie_id = INT_MAX;
-  __syncthreads();
-  double acc = sh.before;
-  for (int w = 0; w < static_cast<int>(threadIdx.x >> 5); ++w) acc += sh.warp_d[w];
-  acc += incl - mine;
+  double acc = sh.before + BlockExclusiveSum(mine, sh);  // its syncs publish tie_id
   if (!crosses(acc) && crosses(acc + mine)) {  // exactly one thread's chunk crosses
     for (int64_t i = lo; i < hi; ++i) {
       const float x = row.X(i);
@@ -240,11 +313,7 @@ __device__ int32_t Draw(const T* data, int64_t vocab, const strata_sample_params
         lowest = min(lowest, k);
       }
     }
-    for (int o = 16; o > 0; o >>= 1) lowest = min(lowest, __shfl_down_sync(0xffffffffu, lowest, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh.warp_i[threadIdx.x >> 5] = static_cast<int32_t>(lowest);
-    __syncthreads();
-    for (int w = 0; w < kWarps; ++w) lowest = min(lowest, static_cast<uint32_t>(sh.warp_i[w]));
+    lowest = BlockMin(lowest, sh);
     if (lowest > keep.key) keep = Cut{lowest, INT_MAX};
   }
   const double kept = MassIn(row, keep, sh);
