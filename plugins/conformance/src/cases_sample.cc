@@ -91,6 +91,29 @@ void AddSample(uint64_t seed, int64_t rows, int64_t vocab, Shape shape, bool log
   out->push_back(std::move(c));
 }
 
+// tokens has one entry fewer than there are rows: the op must refuse.
+void AddSampleNegative(uint64_t seed, CaseList* out) {
+  CaseBuilder cb(seed, "sample", "rejects tokens of the wrong length");
+  const int64_t rows = 4, vocab = 100;
+  const int logits = cb.Uniform("logits", Role::kAct, rows * vocab);
+  std::vector<strata_sample_params> params(rows);
+  for (auto& p : params) p.top_p = 1.0f, p.num_logprobs = -1;
+  const int par = cb.Ints("params", AsInts(params));
+  const int tokens = cb.Ints("tokens", std::vector<int32_t>(rows, -1));
+  TestCase c = cb.BuildNegative(
+      [=](OpContext& ctx) {
+        strata_tensor lt = ctx.Tensor(logits, {rows, vocab});
+        strata_tensor tt = ctx.Tensor(tokens, {rows - 1});
+        const auto* p = static_cast<const strata_sample_params*>(ctx.Ptr(par));
+        return ctx.Check(
+            ctx.api().sample(ctx.backend(), ctx.stream(), &lt, p, &tt, nullptr, nullptr),
+            "sample");
+      },
+      STRATA_ERR_INVALID_ARGUMENT);
+  c.needs_sample = true;
+  out->push_back(std::move(c));
+}
+
 }  // namespace
 
 void AddSampleCases(uint64_t seed, CaseList* out) {
@@ -101,6 +124,7 @@ void AddSampleCases(uint64_t seed, CaseList* out) {
   // Vocabulary sizes of Llama 3 and Qwen3 (rows wider than any one thread block's tile).
   AddSample(seed, 9, 128256, Shape::kPeaked, true, out);
   AddSample(seed, 8, 151936, Shape::kFlat, false, out);
+  AddSampleNegative(seed, out);
 }
 
 }  // namespace strata::conformance
