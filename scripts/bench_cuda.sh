@@ -26,6 +26,14 @@
 #       against fp32 and SDPA) and torch_sdpa_prefill.py (SDPA flash backend), then a
 #       TFLOP/s table with ours/SDPA ratios.
 #
+#   scripts/bench_cuda.sh device-step [--quick]
+#       The end-to-end engine step alone (same call, `device-step`; the log is step.log):
+#       decode_step_bench runs strata's ModelRunner over libstrata_cuda.so with random weights
+#       at Llama-3.1-8B and Qwen3-30B-A3B shapes: decode step time at batch 1, 8, 64 x 2k context
+#       against the roofline (weights read + KV read over the measured device-copy bandwidth),
+#       the host's logits copy and sampling time, a per-op profile (synchronized after each
+#       op) and prefill tokens/s (2k and 8k prompts), printed as three markdown tables.
+#
 #   scripts/bench_cuda.sh device-moe [--quick]
 #       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
 #       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
@@ -39,13 +47,13 @@ CARRY=$ROOT/out/cuda-bench
 pack() {
   local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
   ninja -C "$build" -j${JOBS:-2} strata_cuda cuda_plugin_test decode_attention_bench \
-    prefill_attention_bench moe_bench
+    prefill_attention_bench moe_bench decode_step_bench
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
   cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
      "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench" \
-     "$build/bin/moe_bench" "$stage/bin/"
+     "$build/bin/moe_bench" "$build/bin/decode_step_bench" "$stage/bin/"
   cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
@@ -187,6 +195,66 @@ moe() {
   moe_table "$work/moe_ours.txt" "$work/moe_torch.txt"
 }
 
+# End-to-end engine step: decode vs its roofline, and prefill tokens/s.
+step() {
+  local quick=${1:-}
+  local work
+  unpack
+  echo "== decode_step_bench"
+  "$work/bin/decode_step_bench" $quick | tee "$work/step.txt"
+  echo
+  step_table "$work/step.txt"
+}
+
+# Decode step vs roofline (one row per model x batch), then prefill tokens/s.
+step_table() {
+  awk -F, '
+    $1 == "CSV" && $2 == "copy" { copy = $3 }
+    $1 == "CSV" && $2 == "step" { steps[ns++] = $0 }
+    $1 == "CSV" && $2 == "prefill" { prefills[np++] = $0 }
+    $1 == "CSV" && $2 == "op" { k = $3 "|" $4; if (!(k in seen)) { seen[k] = 1; points[npt++] = k }
+                                if (!($5 in isop)) { isop[$5] = 1; ops[nop++] = $5 }
+                                opms[k "|" $5] = $7; opcalls[k "|" $5] = $6 }
+    $1 == "CSV" && $2 == "opsum" { k = $3 "|" $4; opsum[k] = $5; opstep[k] = $6; gemmbw[k] = $7 }
+    END {
+      printf "device copy bandwidth (D2D, read+write): %.0f GB/s\n\n", copy
+      print "| model | batch | ctx | step ms (median) | p90 ms | roofline ms | step/roofline | (step - logits D2H)/roofline | weights read GB | KV read GB | experts/layer counted | uniform-routing experts | step/uniform roofline | logits D2H+fp32 ms | host sample greedy ms | host sample top-p ms |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      for (i = 0; i < ns; ++i) {
+        split(steps[i], f, ",")
+        moe = f[13] > 0
+        printf "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f | %.2f | %.1f |\n",
+          f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[17], f[10], f[11],
+          (moe ? sprintf("%.1f", f[12]) : "-"), (moe ? sprintf("%.1f", f[13]) : "-"),
+          (moe ? sprintf("%.2f", f[15]) : "-"), f[16], f[18], f[19]
+      }
+      if (npt) {
+        print ""
+        print "Per-op wall time of a decode step, ms/step (calls/step), with a stream synchronize after every op:"
+        print ""
+        hdr = "| model | batch |"; sep = "|---|---:|"
+        for (j = 0; j < nop; ++j) { hdr = hdr " " ops[j] " |"; sep = sep "---:|" }
+        print hdr " sum (synced) | step (unsynced) | gemm weights GB/s |"
+        print sep "---:|---:|---:|"
+        for (i = 0; i < npt; ++i) {
+          k = points[i]; split(k, f, "|"); row = "| " f[1] " | " f[2] " |"
+          for (j = 0; j < nop; ++j) {
+            kk = k "|" ops[j]
+            row = row ((kk in opms) ? sprintf(" %.2f (%d) |", opms[kk], opcalls[kk]) : " - |")
+          }
+          printf "%s %.2f | %.2f | %.0f |\n", row, opsum[k], opstep[k], gemmbw[k]
+        }
+      }
+      print ""
+      print "| model | prompt tokens | prefill ms | tokens/s |"
+      print "|---|---:|---:|---:|"
+      for (i = 0; i < np; ++i) {
+        split(prefills[i], f, ",")
+        printf "| %s | %d | %.1f | %.0f |\n", f[3], f[4], f[5], f[6]
+      }
+    }' "$1"
+}
+
 # MoE layer time, ours and PyTorch side by side; weights GB/s over copy for <= 64 tokens.
 moe_table() {
   cat "$1" "$2" | awk -F, '
@@ -286,9 +354,11 @@ case ${1:-} in
   device) shift; device "$@" ;;
   device-prefill) shift; prefill "$@" ;;
   device-moe) shift; moe "$@" ;;
+  device-step) shift; step "$@" ;;
+  step-table) shift; step_table "$@" ;;
   moe-table) shift; moe_table "$@" ;;
   prefill-table) shift; prefill_table "$@" ;;
   table) shift; table "$@" ;;
   compare) shift; compare "$@" ;;
-  *) sed -n '2,36p' "$0"; exit 2 ;;
+  *) sed -n '2,42p' "$0"; exit 2 ;;
 esac

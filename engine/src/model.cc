@@ -19,28 +19,29 @@ struct Part {
 // Reads tensors, converts them to the backend's weight dtype and uploads them.
 class Model::Loader {
  public:
-  Loader(const Checkpoint& ckpt, Backend* backend)
-      : ckpt_(ckpt), backend_(backend), dtype_(backend->info().weight_dtype) {}
+  Loader(const WeightSource& source, Backend* backend)
+      : source_(source), backend_(backend), dtype_(backend->info().weight_dtype) {}
 
-  // Concatenates `parts` (each checked against its shape) into one device buffer.
+  // Concatenates `parts` into one device buffer, reading and copying one part at a time
+  // through a staging buffer the size of the largest part.
   absl::StatusOr<DeviceBuffer> Upload(const std::vector<Part>& parts) {
+    STRATA_ASSIGN_OR_RETURN(const DType read_dtype, ReadDtype());
+    const size_t elem = DtypeSize(dtype_);
     size_t total = 0;
-    std::vector<const TensorInfo*> infos;
-    for (const Part& p : parts) {
-      STRATA_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.GetWithShape(p.name, p.shape));
-      infos.push_back(t);
-      total += static_cast<size_t>(t->numel()) * DtypeSize(dtype_);
-    }
-    std::vector<uint8_t> staging(total);
-    size_t offset = 0;
-    for (const TensorInfo* t : infos) {
-      STRATA_RETURN_IF_ERROR(Convert(*t, staging.data() + offset));
-      offset += static_cast<size_t>(t->numel()) * DtypeSize(dtype_);
-    }
+    for (const Part& p : parts) total += Numel(p.shape) * elem;
     STRATA_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::Allocate(backend_, total));
-    STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(buf.data(), staging.data(), total));
-    // The staging buffer dies with this scope: wait for the copy.
-    STRATA_RETURN_IF_ERROR(backend_->Synchronize());
+    std::vector<uint8_t> staging;
+    size_t offset = 0;
+    for (const Part& p : parts) {
+      const size_t bytes = Numel(p.shape) * elem;
+      staging.resize(bytes);
+      STRATA_RETURN_IF_ERROR(source_.Read(p.name, p.shape, read_dtype, staging.data()));
+      STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(static_cast<uint8_t*>(buf.data()) + offset,
+                                                    staging.data(), bytes));
+      // The next part reuses the staging buffer (and it dies with this scope): wait for the copy.
+      STRATA_RETURN_IF_ERROR(backend_->Synchronize());
+      offset += bytes;
+    }
     bytes_ += total;
     return buf;
   }
@@ -60,21 +61,27 @@ class Model::Loader {
   size_t bytes() const { return bytes_; }
 
  private:
-  absl::Status Convert(const TensorInfo& t, uint8_t* dst) {
+  static size_t Numel(const std::vector<int64_t>& shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+
+  absl::StatusOr<DType> ReadDtype() const {
     switch (dtype_) {
       case STRATA_DTYPE_F32:
-        return ConvertToF32(t, reinterpret_cast<float*>(dst));
+        return DType::kF32;
       case STRATA_DTYPE_BF16:
-        return ConvertToBF16(t, reinterpret_cast<uint16_t*>(dst));
+        return DType::kBF16;
       case STRATA_DTYPE_F16:
-        return ConvertToF16(t, reinterpret_cast<uint16_t*>(dst));
+        return DType::kF16;
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("backend weight dtype ", DtypeName(dtype_), " is not a float type"));
     }
   }
 
-  const Checkpoint& ckpt_;
+  const WeightSource& source_;
   Backend* backend_;
   strata_dtype dtype_;
   size_t bytes_ = 0;
@@ -165,14 +172,14 @@ absl::Status LoadLayer(Model::Loader& ld, const ModelConfig& c, int l, LayerWeig
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config,
-                                                   const Checkpoint& checkpoint, Backend* backend) {
+                                                   const WeightSource& weights, Backend* backend) {
   std::unique_ptr<Model> model(new Model(config));
-  Loader ld(checkpoint, backend);
+  Loader ld(weights, backend);
   const int64_t v = config.vocab_size, h = config.hidden_size;
   STRATA_ASSIGN_OR_RETURN(model->embed_, ld.UploadOne("model.embed_tokens.weight", {v, h}));
   STRATA_ASSIGN_OR_RETURN(model->final_norm_, ld.UploadOne("model.norm.weight", {h}));
   // Tied checkpoints usually omit lm_head.weight; when present it wins.
-  model->tied_ = config.tie_word_embeddings && !checkpoint.Has("lm_head.weight");
+  model->tied_ = config.tie_word_embeddings && !weights.Has("lm_head.weight");
   if (!model->tied_) {
     STRATA_ASSIGN_OR_RETURN(model->lm_head_, ld.UploadOne("lm_head.weight", {v, h}));
   }

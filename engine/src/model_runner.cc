@@ -29,13 +29,20 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
                                                                  const RunnerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(model_dir));
   STRATA_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_dir));
+  return Create(std::move(plugin), config, CheckpointWeights(*checkpoint), options);
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<Plugin> plugin,
+                                                                 const ModelConfig& config,
+                                                                 const WeightSource& weights,
+                                                                 const RunnerOptions& options) {
   if (config.is_moe() && !plugin->has_moe()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        plugin->origin(), ": plugin has no MoE ops but ", model_dir, " is a MoE model"));
+        plugin->origin(), ": plugin has no MoE ops but ", weights.origin(), " is a MoE model"));
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   STRATA_ASSIGN_OR_RETURN(runner->backend_, Backend::Create(plugin, options.backend_config));
-  STRATA_ASSIGN_OR_RETURN(runner->model_, Model::Load(config, *checkpoint, runner->backend_.get()));
+  STRATA_ASSIGN_OR_RETURN(runner->model_, Model::Load(config, weights, runner->backend_.get()));
   strata_kv_cache& c = runner->cache_;
   const strata_backend_info& info = runner->backend_->info();
   c.dtype = info.kv_dtype;

@@ -1,5 +1,6 @@
 #pragma once
-// Model weights resident on a backend, loaded from a Hugging Face checkpoint.
+// Model weights resident on a backend, loaded from a WeightSource (a Hugging Face checkpoint, or
+// random weights at a real model's shapes for benchmarks).
 //
 // Projections that run back to back are fused at load time so each is one GEMM: q/k/v into
 // one [(Hq + 2 Hk) * D, H] matrix, gate/up into [2 I, H], and each MoE layer's experts into
@@ -10,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "strata/engine/model_config.h"
-#include "strata/engine/safetensors.h"
+#include "strata/engine/weight_source.h"
 #include "strata/plugin/plugin.h"
 
 namespace strata {
@@ -34,10 +35,10 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Reads and uploads every weight; errors name the checkpoint file and tensor.
+  // Reads and uploads every weight, one source tensor at a time (host memory peaks at about
+  // the largest tensor); errors name the source (checkpoint file) and the tensor.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const ModelConfig& config,
-                                                     const Checkpoint& checkpoint,
-                                                     Backend* backend);
+                                                     const WeightSource& weights, Backend* backend);
 
   const ModelConfig& config() const { return config_; }
   const DeviceBuffer& embed() const { return embed_; }

@@ -43,8 +43,15 @@ struct ForwardSeq {
 
 class ModelRunner {
  public:
+  // A runner over the checkpoint in `model_dir` (config.json + safetensors).
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<Plugin> plugin,
                                                              const std::string& model_dir,
+                                                             const RunnerOptions& options);
+  // A runner over `weights` for the architecture `config` (e.g. RandomWeights, to run a real
+  // model's shapes without a checkpoint). `weights` is only read during the call.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<Plugin> plugin,
+                                                             const ModelConfig& config,
+                                                             const WeightSource& weights,
                                                              const RunnerOptions& options);
   ~ModelRunner();
 

@@ -1,0 +1,580 @@
+// End-to-end engine step on one GPU: strata's ModelRunner over the CUDA plugin (libstrata_cuda.so,
+// loaded through the normal plugin loader) on Llama-3.1-8B and Qwen3-30B-A3B shapes with random
+// bf16 weights (RandomWeights: generated tensor by tensor on the host, no checkpoint on disk).
+//
+// Decode: batch 1, 8, 64 sequences, each with 2,048 tokens of context, one new token each.
+//   - KV fill: each of the 64 sequences' 2,048 tokens is prefilled for real (ModelRunner::Forward,
+//     its own random prompt, 4 sequences per call), into its own blocks (a seeded shuffle of the
+//     pool). Batch b decodes sequences 0..b-1, each with its own next token.
+//   - Every timed step decodes at position 2,048 (the same slot each time), so the context is
+//     exactly 2,049 tokens in every step. Per-step wall time of ModelRunner::Forward (which
+//     returns only after the logits are on the host), after 3 warm-up steps: median and p90.
+//   - Roofline = (weight bytes the step reads + KV bytes read) / device-copy bandwidth measured
+//     in the same run (bench_util.h: cudaMemcpy D2D of 2 GiB, read + write bytes / s, the
+//     denominator of every CUDA table). Weight bytes: all weights but the embedding table (of
+//     which the step reads `batch` rows) and, for MoE layers, only the experts the step routes
+//     to. Those are **counted**: one extra (untimed) step runs with the plugin's moe_experts
+//     wrapped to copy topk_ids to the host and count distinct experts per layer; the expected
+//     count under uniform routing, E (1 - (1 - k/E)^batch), is printed beside it with the
+//     roofline it would give (with a prompt per sequence the two agree; sequences sharing one
+//     KV made random-weight tokens route to a handful of experts: plugins/cuda/NOTES.md).
+//     KV bytes: batch x 2,049 x layers x 2 x kv_heads x head_dim x 2.
+//   - What the host does with the logits: the runner copies the [batch, vocab] bf16 logits to
+//     the host and converts them to fp32 (timed separately here, same sizes), then the engine
+//     samples each row on the host with strata::Sample (timed here: greedy, and temperature 0.7
+//     + top-p 0.9). On-device sampling would remove both from the step; the ratio without the
+//     logits hand-off, (step - D2H+fp32) / roofline, is printed too.
+//   - Per-op profile: 5 more steps with every ABI op followed by a stream synchronize (see
+//     OpProfile): ms and calls per step for each op, and the GB/s gemm reaches on its weights.
+// Prefill: one sequence of 2,048 and of 8,192 tokens, one Forward each (logits of the last
+// token only), tokens/s from the median of 3 runs after a warm-up.
+//
+//     decode_step_bench [--quick] [--steps N] [--model llama3.1-8b|qwen3-30b-a3b]
+//                       [--plugin PATH]
+// prints one line per point and "CSV,..." lines for scripts/bench_cuda.sh.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "nlohmann/json.hpp"
+#include "strata/common/half.h"
+#include "strata/engine/model_runner.h"
+#include "strata/engine/sampling.h"
+#include "strata/engine/weight_source.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kBlockSize = 16;
+constexpr int kContext = 2048;
+constexpr int kMaxBatch = 64;
+constexpr int kWarmup = 3;
+
+// The real models' config.json, abbreviated to the keys that shape the compute.
+constexpr const char* kLlama31_8b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+  "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+  "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+constexpr const char* kQwen3_30b_a3b = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 151936,
+  "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+  "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+  "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+  "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+  "use_sliding_window": false, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+struct ModelShape {
+  const char* name;
+  const char* config_json;
+};
+constexpr ModelShape kModels[] = {{"llama3.1-8b", kLlama31_8b}, {"qwen3-30b-a3b", kQwen3_30b_a3b}};
+
+struct Options {
+  bool quick = false;
+  int steps = 30;
+  std::string model;  // empty: all
+  std::string plugin = "cuda";
+};
+
+[[noreturn]] void Die(const std::string& what, const absl::Status& st) {
+  std::fprintf(stderr, "decode_step_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(what, v.status());
+  return *std::move(v);
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// --- Counting the experts a step routes to --------------------------------------------------
+// The plugin's table with moe_experts wrapped: while `enabled`, each call's topk_ids are copied
+// to the host after the real call and their distinct ids counted. Off, the wrapper only
+// forwards (one indirect call), so timed steps run the plugin's own code.
+struct ExpertCounter {
+  const strata_plugin_api_v1* real = nullptr;
+  bool enabled = false;
+  int64_t calls = 0;
+  double distinct = 0;
+};
+ExpertCounter g_counter;
+
+strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata_tensor* x,
+                                 const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                                 const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                                 strata_tensor* out) {
+  const strata_plugin_api_v1& api = *g_counter.real;
+  strata_status st = api.moe_experts(b, s, x, topk_weights, topk_ids, w_gate_up, w_down, out);
+  if (st != STRATA_OK || !g_counter.enabled) return st;
+  const int64_t rows = topk_ids->shape[0], k = topk_ids->shape[1];
+  const int64_t stride = topk_ids->row_stride ? topk_ids->row_stride : k;
+  std::vector<int32_t> ids(rows * stride);
+  st = api.copy_d2h(b, s, ids.data(), topk_ids->data, ids.size() * sizeof(int32_t));
+  if (st == STRATA_OK) st = api.stream_synchronize(b, s);
+  if (st != STRATA_OK) return st;
+  std::set<int32_t> distinct;
+  for (int64_t r = 0; r < rows; ++r) distinct.insert(&ids[r * stride], &ids[r * stride + k]);
+  g_counter.distinct += static_cast<double>(distinct.size());
+  ++g_counter.calls;
+  return STRATA_OK;
+}
+
+// --- Per-op profile of a step ------------------------------------------------------------------
+// The outer table wraps every compute op and the copies: while `enabled`, each call is followed by
+// a stream synchronize and its wall time (launch + host checks + device time, serialized) is
+// added to the op's slot. That overstates small ops by a launch + sync each (~10-20 us), so the
+// sum exceeds an unprofiled step; the difference against the unprofiled step is roughly what
+// the step loses to running ops back to back without overlap (or gains from it). Off, each
+// wrapper only forwards.
+constexpr const char* kOpNames[] = {"embedding", "rms_norm",    "gemm",      "rope",
+                                    "silu_mul",  "gather_rows", "kv_append", "attention_decode",
+                                    "moe_route", "moe_experts", "copy_h2d",  "copy_d2h"};
+constexpr int kNumOps = sizeof(kOpNames) / sizeof(kOpNames[0]);
+
+struct OpProfile {
+  strata_plugin_api_v1 inner{};  // the plugin's table with the expert counter
+  strata_plugin_api_v1 outer{};  // what the runner calls
+  bool enabled = false;
+  double ms[kNumOps] = {};
+  int64_t calls[kNumOps] = {};
+};
+OpProfile g_profile;
+
+template <auto Member, int Slot>
+struct Timed;
+
+template <typename... A,
+          strata_status (*strata_plugin_api_v1::*Member)(strata_backend, strata_stream, A...),
+          int Slot>
+struct Timed<Member, Slot> {
+  static strata_status Call(strata_backend b, strata_stream s, A... args) {
+    if (!g_profile.enabled) return (g_profile.inner.*Member)(b, s, args...);
+    const auto t0 = Clock::now();
+    strata_status st = (g_profile.inner.*Member)(b, s, args...);
+    if (st == STRATA_OK) st = g_profile.inner.stream_synchronize(b, s);
+    g_profile.ms[Slot] += Seconds(t0) * 1e3;
+    ++g_profile.calls[Slot];
+    return st;
+  }
+};
+
+template <auto Member, int Slot>
+void Wrap() {
+  if (g_profile.inner.*Member != nullptr) g_profile.outer.*Member = &Timed<Member, Slot>::Call;
+}
+
+std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name) {
+  static std::shared_ptr<Plugin> real;  // keeps the library loaded for the table's lifetime
+  real = OrDie(LoadPlugin(name), "loading plugin " + name);
+  g_counter.real = &real->api();
+  g_profile.inner = real->api();
+  if (g_profile.inner.moe_experts != nullptr) g_profile.inner.moe_experts = CountingMoeExperts;
+  g_profile.outer = g_profile.inner;
+  using Api = strata_plugin_api_v1;
+  Wrap<&Api::embedding, 0>();
+  Wrap<&Api::rms_norm, 1>();
+  Wrap<&Api::gemm, 2>();
+  Wrap<&Api::rope, 3>();
+  Wrap<&Api::silu_mul, 4>();
+  Wrap<&Api::gather_rows, 5>();
+  Wrap<&Api::kv_append, 6>();
+  Wrap<&Api::attention_decode, 7>();
+  Wrap<&Api::moe_route, 8>();
+  Wrap<&Api::moe_experts, 9>();
+  Wrap<&Api::copy_h2d, 10>();
+  Wrap<&Api::copy_d2h, 11>();
+  return OrDie(Plugin::FromTable(&g_profile.outer, real->origin() + " (instrumented)"),
+               "wrapping plugin");
+}
+
+// --- Bytes a decode step must read -----------------------------------------------------------
+struct StepBytes {
+  double weights = 0;  // bytes of weights read, with `experts` experts per MoE layer
+  double kv = 0;
+  double all_weights = 0;  // every weight, all experts and the embedding (the runner's total)
+  double gemm = 0;         // the weights `gemm` reads: projections, dense MLPs, routers, LM head
+};
+
+// `w` and `kv`: bytes per weight and per KV element (2 for the CUDA plugin's bf16).
+StepBytes CountBytes(const ModelConfig& c, int batch, int context, double experts, double w,
+                     double kv) {
+  const double h = c.hidden_size, d = c.head_dim, hq = c.num_heads, hk = c.num_kv_heads;
+  const double attn = (hq + 2 * hk) * d * h + h * hq * d + 2 * h + (c.qk_norm ? 2 * d : 0);
+  const double attn_gemm = (hq + 2 * hk) * d * h + h * hq * d;
+  double layers = 0, all_layers = 0, gemm = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!c.IsMoeLayer(l)) {
+      layers += attn + 3.0 * h * c.intermediate_size;
+      all_layers += attn + 3.0 * h * c.intermediate_size;
+      gemm += attn_gemm + 3.0 * h * c.intermediate_size;
+      continue;
+    }
+    const double expert = 3.0 * h * c.moe_intermediate_size, router = c.num_experts * h;
+    layers += attn + router + experts * expert;
+    all_layers += attn + router + c.num_experts * expert;
+    gemm += attn_gemm + router;
+  }
+  // The LM head (the embedding when tied) is read whole; of the embedding only `batch` rows.
+  const double vocab_rows = double(c.vocab_size) * h;
+  StepBytes b;
+  b.weights = w * (layers + h + vocab_rows + batch * h);
+  b.all_weights = w * (all_layers + h + vocab_rows * (c.tie_word_embeddings ? 1 : 2));
+  b.gemm = w * (gemm + vocab_rows);
+  b.kv = kv * batch * double(context + 1) * c.num_layers * 2 * hk * d;
+  return b;
+}
+
+// E (1 - (1 - k/E)^batch): distinct experts per layer when every token picks k of E uniformly.
+double ExpectedExperts(const ModelConfig& c, int batch) {
+  if (!c.is_moe()) return 0;
+  const double e = c.num_experts, k = c.num_experts_per_tok;
+  return e * (1.0 - std::pow(1.0 - k / e, batch));
+}
+
+// --- The runner and its KV ---------------------------------------------------------------------
+struct Setup {
+  ModelConfig config;
+  std::unique_ptr<ModelRunner> runner;
+  std::vector<std::vector<BlockId>> tables;  // per sequence, blocks for kContext + 1 tokens
+  std::vector<int32_t> next_tokens;          // per sequence
+  double load_s = 0, fill_s = 0;
+};
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = dist(rng);
+  return t;
+}
+
+// Prefills every sequence's kContext tokens (its own random prompt), kFillBatch sequences per
+// Forward. Distinct prompts matter: with random weights, a batch whose sequences shared one KV
+// would see nearly the same attention output for every token, and route to the same experts.
+constexpr int kFillBatch = 4;
+
+double FillKv(Setup& s) {
+  const auto start = Clock::now();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int q = 0; q < kMaxBatch; ++q) {
+    prompts.push_back(RandomTokens(kContext, s.config.vocab_size, 1000 + q));
+  }
+  for (int first = 0; first < kMaxBatch; first += kFillBatch) {
+    std::vector<ForwardSeq> seqs;
+    for (int q = first; q < std::min(kMaxBatch, first + kFillBatch); ++q) {
+      seqs.push_back({prompts[q], 0, s.tables[q], ForwardSeq::Logits::kNone});
+    }
+    OrDie(s.runner->Forward(seqs), "kv prefill");
+  }
+  return Seconds(start);
+}
+
+Setup Prepare(const ModelShape& m, const std::shared_ptr<Plugin>& plugin) {
+  Setup s;
+  s.config = OrDie(ModelConfig::FromJson(nlohmann::json::parse(m.config_json), m.name), m.name);
+  const int per_seq = (kContext + 1 + kBlockSize - 1) / kBlockSize;
+  RunnerOptions opts;
+  opts.block_size = kBlockSize;
+  opts.num_kv_blocks = kMaxBatch * per_seq;  // also >= the 8k prefill's 513 blocks
+  const auto start = Clock::now();
+  s.runner = OrDie(ModelRunner::Create(plugin, s.config, RandomWeights(s.config, 1), opts),
+                   std::string("building ") + m.name);
+  s.load_s = Seconds(start);
+  std::vector<BlockId> perm(opts.num_kv_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  for (int q = 0; q < kMaxBatch; ++q) {
+    s.tables.emplace_back(perm.begin() + q * per_seq, perm.begin() + (q + 1) * per_seq);
+  }
+  s.next_tokens = RandomTokens(kMaxBatch, s.config.vocab_size, 11);
+  s.fill_s = FillKv(s);
+  return s;
+}
+
+double WeightSize(const Setup& s) { return DtypeSize(s.runner->backend().info().weight_dtype); }
+double KvSize(const Setup& s) { return DtypeSize(s.runner->kv_cache().dtype); }
+
+// --- Decode -------------------------------------------------------------------------------------
+struct Percentiles {
+  double median = 0, p90 = 0;
+};
+
+Percentiles Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 9 / 10)]};
+}
+
+// The runner's logits hand-off at this batch: the D2H copy of [batch, vocab] activations and
+// their conversion to fp32, as ModelRunner::RunHead does it. Median ms of 10.
+double LogitsToHostMs(ModelRunner& r, int batch) {
+  Backend& be = r.backend();
+  const size_t n = size_t(batch) * r.config().vocab_size;
+  const strata_dtype act = be.info().act_dtype;
+  const bool f32 = act == STRATA_DTYPE_F32;
+  DeviceBuffer buf = OrDie(DeviceBuffer::Allocate(&be, n * (f32 ? 4 : 2)), "alloc");
+  std::vector<uint16_t> half(n);
+  std::vector<float> out(n);
+  std::vector<double> ms;
+  for (int rep = 0; rep < 10; ++rep) {
+    const auto t0 = Clock::now();
+    if (f32) {
+      if (auto st = be.CopyToHost(out.data(), buf.data(), n * 4); !st.ok()) Die("d2h", st);
+    } else {
+      if (auto st = be.CopyToHost(half.data(), buf.data(), n * 2); !st.ok()) Die("d2h", st);
+      for (size_t j = 0; j < n; ++j) {
+        out[j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
+      }
+    }
+    ms.push_back(Seconds(t0) * 1e3);
+  }
+  return Summarize(ms).median;
+}
+
+// Host sampling of every row of `logits` with the engine's sampler: ms per step, median of 3.
+double SampleMs(const std::vector<float>& logits, int vocab, const SamplingParams& params) {
+  const size_t rows = logits.size() / vocab;
+  std::vector<double> ms;
+  std::vector<float> row(vocab);
+  for (int rep = 0; rep < 3; ++rep) {
+    Rng rng(42 + rep);
+    double total = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy_n(logits.begin() + r * vocab, vocab, row.begin());
+      const auto t0 = Clock::now();
+      SampleResult res = Sample(row, params, {}, {}, rng);
+      total += Seconds(t0) * 1e3;
+      if (res.token < 0 || res.token >= vocab) std::abort();
+    }
+    ms.push_back(total);
+  }
+  return Summarize(ms).median;
+}
+
+struct DecodePoint {
+  Percentiles step_ms;
+  double experts = 0;  // distinct experts per MoE layer, counted over one step
+  std::vector<float> logits;
+};
+
+DecodePoint TimeDecode(Setup& s, int batch, int steps) {
+  std::vector<ForwardSeq> seqs(batch);
+  for (int q = 0; q < batch; ++q) {
+    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
+  }
+  DecodePoint p;
+  for (int i = 0; i < kWarmup; ++i) OrDie(s.runner->Forward(seqs), "decode warm-up");
+  g_counter.calls = 0;
+  g_counter.distinct = 0;
+  g_counter.enabled = true;
+  p.logits = OrDie(s.runner->Forward(seqs), "decode (counting experts)");
+  g_counter.enabled = false;
+  p.experts = g_counter.calls ? g_counter.distinct / g_counter.calls : 0;
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    OrDie(s.runner->Forward(seqs), "decode");
+    ms.push_back(Seconds(t0) * 1e3);
+  }
+  p.step_ms = Summarize(ms);
+  return p;
+}
+
+// Per-op wall time of a step with a synchronize after every op (see OpProfile), averaged over
+// kProfileSteps steps; printed per op, with the GB/s the GEMMs reach on their weights.
+constexpr int kProfileSteps = 5;
+
+void ProfileDecode(const char* name, Setup& s, int batch, double gemm_bytes, double step_ms) {
+  std::vector<ForwardSeq> seqs(batch);
+  for (int q = 0; q < batch; ++q) {
+    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
+  }
+  std::fill(std::begin(g_profile.ms), std::end(g_profile.ms), 0.0);
+  std::fill(std::begin(g_profile.calls), std::end(g_profile.calls), 0);
+  g_profile.enabled = true;
+  for (int i = 0; i < kProfileSteps; ++i) OrDie(s.runner->Forward(seqs), "decode (profiled)");
+  g_profile.enabled = false;
+  double sum = 0;
+  std::string line;
+  for (int op = 0; op < kNumOps; ++op) {
+    if (g_profile.calls[op] == 0) continue;
+    const double ms = g_profile.ms[op] / kProfileSteps;
+    const double calls = double(g_profile.calls[op]) / kProfileSteps;
+    sum += ms;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), " %s %.3f (%.0f)", kOpNames[op], ms, calls);
+    line += buf;
+    std::printf("CSV,op,%s,%d,%s,%.1f,%.4f\n", name, batch, kOpNames[op], calls, ms);
+  }
+  std::printf("%-14s profile b %2d, ms/step (calls), synced per op:%s\n", name, batch,
+              line.c_str());
+  const double gemm_ms = g_profile.ms[2] / kProfileSteps;
+  std::printf(
+      "%-14s profile b %2d: sum %.3f ms vs unprofiled step %.3f ms; gemm weights %.0f GB/s\n", name,
+      batch, sum, step_ms, gemm_bytes / (gemm_ms * 1e-3) / 1e9);
+  std::printf("CSV,opsum,%s,%d,%.4f,%.4f,%.1f\n", name, batch, sum, step_ms,
+              gemm_bytes / (gemm_ms * 1e-3) / 1e9);
+  std::fflush(stdout);
+}
+
+struct DecodeRow {
+  int batch = 0;
+  Percentiles step_ms;
+  StepBytes bytes;
+  double experts = 0, uniform_experts = 0;
+  double roof_ms = 0, uniform_roof_ms = 0;  // counted experts; uniform routing's expectation
+  double d2h_ms = 0, greedy_ms = 0, top_p_ms = 0;
+};
+
+void PrintDecode(const char* name, const DecodeRow& r) {
+  const double med = r.step_ms.median;
+  std::printf(
+      "%-14s decode b %2d ctx %d: step %7.3f ms (p90 %7.3f)  roofline %7.3f ms  ratio %5.2f  "
+      "(without logits d2h+cvt %5.2f)  weights %6.2f GB  kv %5.2f GB  experts/layer %5.1f "
+      "(uniform %5.1f: roofline %7.3f ms, ratio %5.2f)  logits d2h+cvt %6.3f ms  host sample "
+      "greedy %7.3f ms, top-p %8.3f ms\n",
+      name, r.batch, kContext, med, r.step_ms.p90, r.roof_ms, med / r.roof_ms,
+      (med - r.d2h_ms) / r.roof_ms, r.bytes.weights / 1e9, r.bytes.kv / 1e9, r.experts,
+      r.uniform_experts, r.uniform_roof_ms, med / r.uniform_roof_ms, r.d2h_ms, r.greedy_ms,
+      r.top_p_ms);
+  std::printf(
+      "CSV,step,%s,%d,%d,%.4f,%.4f,%.4f,%.3f,%.4f,%.4f,%.2f,%.2f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f\n",
+      name, r.batch, kContext, med, r.step_ms.p90, r.roof_ms, med / r.roof_ms,
+      r.bytes.weights / 1e9, r.bytes.kv / 1e9, r.experts, r.uniform_experts, r.uniform_roof_ms,
+      med / r.uniform_roof_ms, r.d2h_ms, (med - r.d2h_ms) / r.roof_ms, r.greedy_ms, r.top_p_ms);
+  std::fflush(stdout);
+}
+
+void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_gbs) {
+  const ModelConfig& c = s.config;
+  const DecodePoint p = TimeDecode(s, batch, steps);
+  DecodeRow r;
+  r.batch = batch;
+  r.step_ms = p.step_ms;
+  r.experts = c.is_moe() ? p.experts : 0;
+  r.uniform_experts = ExpectedExperts(c, batch);
+  auto roofline_ms = [&](const StepBytes& b) {
+    return (b.weights + b.kv) / (copy_gbs * 1e9) * 1e3;
+  };
+  r.bytes = CountBytes(c, batch, kContext, r.experts, WeightSize(s), KvSize(s));
+  r.roof_ms = roofline_ms(r.bytes);
+  r.uniform_roof_ms =
+      roofline_ms(CountBytes(c, batch, kContext, r.uniform_experts, WeightSize(s), KvSize(s)));
+  r.d2h_ms = LogitsToHostMs(*s.runner, batch);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplingParams top_p;
+  top_p.temperature = 0.7f;
+  top_p.top_p = 0.9f;
+  r.greedy_ms = SampleMs(p.logits, c.vocab_size, greedy);
+  r.top_p_ms = SampleMs(p.logits, c.vocab_size, top_p);
+  PrintDecode(name, r);
+  ProfileDecode(name, s, batch, r.bytes.gemm, r.step_ms.median);
+}
+
+// --- Prefill ------------------------------------------------------------------------------------
+void ReportPrefill(const char* name, Setup& s, int tokens, int reps) {
+  const int blocks = (tokens + kBlockSize - 1) / kBlockSize;
+  std::vector<BlockId> table(blocks);
+  std::iota(table.begin(), table.end(), 0);  // overwrites the decode KV: run after the decode
+  const std::vector<int32_t> prompt = RandomTokens(tokens, s.config.vocab_size, 17);
+  ForwardSeq seq{prompt, 0, table, ForwardSeq::Logits::kLast};
+  OrDie(s.runner->Forward(std::span(&seq, 1)), "prefill warm-up");
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    OrDie(s.runner->Forward(std::span(&seq, 1)), "prefill");
+    ms.push_back(Seconds(t0) * 1e3);
+  }
+  const double med = Summarize(ms).median;
+  std::printf("%-14s prefill %5d tokens: %8.2f ms  %9.0f tokens/s\n", name, tokens, med,
+              tokens / (med * 1e-3));
+  std::printf("CSV,prefill,%s,%d,%.3f,%.1f\n", name, tokens, med, tokens / (med * 1e-3));
+  std::fflush(stdout);
+}
+
+void RunModel(const ModelShape& m, const Options& o, const std::shared_ptr<Plugin>& plugin,
+              double copy_gbs) {
+  Setup s = Prepare(m, plugin);
+  const StepBytes all =
+      CountBytes(s.config, 0, kContext, s.config.num_experts, WeightSize(s), KvSize(s));
+  std::printf(
+      "# %s: %.3f GB of %s weights (the runner uploaded %.3f GB), built in %.1f s; "
+      "KV pool %d blocks of %zu bytes\n",
+      m.name, all.all_weights / 1e9, DtypeName(s.runner->backend().info().weight_dtype),
+      s.runner->weight_bytes() / 1e9, s.load_s, s.runner->num_kv_blocks(),
+      s.runner->kv_block_bytes());
+  std::printf("# KV of %d sequences x %d tokens prefilled in %.1f s\n", kMaxBatch, kContext,
+              s.fill_s);
+  if (std::abs(all.all_weights - double(s.runner->weight_bytes())) > 1e6) {
+    std::fprintf(stderr, "decode_step_bench: the byte count disagrees with the runner's\n");
+    std::exit(1);
+  }
+  std::printf("CSV,model,%s,%.4f,%.4f,%.2f\n", m.name, all.all_weights / 1e9,
+              s.runner->weight_bytes() / 1e9, s.load_s);
+  const std::vector<int> batches = o.quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64};
+  for (int b : batches) ReportDecode(m.name, s, b, o.steps, copy_gbs);
+  const std::vector<int> prompts = o.quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192};
+  for (int n : prompts) ReportPrefill(m.name, s, n, o.quick ? 2 : 3);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--quick") {
+      o.quick = true;
+      o.steps = 10;
+    } else if (a == "--steps" && has_value) {
+      o.steps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--model" && has_value) {
+      o.model = argv[++i];
+    } else if (a == "--plugin" && has_value) {
+      o.plugin = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  const Options o = ParseArgs(argc, argv);
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const double copy = cuda::bench::CopyBandwidthGBs();
+  std::printf("# device copy (D2D 2 GiB, read+write): %.0f GB/s\nCSV,copy,%.1f\n", copy, copy);
+  const std::shared_ptr<Plugin> plugin = LoadInstrumentedPlugin(o.plugin);
+  for (const ModelShape& m : kModels) {
+    if (o.model.empty() || o.model == m.name) RunModel(m, o, plugin, copy);
+  }
+  return 0;
+}
