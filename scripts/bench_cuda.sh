@@ -32,7 +32,13 @@
 #       at Llama-3.1-8B and Qwen3-30B-A3B shapes: decode step time at batch 1, 8, 64 x 2k context
 #       against the roofline (weights read + KV read over the measured device-copy bandwidth),
 #       the host's logits copy and sampling time, a per-op profile (synchronized after each
-#       op) and prefill tokens/s (2k and 8k prompts), printed as three markdown tables.
+#       op) and prefill tokens/s (2k and 8k prompts), printed as three markdown tables; with the
+#       plugin's `sample` entry also the step as the engine runs it (ids back, not logits).
+#
+#   scripts/bench_cuda.sh device-sample [--quick]
+#       On-device sampling alone: the `sample` conformance cases (seeds 1, 7, 99) with
+#       compute-sanitizer memcheck and racecheck, then sample_bench (the kernel vs copying the
+#       logits back and sampling on the host, batch 1-64, vocab 128,256 and 151,936).
 #
 #   scripts/bench_cuda.sh device-moe [--quick]
 #       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
@@ -47,35 +53,27 @@ CARRY=$ROOT/out/cuda-bench
 pack() {
   local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
   ninja -C "$build" -j${JOBS:-2} strata_cuda cuda_plugin_test decode_attention_bench \
-    prefill_attention_bench moe_bench decode_step_bench
-  local stage
-  stage=$(mktemp -d)
-  mkdir -p "$stage/bin" "$stage/lib"
-  cp "$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test" \
-     "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench" \
-     "$build/bin/moe_bench" "$build/bin/decode_step_bench" "$stage/bin/"
-  cp "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so" "$stage/bin/"
+    prefill_attention_bench moe_bench decode_step_bench sample_bench
+  local files=("$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test"
+               "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench"
+               "$build/bin/moe_bench" "$build/bin/decode_step_bench" "$build/bin/sample_bench"
+               "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so")
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
+  local base_dir=""
   if [[ -n ${BASELINE_BENCH:-} ]]; then
-    cp "$BASELINE_BENCH" "$stage/bin/decode_attention_bench_base"
+    base_dir=$(mktemp -d)
+    cp "$BASELINE_BENCH" "$base_dir/decode_attention_bench_base"
+    files+=("$base_dir/decode_attention_bench_base")
   fi
   # Optional tile-shape variants: PREFILL_VARIANTS="<prefill_attention_bench_NAME ...>" (built
   # by hand with -DSTRATA_PREFILL_*) are run with --quick after the main prefill bench.
-  for f in ${PREFILL_VARIANTS:-}; do cp "$f" "$stage/bin/"; done
   # Optional MoE variants: MOE_VARIANTS="<moe_bench_NAME ...>" (built by hand, e.g. with
   # -DSTRATA_MOE_PDL=0) are run with --quick after the main MoE bench.
-  for f in ${MOE_VARIANTS:-}; do cp "$f" "$stage/bin/"; done
-  strip --strip-debug "$stage"/bin/*
-  # Non-glibc libraries, and OpenBLAS that the CPU plugin dlopens (with its Fortran runtime).
-  { for f in "$stage"/bin/*; do ldd "$f"; done
-    ldconfig -p | awk '/libopenblas.so.0|libgfortran.so.5|libquadmath.so.0/ && /x86-64/ {print "x => " $NF}'
-  } | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libcuda|libcublas|libcublasLt)\.so' |
-    while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  mkdir -p "$CARRY"
-  tar -C "$stage" -cJf "$CARRY/carry.tar.xz" bin lib
-  rm -rf "$stage"
+  for f in ${PREFILL_VARIANTS:-} ${MOE_VARIANTS:-}; do files+=("$f"); done
+  # The binaries and every non-glibc library they load, OpenBLAS included.
+  "$ROOT/scripts/pack_carry.sh" "$CARRY/carry.tar.xz" "${files[@]}"
+  [[ -n $base_dir ]] && rm -rf "$base_dir"
   ls -la "$CARRY"
 }
 
@@ -206,6 +204,22 @@ step() {
   step_table "$work/step.txt"
 }
 
+# On-device sampling: the plugin's sample entry (conformance, sanitizers) and sample_bench.
+sample() {
+  local quick=${1:-}
+  local work
+  unpack
+  echo "== sample: conformance against the CPU plugin, several seeds; compute-sanitizer"
+  local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu --op sample)
+  for seed in 1 7 99; do "${test[@]}" --seed "$seed" 2>&1 | tail -n 1; done
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck "${test[@]}" 2>&1 | tail -n 1 || true
+    compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 1 || true
+  fi
+  echo "== sample_bench"
+  "$work/bin/sample_bench" $quick | tee "$work/sample.txt" | grep -v '^CSV'
+}
+
 # Decode step vs roofline (one row per model x batch), then prefill tokens/s.
 step_table() {
   awk -F, '
@@ -216,6 +230,7 @@ step_table() {
                                 if (!($5 in isop)) { isop[$5] = 1; ops[nop++] = $5 }
                                 opms[k "|" $5] = $7; opcalls[k "|" $5] = $6 }
     $1 == "CSV" && $2 == "opsum" { k = $3 "|" $4; opsum[k] = $5; opstep[k] = $6; gemmbw[k] = $7 }
+    $1 == "CSV" && $2 == "sampled" { sampled[nsm++] = $0 }
     END {
       printf "device copy bandwidth (D2D, read+write): %.0f GB/s\n\n", copy
       print "| model | batch | ctx | step ms (median) | p90 ms | roofline ms | step/roofline | (step - logits D2H)/roofline | weights read GB | KV read GB | experts/layer counted | uniform-routing experts | step/uniform roofline | logits D2H+fp32 ms | host sample greedy ms | host sample top-p ms |"
@@ -227,6 +242,17 @@ step_table() {
           f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[17], f[10], f[11],
           (moe ? sprintf("%.1f", f[12]) : "-"), (moe ? sprintf("%.1f", f[13]) : "-"),
           (moe ? sprintf("%.2f", f[15]) : "-"), f[16], f[18], f[19]
+      }
+      if (nsm) {
+        print ""
+        print "The step as the engine runs it with the plugin sample entry (ids back instead of logits):"
+        print ""
+        print "| model | batch | greedy step ms | step/roofline | top-p 0.9 step ms | step/roofline |"
+        print "|---|---:|---:|---:|---:|---:|"
+        for (i = 0; i < nsm; ++i) {
+          split(sampled[i], f, ",")
+          printf "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", f[3], f[4], f[5], f[6], f[7], f[8]
+        }
       }
       if (npt) {
         print ""
@@ -355,6 +381,7 @@ case ${1:-} in
   device-prefill) shift; prefill "$@" ;;
   device-moe) shift; moe "$@" ;;
   device-step) shift; step "$@" ;;
+  device-sample) shift; sample "$@" ;;
   step-table) shift; step_table "$@" ;;
   moe-table) shift; moe_table "$@" ;;
   prefill-table) shift; prefill_table "$@" ;;

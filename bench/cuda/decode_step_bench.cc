@@ -22,8 +22,10 @@
 //   - What the host does with the logits: the runner copies the [batch, vocab] bf16 logits to
 //     the host and converts them to fp32 (timed separately here, same sizes), then the engine
 //     samples each row on the host with strata::Sample (timed here: greedy, and temperature 0.7
-//     + top-p 0.9). On-device sampling would remove both from the step; the ratio without the
-//     logits hand-off, (step - D2H+fp32) / roofline, is printed too.
+//     + top-p 0.9). On-device sampling removes both from the step; the ratio without the
+//     logits hand-off, (step - D2H+fp32) / roofline, is printed too, and so is the step as the
+//     engine runs it when the plugin has the `sample` entry (ModelRunner::ForwardSampled: ids
+//     come back instead of logits), greedy and temperature 0.7 + top-p 0.9.
 //   - Per-op profile: 5 more steps with every ABI op followed by a stream synchronize (see
 //     OpProfile): ms and calls per step for each op, and the GB/s gemm reaches on its weights.
 // Prefill: one sequence of 2,048 and of 8,192 tokens, one Forward each (logits of the last
@@ -400,6 +402,27 @@ DecodePoint TimeDecode(Setup& s, int batch, int steps) {
   return p;
 }
 
+// The step as the engine runs it with the plugin's `sample` entry (ModelRunner::ForwardSampled:
+// ids come back instead of logits): median ms per step, every row with `params` and a fresh
+// uniform draw.
+double TimeSampledDecode(Setup& s, int batch, int steps, strata_sample_params params) {
+  std::vector<ForwardSeq> seqs(batch);
+  for (int q = 0; q < batch; ++q) {
+    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
+  }
+  std::vector<strata_sample_params> rows(batch, params);
+  Rng rng(7);
+  for (int i = 0; i < kWarmup; ++i) OrDie(s.runner->ForwardSampled(seqs, rows), "sampled warm-up");
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    for (auto& r : rows) r.uniform = params.temperature > 0 ? rng.Uniform() : 0.0;
+    const auto t0 = Clock::now();
+    OrDie(s.runner->ForwardSampled(seqs, rows), "sampled decode");
+    ms.push_back(Seconds(t0) * 1e3);
+  }
+  return Summarize(ms).median;
+}
+
 // Per-op wall time of a step with a synchronize after every op (see OpProfile), averaged over
 // kProfileSteps steps; printed per op, with the GB/s the GEMMs reach on their weights.
 constexpr int kProfileSteps = 5;
@@ -489,6 +512,20 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
   r.greedy_ms = SampleMs(p.logits, c.vocab_size, greedy);
   r.top_p_ms = SampleMs(p.logits, c.vocab_size, top_p);
   PrintDecode(name, r);
+  if (s.runner->can_sample()) {
+    strata_sample_params g{}, t{};
+    g.top_p = 1.0f, g.num_logprobs = -1;
+    t = g, t.temperature = 0.7f, t.top_p = 0.9f;
+    const double gm = TimeSampledDecode(s, batch, steps, g);
+    const double tm = TimeSampledDecode(s, batch, steps, t);
+    std::printf(
+        "%-14s decode b %2d with on-device sampling: greedy step %7.3f ms (ratio %5.2f), "
+        "top-p 0.9 step %7.3f ms (ratio %5.2f)\n",
+        name, batch, gm, gm / r.roof_ms, tm, tm / r.roof_ms);
+    std::printf("CSV,sampled,%s,%d,%.4f,%.3f,%.4f,%.3f\n", name, batch, gm, gm / r.roof_ms, tm,
+                tm / r.roof_ms);
+    std::fflush(stdout);
+  }
   ProfileDecode(name, s, batch, r.bytes.gemm, r.step_ms.median);
 }
 
