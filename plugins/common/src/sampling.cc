@@ -8,47 +8,53 @@
 namespace strata::plugin_common {
 namespace {
 
-// Candidates sorted by descending logit (ties: lowest id), truncated by top-k / top-p / min-p,
-// with their probabilities renormalized over what is kept.
-struct Candidates {
-  std::vector<int32_t> ids;
-  std::vector<double> probs;
+// The candidates in the rule's order (value descending, id ascending), produced lazily: each
+// Extend sorts the next chunk of the not-yet-ordered ids (nth_element, then sort of the chunk),
+// chunks doubling from 256, so a row whose kept prefix is short costs a few passes over the
+// vocabulary instead of a full sort.
+class Order {
+ public:
+  // `ordered`: `ids` are in the rule's order already.
+  Order(const float* x, std::vector<int32_t> ids, bool ordered)
+      : x_(x), ids_(std::move(ids)), ready_(ordered ? ids_.size() : 0) {}
+
+  size_t size() const { return ids_.size(); }
+  size_t ready() const { return ready_; }
+  int32_t operator[](size_t i) const { return ids_[i]; }
+  // Makes at least min(n, size()) leading ids ordered.
+  void EnsureReady(size_t n) {
+    while (ready_ < std::min(n, ids_.size())) Extend();
+  }
+
+ private:
+  bool Before(int32_t a, int32_t b) const { return x_[a] > x_[b] || (x_[a] == x_[b] && a < b); }
+  void Extend() {
+    const size_t end = std::min(ids_.size(), ready_ + std::max<size_t>(256, ready_));
+    auto before = [this](int32_t a, int32_t b) { return Before(a, b); };
+    if (end < ids_.size()) {
+      std::nth_element(ids_.begin() + ready_, ids_.begin() + end, ids_.end(), before);
+    }
+    std::sort(ids_.begin() + ready_, ids_.begin() + end, before);
+    ready_ = end;
+  }
+
+  const float* x_;
+  std::vector<int32_t> ids_;
+  size_t ready_;
 };
 
-Candidates Truncate(const float* logits, int64_t vocab, const strata_sample_params& p) {
+// The top-k candidates in order (a heap-based partial sort: one comparison for most of a row
+// when k is small), or all ids in id order when top_k is off.
+std::vector<int32_t> TopK(const float* x, int64_t vocab, int32_t top_k) {
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
-  int64_t keep = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
-  ids.resize(static_cast<size_t>(keep));
-  std::vector<double> probs(static_cast<size_t>(keep));
-  const double max = logits[ids[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[ids[i]] - max);
-  for (double& v : probs) v /= sum;
-  if (p.top_p < 1.0f) {
-    double cum = 0;
-    int64_t n = 0;
-    while (n < keep) {
-      cum += probs[n++];
-      if (cum >= p.top_p) break;
-    }
-    keep = std::max<int64_t>(n, 1);
+  if (top_k > 0 && top_k < vocab) {
+    std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), [&](int32_t a, int32_t b) {
+      return x[a] > x[b] || (x[a] == x[b] && a < b);
+    });
+    ids.resize(static_cast<size_t>(top_k));
   }
-  if (p.min_p > 0.0f) {
-    const double threshold = p.min_p * probs[0];
-    int64_t n = 1;
-    while (n < keep && probs[n] >= threshold) ++n;
-    keep = n;
-  }
-  ids.resize(static_cast<size_t>(keep));
-  probs.resize(static_cast<size_t>(keep));
-  const double kept = std::accumulate(probs.begin(), probs.end(), 0.0);
-  for (double& v : probs) v /= kept;
-  return {std::move(ids), std::move(probs)};
+  return ids;
 }
 
 }  // namespace
@@ -61,16 +67,54 @@ int32_t ArgmaxRow(const float* logits, int64_t vocab) {
   return best;
 }
 
+// The rule (abi.h strata_sample_params) with the kept prefix ordered only as far as needed:
+// mass e_i = exp(double(x_i) - max) over the top-k set (totals in the set's order); top-p keeps
+// the shortest prefix with cumulative e / total >= top_p; min-p keeps the leading candidates
+// with e_i / total >= min_p * (1 / total) (e of the first is 1); the draw is the first kept
+// candidate whose cumulative renormalized probability exceeds `uniform`.
 int32_t SampleRow(float* logits, int64_t vocab, const strata_sample_params& p) {
   if (p.temperature == 0.0f) return ArgmaxRow(logits, vocab);
   for (int64_t i = 0; i < vocab; ++i) logits[i] /= p.temperature;
-  const Candidates c = Truncate(logits, vocab, p);
-  double cum = 0;
-  for (size_t i = 0; i < c.ids.size(); ++i) {
-    cum += c.probs[i];
-    if (p.uniform < cum) return c.ids[i];
+  std::vector<int32_t> top = TopK(logits, vocab, p.top_k);
+  double total = 0;
+  float max = logits[top[0]];
+  for (int32_t id : top) max = std::max(max, logits[id]);
+  for (int32_t id : top) total += std::exp(logits[id] - double{max});
+  const bool ordered = top.size() < static_cast<size_t>(vocab);  // TopK sorted them
+  Order order(logits, std::move(top), ordered);
+  auto prob = [&](size_t i) { return std::exp(logits[order[i]] - double{max}) / total; };
+  size_t keep = order.size();
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      order.EnsureReady(n + 1);
+      cum += prob(n++);
+      if (cum >= p.top_p) break;
+    }
+    keep = std::max<size_t>(n, 1);
   }
-  return c.ids.back();
+  if (p.min_p > 0.0f) {
+    const double threshold = p.min_p * (1.0 / total);
+    size_t n = 1;
+    while (n < keep) {
+      order.EnsureReady(n + 1);
+      if (!(prob(n) >= threshold)) break;
+      ++n;
+    }
+    keep = n;
+  }
+  // Renormalize over what is kept (in whatever order the ids stand: ordered where a truncation
+  // cut), then draw, ordering candidates only as far as the draw goes.
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += prob(i);
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    order.EnsureReady(i + 1);
+    cum += prob(i) / kept;
+    if (p.uniform < cum) return order[i];
+  }
+  return order[keep - 1];
 }
 
 void RowLogprobs(const float* raw, int64_t vocab, int32_t token, int n, float* chosen,
