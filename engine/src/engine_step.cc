@@ -22,28 +22,29 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
                                                                  : ForwardSeq::Logits::kNone;
     seqs.push_back(f);
   }
-  // On the device when the plugin samples and no request here needs the host sampler; each
-  // sampled row draws from its request's generator exactly as the host sampler would.
-  bool on_device = options_.device_sampling && runner_->can_sample();
+  // On the device when the plugin samples; each sampled row draws from its request's
+  // generator exactly as the host sampler would. Rows whose request needs the host sampler
+  // (penalties) come back as logits and are sampled here, the rest as ids.
+  const bool on_device = options_.device_sampling && runner_->can_sample();
   std::vector<strata_sample_params> params;
-  for (size_t i = 0; i < sched.seqs.size() && on_device; ++i) {
-    if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
-    const Request* r = sched.seqs[i].request;
-    on_device = !NeedsHostSampling(r->params);
-    params.push_back(ToSampleParams(r->params));
-  }
-  std::vector<float> logits;
+  std::vector<int32_t> host_rows;
+  std::vector<float> logits;  // all rows (host path) or the host_rows (device path)
   std::vector<SampleResult> sampled;
   if (!seqs.empty()) {
     if (on_device) {
-      size_t row = 0;
       for (size_t i = 0; i < sched.seqs.size(); ++i) {
         if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
         const Request* r = sched.seqs[i].request;
-        if (r->params.temperature != 0.0f) params[row].uniform = r->rng->Uniform();
-        ++row;
+        strata_sample_params p = ToSampleParams(r->params);
+        if (NeedsHostSampling(r->params)) {
+          host_rows.push_back(static_cast<int32_t>(params.size()));
+        } else if (r->params.temperature != 0.0f) {
+          p.uniform = r->rng->Uniform();
+        }
+        params.push_back(p);
       }
-      STRATA_ASSIGN_OR_RETURN(sampled, runner_->ForwardSampled(seqs, params));
+      STRATA_ASSIGN_OR_RETURN(sampled,
+                              runner_->ForwardSampled(seqs, params, host_rows, &logits));
     } else {
       STRATA_ASSIGN_OR_RETURN(logits, runner_->Forward(seqs));
     }
@@ -53,7 +54,7 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   const size_t vocab = static_cast<size_t>(config().vocab_size);
-  size_t row = 0;
+  size_t row = 0, next_host = 0;
   for (size_t i = 0; i < sched.seqs.size(); ++i) {
     Request* r = sched.seqs[i].request;
     if (r->num_computed <= r->prompt_len) {
@@ -61,10 +62,13 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     }
     if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
     RequestOutput out;
-    if (on_device) {
-      ApplySample(r, sampled[row], out);
-    } else {
+    if (!on_device) {
       ProcessSample(r, std::span<float>(logits.data() + row * vocab, vocab), out);
+    } else if (next_host < host_rows.size() && host_rows[next_host] == static_cast<int32_t>(row)) {
+      ProcessSample(r, std::span<float>(logits.data() + next_host * vocab, vocab), out);
+      ++next_host;
+    } else {
+      ApplySample(r, sampled[row], out);
     }
     ++row;
     outputs.push_back(std::move(out));

@@ -23,7 +23,8 @@ absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardS
 }
 
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
-    std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params) {
+    std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params,
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
   if (!can_sample()) {
     return absl::FailedPreconditionError(
         absl::StrCat(backend_->plugin().origin(), ": plugin has no sample entry"));
@@ -34,9 +35,22 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
     return absl::InvalidArgumentError(absl::StrCat(params.size(), " sampling params for ",
                                                    in.logit_rows.size(), " logits rows"));
   }
+  for (size_t i = 0; i < host_rows.size(); ++i) {
+    if (host_rows[i] < 0 || static_cast<size_t>(host_rows[i]) >= params.size() ||
+        (i > 0 && host_rows[i] <= host_rows[i - 1])) {
+      return absl::InvalidArgumentError("host_rows must be ascending logits-row indices");
+    }
+  }
+  if (!host_rows.empty() && host_logits == nullptr) {
+    return absl::InvalidArgumentError("host_rows given without host_logits");
+  }
   if (in.num_tokens == 0) return std::vector<SampleResult>();
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
-  return SampleLogits(in, params);
+  if (params.empty()) {  // a step of prompt chunks only: nothing to sample
+    STRATA_RETURN_IF_ERROR(backend_->Synchronize());
+    return std::vector<SampleResult>();
+  }
+  return SampleLogits(in, params, host_rows, host_logits);
 }
 
 // Everything up to the final norm's input: inputs uploaded, embedding, every layer.
@@ -321,9 +335,17 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
 // The plugin's `sample` over scratch_->logits: uploads the params, copies back the ids (and
 // the logprobs only when a row asks for them).
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
-    const StepInputs& in, std::span<const strata_sample_params> params) {
+    const StepInputs& in, std::span<const strata_sample_params> requested,
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
   const int64_t rows = static_cast<int64_t>(in.logit_rows.size()), v = config().vocab_size;
   Scratch& sc = *scratch_;
+  // Rows the host samples get the cheapest device work (greedy, no logprobs), result unused.
+  std::vector<strata_sample_params> params(requested.begin(), requested.end());
+  for (int32_t r : host_rows) {
+    params[r] = strata_sample_params{};
+    params[r].top_p = 1.0f;
+    params[r].num_logprobs = -1;
+  }
   bool logprobs = false;
   for (const auto& p : params) logprobs |= p.num_logprobs >= 0;
   constexpr int64_t kLp = 1 + STRATA_MAX_LOGPROBS, kTop = STRATA_MAX_LOGPROBS;
@@ -364,6 +386,8 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
     STRATA_RETURN_IF_ERROR(
         backend_->CopyToHost(tops.data(), sc.sample_top.data(), tops.size() * sizeof(int32_t)));
   }
+  if (!host_rows.empty()) host_logits->clear();
+  for (int32_t r : host_rows) STRATA_RETURN_IF_ERROR(CopyLogitsRow(r, host_logits));
   std::vector<SampleResult> out(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     out[r].token = ids[r];
@@ -375,6 +399,21 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
     }
   }
   return out;
+}
+
+absl::Status ModelRunner::CopyLogitsRow(int64_t row, std::vector<float>* out) {
+  const strata_dtype act = backend_->info().act_dtype;
+  const size_t v = static_cast<size_t>(config().vocab_size), elem = DtypeSize(act);
+  const auto* src = static_cast<const char*>(scratch_->logits.data()) + row * v * elem;
+  const size_t at = out->size();
+  out->resize(at + v);
+  if (act == STRATA_DTYPE_F32) return backend_->CopyToHost(out->data() + at, src, v * elem);
+  std::vector<uint16_t> half(v);
+  STRATA_RETURN_IF_ERROR(backend_->CopyToHost(half.data(), src, v * elem));
+  for (size_t j = 0; j < v; ++j) {
+    (*out)[at + j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata

@@ -154,6 +154,12 @@ TEST_F(EngineTest, DeviceAndHostSamplingGiveTheSameTokensAndLogprobs) {
   EXPECT_NE(device.first[1], device.first[0]);
   const auto mixed = run(true, true);
   for (size_t i = 0; i + 1 < mix.size(); ++i) EXPECT_EQ(mixed.first[i], device.first[i]) << i;
+  // The penalized request is sampled on the host from its own logits row, mid-batch: the
+  // same as when every row goes through the host sampler.
+  const auto mixed_host = run(false, true);
+  EXPECT_EQ(mixed.first, mixed_host.first);
+  EXPECT_EQ(mixed.second, mixed_host.second);
+  EXPECT_NE(mixed.first[4], device.first[4]);  // the penalty changed that request's tokens
 }
 
 TEST_F(EngineTest, StopStringTruncatesTextAndStops) {

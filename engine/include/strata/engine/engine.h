@@ -31,8 +31,8 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   uint64_t default_seed = 0;  // seeds requests without a seed (request i gets seed + i)
   // Sample on the device through the plugin's `sample` entry when it has one, so a step
-  // copies back token ids instead of logits rows; steps with a request that needs the host
-  // sampler (penalties) still copy logits. Same tokens either way (one sampling rule).
+  // copies back token ids instead of logits rows; the rows of requests that need the host
+  // sampler (penalties) still come back as logits. Same tokens either way (one sampling rule).
   bool device_sampling = true;
 };
 

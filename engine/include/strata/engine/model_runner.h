@@ -69,8 +69,13 @@ class ModelRunner {
   // Forward, then every logits row sampled on the device by the plugin's `sample` entry
   // (can_sample()), params[i] for the i-th row: copies back ids (and the logprobs rows that
   // ask for them) instead of vocab_size floats per row. FailedPrecondition without the entry.
+  // Rows listed in `host_rows` (ascending logits-row indices) are not sampled there: their
+  // logits come back as float into *host_logits (vocab_size each, in host_rows order) and
+  // their results are left default, for the caller's host sampler (penalties need the
+  // request's token history); their params are ignored.
   absl::StatusOr<std::vector<SampleResult>> ForwardSampled(
-      std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params);
+      std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params,
+      std::span<const int32_t> host_rows = {}, std::vector<float>* host_logits = nullptr);
   bool can_sample() const { return backend_->plugin().has_sample(); }
 
   struct Scratch;     // model_runner_internal.h
@@ -89,7 +94,10 @@ class ModelRunner {
   absl::Status ComputeLogits(const StepInputs& in);
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
   absl::StatusOr<std::vector<SampleResult>> SampleLogits(
-      const StepInputs& in, std::span<const strata_sample_params> params);
+      const StepInputs& in, std::span<const strata_sample_params> params,
+      std::span<const int32_t> host_rows, std::vector<float>* host_logits);
+  // Logits row `row` of the last step, as float, appended to *out.
+  absl::Status CopyLogitsRow(int64_t row, std::vector<float>* out);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
