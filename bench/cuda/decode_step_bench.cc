@@ -402,6 +402,23 @@ DecodePoint TimeDecode(Setup& s, int batch, int steps) {
   return p;
 }
 
+// Greedy ids of one sampled decode step (every sequence at the same position as the timed
+// steps, so every call sees the same KV and must give the same ids).
+std::vector<int32_t> GreedyIds(Setup& s, int batch) {
+  std::vector<ForwardSeq> seqs(batch);
+  for (int q = 0; q < batch; ++q) {
+    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
+  }
+  strata_sample_params g{};
+  g.top_p = 1.0f, g.num_logprobs = -1;
+  std::vector<strata_sample_params> rows(batch, g);
+  std::vector<int32_t> ids;
+  for (const SampleResult& r : OrDie(s.runner->ForwardSampled(seqs, rows), "greedy ids")) {
+    ids.push_back(r.token);
+  }
+  return ids;
+}
+
 // The step as the engine runs it with the plugin's `sample` entry (ModelRunner::ForwardSampled:
 // ids come back instead of logits): median ms per step, every row with `params` and a fresh
 // uniform draw.
@@ -516,6 +533,7 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
     strata_sample_params g{}, t{};
     g.top_p = 1.0f, g.num_logprobs = -1;
     t = g, t.temperature = 0.7f, t.top_p = 0.9f;
+    s.runner->set_graph_batches({});  // op by op
     const double gm = TimeSampledDecode(s, batch, steps, g);
     const double tm = TimeSampledDecode(s, batch, steps, t);
     std::printf(
@@ -524,6 +542,25 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
         name, batch, gm, gm / r.roof_ms, tm, tm / r.roof_ms);
     std::printf("CSV,sampled,%s,%d,%.4f,%.3f,%.4f,%.3f\n", name, batch, gm, gm / r.roof_ms, tm,
                 tm / r.roof_ms);
+    if (s.runner->backend().plugin().has_graphs()) {
+      const std::vector<int32_t> op_by_op = GreedyIds(s, batch);
+      s.runner->set_graph_batches(RunnerOptions{}.graph_batches);  // replayed as a graph
+      int mismatched = 0;  // steps whose ids differ from op by op: warm-up, recording, replays
+      for (int i = 0; i < 4; ++i) mismatched += GreedyIds(s, batch) != op_by_op;
+      std::printf("%-14s decode b %2d graph replay gives the op-by-op ids: %s (%d of 4 differ)\n",
+                  name, batch, mismatched == 0 ? "yes" : "NO", mismatched);
+      const double ggm = TimeSampledDecode(s, batch, steps, g);
+      const double gtm = TimeSampledDecode(s, batch, steps, t);
+      const auto stats = s.runner->graph_stats();
+      std::printf(
+          "%-14s decode b %2d sampled, graph replay: greedy step %7.3f ms (ratio %5.2f), "
+          "top-p 0.9 step %7.3f ms (ratio %5.2f); graphs launched %ld, recorded %ld, failed %ld\n",
+          name, batch, ggm, ggm / r.roof_ms, gtm, gtm / r.roof_ms, long(stats.launches),
+          long(stats.recordings), long(stats.fallbacks));
+      std::printf("CSV,graph,%s,%d,%.4f,%.3f,%.4f,%.3f,%ld,%ld\n", name, batch, ggm,
+                  ggm / r.roof_ms, gtm, gtm / r.roof_ms, long(stats.recordings),
+                  long(stats.fallbacks));
+    }
     std::fflush(stdout);
   }
   ProfileDecode(name, s, batch, r.bytes.gemm, r.step_ms.median);

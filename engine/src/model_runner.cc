@@ -17,7 +17,7 @@ size_t ElemSize(strata_dtype d) { return DtypeSize(d); }
 
 }  // namespace
 
-ModelRunner::~ModelRunner() = default;
+
 
 size_t ModelRunner::kv_block_bytes() const {
   return static_cast<size_t>(cache_.num_layers) * 2 * cache_.block_size * cache_.num_kv_heads *
@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   STRATA_ASSIGN_OR_RETURN(runner->backend_, Backend::Create(plugin, options.backend_config));
+  runner->graph_batches_ = options.graphs ? options.graph_batches : std::vector<int>();
   STRATA_ASSIGN_OR_RETURN(runner->model_, Model::Load(config, weights, runner->backend_.get()));
   strata_kv_cache& c = runner->cache_;
   const strata_backend_info& info = runner->backend_->info();
@@ -74,17 +75,20 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
   return runner;
 }
 
+absl::Status ModelRunner::GrowScratch(DeviceBuffer& buf, size_t bytes) {
+  if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+  buf.Reset();
+  STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), std::max<size_t>(bytes, 1)));
+  ++scratch_->generation;
+  return absl::OkStatus();
+}
+
 absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   const strata_dtype act = backend_->info().act_dtype;
   const size_t a = ElemSize(act);
-  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
-    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
-    buf.Reset();
-    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), bytes));
-    return absl::OkStatus();
-  };
+  auto grow = [&](DeviceBuffer& buf, size_t bytes) { return GrowScratch(buf, bytes); };
   if (tokens > s.tokens) {
     s.tokens = std::max<int64_t>(tokens, 2 * s.tokens);
     const int64_t t = s.tokens, h = c.hidden_size, d = c.head_dim;

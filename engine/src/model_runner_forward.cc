@@ -8,12 +8,6 @@
 #include "strata/common/status_macros.h"
 
 namespace strata {
-namespace {
-
-absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
-                         int num_blocks, ModelRunner::StepInputs& in);
-
-}  // namespace
 
 absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardSeq> seqs) {
   StepInputs in;
@@ -30,7 +24,8 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
         absl::StrCat(backend_->plugin().origin(), ": plugin has no sample entry"));
   }
   StepInputs in;
-  STRATA_RETURN_IF_ERROR(RunBody(seqs, in));
+  STRATA_RETURN_IF_ERROR(
+      BuildStepInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
   if (params.size() != in.logit_rows.size()) {
     return absl::InvalidArgumentError(absl::StrCat(params.size(), " sampling params for ",
                                                    in.logit_rows.size(), " logits rows"));
@@ -44,7 +39,15 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
   if (!host_rows.empty() && host_logits == nullptr) {
     return absl::InvalidArgumentError("host_rows given without host_logits");
   }
+  if (GraphEligible(in)) return ForwardSampledGraph(in, params, host_rows, host_logits);
+  if (in.num_tokens > 0) {
+    STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
+                                         static_cast<int64_t>(in.block_tables.size()),
+                                         static_cast<int64_t>(in.logit_rows.size())));
+    STRATA_RETURN_IF_ERROR(Upload(in));
+  }
   if (in.num_tokens == 0) return std::vector<SampleResult>();
+  STRATA_RETURN_IF_ERROR(EnqueueBody(in));
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
   if (params.empty()) {  // a step of prompt chunks only: nothing to sample
     STRATA_RETURN_IF_ERROR(backend_->Synchronize());
@@ -56,12 +59,18 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
 // Everything up to the final norm's input: inputs uploaded, embedding, every layer.
 absl::Status ModelRunner::RunBody(std::span<const ForwardSeq> seqs, StepInputs& in) {
   STRATA_RETURN_IF_ERROR(
-      BuildInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
+      BuildStepInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
   if (in.num_tokens == 0) return absl::OkStatus();
   STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
                                        static_cast<int64_t>(in.block_tables.size()),
                                        static_cast<int64_t>(in.logit_rows.size())));
   STRATA_RETURN_IF_ERROR(Upload(in));
+  return EnqueueBody(in);
+}
+
+// Embedding and every layer over inputs already uploaded: device ops only (a graph records
+// exactly this, plus the head and the sampler).
+absl::Status ModelRunner::EnqueueBody(const StepInputs& in) {
   const auto& api = backend_->api();
   const strata_dtype act = backend_->info().act_dtype;
   const int64_t t = in.num_tokens, h = config().hidden_size;
@@ -75,10 +84,8 @@ absl::Status ModelRunner::RunBody(std::span<const ForwardSeq> seqs, StepInputs& 
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
-                         int num_blocks, ModelRunner::StepInputs& in) {
+absl::Status BuildStepInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
+                             int num_blocks, ModelRunner::StepInputs& in) {
   in.num_seqs = static_cast<int32_t>(seqs.size());
   for (const auto& s : seqs) {
     in.max_blocks = std::max<int32_t>(in.max_blocks, static_cast<int32_t>(s.blocks.size()));
@@ -126,8 +133,6 @@ absl::Status BuildInputs(std::span<const ForwardSeq> seqs, int block_size, int v
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status ModelRunner::RunLayer(int layer, const StepInputs& in) {
   const auto& api = backend_->api();
@@ -337,42 +342,75 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
     const StepInputs& in, std::span<const strata_sample_params> requested,
     std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
-  const int64_t rows = static_cast<int64_t>(in.logit_rows.size()), v = config().vocab_size;
+  const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
+  std::vector<strata_sample_params> params = DeviceParams(requested, host_rows, rows);
+  const bool logprobs = AnyLogprobs(params);
+  STRATA_RETURN_IF_ERROR(PrepareSample(params, logprobs));
+  STRATA_RETURN_IF_ERROR(EnqueueSample(rows, logprobs));
+  return FinishSample(params, rows, logprobs, host_rows, host_logits);
+}
+
+// The rows' params as the device samples them: rows the host samples get the cheapest work
+// (greedy, no logprobs; their result is not used); rows past the request's (graph padding)
+// likewise.
+std::vector<strata_sample_params> ModelRunner::DeviceParams(
+    std::span<const strata_sample_params> requested, std::span<const int32_t> host_rows,
+    int64_t rows) {
+  strata_sample_params cheap{};
+  cheap.top_p = 1.0f;
+  cheap.num_logprobs = -1;
+  std::vector<strata_sample_params> params(static_cast<size_t>(rows), cheap);
+  std::copy(requested.begin(), requested.end(), params.begin());
+  for (int32_t r : host_rows) params[r] = cheap;
+  return params;
+}
+
+bool ModelRunner::AnyLogprobs(std::span<const strata_sample_params> params) {
+  bool any = false;
+  for (const auto& p : params) any |= p.num_logprobs >= 0;
+  return any;
+}
+
+// Sizes the sampler's buffers for params.size() rows and uploads the params.
+absl::Status ModelRunner::PrepareSample(std::span<const strata_sample_params> params,
+                                        bool logprobs) {
+  const int64_t rows = static_cast<int64_t>(params.size());
   Scratch& sc = *scratch_;
-  // Rows the host samples get the cheapest device work (greedy, no logprobs), result unused.
-  std::vector<strata_sample_params> params(requested.begin(), requested.end());
-  for (int32_t r : host_rows) {
-    params[r] = strata_sample_params{};
-    params[r].top_p = 1.0f;
-    params[r].num_logprobs = -1;
-  }
-  bool logprobs = false;
-  for (const auto& p : params) logprobs |= p.num_logprobs >= 0;
   constexpr int64_t kLp = 1 + STRATA_MAX_LOGPROBS, kTop = STRATA_MAX_LOGPROBS;
-  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
-    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
-    buf.Reset();
-    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), bytes));
-    return absl::OkStatus();
-  };
-  STRATA_RETURN_IF_ERROR(grow(sc.sample_params, rows * sizeof(strata_sample_params)));
-  STRATA_RETURN_IF_ERROR(grow(sc.sample_tokens, rows * sizeof(int32_t)));
+  STRATA_RETURN_IF_ERROR(GrowScratch(sc.sample_params, rows * sizeof(strata_sample_params)));
+  STRATA_RETURN_IF_ERROR(GrowScratch(sc.sample_tokens, rows * sizeof(int32_t)));
   if (logprobs) {
-    STRATA_RETURN_IF_ERROR(grow(sc.sample_logprobs, rows * kLp * sizeof(float)));
-    STRATA_RETURN_IF_ERROR(grow(sc.sample_top, rows * kTop * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(sc.sample_logprobs, rows * kLp * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(sc.sample_top, rows * kTop * sizeof(int32_t)));
   }
-  STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(sc.sample_params.data(), params.data(),
-                                                rows * sizeof(strata_sample_params)));
+  return backend_->CopyToDevice(sc.sample_params.data(), params.data(),
+                                rows * sizeof(strata_sample_params));
+}
+
+// The `sample` op over the first `rows` logits rows (device work only).
+absl::Status ModelRunner::EnqueueSample(int64_t rows, bool logprobs) {
+  Scratch& sc = *scratch_;
+  constexpr int64_t kLp = 1 + STRATA_MAX_LOGPROBS, kTop = STRATA_MAX_LOGPROBS;
   const strata_dtype act = backend_->info().act_dtype;
-  strata_tensor logits = MakeTensor(sc.logits.data(), act, {rows, v});
+  strata_tensor logits = MakeTensor(sc.logits.data(), act, {rows, config().vocab_size});
   strata_tensor tokens = MakeTensor(sc.sample_tokens.data(), STRATA_DTYPE_I32, {rows});
   strata_tensor lp = MakeTensor(sc.sample_logprobs.data(), STRATA_DTYPE_F32, {rows, kLp});
   strata_tensor top = MakeTensor(sc.sample_top.data(), STRATA_DTYPE_I32, {rows, kTop});
-  STRATA_RETURN_IF_ERROR(backend_->Check(
+  return backend_->Check(
       backend_->api().sample(backend_->handle(), backend_->stream(), &logits,
                              static_cast<const strata_sample_params*>(sc.sample_params.data()),
                              &tokens, logprobs ? &lp : nullptr, logprobs ? &top : nullptr),
-      "sample"));
+      "sample");
+}
+
+// Copies back the ids of the first `rows` rows (and their logprobs when asked), and the logits
+// of the host rows.
+absl::StatusOr<std::vector<SampleResult>> ModelRunner::FinishSample(
+    std::span<const strata_sample_params> params, int64_t rows, bool logprobs,
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
+  Scratch& sc = *scratch_;
+  const int64_t v = config().vocab_size;
+  constexpr int64_t kLp = 1 + STRATA_MAX_LOGPROBS, kTop = STRATA_MAX_LOGPROBS;
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   STRATA_RETURN_IF_ERROR(
       backend_->CopyToHost(ids.data(), sc.sample_tokens.data(), ids.size() * sizeof(int32_t)));

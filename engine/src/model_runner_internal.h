@@ -2,8 +2,10 @@
 // Private state of ModelRunner shared by model_runner.cc (setup) and
 // model_runner_forward.cc (the forward pass).
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "strata/engine/model_runner.h"
 
 namespace strata {
@@ -15,6 +17,8 @@ struct ModelRunner::Scratch {
   DeviceBuffer ids, positions, slots, q_start, kv_len, block_tables, logit_rows;
   DeviceBuffer head_in, logits;
   DeviceBuffer sample_params, sample_tokens, sample_logprobs, sample_top;  // ForwardSampled
+  // Bumped whenever a buffer above is reallocated: a recorded graph points into them.
+  int64_t generation = 0;
 };
 
 // Host-side description of one step, flattened from the ForwardSeqs. Lives until the step's
@@ -25,5 +29,10 @@ struct ModelRunner::StepInputs {
   int32_t num_seqs = 0, max_blocks = 0, max_q = 0, max_kv = 0;
   bool all_decode = true;
 };
+
+// Flattens `seqs` into `in` (ids, positions, KV slots, block tables, logits rows), checking
+// token ids and block ids.
+absl::Status BuildStepInputs(std::span<const ForwardSeq> seqs, int block_size, int vocab,
+                             int num_blocks, ModelRunner::StepInputs& in);
 
 }  // namespace strata

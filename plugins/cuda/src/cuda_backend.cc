@@ -41,6 +41,9 @@ Status Stream::Create(const char* op, std::unique_ptr<Stream>* out) {
 }
 
 Status Stream::Workspace(const char* op, size_t bytes, void** out) {
+  if (bytes > workspace_bytes_ && capturing) {
+    return Unsupported(op, "the stream's workspace would grow while a graph is recorded");
+  }
   if (bytes > workspace_bytes_) {
     if (workspace_ != nullptr) {
       STRATA_PLUGIN_RETURN_IF_ERROR(

@@ -29,6 +29,11 @@ struct Stream {
   // allocates nothing. The returned pointer is valid for work enqueued on this stream until
   // the next Workspace call that grows it.
   Status Workspace(const char* op, size_t bytes, void** out);
+  // The current workspace (a recorded graph is replayable while it is unchanged).
+  void* workspace() const { return workspace_; }
+  // Between graph_capture_begin and graph_capture_end: Workspace may not grow (a recorded
+  // free of the old buffer would run again on every replay), it fails instead.
+  bool capturing = false;
 
   // Creates a non-blocking stream and its cuBLAS handle on the current device.
   static Status Create(const char* op, std::unique_ptr<Stream>* out);

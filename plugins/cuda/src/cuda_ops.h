@@ -39,6 +39,12 @@ Status MoeExperts(Stream& s, const strata_tensor* x, const strata_tensor* topk_w
 Status Sample(Stream& s, const strata_tensor* logits, const strata_sample_params* params,
               strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);
 
+// Step replay (cuda_graphs.cc): abi.h graph_capture_begin / _end / graph_launch / destroy.
+Status GraphBegin(Stream& s);
+Status GraphEnd(Stream& s, strata_graph* out);
+Status GraphLaunch(Stream& s, strata_graph g);
+void GraphDestroy(strata_graph g);
+
 // out[m, n] (row stride ldo, dtype out_type) = x[m, k] (bf16, ldx) * w[n, k]^T (bf16, ldw)
 // + beta * out, through cublasGemmEx with fp32 compute. Dimensions must fit in int.
 Status GemmNT(const char* op, Stream& s, int64_t m, int64_t n, int64_t k, const void* x,

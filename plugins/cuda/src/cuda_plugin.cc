@@ -272,6 +272,24 @@ strata_status SampleEntry(strata_backend b, strata_stream st, const strata_tenso
   });
 }
 
+strata_status GraphBeginEntry(strata_backend b, strata_stream st) noexcept {
+  return GuardOp(b, st, "graph_capture_begin", [&](Stream& s) { return GraphBegin(s); });
+}
+
+strata_status GraphEndEntry(strata_backend b, strata_stream st, strata_graph* out) noexcept {
+  return GuardOp(b, st, "graph_capture_end", [&](Stream& s) { return GraphEnd(s, out); });
+}
+
+strata_status GraphLaunchEntry(strata_backend b, strata_stream st, strata_graph g) noexcept {
+  return GuardOp(b, st, "graph_launch", [&](Stream& s) { return GraphLaunch(s, g); });
+}
+
+void GraphDestroyEntry(strata_backend b, strata_graph g) noexcept {
+  CudaBackend* be = CudaBackend::FromHandle(b);
+  if (be != nullptr) cudaSetDevice(be->device());
+  GraphDestroy(g);
+}
+
 strata_status MoeExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
                               const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                               const strata_tensor* w_gate_up, const strata_tensor* w_down,
@@ -312,6 +330,10 @@ const strata_plugin_api_v1 kApi = {
     .moe_route = MoeRouteEntry,
     .moe_experts = MoeExpertsEntry,
     .sample = SampleEntry,
+    .graph_capture_begin = GraphBeginEntry,
+    .graph_capture_end = GraphEndEntry,
+    .graph_launch = GraphLaunchEntry,
+    .graph_destroy = GraphDestroyEntry,
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,11 @@ struct RunnerOptions {
   // backend's allocation — e.g. transport-allocated memory that peers write with plain copies.
   // Ignored for other backends.
   std::function<absl::StatusOr<void*>(size_t bytes)> host_kv_pool;
+  // Decode steps that sample on the device are replayed as recorded plugin graphs when the
+  // plugin can (graph_* entries): one graph per (batch bucket, context bucket), the batch padded
+  // to the next size in graph_batches, recorded the second time a bucket is seen.
+  bool graphs = true;
+  std::vector<int> graph_batches = {1, 2, 4, 8, 16, 32, 64, 128};
 };
 
 struct ForwardSeq {
@@ -77,12 +83,19 @@ class ModelRunner {
       std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params,
       std::span<const int32_t> host_rows = {}, std::vector<float>* host_logits = nullptr);
   bool can_sample() const { return backend_->plugin().has_sample(); }
+  // Graph replay of decode steps (RunnerOptions::graphs), switchable at run time (benchmarks
+  // time both); `batches` empty: off. Counts: graph launches, recordings, failed recordings.
+  void set_graph_batches(std::vector<int> batches) { graph_batches_ = std::move(batches); }
+  struct GraphStats {
+    int64_t launches = 0, recordings = 0, fallbacks = 0;
+  };
+  GraphStats graph_stats() const;
 
   struct Scratch;     // model_runner_internal.h
   struct StepInputs;  // model_runner_internal.h
 
  private:
-  ModelRunner() = default;
+  ModelRunner();  // out of line: Graphs is complete only in model_runner_graph.cc
   absl::Status EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows);
   absl::Status Upload(const StepInputs& in);
   absl::Status RunLayer(int layer, const StepInputs& in);
@@ -91,11 +104,28 @@ class ModelRunner {
   absl::Status RunMlp(int layer, const StepInputs& in);
   absl::Status RunMoe(int layer, const StepInputs& in);
   absl::Status RunBody(std::span<const ForwardSeq> seqs, StepInputs& in);
+  absl::Status EnqueueBody(const StepInputs& in);
+  absl::Status GrowScratch(DeviceBuffer& buf, size_t bytes);
   absl::Status ComputeLogits(const StepInputs& in);
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
   absl::StatusOr<std::vector<SampleResult>> SampleLogits(
       const StepInputs& in, std::span<const strata_sample_params> params,
       std::span<const int32_t> host_rows, std::vector<float>* host_logits);
+  static std::vector<strata_sample_params> DeviceParams(
+      std::span<const strata_sample_params> requested, std::span<const int32_t> host_rows,
+      int64_t rows);
+  static bool AnyLogprobs(std::span<const strata_sample_params> params);
+  absl::Status PrepareSample(std::span<const strata_sample_params> params, bool logprobs);
+  absl::Status EnqueueSample(int64_t rows, bool logprobs);
+  absl::StatusOr<std::vector<SampleResult>> FinishSample(
+      std::span<const strata_sample_params> params, int64_t rows, bool logprobs,
+      std::span<const int32_t> host_rows, std::vector<float>* host_logits);
+  // Graph replay of decode steps (model_runner_graph.cc).
+  bool GraphEligible(const StepInputs& in) const;
+  absl::StatusOr<std::vector<SampleResult>> ForwardSampledGraph(
+      StepInputs& in, std::span<const strata_sample_params> params,
+      std::span<const int32_t> host_rows, std::vector<float>* host_logits);
+  absl::Status EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs);
   // Logits row `row` of the last step, as float, appended to *out.
   absl::Status CopyLogitsRow(int64_t row, std::vector<float>* out);
 
@@ -104,6 +134,9 @@ class ModelRunner {
   DeviceBuffer kv_pool_;
   strata_kv_cache cache_{};
   std::unique_ptr<Scratch> scratch_;
+  struct Graphs;  // model_runner_graph.cc
+  std::vector<int> graph_batches_;  // empty: graphs off
+  std::unique_ptr<Graphs> graphs_;
 };
 
 }  // namespace strata

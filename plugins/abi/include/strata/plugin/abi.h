@@ -70,6 +70,7 @@ typedef enum strata_dtype {
 
 typedef struct strata_backend_s* strata_backend; /* opaque, owned by the plugin */
 typedef struct strata_stream_s* strata_stream;   /* opaque, owned by the plugin */
+typedef struct strata_graph_s* strata_graph;     /* opaque, owned by the plugin */
 
 typedef struct strata_tensor {
   void* data;
@@ -260,6 +261,21 @@ typedef struct strata_plugin_api_v1 {
   strata_status (*sample)(strata_backend b, strata_stream s, const strata_tensor* logits,
                           const strata_sample_params* params, strata_tensor* tokens,
                           strata_tensor* logprobs, strata_tensor* top_ids);
+
+  /* --- step replay (optional: all four NULL when the plugin cannot replay) ------------------
+   * graph_capture_begin(s): the ops the host enqueues on `s` from now until
+   * graph_capture_end(s) are recorded, not run; graph_capture_end hands the recording back as
+   * a graph (or, when an op failed while recording, ends the recording and returns an error).
+   * graph_launch(s, g) runs the recorded ops again with the arguments they had when recorded:
+   * the same device pointers (the host rewrites inputs in place before each launch) and the
+   * same host-side values (shapes, attention hints). Only compute ops may be recorded: no
+   * alloc, copy or synchronize between begin and end. graph_launch returns
+   * STRATA_ERR_UNSUPPORTED when `g` can no longer be replayed (e.g. scratch memory its ops use
+   * was reallocated since it was recorded): the host destroys it and records again. */
+  strata_status (*graph_capture_begin)(strata_backend b, strata_stream s);
+  strata_status (*graph_capture_end)(strata_backend b, strata_stream s, strata_graph* out);
+  strata_status (*graph_launch)(strata_backend b, strata_stream s, strata_graph g);
+  void (*graph_destroy)(strata_backend b, strata_graph g);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

@@ -35,6 +35,10 @@ class Plugin {
   const std::string& origin() const { return origin_; }
   bool has_moe() const { return api_.moe_route != nullptr && api_.moe_experts != nullptr; }
   bool has_sample() const { return api_.sample != nullptr; }
+  bool has_graphs() const {
+    return api_.graph_capture_begin != nullptr && api_.graph_capture_end != nullptr &&
+           api_.graph_launch != nullptr && api_.graph_destroy != nullptr;
+  }
 
  private:
   Plugin(const strata_plugin_api_v1& api, std::string origin, void* dl_handle)
