@@ -3,11 +3,15 @@
 # on this host, same block sizes, same UCX_TLS, one run; plus the mean latency of one block
 # put/get next to ucx_perftest's ucp_put_lat / ucp_get latency. The daemon is a real `strata kvstore`;
 # the client is bench/kvstore/remote_bench.cc (RemoteTier: RPCs + one UCX transfer per ~16 MiB
-# run + checksums). Prints a markdown table of MB/s (2^20 B/s) and ratios.
+# run + checksums), run twice against the same daemon: through the tier's staging lanes (plain
+# heap buffers) and with its buffers registered once (--registered: no staging copy). Prints a
+# markdown table of MB/s (2^20 B/s) and ratios; "staged / registered" in each G4 cell.
 #
 #   scripts/bench_kvstore_remote.sh [build_dir] [seconds_per_point] [tls...]
 # Needs build_dir/bin/{strata,kvstore_remote_bench} (ninja strata kvstore_remote_bench) and
-# ucx_perftest (libucx-dev).
+# ucx_perftest (libucx-dev). BASELINE_BENCH=/path/to/an/older/kvstore_remote_bench adds its
+# staged numbers first in each G4 cell ("baseline / staged / registered"), measured in the same
+# run against the same daemon, for before/after comparisons.
 set -euo pipefail
 BUILD=${1:-build}
 SECONDS_PER_POINT=${2:-1}
@@ -54,8 +58,19 @@ start_daemon() {
   rm -f "$out"
 }
 
+# One bench run against the running daemon: "BLOCK PUT_MBPS GET_MBPS PUT_US GET_US" (zeros if
+# it failed, so a broken point shows as 0 instead of ending the table).
+run_bench() {
+  local bench=$1 tls=$2 size=$3 line
+  shift 3
+  line=$(UCX_TLS=$tls "$bench" "$ADDRESS" "$size" "$SECONDS_PER_POINT" "$@" 2>/dev/null |
+         grep -E "^[0-9]" || true)
+  echo "${line:-$size 0 0 0 0}"
+}
+
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p')"
 echo "# UCX $(ucx_info -v | sed -n 's/^# Version //p'); MB/s = 2^20 B/s; ratio = G4 / ucx_perftest"
+echo "# G4 cells: ${BASELINE_BENCH:+baseline / }staged / registered"
 for tls in $TLS_LIST; do
   echo
   echo "UCX_TLS=$tls: bandwidth (MB/s, ~16 MiB runs) and mean latency of one block (us)"
@@ -68,13 +83,25 @@ for tls in $TLS_LIST; do
     read -r ref_get ref_get_us < <(perftest "$tls" ucp_get "$size")
     read -r _ ref_put_us < <(perftest "$tls" ucp_put_lat "$size")
     start_daemon "$tls" "$size"
-    read -r _ put get put_us get_us < <(UCX_TLS=$tls "$BENCH" "$ADDRESS" "$size" \
-        "$SECONDS_PER_POINT" 2>/dev/null | grep -E "^[0-9]")
+    cols=()
+    [[ -n ${BASELINE_BENCH:-} ]] && cols+=("$(run_bench "$BASELINE_BENCH" "$tls" "$size")")
+    cols+=("$(run_bench "$BENCH" "$tls" "$size")")
+    cols+=("$(run_bench "$BENCH" "$tls" "$size" --registered)")
     kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; DAEMON=
-    awk -v s="$size" -v rp="$ref_put" -v p="$put" -v rg="$ref_get" -v g="$get" \
-        -v rpl="$ref_put_us" -v pl="$put_us" -v rgl="$ref_get_us" -v gl="$get_us" 'BEGIN {
-      unit = (s >= 1048576) ? sprintf("%d MiB", s / 1048576) : sprintf("%d KiB", s / 1024);
-      printf "| %s | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.1f | %.1f | %.1f | %.1f |\n",
-             unit, rp, p, (rp > 0 ? p / rp : 0), rg, g, (rg > 0 ? g / rg : 0), rpl, pl, rgl, gl }'
+    printf '%s\n' "${cols[@]}" | awk -v s="$size" -v rp="$ref_put" -v rg="$ref_get" \
+        -v rpl="$ref_put_us" -v rgl="$ref_get_us" '
+      function cell(col, fmt,   i, out) {  # "a / b / c" over the bench runs
+        for (i = 1; i <= n; ++i) out = out (i > 1 ? " / " : "") sprintf(fmt, v[i, col])
+        return out }
+      function ratio(col, ref,   i, out) {
+        for (i = 1; i <= n; ++i)
+          out = out (i > 1 ? " / " : "") sprintf("%.2f", ref > 0 ? v[i, col] / ref : 0)
+        return out }
+      { ++n; for (c = 2; c <= 5; ++c) v[n, c] = $c }
+      END {
+        unit = (s >= 1048576) ? sprintf("%d MiB", s / 1048576) : sprintf("%d KiB", s / 1024);
+        printf "| %s | %.0f | %s | %s | %.0f | %s | %s | %.1f | %s | %.1f | %s |\n", unit,
+               rp, cell(2, "%.0f"), ratio(2, rp), rg, cell(3, "%.0f"), ratio(3, rg),
+               rpl, cell(4, "%.0f"), rgl, cell(5, "%.0f") }'
   done
 done

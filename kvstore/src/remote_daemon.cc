@@ -14,6 +14,40 @@ Daemon::Daemon(std::string address, transport::Agent* agent, const RemoteTierOpt
       options_(options),
       stub_(v1::KvStore::NewStub(proto::MakeChannel(address_))) {}
 
+Daemon::~Daemon() { AwaitReleases(); }
+
+void Daemon::AwaitReleases() {
+  absl::MutexLock lock(&release_mu_);
+  release_mu_.Await(absl::Condition(
+      +[](int* in_flight) { return *in_flight == 0; }, &releases_in_flight_));
+}
+
+void Daemon::ReleaseAsync(const Session& session, v1::KvReleaseRequest request) {
+  struct Pending {
+    grpc::ClientContext ctx;
+    v1::KvReleaseRequest request;
+    v1::KvReleaseResponse response;
+  };
+  auto* p = new Pending;
+  p->request = std::move(request);
+  p->request.set_protocol_version(proto_version());
+  p->request.set_instance(session.instance);
+  p->ctx.set_deadline(Deadline());
+  {
+    absl::MutexLock lock(&release_mu_);
+    ++releases_in_flight_;
+  }
+  // The callback runs on a gRPC thread once the answer (or the deadline) arrives.
+  stub_->async()->Release(&p->ctx, &p->request, &p->response,
+                          [this, p, session](grpc::Status status) {
+                            const absl::Status s = FromGrpc(status);
+                            if (!s.ok() && IsDaemonFailure(s)) Drop(session, s);
+                            delete p;
+                            absl::MutexLock lock(&release_mu_);
+                            --releases_in_flight_;
+                          });
+}
+
 uint32_t Daemon::proto_version() { return proto::kProtocolVersion; }
 
 absl::Status Daemon::FromGrpc(const grpc::Status& s) { return proto::FromGrpc(s); }

@@ -25,6 +25,8 @@ struct Session {
 class Daemon {
  public:
   Daemon(std::string address, transport::Agent* agent, const RemoteTierOptions& options);
+  // Waits for releases still in flight (their callbacks refer to this object).
+  ~Daemon();
 
   const std::string& address() const { return address_; }
   // The transport peer name of this daemon in our agent (its address: unique per tier).
@@ -45,6 +47,7 @@ class Daemon {
       const Session& session,
       grpc::Status (v1::KvStore::Stub::*rpc)(grpc::ClientContext*, const Req&, Resp*),
       Req request) {
+    AwaitReleases();
     request.set_protocol_version(proto_version());
     request.set_instance(session.instance);
     grpc::ClientContext ctx;
@@ -58,6 +61,12 @@ class Daemon {
     }
     return resp;
   }
+  // Sends a Release without waiting for its answer (gRPC's callback API), so a read does not
+  // pay a second round trip. Ordered before every later request of this tier to this daemon:
+  // Call() first waits until the releases in flight were answered (or failed: a lease the
+  // daemon never hears about expires by itself). A daemon failure drops `session`.
+  void ReleaseAsync(const Session& session, v1::KvReleaseRequest request)
+      ABSL_LOCKS_EXCLUDED(release_mu_);
   // Stats needs no session.
   absl::StatusOr<v1::KvStatsResponse> Stats();
 
@@ -69,6 +78,7 @@ class Daemon {
   static absl::Status FromGrpc(const grpc::Status& s);
   std::chrono::system_clock::time_point Deadline() const;
   absl::StatusOr<Session> HelloLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitReleases() ABSL_LOCKS_EXCLUDED(release_mu_);
 
   const std::string address_;
   transport::Agent* const agent_;
@@ -78,6 +88,8 @@ class Daemon {
   std::optional<Session> session_ ABSL_GUARDED_BY(mu_);
   absl::Time retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex release_mu_;
+  int releases_in_flight_ ABSL_GUARDED_BY(release_mu_) = 0;
 };
 
 }  // namespace strata::kvstore::remote

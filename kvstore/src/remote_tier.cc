@@ -69,16 +69,43 @@ absl::Status RemoteTierImpl::PutRun(std::span<const BlockMeta> metas,
                                                    metas.size() * bb(), " bytes, not ",
                                                    data.size()));
   }
-  std::vector<std::vector<PutItem>> groups(daemons_.size());
+  std::vector<PutItem> items;
   for (size_t i = 0; i < metas.size(); ++i) {
-    groups[DaemonFor(metas[i].hash)].push_back({metas[i], data.data() + i * bb()});
+    items.push_back({metas[i], data.data() + i * bb(), static_cast<int>(i)});
   }
+  std::vector<absl::Status> results(metas.size());
+  return PutItems(items, FindRegistered(data.data(), data.size()), results);
+}
+
+std::vector<absl::Status> RemoteTierImpl::PutBlocks(std::span<const BlockMeta> metas,
+                                                    std::span<const std::byte* const> srcs) {
+  if (srcs.size() != metas.size()) {
+    return std::vector<absl::Status>(
+        metas.size(), absl::InvalidArgumentError(absl::StrCat("PutBlocks: ", metas.size(),
+                                                              " metas and ", srcs.size(),
+                                                              " sources")));
+  }
+  std::vector<PutItem> items;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    items.push_back({metas[i], srcs[i], static_cast<int>(i)});
+  }
+  std::vector<absl::Status> results(metas.size());
+  (void)PutItems(items, FindRegisteredBlocks(srcs), results);
+  return results;
+}
+
+absl::Status RemoteTierImpl::PutItems(std::span<const PutItem> all,
+                                      const std::optional<RegisteredRegion>& direct,
+                                      std::span<absl::Status> results) {
+  std::vector<std::vector<PutItem>> groups(daemons_.size());
+  for (const PutItem& it : all) groups[DaemonFor(it.meta.hash)].push_back(it);
+  const size_t piece = PieceBlocks(direct.has_value());
   absl::Status first;
   for (size_t d = 0; d < groups.size(); ++d) {
     std::span<const PutItem> items = groups[d];
-    for (size_t at = 0; at < items.size(); at += lane_blocks_) {
-      absl::Status s = PutPiece(*daemons_[d], items.subspan(at, std::min(lane_blocks_,
-                                                                         items.size() - at)));
+    for (size_t at = 0; at < items.size(); at += piece) {
+      absl::Status s = PutPiece(*daemons_[d], items.subspan(at, std::min(piece, items.size() - at)),
+                                direct, results);
       if (first.ok()) first = s;
     }
   }
@@ -100,10 +127,10 @@ absl::StatusOr<v1::KvReserveWriteResponse> RemoteTierImpl::Reserve(
   return resp;
 }
 
-// Copies the blocks that got a slot into the lane (at `lane_offset`) and lists their transfer
-// runs and commits; present blocks are skipped, refused ones counted in `full`.
+// Present blocks are skipped (OK), refused ones counted in `full` (ResourceExhausted).
 StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
-                                const v1::KvReserveWriteResponse& reserved, size_t lane_offset) {
+                                const v1::KvReserveWriteResponse& reserved, const LocalSide& local,
+                                size_t lane_offset, std::span<absl::Status> results) {
   StagedPut st;
   for (size_t i = 0; i < items.size(); ++i) {
     const v1::KvReservation& r = reserved.reservations(static_cast<int>(i));
@@ -111,11 +138,21 @@ StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
     if (code == absl::StatusCode::kAlreadyExists) continue;
     if (code != absl::StatusCode::kOk) {
       ++st.full;
+      results[items[i].index] = absl::ResourceExhaustedError(
+          absl::StrCat("kvstore has no room for block ", items[i].meta.hash,
+                       ": every block is leased"));
       continue;
     }
-    const size_t at = lane_offset + st.runs.size() * bb();
-    // One pass: the checksum is computed from the registers the block is copied through.
-    const uint64_t checksum = CopyWithBlockChecksum({staging_ + at, bb()}, {items[i].src, bb()});
+    uint64_t at;
+    uint64_t checksum;
+    if (local.direct) {
+      at = local.Offset(items[i].src);
+      checksum = BlockChecksum({items[i].src, bb()});
+    } else {
+      at = lane_offset + st.runs.size() * bb();
+      // One pass: the checksum is computed from the registers the block is copied through.
+      checksum = CopyWithBlockChecksum({staging_ + at, bb()}, {items[i].src, bb()});
+    }
     st.runs.push_back({.local_offset = at, .remote_offset = r.offset(), .length = bb()});
     v1::KvCommit* c = st.commit.add_commits();
     c->set_reservation_id(r.id());
@@ -125,29 +162,41 @@ StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
   return st;
 }
 
-absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items) {
+absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items,
+                                      const std::optional<RegisteredRegion>& direct,
+                                      std::span<absl::Status> results) {
   const int64_t n = static_cast<int64_t>(items.size());
   auto session = d.Connect();
   auto reserved = session.ok() ? Reserve(d, *session, items) : session.status();
   if (!reserved.ok()) {
     counters_.rejected += n;
+    for (const PutItem& it : items) results[it.index] = reserved.status();
     return reserved.status();
   }
-  LaneGuard lane(*lanes_);
-  StagedPut st = Stage(items, *reserved, lane.offset());
+  std::optional<LaneGuard> lane;  // only staged pieces hold a lane
+  LocalSide local{.region = staging_region_, .base = staging_};
+  if (direct) {
+    local = {.region = direct->region, .base = direct->base, .direct = true};
+  } else {
+    lane.emplace(*lanes_);
+  }
+  StagedPut st = Stage(items, *reserved, local, lane ? lane->offset() : 0, results);
   counters_.rejected += st.full;
   const int64_t staged = static_cast<int64_t>(st.written.size());
-  absl::Status s = st.runs.empty() ? absl::OkStatus() : Transfer(true, d, *session, st.runs);
+  (local.direct ? counters_.direct_blocks : counters_.staged_blocks) += staged;
+  absl::Status s =
+      st.runs.empty() ? absl::OkStatus() : Transfer(true, d, *session, local.region, st.runs);
   if (!s.ok()) {
     // Nothing (or not everything) landed: give the slots back rather than commit garbage.
     for (const v1::KvCommit& c : st.commit.commits()) st.commit.add_abort_ids(c.reservation_id());
     st.commit.clear_commits();
     (void)d.Call(*session, &v1::KvStore::Stub::CommitWrite, std::move(st.commit));
     counters_.rejected += staged;
+    for (const PutItem& it : st.written) results[it.index] = s;
     return s;
   }
   if (staged > 0) {
-    STRATA_RETURN_IF_ERROR(CommitPiece(d, *session, std::move(st.commit), st.written));
+    STRATA_RETURN_IF_ERROR(CommitPiece(d, *session, std::move(st.commit), st.written, results));
   }
   if (st.full > 0) {
     return absl::ResourceExhaustedError(absl::StrCat("kvstore ", d.address(), " has no room for ",
@@ -158,13 +207,15 @@ absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items)
 
 absl::Status RemoteTierImpl::CommitPiece(Daemon& d, const Session& session,
                                          v1::KvCommitWriteRequest commit,
-                                         std::span<const PutItem> written) {
+                                         std::span<const PutItem> written,
+                                         std::span<absl::Status> results) {
   auto resp = d.Call(session, &v1::KvStore::Stub::CommitWrite, std::move(commit));
   if (resp.ok() && resp->codes_size() != static_cast<int>(written.size())) {
     resp = absl::InternalError("kvstore answered CommitWrite for the wrong number of blocks");
   }
   if (!resp.ok()) {
     counters_.rejected += static_cast<int64_t>(written.size());
+    for (const PutItem& it : written) results[it.index] = resp.status();
     return resp.status();
   }
   absl::Status first;
@@ -172,10 +223,10 @@ absl::Status RemoteTierImpl::CommitPiece(Daemon& d, const Session& session,
     const auto code = static_cast<absl::StatusCode>(resp->codes(static_cast<int>(i)));
     if (code != absl::StatusCode::kOk) {
       ++counters_.rejected;
-      if (first.ok()) {
-        first = absl::Status(code, absl::StrCat("kvstore ", d.address(), " refused block ",
-                                                written[i].meta.hash, " at commit"));
-      }
+      results[written[i].index] = absl::Status(
+          code, absl::StrCat("kvstore ", d.address(), " refused block ", written[i].meta.hash,
+                             " at commit"));
+      if (first.ok()) first = results[written[i].index];
       continue;
     }
     ++counters_.puts;
@@ -186,9 +237,10 @@ absl::Status RemoteTierImpl::CommitPiece(Daemon& d, const Session& session,
 }
 
 absl::Status RemoteTierImpl::Transfer(bool write, Daemon& d, const Session& session,
+                                      uint64_t local_region,
                                       const std::vector<transport::Run>& runs) {
-  auto t = write ? agent_->PostWrite(d.peer(), staging_region_, session.remote_region, runs)
-                 : agent_->PostRead(d.peer(), staging_region_, session.remote_region, runs);
+  auto t = write ? agent_->PostWrite(d.peer(), local_region, session.remote_region, runs)
+                 : agent_->PostRead(d.peer(), local_region, session.remote_region, runs);
   absl::Status s = t.status();
   if (t.ok()) {
     s = agent_->Wait(*t, options_.transfer_timeout);
@@ -197,6 +249,59 @@ absl::Status RemoteTierImpl::Transfer(bool write, Daemon& d, const Session& sess
   // A failed or stuck transfer means the daemon (or our endpoint to it) is gone: reconnect.
   if (!s.ok()) d.Drop(session, s);
   return s;
+}
+
+
+// --- registered regions ------------------------------------------------------------------------
+
+size_t RemoteTierImpl::PieceBlocks(bool direct) const {
+  return direct ? static_cast<size_t>(kMaxKvBlocksPerRequest) : lane_blocks_;
+}
+
+absl::StatusOr<uint64_t> RemoteTierImpl::RegisterRegion(void* addr, size_t bytes) {
+  if (addr == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("RegisterRegion: null address or zero length");
+  }
+  auto* base = static_cast<std::byte*>(addr);
+  absl::MutexLock lock(&regions_mu_);
+  for (const RegisteredRegion& r : registered_) {
+    if (base < r.base + r.bytes && r.base < base + bytes) {
+      return absl::InvalidArgumentError("RegisterRegion: overlaps a registered region");
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(uint64_t region, agent_->RegisterMemory(addr, bytes));
+  registered_.push_back({.region = region, .base = base, .bytes = bytes});
+  return region;
+}
+
+absl::Status RemoteTierImpl::UnregisterRegion(uint64_t handle) {
+  absl::MutexLock lock(&regions_mu_);
+  auto it = std::find_if(registered_.begin(), registered_.end(),
+                         [&](const RegisteredRegion& r) { return r.region == handle; });
+  if (it == registered_.end()) {
+    return absl::NotFoundError(absl::StrCat("no registered region ", handle));
+  }
+  registered_.erase(it);
+  return agent_->DeregisterMemory(handle);
+}
+
+std::optional<RegisteredRegion> RemoteTierImpl::FindRegisteredBlocks(
+    std::span<const std::byte* const> blocks) const {
+  std::optional<RegisteredRegion> region;
+  for (const std::byte* b : blocks) {
+    std::optional<RegisteredRegion> r = FindRegistered(b, bb());
+    if (!r || (region && region->region != r->region)) return std::nullopt;
+    region = r;
+  }
+  return region;
+}
+
+std::optional<RegisteredRegion> RemoteTierImpl::FindRegistered(const std::byte* p, size_t n) const {
+  absl::ReaderMutexLock lock(&regions_mu_);
+  for (const RegisteredRegion& r : registered_) {
+    if (p >= r.base && n <= r.bytes && static_cast<size_t>(p - r.base) <= r.bytes - n) return r;
+  }
+  return std::nullopt;
 }
 
 }  // namespace remote

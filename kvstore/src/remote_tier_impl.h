@@ -3,6 +3,7 @@
 // remote_tier_read.cc (gets, presence, stats).
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ int PickBySeeds(BlockHash hash, std::span<const uint64_t> seeds);
 struct PutItem {
   BlockMeta meta;
   const std::byte* src = nullptr;
+  int index = 0;  // in the caller's list (its slot in the per-block results)
 };
 struct GetItem {
   BlockHash hash = 0;
@@ -54,6 +56,23 @@ struct DaemonTotals {
 struct Counters {
   std::atomic<int64_t> hits{0}, misses{0}, puts{0}, bytes_in{0}, bytes_out{0};
   std::atomic<int64_t> checksum_failures{0}, rejected{0};
+  std::atomic<int64_t> direct_blocks{0}, staged_blocks{0};
+};
+
+// A caller buffer registered with RegisterRegion.
+struct RegisteredRegion {
+  uint64_t region = 0;  // the agent's local region id (also the caller's handle)
+  std::byte* base = nullptr;
+  size_t bytes = 0;
+};
+
+// The local side of one transfer: a region of our agent and where its offset 0 is. Either a
+// staging lane (base = staging buffer) or a registered caller region (direct).
+struct LocalSide {
+  uint64_t region = 0;
+  const std::byte* base = nullptr;
+  bool direct = false;
+  uint64_t Offset(const std::byte* p) const { return static_cast<uint64_t>(p - base); }
 };
 
 class RemoteTierImpl final : public RemoteTier {
@@ -78,24 +97,60 @@ class RemoteTierImpl final : public RemoteTier {
 
   absl::Status PutRun(std::span<const BlockMeta> metas, std::span<const std::byte> data) override;
   absl::StatusOr<int> GetRun(std::span<const BlockHash> hashes, std::span<std::byte> dst) override;
+  absl::StatusOr<int> GetInto(std::span<const BlockHash> hashes, std::span<std::byte* const> dsts,
+                              std::span<uint64_t> checksums) override;
+  std::vector<absl::Status> PutBlocks(std::span<const BlockMeta> metas,
+                                      std::span<const std::byte* const> srcs) override;
   int DaemonFor(BlockHash hash) const override { return PickBySeeds(hash, seeds_); }
   int connected_daemons() const override;
+  absl::StatusOr<uint64_t> RegisterRegion(void* addr, size_t bytes) override;
+  absl::Status UnregisterRegion(uint64_t handle) override;
+  RemotePathStats path_stats() const override {
+    return {.direct_blocks = counters_.direct_blocks.load(),
+            .staged_blocks = counters_.staged_blocks.load()};
+  }
 
  private:
-  absl::Status PutPiece(Daemon& d, std::span<const PutItem> items);
+  // The registered region holding all of [p, p + n), if any.
+  std::optional<RegisteredRegion> FindRegistered(const std::byte* p, size_t n) const
+      ABSL_LOCKS_EXCLUDED(regions_mu_);
+  // Blocks per RPC pair and transfer: a lane's worth through staging; when direct, no lane
+  // bounds it, only the protocol's per-request limit.
+  size_t PieceBlocks(bool direct) const;
+  // The registered region holding every one of `blocks` (a block each), if there is one.
+  std::optional<RegisteredRegion> FindRegisteredBlocks(
+      std::span<const std::byte* const> blocks) const;
+  // Splits `items` by daemon and into pieces; sets results[item.index] for every item and
+  // returns the first error (in piece order).
+  absl::Status PutItems(std::span<const PutItem> items,
+                        const std::optional<RegisteredRegion>& direct,
+                        std::span<absl::Status> results);
+  absl::Status PutPiece(Daemon& d, std::span<const PutItem> items,
+                        const std::optional<RegisteredRegion>& direct,
+                        std::span<absl::Status> results);
   absl::StatusOr<v1::KvReserveWriteResponse> Reserve(Daemon& d, const Session& session,
                                                      std::span<const PutItem> items);
+  // Lists the transfer runs and commits of the blocks that got a slot; staged blocks are
+  // copied into the lane first (copy and checksum in one pass), direct ones checksummed in place.
   StagedPut Stage(std::span<const PutItem> items, const v1::KvReserveWriteResponse& reserved,
-                  size_t lane_offset);
+                  const LocalSide& local, size_t lane_offset, std::span<absl::Status> results);
   absl::Status CommitPiece(Daemon& d, const Session& session, v1::KvCommitWriteRequest commit,
-                           std::span<const PutItem> written);
-  ReadResult GetRunImpl(std::span<const BlockHash> hashes, std::span<std::byte> dst);
-  ReadResult GetPiece(Daemon& d, std::span<const GetItem> items);
+                           std::span<const PutItem> written, std::span<absl::Status> results);
+  // Reads block i into dsts[i]; `direct` when all of them lie in that registered region.
+  ReadResult GetRunImpl(std::span<const BlockHash> hashes, std::span<std::byte* const> dsts,
+                        const std::optional<RegisteredRegion>& direct,
+                        std::span<uint64_t> checksums);
+  // GetRunImpl for one contiguous buffer.
+  ReadResult GetContiguous(std::span<const BlockHash> hashes, std::span<std::byte> dst);
+  ReadResult GetPiece(Daemon& d, std::span<const GetItem> items,
+                      const std::optional<RegisteredRegion>& direct, std::span<uint64_t> checksums);
   void ReleaseLeases(Daemon& d, const Session& session, const v1::KvAcquireResponse& leases);
   ReadResult VerifyPiece(Daemon& d, const Session& session, const v1::KvAcquireResponse& leases,
-                         std::span<const GetItem> items, int count, const std::byte* lane);
-  // One transfer between a lane and the daemon's pool, waited for.
-  absl::Status Transfer(bool write, Daemon& d, const Session& session,
+                         std::span<const GetItem> items, int count, const std::byte* lane,
+                         std::span<uint64_t> checksums);
+  // One transfer between our `local_region` (a lane or a registered region) and the daemon's
+  // pool, waited for.
+  absl::Status Transfer(bool write, Daemon& d, const Session& session, uint64_t local_region,
                         const std::vector<transport::Run>& runs);
   void Publish(TierEvent::Kind kind, BlockHash hash, BlockHash parent) const {
     if (options_.publish_events && listener_) {
@@ -115,6 +170,8 @@ class RemoteTierImpl final : public RemoteTier {
   std::vector<std::unique_ptr<Daemon>> daemons_;
   mutable Counters counters_;
   TierEventListener listener_;
+  mutable absl::Mutex regions_mu_;
+  std::vector<RegisteredRegion> registered_ ABSL_GUARDED_BY(regions_mu_);
   mutable absl::Mutex totals_mu_;
   mutable DaemonTotals totals_ ABSL_GUARDED_BY(totals_mu_);
   mutable absl::Time totals_at_ ABSL_GUARDED_BY(totals_mu_) = absl::InfinitePast();

@@ -12,7 +12,7 @@ absl::Status RemoteTierImpl::Get(BlockHash hash, std::span<std::byte> dst) {
   if (dst.size() != bb()) {
     return absl::InvalidArgumentError(absl::StrCat("Get needs ", bb(), " bytes, not ", dst.size()));
   }
-  const ReadResult r = GetRunImpl(std::span<const BlockHash>(&hash, 1), dst);
+  const ReadResult r = GetContiguous(std::span<const BlockHash>(&hash, 1), dst);
   return r.read == 1 ? absl::OkStatus() : r.why;
 }
 
@@ -23,28 +23,52 @@ absl::StatusOr<int> RemoteTierImpl::GetRun(std::span<const BlockHash> hashes,
                                                    hashes.size() * bb(), " bytes, not ",
                                                    dst.size()));
   }
-  const ReadResult r = GetRunImpl(hashes, dst);
+  const ReadResult r = GetContiguous(hashes, dst);
   if (r.read == 0 && !r.why.ok() && !absl::IsNotFound(r.why) && !absl::IsDataLoss(r.why)) {
     return r.why;
   }
   return r.read;
 }
 
+absl::StatusOr<int> RemoteTierImpl::GetInto(std::span<const BlockHash> hashes,
+                                            std::span<std::byte* const> dsts,
+                                            std::span<uint64_t> checksums) {
+  if (dsts.size() != hashes.size() || (!checksums.empty() && checksums.size() != hashes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GetInto: ", hashes.size(), " hashes, ", dsts.size(), " destinations and ",
+        checksums.size(), " checksum slots"));
+  }
+  const std::span<const std::byte* const> blocks(dsts.data(), dsts.size());
+  const ReadResult r = GetRunImpl(hashes, dsts, FindRegisteredBlocks(blocks), checksums);
+  if (r.read == 0 && !r.why.ok() && !absl::IsNotFound(r.why) && !absl::IsDataLoss(r.why)) {
+    return r.why;
+  }
+  return r.read;
+}
+
+ReadResult RemoteTierImpl::GetContiguous(std::span<const BlockHash> hashes,
+                                         std::span<std::byte> dst) {
+  std::vector<std::byte*> dsts(hashes.size());
+  for (size_t i = 0; i < dsts.size(); ++i) dsts[i] = dst.data() + i * bb();
+  return GetRunImpl(hashes, dsts, FindRegistered(dst.data(), dst.size()), {});
+}
+
 // Each daemon's share of the run is read in lane-sized pieces; the result is the shortest
 // verified prefix over all of them, so later daemons only read blocks before the first miss.
 ReadResult RemoteTierImpl::GetRunImpl(std::span<const BlockHash> hashes,
-                                      std::span<std::byte> dst) {
+                                      std::span<std::byte* const> dsts,
+                                      const std::optional<RegisteredRegion>& direct,
+                                      std::span<uint64_t> checksums) {
   const int n = static_cast<int>(hashes.size());
   std::vector<std::vector<GetItem>> groups(daemons_.size());
-  for (int i = 0; i < n; ++i) {
-    groups[DaemonFor(hashes[i])].push_back({hashes[i], dst.data() + size_t(i) * bb(), i});
-  }
+  for (int i = 0; i < n; ++i) groups[DaemonFor(hashes[i])].push_back({hashes[i], dsts[i], i});
+  const size_t blocks = PieceBlocks(direct.has_value());
   ReadResult out{.read = n};
   for (size_t d = 0; d < groups.size(); ++d) {
     std::span<const GetItem> items = groups[d];
-    for (size_t at = 0; at < items.size() && items[at].index < out.read; at += lane_blocks_) {
-      std::span<const GetItem> piece = items.subspan(at, std::min(lane_blocks_, items.size() - at));
-      const ReadResult r = GetPiece(*daemons_[d], piece);
+    for (size_t at = 0; at < items.size() && items[at].index < out.read; at += blocks) {
+      std::span<const GetItem> piece = items.subspan(at, std::min(blocks, items.size() - at));
+      const ReadResult r = GetPiece(*daemons_[d], piece, direct, checksums);
       if (r.read == static_cast<int>(piece.size())) continue;
       if (piece[r.read].index < out.read) out = {piece[r.read].index, r.why};
       break;
@@ -56,7 +80,9 @@ ReadResult RemoteTierImpl::GetRunImpl(std::span<const BlockHash> hashes,
   return out;
 }
 
-ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items) {
+ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items,
+                                    const std::optional<RegisteredRegion>& direct,
+                                    std::span<uint64_t> checksums) {
   auto session = d.Connect();
   if (!session.ok()) return {0, session.status()};
   v1::KvAcquireRequest req;
@@ -72,17 +98,27 @@ ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items) {
     ReleaseLeases(d, *session, *leases);  // blocks after the first miss were still leased
     return {0, absl::NotFoundError("block not in the remote tier")};
   }
-  LaneGuard lane(*lanes_);
+  std::optional<LaneGuard> lane;  // only staged pieces hold a lane
+  LocalSide local{.region = staging_region_, .base = staging_};
+  if (direct) {
+    local = {.region = direct->region, .base = direct->base, .direct = true};
+  } else {
+    lane.emplace(*lanes_);
+  }
   std::vector<transport::Run> runs;
   for (int k = 0; k < found; ++k) {
-    runs.push_back({.local_offset = lane.offset() + size_t(k) * bb(),
-                    .remote_offset = leases->leases(k).offset(), .length = bb()});
+    const uint64_t at =
+        local.direct ? local.Offset(items[k].dst) : lane->offset() + size_t(k) * bb();
+    runs.push_back(
+        {.local_offset = at, .remote_offset = leases->leases(k).offset(), .length = bb()});
   }
-  const absl::Status s = Transfer(false, d, *session, runs);
-  // The bytes are in our lane now (or the transfer failed): the daemon may evict them.
+  (local.direct ? counters_.direct_blocks : counters_.staged_blocks) += found;
+  const absl::Status s = Transfer(false, d, *session, local.region, runs);
+  // The bytes are in our memory now (or the transfer failed): the daemon may evict them.
   ReleaseLeases(d, *session, *leases);
   if (!s.ok()) return {0, s};
-  ReadResult r = VerifyPiece(d, *session, *leases, items, found, staging_ + lane.offset());
+  ReadResult r = VerifyPiece(d, *session, *leases, items, found,
+                             local.direct ? nullptr : staging_ + lane->offset(), checksums);
   if (r.read == static_cast<int>(items.size())) r.why = absl::OkStatus();
   return r;
 }
@@ -94,18 +130,21 @@ void RemoteTierImpl::ReleaseLeases(Daemon& d, const Session& session,
     if (l.found()) release.add_lease_ids(l.id());
   }
   if (release.lease_ids_size() == 0) return;
-  // Best effort: a lease the daemon never hears about expires by itself.
-  (void)d.Call(session, &v1::KvStore::Stub::Release, std::move(release));
+  // Not waited for (one round trip less per read), but ordered before our next request to the
+  // daemon; best effort: a lease the daemon never hears about expires by itself.
+  d.ReleaseAsync(session, std::move(release));
 }
 
-// Copies the verified leading blocks out of the lane; a corrupt one is erased on the daemon
-// and ends the piece (DataLoss), never served.
+// Copies the verified leading blocks out of the lane (or, when `lane` is null, verifies them
+// where the transfer put them: in the caller's registered memory); a corrupt one is erased on
+// the daemon and ends the piece (DataLoss), never counted as read.
 ReadResult RemoteTierImpl::VerifyPiece(Daemon& d, const Session& session,
                                        const v1::KvAcquireResponse& leases,
                                        std::span<const GetItem> items, int count,
-                                       const std::byte* lane) {
+                                       const std::byte* lane, std::span<uint64_t> checksums) {
   for (int k = 0; k < count; ++k) {
-    std::span<const std::byte> block(lane + size_t(k) * bb(), bb());
+    const std::byte* at = lane != nullptr ? lane + size_t(k) * bb() : items[k].dst;
+    std::span<const std::byte> block(at, bb());
     if (BlockChecksum(block) != leases.leases(k).checksum()) {
       ++counters_.checksum_failures;
       v1::KvEraseRequest erase;
@@ -115,7 +154,8 @@ ReadResult RemoteTierImpl::VerifyPiece(Daemon& d, const Session& session,
       return {k, absl::DataLossError(absl::StrCat("remote block ", items[k].hash,
                                                   " failed its checksum (dropped)"))};
     }
-    std::memcpy(items[k].dst, block.data(), bb());
+    if (lane != nullptr) std::memcpy(items[k].dst, block.data(), bb());
+    if (!checksums.empty()) checksums[items[k].index] = leases.leases(k).checksum();
   }
   return {count, absl::NotFoundError("block not in the remote tier")};
 }

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "strata/common/logging.h"
 #include "strata/proto/protocol.h"
 #include "server_internal.h"
@@ -167,6 +168,9 @@ class Service final : public v1::KvStore::Service {
     HostTier* tier = nullptr;
     grpc::Status s = Admit(req.protocol_version(), req.instance(), req.lease_ids_size(), &tier);
     if (!s.ok()) return s;
+    if (options_.release_delay_for_test > absl::ZeroDuration()) {
+      absl::SleepFor(options_.release_delay_for_test);
+    }
     for (uint64_t id : req.lease_ids()) tier->Release(id);
     return grpc::Status::OK;
   }

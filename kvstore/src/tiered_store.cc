@@ -14,6 +14,7 @@
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/kvstore/host_tier.h"
+#include "strata/kvstore/remote_direct.h"
 #include "tiered_store_internal.h"
 
 namespace strata::kvstore {
@@ -59,13 +60,21 @@ class TieredStoreImpl final : public TieredStore {
     std::vector<BlockMeta> blocks;
     PrefetchDone done;
   };
+  // What FetchRemoteDirect got: `blocks` are in G2 and leased; `stop`: the run ends there.
+  struct DirectFetch {
+    int blocks = 0;
+    bool stop = false;
+  };
 
   void Emit(const TierEvent& event);
   void OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes);
   void DemotionLoop();
+  void Demote(const std::vector<Demotion>& batch);
   void FetchLoop();
   int RunFetch(const std::vector<BlockMeta>& blocks, std::vector<std::byte>& buffer,
                std::vector<uint64_t>& leases);
+  DirectFetch FetchRemoteDirect(const std::vector<BlockMeta>& blocks, int first,
+                                std::vector<uint64_t>& leases);
   Tier* SourceFor(BlockHash hash) const;
   void ObserveRun(TierKind kind, int blocks, double seconds);
 
@@ -73,6 +82,10 @@ class TieredStoreImpl final : public TieredStore {
   const std::unique_ptr<HostTier> host_;
   const std::unique_ptr<Tier> disk_;
   const std::unique_ptr<Tier> remote_;
+  // The remote tier's batch/direct interface, when it offers one; pool_registered_: the G2
+  // pool is registered with it (Init), so G4 -> G2 fetches land in slots without a copy.
+  DirectTransferTier* remote_direct_ = nullptr;
+  bool pool_registered_ = false;
   std::array<Tier*, kNumTierKinds> tiers_{};
   std::unique_ptr<StoreMetrics> metrics_;
 
@@ -120,6 +133,18 @@ absl::Status TieredStoreImpl::Init() {
                           StoreMetrics::Create(options_.metrics, options_.metrics_prefix, tiers));
   for (Tier* t : tiers_) {
     if (t != nullptr) t->SetEventListener([this](const TierEvent& e) { Emit(e); });
+  }
+  // G4 -> G2 fetches land in pool slots without a copy when the remote tier can take the pool
+  // (the registration lives as long as the remote tier, which goes before the host tier).
+  remote_direct_ = dynamic_cast<DirectTransferTier*>(remote_.get());
+  if (remote_direct_ != nullptr) {
+    absl::StatusOr<uint64_t> r =
+        remote_direct_->RegisterRegion(host_->pool_base(), host_->pool_bytes());
+    if (r.ok()) {
+      pool_registered_ = true;
+    } else {
+      STRATA_LOG(Warning) << "tiered store: remote fetches go through staging: " << r.status();
+    }
   }
   host_->SetEvictionHook([this](const BlockMeta& meta, std::span<const std::byte> bytes) {
     OnHostEviction(meta, bytes);
@@ -187,9 +212,12 @@ void TieredStoreImpl::OnHostEviction(const BlockMeta& meta, std::span<const std:
                                 .to_remote = to_remote});
 }
 
+// Takes every queued demotion (up to kDemotionBatch) at once: the remote tier can store a
+// batch in one round of RPCs (PutBlocks) instead of one per block.
 void TieredStoreImpl::DemotionLoop() {
+  constexpr size_t kDemotionBatch = 64;
   while (true) {
-    Demotion d;
+    std::vector<Demotion> batch;
     {
       absl::MutexLock lock(&demote_mu_);
       demote_mu_.Await(absl::Condition(
@@ -198,23 +226,43 @@ void TieredStoreImpl::DemotionLoop() {
           },
           this));
       if (demotions_.empty()) return;  // stopping and drained
-      d = std::move(demotions_.front());
-      demotions_.pop_front();
-      ++demotions_in_flight_;
-    }
-    for (auto [wanted, tier] :
-         {std::pair{d.to_disk, disk_.get()}, std::pair{d.to_remote, remote_.get()}}) {
-      if (!wanted) continue;
-      absl::Status s = tier->Put(d.meta, d.data);
-      if (s.ok()) {
-        metrics_->Demoted(tier->kind());
-      } else {
-        STRATA_LOG(Debug) << "demotion of block " << d.meta.hash << " to " << TierName(tier->kind())
-                          << " failed: " << s;
+      while (!demotions_.empty() && batch.size() < kDemotionBatch) {
+        batch.push_back(std::move(demotions_.front()));
+        demotions_.pop_front();
       }
+      demotions_in_flight_ += static_cast<int>(batch.size());
     }
+    Demote(batch);
     absl::MutexLock lock(&demote_mu_);
-    --demotions_in_flight_;
+    demotions_in_flight_ -= static_cast<int>(batch.size());
+  }
+}
+
+void TieredStoreImpl::Demote(const std::vector<Demotion>& batch) {
+  auto record = [this](Tier* tier, const BlockMeta& meta, const absl::Status& s) {
+    if (s.ok()) {
+      metrics_->Demoted(tier->kind());
+    } else {
+      STRATA_LOG(Debug) << "demotion of block " << meta.hash << " to " << TierName(tier->kind())
+                        << " failed: " << s;
+    }
+  };
+  std::vector<BlockMeta> metas;
+  std::vector<const std::byte*> srcs;
+  for (const Demotion& d : batch) {
+    if (d.to_disk) record(disk_.get(), d.meta, disk_->Put(d.meta, d.data));
+    if (d.to_remote) {
+      metas.push_back(d.meta);
+      srcs.push_back(d.data.data());
+    }
+  }
+  if (metas.size() > 1 && remote_direct_ != nullptr) {
+    const std::vector<absl::Status> r = remote_direct_->PutBlocks(metas, srcs);
+    for (size_t i = 0; i < metas.size(); ++i) record(remote_.get(), metas[i], r[i]);
+    return;
+  }
+  for (size_t i = 0; i < metas.size(); ++i) {
+    record(remote_.get(), metas[i], remote_->Put(metas[i], {srcs[i], block_bytes()}));
   }
 }
 
@@ -315,6 +363,16 @@ int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks, std::vector<
     }
     Tier* source = SourceFor(meta.hash);
     if (source == nullptr) break;
+    if (source == remote_.get() && pool_registered_) {
+      close_run();
+      const auto start = std::chrono::steady_clock::now();
+      const DirectFetch f = FetchRemoteDirect(blocks, n, leases);
+      if (f.blocks > 0) ObserveRun(TierKind::kRemote, f.blocks, SecondsSince(start));
+      n += f.blocks;
+      if (f.stop || f.blocks == 0) break;
+      --n;  // the loop's ++n moves to the block after the fetched ones
+      continue;
+    }
     if (source != run_tier) close_run();
     run_tier = source;
     const auto start = std::chrono::steady_clock::now();
@@ -328,6 +386,51 @@ int TieredStoreImpl::RunFetch(const std::vector<BlockMeta>& blocks, std::vector<
   }
   close_run();
   return n;
+}
+
+// G4 -> G2 without a copy: reserves G2 slots for the consecutive blocks from `first` that only
+// G4 holds, has the remote tier read them straight into those slots (checksums verified there),
+// commits them (CommitWrite checks the slot against the verified checksum) and leases them.
+TieredStoreImpl::DirectFetch TieredStoreImpl::FetchRemoteDirect(
+    const std::vector<BlockMeta>& blocks, int first, std::vector<uint64_t>& leases) {
+  constexpr size_t kMaxBlocks = 256;  // slots held at once by one fetch
+  std::vector<HostTier::Reservation> slots;
+  std::vector<BlockHash> hashes;
+  std::vector<std::byte*> dsts;
+  auto* base = static_cast<std::byte*>(host_->pool_base());
+  bool stop = false;
+  for (size_t i = first; i < blocks.size() && slots.size() < kMaxBlocks; ++i) {
+    if (i > size_t(first) && SourceFor(blocks[i].hash) != remote_.get()) break;
+    absl::StatusOr<HostTier::Reservation> r = host_->ReserveWrite(blocks[i]);
+    if (!r.ok()) {  // present now (the caller's loop leases it) or no room (the run ends)
+      stop = !absl::IsAlreadyExists(r.status());
+      break;
+    }
+    slots.push_back(*r);
+    hashes.push_back(blocks[i].hash);
+    dsts.push_back(base + r->offset);
+  }
+  if (slots.empty()) {
+    if (stop) return {0, true};
+    // blocks[first] arrived in G2 meanwhile: lease it as the caller's loop would.
+    absl::StatusOr<uint64_t> held = host_->Pin(blocks[first].hash);
+    if (!held.ok()) return {0, true};
+    leases.push_back(*held);
+    return {1, false};
+  }
+  std::vector<uint64_t> checksums(slots.size());
+  absl::StatusOr<int> read = remote_direct_->GetInto(hashes, dsts, checksums);
+  const int got = read.ok() ? *read : 0;
+  int done = 0;
+  for (; done < got; ++done) {
+    if (!host_->CommitWrite(slots[done].id, checksums[done]).ok()) break;
+    absl::StatusOr<uint64_t> held = host_->Pin(hashes[done]);
+    if (!held.ok()) break;  // evicted at once (every other slot leased)
+    leases.push_back(*held);
+  }
+  // The rest go back (a committed or failed reservation is already gone: a no-op).
+  for (size_t k = done; k < slots.size(); ++k) host_->AbortWrite(slots[k].id);
+  return {done, stop || done < static_cast<int>(slots.size())};
 }
 
 void TieredStoreImpl::ObserveRun(TierKind kind, int blocks, double seconds) {

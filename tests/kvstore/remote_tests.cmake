@@ -23,3 +23,13 @@ strata_cc_test(NAME kvstore_remote_netns_test
   DEPS strata::common
   LABELS kvstore)
 add_dependencies(kvstore_remote_netns_test kvstore_remote_hash_probe)
+# The registered-buffer path (RegisterRegion: no staging copy) and its fallback.
+strata_cc_test(NAME kvstore_remote_registered_test
+  SRCS remote_registered_test.cc
+  DEPS strata::kvstore_remote
+  LABELS kvstore)
+# TieredStore with a real G4: prefetches land straight in G2 pool slots (registered memory).
+strata_cc_test(NAME kvstore_remote_tiered_test
+  SRCS remote_tiered_test.cc
+  DEPS strata::kvstore_remote absl::synchronization
+  LABELS kvstore)

@@ -22,8 +22,10 @@ constexpr size_t kBlock = 64 << 10;
 
 std::unique_ptr<KvStoreServer> StartServer(const std::string& id, int64_t capacity_blocks,
                                            absl::Duration lease_timeout = absl::Seconds(30),
-                                           size_t block_bytes = kBlock) {
+                                           size_t block_bytes = kBlock,
+                                           absl::Duration release_delay = absl::ZeroDuration()) {
   KvStoreServerOptions o;
+  o.release_delay_for_test = release_delay;
   o.id = id;
   o.capacity_bytes = capacity_blocks * int64_t{kBlock};
   o.block_bytes = block_bytes;
@@ -168,6 +170,38 @@ TEST(RemoteTierTest, ExpiredLeasesFreeTheirSlots) {
   std::vector<std::byte> out(kBlock);
   ASSERT_TRUE(tier->Get(3, out).ok());
   EXPECT_EQ(out, MakeBlock(kBlock, 3));
+}
+
+// A read's Release is not waited for, but it reaches the daemon before the tier's next request
+// there: a full pool whose every block was just read (and leased) takes new blocks at once,
+// with nothing rejected and no lease left to expire. (A release racing the next request would
+// make these puts fail with ResourceExhausted: the daemon delays every Release to expose it.)
+TEST(RemoteTierTest, ReleasesReachTheDaemonBeforeTheNextRequest) {
+  constexpr int kBlocks = 4;
+  auto server = StartServer("kvs-release", kBlocks, /*lease_timeout=*/absl::Seconds(60), kBlock,
+                            /*release_delay=*/absl::Milliseconds(30));
+  auto tier = Connect({server->address()});
+  for (int round = 0; round < 5; ++round) {
+    const auto metas = Chain(100 * uint64_t(round + 1), kBlocks);
+    std::vector<std::byte> data;
+    std::vector<BlockHash> hashes;
+    for (const BlockMeta& m : metas) {
+      const auto b = MakeBlock(kBlock, m.hash);
+      data.insert(data.end(), b.begin(), b.end());
+      hashes.push_back(m.hash);
+    }
+    ASSERT_TRUE(tier->PutRun(metas, data).ok()) << "round " << round;  // evicts the last round
+    std::vector<std::byte> out(data.size());
+    auto n = tier->GetRun(hashes, out);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(*n, kBlocks);
+    EXPECT_EQ(out, data);
+  }
+  EXPECT_EQ(tier->stats().rejected, 0);
+  const std::string metrics = testing::HttpGet(server->http_port(), "/metrics");
+  EXPECT_NE(metrics.find("strata_kvstore_expired_leases_total{tier=\"remote\"} 0"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST(RemoteTierTest, TwoDaemonsSplitBlocksByRendezvousHashing) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -131,6 +132,51 @@ TEST_P(TwoProcessTest, WriteNotifyThenPeerKilled) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(again.status().message(), HasSubstr("'peer'"));
   EXPECT_GE(agent_->Stats().peer_failures, 1u);
+}
+
+// CPU time this thread has used.
+absl::Duration ThreadCpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return absl::DurationFromTimespec(ts);
+}
+
+// A transfer that cannot finish while the peer is stopped (where the transport needs the peer's
+// progress to complete it): Wait keeps its timeout, sleeps instead of polling (its thread uses
+// a small fraction of the wait in CPU), and sees the transfer finish once the peer runs again.
+TEST_P(TwoProcessTest, WaitSleepsOnStoppedPeerAndWakesOnCompletion) {
+  ASSERT_EQ(kill(peer_.pid, SIGSTOP), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(peer_.pid, &wstatus, WUNTRACED), peer_.pid);
+  ASSERT_TRUE(WIFSTOPPED(wstatus));
+  const std::vector<transport::Run> runs = {{0, 0, 1u << 20}};
+  auto t = agent_->PostWrite("peer", local_, remote_, runs);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto state = agent_->Check(*t);
+  ASSERT_TRUE(state.ok()) << state.status();
+  if (*state == TransferState::kInProgress) {
+    const absl::Duration cpu0 = ThreadCpu();
+    const absl::Time start = absl::Now();
+    const absl::Status s = agent_->Wait(*t, absl::Milliseconds(300));
+    const absl::Duration waited = absl::Now() - start;
+    const absl::Duration cpu = ThreadCpu() - cpu0;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_GE(waited, absl::Milliseconds(300));
+    // The old Wait (yield-polling between 1 ms sleeps) burned about a third of the wait.
+    EXPECT_LT(cpu, absl::Milliseconds(30)) << "Wait used CPU while idle";
+    EXPECT_GE(agent_->Stats().waits_blocked, 1u);
+  }
+  ASSERT_EQ(kill(peer_.pid, SIGCONT), 0);
+  ASSERT_TRUE(agent_->Wait(*t, absl::Seconds(10)).ok());
+  agent_->Release(*t);
+  // The bytes are there: the peer hashes what it holds.
+  auto note = agent_->PostWrite("peer", local_, remote_, {}, "hash 0 1048576");
+  ASSERT_TRUE(note.ok()) << note.status();
+  ASSERT_TRUE(agent_->Wait(*note, absl::Seconds(10)).ok());
+  agent_->Release(*note);
+  auto reply = RecvFrame(peer_.fd);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(*reply, "prefill " + std::to_string(Fnv1a(src_.data(), 1u << 20)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, TwoProcessTest,

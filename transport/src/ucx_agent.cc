@@ -164,6 +164,10 @@ void UcxAgent::ProgressLoop() {
 
 void UcxAgent::WakeProgressThread() {
   if (!progress_sleeping_.load(std::memory_order_acquire)) return;
+  KickProgressThread();
+}
+
+void UcxAgent::KickProgressThread() {
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
 }

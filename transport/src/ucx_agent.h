@@ -6,7 +6,8 @@
 // UCX callback, which only runs inside ucp_worker_progress under `mu_`). A progress thread
 // sleeps on the worker's event fd (UCP_FEATURE_WAKEUP) plus an eventfd used to wake it after a
 // post, and drives everything in ProgressLocked(): so transfers finish and notifications arrive
-// even if nobody calls Check/Wait. Check and Wait progress the worker themselves too.
+// even if nobody calls Check/Wait. Check progresses the worker itself; Wait does for a short
+// spin and then sleeps on the transfer's state until the progress thread finishes it.
 //
 // Transfer pipeline (ucx_agent_transfer.cc): post one put/get per run (requests freed at once,
 // nothing tracked per run), then ucp_ep_flush_nbx; the flush completes only when every earlier
@@ -116,7 +117,10 @@ class UcxAgent final : public Agent {
   absl::Status InitWorker();
   void StartProgressThread();
   void ProgressLoop();
+  // Wakes the progress thread if it sleeps (after a post).
   void WakeProgressThread();
+  // Makes its next (or current) poll return at once, so it progresses and re-arms the worker.
+  void KickProgressThread();
 
   absl::StatusOr<uint64_t> Post(bool is_write, const std::string& peer, uint64_t local_region,
                                 uint64_t remote_region, std::span<const Run> runs,

@@ -11,9 +11,11 @@
 namespace strata::transport {
 namespace {
 
-// Wait() re-polls the worker this many idle rounds before sleeping on the mutex condition.
-constexpr int kWaitSpinRounds = 256;
-constexpr absl::Duration kWaitSleepSlice = absl::Milliseconds(1);
+// How long Wait() progresses the worker itself before it sleeps until the transfer finishes:
+// long enough to catch a loopback TCP round trip by polling (handing the completion over from
+// the progress thread costs two wake-ups), short enough that a waiter on a slow or stuck
+// transfer costs at most this much CPU.
+constexpr absl::Duration kWaitSpin = absl::Microseconds(500);
 
 }  // namespace
 
@@ -214,14 +216,20 @@ absl::StatusOr<TransferState> UcxAgent::Check(uint64_t transfer) {
   }
 }
 
-// Polls the worker while that makes progress (lowest latency), then sleeps in slices on the
-// mutex condition so the progress thread can finish the transfer without contention.
+// Two phases. Spin: progress the worker ourselves, yielding between rounds, for at most
+// kWaitSpin (the common case on one host: the flush of a shared-memory put completes at once or
+// within microseconds). Block: sleep on the transfer's state with the whole remaining timeout;
+// the progress thread, asleep on the worker's event fd, finishes the transfer when UCX signals
+// it, and releasing `mu_` wakes us. The progress thread is kicked first so that it re-arms the
+// worker after our own progress calls (an arm is only valid until someone progresses again).
 absl::Status UcxAgent::Wait(uint64_t transfer, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  int idle_rounds = 0;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const absl::Time spin_until = start + std::min(timeout, kWaitSpin);
+  bool blocked = false;
   absl::MutexLock lock(&mu_);
   while (true) {
-    const bool progressed = ProgressLocked();
+    if (!blocked) ProgressLocked();
     auto it = transfers_.find(transfer);
     if (it == transfers_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown transfer ", transfer));
@@ -231,19 +239,24 @@ absl::Status UcxAgent::Wait(uint64_t transfer, absl::Duration timeout) {
     if (t->phase == Phase::kFailed) return t->status;
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "transfer ", transfer, " to peer '", t->peer->name, "' not done after ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("transfer ", transfer, " to peer '", t->peer->name, "' not done after ",
+                       absl::FormatDuration(timeout)));
     }
-    if (progressed || ++idle_rounds < kWaitSpinRounds) {
+    if (now < spin_until) {
       mu_.Unlock();
       std::this_thread::yield();
       mu_.Lock();
       continue;
     }
-    idle_rounds = 0;
+    if (!blocked) {
+      blocked = true;
+      stats_.waits_blocked++;
+      KickProgressThread();
+    }
     const absl::Condition finished(
         +[](Transfer* x) { return x->phase == Phase::kDone || x->phase == Phase::kFailed; }, t);
-    mu_.AwaitWithTimeout(finished, std::min(kWaitSleepSlice, deadline - now));
+    mu_.AwaitWithTimeout(finished, deadline - now);
   }
 }
 

@@ -48,6 +48,9 @@ struct KvStoreServerOptions {
   std::string model_identity;  // reported to clients and the router; "" any model
   std::string router_address;  // host:port of the router's Registry; "" standalone
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Tests only: every Release waits this long before it takes effect, so a client that sends
+  // its next request without waiting for its releases finds the blocks still leased.
+  absl::Duration release_delay_for_test = absl::ZeroDuration();
 };
 
 class KvStoreServer {

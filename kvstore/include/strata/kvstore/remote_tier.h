@@ -3,7 +3,16 @@
 // (proto/kvstore.proto) and the transport (UCX RMA) for the bytes.
 //
 //   Put  ReserveWrite -> copy into a registered staging buffer -> PostWrite -> Wait -> CommitWrite
-//   Get  Acquire -> PostRead into staging -> Wait -> Release -> verify checksum -> copy out
+//   Get  Acquire -> PostRead into staging -> Wait -> Release (answer not awaited: ordered before
+//        the next request to that daemon) -> verify checksum -> copy out
+//
+// Registered memory: a caller whose buffers live long (the G2 host pool, an engine's staging
+// memory) registers them once with RegisterRegion. A Put/Get/PutRun/GetRun whose whole buffer
+// lies inside one registered region skips the staging buffer: the transfer moves the blocks
+// straight between that memory and the daemon's pool (Put checksums the caller's blocks in
+// place; Get verifies them in place). Any other buffer goes through staging as above. The
+// registration calls, GetInto (scattered destinations) and PutBlocks (scattered sources, one
+// round of RPCs for a batch) are in remote_direct.h.
 //
 // Placement: each block lives on exactly one daemon, chosen by rendezvous (highest-random-weight)
 // hashing of the block hash over the configured daemon addresses, so every client that lists the
@@ -33,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/kvstore/remote_direct.h"
 #include "strata/kvstore/tier.h"
 
 namespace strata::kvstore {
@@ -51,14 +61,21 @@ struct RemoteTierOptions {
   bool publish_events = false;
 };
 
-class RemoteTier : public Tier {
+// How blocks moved (monotonic): straight from/to registered caller memory, or through staging.
+struct RemotePathStats {
+  int64_t direct_blocks = 0;  // blocks transferred to/from a RegisterRegion'd buffer
+  int64_t staged_blocks = 0;  // blocks copied through the staging buffer
+};
+
+class RemoteTier : public Tier, public DirectTransferTier {
  public:
   // Creates the transport agent and the staging buffer and tries to connect to every daemon; a
   // daemon that is down now is retried later (not an error). InvalidArgument for bad options.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
 
   // Stores a chain run: `data` holds metas.size() blocks back to back. One ReserveWrite, one
-  // transfer and one CommitWrite per daemon and lane-sized piece. Blocks already present are
+  // transfer and one CommitWrite per daemon and piece (a lane's worth of blocks through
+  // staging; up to kMaxKvBlocksPerRequest from registered memory). Blocks already present are
   // skipped. The first error is returned after every block was attempted.
   [[nodiscard]] virtual absl::Status PutRun(std::span<const BlockMeta> metas,
                                             std::span<const std::byte> data) = 0;
@@ -73,6 +90,7 @@ class RemoteTier : public Tier {
   virtual int DaemonFor(BlockHash hash) const = 0;
   // Daemons connected right now (Hello done, region imported).
   virtual int connected_daemons() const = 0;
+  virtual RemotePathStats path_stats() const = 0;
 };
 
 // Rendezvous placement, exposed for tests and tools: the index of the daemon whose

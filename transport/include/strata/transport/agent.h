@@ -28,7 +28,8 @@
 // Threading: every method is safe to call from any thread. See the implementation notes in
 // docs/transport.md: one mutex serializes access to the UCX worker, and a background progress
 // thread drives transfers and receives notifications, so a caller never has to poll for
-// progress; Check() and Wait() also progress the worker themselves for low latency.
+// progress; Check() progresses the worker itself, Wait() does for a short spin and then sleeps
+// until the progress thread finishes the transfer (no polling while idle).
 //
 // Failures (all absl::Status, never exceptions, never hangs):
 //   kInvalidArgument  - bad region id / offsets out of bounds / malformed metadata or blob
@@ -84,6 +85,7 @@ struct AgentStats {
   uint64_t notifications_sent = 0;
   uint64_t notifications_received = 0;
   uint64_t peer_failures = 0;        // endpoints the error handler marked failed
+  uint64_t waits_blocked = 0;        // Waits that outlasted their spin and slept (no CPU)
 };
 
 class Agent {
@@ -142,6 +144,9 @@ class Agent {
   // kDone / kInProgress, or the transfer's error (kUnavailable when the peer failed).
   [[nodiscard]] virtual absl::StatusOr<TransferState> Check(uint64_t transfer) = 0;
   // OK when done, the transfer's error if it failed, kDeadlineExceeded after `timeout`.
+  // Progresses the worker itself for a short bounded spin (a transfer that completes within
+  // tens of microseconds is seen at once), then sleeps without using CPU until the progress
+  // thread, woken by the UCX worker's event fd, finishes the transfer or the timeout passes.
   virtual absl::Status Wait(uint64_t transfer, absl::Duration timeout) = 0;
   // Forgets a transfer id. Releasing one still in flight is allowed: it completes unobserved.
   virtual void Release(uint64_t transfer) = 0;
