@@ -174,12 +174,7 @@ absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items,
     return reserved.status();
   }
   std::optional<LaneGuard> lane;  // only staged pieces hold a lane
-  LocalSide local{.region = staging_region_, .base = staging_};
-  if (direct) {
-    local = {.region = direct->region, .base = direct->base, .direct = true};
-  } else {
-    lane.emplace(*lanes_);
-  }
+  const LocalSide local = Local(direct, &lane);
   StagedPut st = Stage(items, *reserved, local, lane ? lane->offset() : 0, results);
   counters_.rejected += st.full;
   const int64_t staged = static_cast<int64_t>(st.written.size());
@@ -253,6 +248,13 @@ absl::Status RemoteTierImpl::Transfer(bool write, Daemon& d, const Session& sess
 
 
 // --- registered regions ------------------------------------------------------------------------
+
+LocalSide RemoteTierImpl::Local(const std::optional<RegisteredRegion>& direct,
+                                std::optional<LaneGuard>* lane) {
+  if (direct) return {.region = direct->region, .base = direct->base, .direct = true};
+  lane->emplace(*lanes_);
+  return {.region = staging_region_, .base = staging_};
+}
 
 size_t RemoteTierImpl::PieceBlocks(bool direct) const {
   return direct ? static_cast<size_t>(kMaxKvBlocksPerRequest) : lane_blocks_;

@@ -117,6 +117,10 @@ class RemoteTierImpl final : public RemoteTier {
   // Blocks per RPC pair and transfer: a lane's worth through staging; when direct, no lane
   // bounds it, only the protocol's per-request limit.
   size_t PieceBlocks(bool direct) const;
+  // Where one piece's blocks live on this side: the registered region when `direct`, else the
+  // staging buffer, whose lane `*lane` then takes (released when it goes out of scope).
+  LocalSide Local(const std::optional<RegisteredRegion>& direct,
+                  std::optional<LaneGuard>* lane);
   // The registered region holding every one of `blocks` (a block each), if there is one.
   std::optional<RegisteredRegion> FindRegisteredBlocks(
       std::span<const std::byte* const> blocks) const;

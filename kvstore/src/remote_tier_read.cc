@@ -99,12 +99,7 @@ ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items,
     return {0, absl::NotFoundError("block not in the remote tier")};
   }
   std::optional<LaneGuard> lane;  // only staged pieces hold a lane
-  LocalSide local{.region = staging_region_, .base = staging_};
-  if (direct) {
-    local = {.region = direct->region, .base = direct->base, .direct = true};
-  } else {
-    lane.emplace(*lanes_);
-  }
+  const LocalSide local = Local(direct, &lane);
   std::vector<transport::Run> runs;
   for (int k = 0; k < found; ++k) {
     const uint64_t at =

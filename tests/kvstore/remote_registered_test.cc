@@ -21,24 +21,12 @@ using testing::MakeBlock;
 
 constexpr size_t kBlock = 64 << 10;
 
-std::unique_ptr<KvStoreServer> StartServer(const std::string& id, int64_t capacity_blocks,
-                                           absl::Duration lease_timeout = absl::Seconds(30)) {
-  KvStoreServerOptions o;
-  o.id = id;
-  o.capacity_bytes = capacity_blocks * int64_t{kBlock};
-  o.block_bytes = kBlock;
-  o.lease_timeout = lease_timeout;
-  auto s = KvStoreServer::Create(o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE((*s)->Start().ok());
-  return std::move(*s);
+std::unique_ptr<KvStoreServer> StartServer(const std::string& id, int64_t capacity_blocks) {
+  return testing::StartTestServer(id, capacity_blocks * int64_t{kBlock}, kBlock);
 }
 
 std::unique_ptr<RemoteTier> Connect(std::vector<std::string> daemons) {
-  auto t = RemoteTier::Create(ClientOptions(std::move(daemons), kBlock));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? std::move(*t) : nullptr;
+  return testing::ConnectTestTier(std::move(daemons), kBlock);
 }
 
 // `n` blocks back to back, block i with contents MakeBlock(kBlock, first + i).

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include <memory>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "strata/kvstore/kvstore_server.h"
@@ -46,6 +50,33 @@ inline RemoteTierOptions ClientOptions(std::vector<std::string> daemons, size_t 
   o.lanes = 2;
   o.reconnect_interval = absl::Milliseconds(50);
   return o;
+}
+
+// A started daemon of `capacity_bytes` and blocks of `block_bytes` (0: the first client's)
+// (nullptr, with a test failure, when it cannot start).
+inline std::unique_ptr<KvStoreServer> StartTestServer(
+    const std::string& id, int64_t capacity_bytes, size_t block_bytes,
+    absl::Duration lease_timeout = absl::Seconds(30),
+    absl::Duration release_delay = absl::ZeroDuration()) {
+  KvStoreServerOptions o;
+  o.release_delay_for_test = release_delay;
+  o.id = id;
+  o.capacity_bytes = capacity_bytes;
+  o.block_bytes = block_bytes;
+  o.lease_timeout = lease_timeout;
+  auto s = KvStoreServer::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return nullptr;
+  EXPECT_TRUE((*s)->Start().ok());
+  return std::move(*s);
+}
+
+// A remote tier over `daemons` with ClientOptions (nullptr, with a test failure, on error).
+inline std::unique_ptr<RemoteTier> ConnectTestTier(std::vector<std::string> daemons,
+                                                   size_t block_bytes) {
+  auto t = RemoteTier::Create(ClientOptions(std::move(daemons), block_bytes));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
 }
 
 // GET http://127.0.0.1:port/path over a plain socket; "" on failure. Body only.

@@ -24,23 +24,12 @@ std::unique_ptr<KvStoreServer> StartServer(const std::string& id, int64_t capaci
                                            absl::Duration lease_timeout = absl::Seconds(30),
                                            size_t block_bytes = kBlock,
                                            absl::Duration release_delay = absl::ZeroDuration()) {
-  KvStoreServerOptions o;
-  o.release_delay_for_test = release_delay;
-  o.id = id;
-  o.capacity_bytes = capacity_blocks * int64_t{kBlock};
-  o.block_bytes = block_bytes;
-  o.lease_timeout = lease_timeout;
-  auto s = KvStoreServer::Create(o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE((*s)->Start().ok());
-  return std::move(*s);
+  return testing::StartTestServer(id, capacity_blocks * int64_t{kBlock}, block_bytes, lease_timeout,
+                                  release_delay);
 }
 
 std::unique_ptr<RemoteTier> Connect(std::vector<std::string> daemons) {
-  auto t = RemoteTier::Create(ClientOptions(std::move(daemons), kBlock));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? std::move(*t) : nullptr;
+  return testing::ConnectTestTier(std::move(daemons), kBlock);
 }
 
 // A chain of n block metas (hash i+1 with parent i) starting at `first`.
