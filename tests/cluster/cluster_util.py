@@ -36,6 +36,13 @@ class Proc:
                     return m
         raise RuntimeError(f"timed out waiting for {regex.pattern}: {self.tail()}")
 
+    def tail_all(self):
+        """Everything the process wrote to its log (stderr) so far."""
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
     def tail(self):
         if not self.log.closed:
             self.log.flush()

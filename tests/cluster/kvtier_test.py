@@ -9,6 +9,7 @@ and restarted on the same disk path and serves the prompt from disk again.
 Usage: kvtier_test.py STRATA_BINARY
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,6 +100,12 @@ class KvTierTest(unittest.TestCase):
         w = cu.start_worker(STRATA, cls.model, cls.tmp, "prefill", wid, cls.grpc, cls.name + argv)
         w.http = int(w.match.group(1))
         cls.started.append(w)  # every prefill worker is stopped at teardown, whatever replaced it
+        # The worker prints its ports before it registers. A restarted worker reuses its id, and
+        # until the router has its new address a request goes to the dead one, fails over to no
+        # prefill worker at all and is prefilled on a decode worker (that may hold the prompt).
+        grpc = re.search(r"grpc 127\.0\.0\.1:(\d+)", w.match.string).group(1)
+        registered = f"worker {wid} registered (ROLE_PREFILL at 127.0.0.1:{grpc})"
+        assert cu.wait_until(lambda: registered in cls.router.tail_all(), timeout=30), registered
         return w
 
     @classmethod
