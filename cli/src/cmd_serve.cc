@@ -125,6 +125,11 @@ int RunWorker(const Args& args) {
   p.AddInt("--max-num-batched-tokens", &o.engine.scheduler.max_num_batched_tokens,
            "token budget of one engine step");
   p.AddInt("--max-model-len", &max_model_len, "context limit (0: the model's)");
+  bool host_sampling = false, no_graphs = false;
+  p.AddBool("--host-sampling", &host_sampling,
+            "sample on the host even when the plugin can sample on the device");
+  p.AddBool("--no-graphs", &no_graphs,
+            "run decode steps op by op even when the plugin can replay them as graphs");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
   long long kv_host_mb = 0, kv_disk_mb = 0;
@@ -170,6 +175,8 @@ int RunWorker(const Args& args) {
   o.model_dir = *dir;
   if (o.model_name.empty()) o.model_name = ServedModelName(model);
   o.engine.runner.num_kv_blocks = num_kv_blocks;
+  o.engine.device_sampling = !host_sampling;
+  o.engine.runner.graphs = !no_graphs;
   o.engine.runner.kv_cache_bytes = int64_t{kv_cache_mb} << 20;
   o.engine.max_model_len = max_model_len;
   sigset_t set;
