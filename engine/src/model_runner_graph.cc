@@ -120,25 +120,32 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampledGraph(
   const bool logprobs = AnyLogprobs(params);
   STRATA_RETURN_IF_ERROR(PrepareSample(params, logprobs));
 
+  STRATA_RETURN_IF_ERROR(RunBucket({batch, context, width, logprobs}, in));
+  // Only the real rows come back (and the host rows' logits).
+  return FinishSample(params, n, logprobs, host_rows, host_logits);
+}
+
+// Runs a padded step of bucket `key` (batch, context, width, logprobs): replays its graph, or
+// records one if the bucket ran once before, or runs it op by op (and marks it warm).
+absl::Status ModelRunner::RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+                                    const StepInputs& in) {
   Graphs& g = *graphs_;
-  const Graphs::Key key{batch, context, width, logprobs};
+  const auto [batch, context, width, logprobs] = key;
   const auto& api = backend_->api();
   auto* b = backend_->handle();
   auto* s = backend_->stream();
-  bool done = false;
   if (auto it = g.recorded.find(key); it != g.recorded.end()) {
     if (it->second.generation == scratch_->generation) {
       const strata_status st = api.graph_launch(b, s, it->second.graph);
       if (st == STRATA_OK) {
         ++g.launches;
-        done = true;
-      } else if (st != STRATA_ERR_UNSUPPORTED) {
-        return backend_->Check(st, "graph_launch");
+        return absl::OkStatus();
       }
+      if (st != STRATA_ERR_UNSUPPORTED) return backend_->Check(st, "graph_launch");
     }
-    if (!done) g.Drop(key);  // stale: record again below
+    g.Drop(key);  // stale: record again below
   }
-  if (!done && g.warmed.count(key) != 0) {
+  if (g.warmed.count(key) != 0) {
     STRATA_RETURN_IF_ERROR(backend_->Check(api.graph_capture_begin(b, s), "graph_capture_begin"));
     const absl::Status recorded = EnqueueStep(in, batch, logprobs);
     strata_graph graph = nullptr;
@@ -148,24 +155,19 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampledGraph(
       ++g.recordings;
       STRATA_RETURN_IF_ERROR(backend_->Check(api.graph_launch(b, s, graph), "graph_launch"));
       ++g.launches;
-      done = true;
-    } else {
-      if (graph != nullptr) api.graph_destroy(b, graph);
-      ++g.fallbacks;
-      STRATA_LOG(Warning) << "decode step of batch " << batch << ", context " << context
-                          << " could not be recorded as a graph ("
-                          << (recorded.ok() ? backend_->Check(ended, "graph_capture_end")
-                                            : recorded)
-                          << "); running it op by op";
-      g.warmed.erase(key);  // warm it again: a workspace may have had to grow
+      return absl::OkStatus();
     }
+    if (graph != nullptr) api.graph_destroy(b, graph);
+    ++g.fallbacks;
+    STRATA_LOG(Warning) << "decode step of batch " << batch << ", context " << context
+                        << " could not be recorded as a graph ("
+                        << (recorded.ok() ? backend_->Check(ended, "graph_capture_end") : recorded)
+                        << "); running it op by op";
+    g.warmed.erase(key);  // warm it again: a workspace may have had to grow
   }
-  if (!done) {
-    STRATA_RETURN_IF_ERROR(EnqueueStep(in, batch, logprobs));
-    g.warmed.insert(key);
-  }
-  // Only the real rows come back (and the host rows' logits).
-  return FinishSample(params, n, logprobs, host_rows, host_logits);
+  STRATA_RETURN_IF_ERROR(EnqueueStep(in, batch, logprobs));
+  g.warmed.insert(key);
+  return absl::OkStatus();
 }
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -126,6 +127,8 @@ class ModelRunner {
       StepInputs& in, std::span<const strata_sample_params> params,
       std::span<const int32_t> host_rows, std::vector<float>* host_logits);
   absl::Status EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs);
+  absl::Status RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+                         const StepInputs& in);
   // Logits row `row` of the last step, as float, appended to *out.
   absl::Status CopyLogitsRow(int64_t row, std::vector<float>* out);
 
