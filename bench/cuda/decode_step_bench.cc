@@ -373,6 +373,16 @@ double SampleMs(const std::vector<float>& logits, int vocab, const SamplingParam
   return Summarize(ms).median;
 }
 
+// One decode token for each of sequences 0..batch-1, at position kContext (every timed step
+// decodes the same position, so every call sees the same KV).
+std::vector<ForwardSeq> DecodeSeqs(Setup& s, int batch) {
+  std::vector<ForwardSeq> seqs(batch);
+  for (int q = 0; q < batch; ++q) {
+    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
+  }
+  return seqs;
+}
+
 struct DecodePoint {
   Percentiles step_ms;
   double experts = 0;  // distinct experts per MoE layer, counted over one step
@@ -380,10 +390,7 @@ struct DecodePoint {
 };
 
 DecodePoint TimeDecode(Setup& s, int batch, int steps) {
-  std::vector<ForwardSeq> seqs(batch);
-  for (int q = 0; q < batch; ++q) {
-    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
-  }
+  const std::vector<ForwardSeq> seqs = DecodeSeqs(s, batch);
   DecodePoint p;
   for (int i = 0; i < kWarmup; ++i) OrDie(s.runner->Forward(seqs), "decode warm-up");
   g_counter.calls = 0;
@@ -405,10 +412,7 @@ DecodePoint TimeDecode(Setup& s, int batch, int steps) {
 // Greedy ids of one sampled decode step (every sequence at the same position as the timed
 // steps, so every call sees the same KV and must give the same ids).
 std::vector<int32_t> GreedyIds(Setup& s, int batch) {
-  std::vector<ForwardSeq> seqs(batch);
-  for (int q = 0; q < batch; ++q) {
-    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
-  }
+  const std::vector<ForwardSeq> seqs = DecodeSeqs(s, batch);
   strata_sample_params g{};
   g.top_p = 1.0f, g.num_logprobs = -1;
   std::vector<strata_sample_params> rows(batch, g);
@@ -423,10 +427,7 @@ std::vector<int32_t> GreedyIds(Setup& s, int batch) {
 // ids come back instead of logits): median ms per step, every row with `params` and a fresh
 // uniform draw.
 double TimeSampledDecode(Setup& s, int batch, int steps, strata_sample_params params) {
-  std::vector<ForwardSeq> seqs(batch);
-  for (int q = 0; q < batch; ++q) {
-    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
-  }
+  const std::vector<ForwardSeq> seqs = DecodeSeqs(s, batch);
   std::vector<strata_sample_params> rows(batch, params);
   Rng rng(7);
   for (int i = 0; i < kWarmup; ++i) OrDie(s.runner->ForwardSampled(seqs, rows), "sampled warm-up");
@@ -445,10 +446,7 @@ double TimeSampledDecode(Setup& s, int batch, int steps, strata_sample_params pa
 constexpr int kProfileSteps = 5;
 
 void ProfileDecode(const char* name, Setup& s, int batch, double gemm_bytes, double step_ms) {
-  std::vector<ForwardSeq> seqs(batch);
-  for (int q = 0; q < batch; ++q) {
-    seqs[q] = {std::span(&s.next_tokens[q], 1), kContext, s.tables[q], ForwardSeq::Logits::kLast};
-  }
+  const std::vector<ForwardSeq> seqs = DecodeSeqs(s, batch);
   std::fill(std::begin(g_profile.ms), std::end(g_profile.ms), 0.0);
   std::fill(std::begin(g_profile.calls), std::end(g_profile.calls), 0);
   g_profile.enabled = true;

@@ -17,8 +17,6 @@ size_t ElemSize(strata_dtype d) { return DtypeSize(d); }
 
 }  // namespace
 
-
-
 size_t ModelRunner::kv_block_bytes() const {
   return static_cast<size_t>(cache_.num_layers) * 2 * cache_.block_size * cache_.num_kv_heads *
          cache_.head_dim * ElemSize(cache_.dtype);
@@ -88,41 +86,40 @@ absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t ta
   const ModelConfig& c = config();
   const strata_dtype act = backend_->info().act_dtype;
   const size_t a = ElemSize(act);
-  auto grow = [&](DeviceBuffer& buf, size_t bytes) { return GrowScratch(buf, bytes); };
   if (tokens > s.tokens) {
     s.tokens = std::max<int64_t>(tokens, 2 * s.tokens);
     const int64_t t = s.tokens, h = c.hidden_size, d = c.head_dim;
     int64_t width = c.intermediate_size;
     for (const auto& l : model_->layers()) width = std::max<int64_t>(width, l.mlp_width);
     const int64_t k = std::max(c.num_experts_per_tok, 1);
-    STRATA_RETURN_IF_ERROR(grow(s.hidden, t * h * a));
-    STRATA_RETURN_IF_ERROR(grow(s.residual, t * h * a));
-    STRATA_RETURN_IF_ERROR(grow(s.normed, t * h * a));
-    STRATA_RETURN_IF_ERROR(grow(s.qkv, t * (c.num_heads + 2 * c.num_kv_heads) * d * a));
-    STRATA_RETURN_IF_ERROR(grow(s.attn, t * c.num_heads * d * a));
-    STRATA_RETURN_IF_ERROR(grow(s.mlp_in, t * 2 * width * a));
-    STRATA_RETURN_IF_ERROR(grow(s.mlp_act, t * width * a));
-    STRATA_RETURN_IF_ERROR(grow(s.router, t * std::max(c.num_experts, 1) * a));
-    STRATA_RETURN_IF_ERROR(grow(s.topk_w, t * k * sizeof(float)));
-    STRATA_RETURN_IF_ERROR(grow(s.topk_ids, t * k * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(grow(s.ids, t * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(grow(s.positions, t * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(grow(s.slots, t * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.hidden, t * h * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.residual, t * h * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.normed, t * h * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.qkv, t * (c.num_heads + 2 * c.num_kv_heads) * d * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.attn, t * c.num_heads * d * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.mlp_in, t * 2 * width * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.mlp_act, t * width * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.router, t * std::max(c.num_experts, 1) * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.topk_w, t * k * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.topk_ids, t * k * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.ids, t * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.positions, t * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.slots, t * sizeof(int32_t)));
   }
   if (seqs > s.seqs) {
     s.seqs = std::max<int64_t>(seqs, 2 * s.seqs);
-    STRATA_RETURN_IF_ERROR(grow(s.q_start, (s.seqs + 1) * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(grow(s.kv_len, s.seqs * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.q_start, (s.seqs + 1) * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.kv_len, s.seqs * sizeof(int32_t)));
   }
   if (table > s.table) {
     s.table = std::max<int64_t>(table, 2 * s.table);
-    STRATA_RETURN_IF_ERROR(grow(s.block_tables, s.table * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.block_tables, s.table * sizeof(int32_t)));
   }
   if (rows > s.rows) {
     s.rows = std::max<int64_t>(rows, 2 * s.rows);
-    STRATA_RETURN_IF_ERROR(grow(s.logit_rows, s.rows * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(grow(s.head_in, s.rows * c.hidden_size * a));
-    STRATA_RETURN_IF_ERROR(grow(s.logits, s.rows * c.vocab_size * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.logit_rows, s.rows * sizeof(int32_t)));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.head_in, s.rows * c.hidden_size * a));
+    STRATA_RETURN_IF_ERROR(GrowScratch(s.logits, s.rows * c.vocab_size * a));
   }
   return absl::OkStatus();
 }

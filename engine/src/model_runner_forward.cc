@@ -39,14 +39,9 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
   if (!host_rows.empty() && host_logits == nullptr) {
     return absl::InvalidArgumentError("host_rows given without host_logits");
   }
-  if (GraphEligible(in)) return ForwardSampledGraph(in, params, host_rows, host_logits);
-  if (in.num_tokens > 0) {
-    STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
-                                         static_cast<int64_t>(in.block_tables.size()),
-                                         static_cast<int64_t>(in.logit_rows.size())));
-    STRATA_RETURN_IF_ERROR(Upload(in));
-  }
   if (in.num_tokens == 0) return std::vector<SampleResult>();
+  if (GraphEligible(in)) return ForwardSampledGraph(in, params, host_rows, host_logits);
+  STRATA_RETURN_IF_ERROR(PrepareStep(in));
   STRATA_RETURN_IF_ERROR(EnqueueBody(in));
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
   if (params.empty()) {  // a step of prompt chunks only: nothing to sample
@@ -61,11 +56,16 @@ absl::Status ModelRunner::RunBody(std::span<const ForwardSeq> seqs, StepInputs& 
   STRATA_RETURN_IF_ERROR(
       BuildStepInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
   if (in.num_tokens == 0) return absl::OkStatus();
+  STRATA_RETURN_IF_ERROR(PrepareStep(in));
+  return EnqueueBody(in);
+}
+
+// Scratch sized for `in`, and its inputs uploaded.
+absl::Status ModelRunner::PrepareStep(const StepInputs& in) {
   STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
                                        static_cast<int64_t>(in.block_tables.size()),
                                        static_cast<int64_t>(in.logit_rows.size())));
-  STRATA_RETURN_IF_ERROR(Upload(in));
-  return EnqueueBody(in);
+  return Upload(in);
 }
 
 // Embedding and every layer over inputs already uploaded: device ops only (a graph records
@@ -316,24 +316,13 @@ absl::Status ModelRunner::ComputeLogits(const StepInputs& in) {
 
 absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
-  const strata_dtype act = backend_->info().act_dtype;
   const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
   if (rows == 0) {
     STRATA_RETURN_IF_ERROR(backend_->Synchronize());
     return std::vector<float>();
   }
-  std::vector<float> out(static_cast<size_t>(rows * config().vocab_size));
-  if (act == STRATA_DTYPE_F32) {
-    STRATA_RETURN_IF_ERROR(
-        backend_->CopyToHost(out.data(), scratch_->logits.data(), out.size() * sizeof(float)));
-    return out;
-  }
-  std::vector<uint16_t> half(out.size());
-  STRATA_RETURN_IF_ERROR(
-      backend_->CopyToHost(half.data(), scratch_->logits.data(), half.size() * sizeof(uint16_t)));
-  for (size_t j = 0; j < out.size(); ++j) {
-    out[j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
-  }
+  std::vector<float> out;
+  STRATA_RETURN_IF_ERROR(CopyLogitsRows(0, rows, &out));
   return out;
 }
 
@@ -425,7 +414,7 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::FinishSample(
         backend_->CopyToHost(tops.data(), sc.sample_top.data(), tops.size() * sizeof(int32_t)));
   }
   if (!host_rows.empty()) host_logits->clear();
-  for (int32_t r : host_rows) STRATA_RETURN_IF_ERROR(CopyLogitsRow(r, host_logits));
+  for (int32_t r : host_rows) STRATA_RETURN_IF_ERROR(CopyLogitsRows(r, 1, host_logits));
   std::vector<SampleResult> out(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     out[r].token = ids[r];
@@ -439,16 +428,17 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::FinishSample(
   return out;
 }
 
-absl::Status ModelRunner::CopyLogitsRow(int64_t row, std::vector<float>* out) {
+absl::Status ModelRunner::CopyLogitsRows(int64_t first, int64_t count, std::vector<float>* out) {
   const strata_dtype act = backend_->info().act_dtype;
-  const size_t v = static_cast<size_t>(config().vocab_size), elem = DtypeSize(act);
-  const auto* src = static_cast<const char*>(scratch_->logits.data()) + row * v * elem;
+  const size_t n = static_cast<size_t>(count * config().vocab_size), elem = DtypeSize(act);
+  const auto* src = static_cast<const char*>(scratch_->logits.data()) +
+                    static_cast<size_t>(first * config().vocab_size) * elem;
   const size_t at = out->size();
-  out->resize(at + v);
-  if (act == STRATA_DTYPE_F32) return backend_->CopyToHost(out->data() + at, src, v * elem);
-  std::vector<uint16_t> half(v);
-  STRATA_RETURN_IF_ERROR(backend_->CopyToHost(half.data(), src, v * elem));
-  for (size_t j = 0; j < v; ++j) {
+  out->resize(at + n);
+  if (act == STRATA_DTYPE_F32) return backend_->CopyToHost(out->data() + at, src, n * elem);
+  std::vector<uint16_t> half(n);
+  STRATA_RETURN_IF_ERROR(backend_->CopyToHost(half.data(), src, n * elem));
+  for (size_t j = 0; j < n; ++j) {
     (*out)[at + j] = act == STRATA_DTYPE_BF16 ? Bf16ToFloat(half[j]) : F16ToFloat(half[j]);
   }
   return absl::OkStatus();

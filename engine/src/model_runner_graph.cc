@@ -114,8 +114,7 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampledGraph(
   const int64_t context = ContextBucket(in.max_kv);
   const int64_t width = std::max<int64_t>(in.max_blocks, context / cache_.block_size);
   Pad(in, batch, width, context);
-  STRATA_RETURN_IF_ERROR(EnsureScratch(batch, batch, batch * width, batch));
-  STRATA_RETURN_IF_ERROR(Upload(in));
+  STRATA_RETURN_IF_ERROR(PrepareStep(in));
   const std::vector<strata_sample_params> params = DeviceParams(requested, host_rows, batch);
   const bool logprobs = AnyLogprobs(params);
   STRATA_RETURN_IF_ERROR(PrepareSample(params, logprobs));

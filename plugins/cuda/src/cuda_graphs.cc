@@ -1,6 +1,8 @@
 // Step replay (abi.h graph_*): CUDA stream capture of the ops the host enqueues, instantiated
 // once and launched again per step. Captured in cudaStreamCaptureModeThreadLocal, so another
 // thread's CUDA calls (e.g. a KV export on another stream) do not break the recording.
+#include <memory>
+
 #include "cuda_ops.h"
 
 namespace strata::cuda {

@@ -105,6 +105,7 @@ class ModelRunner {
   absl::Status RunMlp(int layer, const StepInputs& in);
   absl::Status RunMoe(int layer, const StepInputs& in);
   absl::Status RunBody(std::span<const ForwardSeq> seqs, StepInputs& in);
+  absl::Status PrepareStep(const StepInputs& in);
   absl::Status EnqueueBody(const StepInputs& in);
   absl::Status GrowScratch(DeviceBuffer& buf, size_t bytes);
   absl::Status ComputeLogits(const StepInputs& in);
@@ -129,8 +130,8 @@ class ModelRunner {
   absl::Status EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs);
   absl::Status RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
                          const StepInputs& in);
-  // Logits row `row` of the last step, as float, appended to *out.
-  absl::Status CopyLogitsRow(int64_t row, std::vector<float>* out);
+  // Logits rows [first, first + count) of the last step, as float, appended to *out.
+  absl::Status CopyLogitsRows(int64_t first, int64_t count, std::vector<float>* out);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
