@@ -40,6 +40,11 @@
 #       compute-sanitizer memcheck and racecheck, then sample_bench (the kernel vs copying the
 #       logits back and sampling on the host, batch 1-64, vocab 128,256 and 151,936).
 #
+#   scripts/bench_cuda.sh device-gemm [--quick]
+#       Decode-shaped dense GEMMs (Llama-3.1-8B and Qwen3-30B-A3B projections at M = 1, 8, 64):
+#       the plugin's cublasGemmEx call vs every cuBLASLt heuristic candidate, as GB/s over the
+#       device-copy bandwidth.
+#
 #   scripts/bench_cuda.sh device-moe [--quick]
 #       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
 #       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
@@ -53,10 +58,11 @@ CARRY=$ROOT/out/cuda-bench
 pack() {
   local build=${1:-$ROOT/build-cuda} strata_build=${2:-${1:-$ROOT/build-cuda}}
   ninja -C "$build" -j${JOBS:-2} strata_cuda cuda_plugin_test decode_attention_bench \
-    prefill_attention_bench moe_bench decode_step_bench sample_bench
+    prefill_attention_bench moe_bench decode_step_bench sample_bench gemm_bench
   local files=("$build/bin/libstrata_cuda.so" "$build/bin/cuda_plugin_test"
                "$build/bin/decode_attention_bench" "$build/bin/prefill_attention_bench"
                "$build/bin/moe_bench" "$build/bin/decode_step_bench" "$build/bin/sample_bench"
+               "$build/bin/gemm_bench"
                "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so")
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
@@ -144,6 +150,8 @@ prefill() {
   echo "== prefill_attention_bench"
   mkdir -p "$work/dump"
   "$work/bin/prefill_attention_bench" $quick --dump "$work/dump" | tee "$work/prefill_ours.txt"
+  echo "== prefill_attention_bench --kernel mma (v1, for the same-run comparison)"
+  "$work/bin/prefill_attention_bench" $quick --kernel mma | tee "$work/prefill_mma.txt"
   echo "== torch_sdpa_prefill.py"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_prefill.py" $quick --check "$work/dump" |
     tee "$work/prefill_torch.txt"
@@ -154,7 +162,15 @@ prefill() {
     "$variant" --quick | grep -v '^CSV'
   done
   echo
-  prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt"
+  prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt" "$work/prefill_mma.txt"
+}
+
+# Decode-shaped GEMMs: the plugin's cublasGemmEx call vs cuBLASLt's heuristic candidates.
+gemm() {
+  local work
+  unpack
+  echo "== gemm_bench"
+  "$work/bin/gemm_bench" "$@"
 }
 
 # MoE layer: conformance focused on the MoE ops, then ours vs PyTorch.
@@ -304,22 +320,28 @@ moe_table() {
     }'
 }
 
-# Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns.
+# Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns; with a third file
+# (the v1 mma kernel's run), its TFLOP/s too.
 prefill_table() {
-  cat "$1" "$2" | awk -F, '
-    $1 == "CSV" && $2 == "ours" { k = $3 "|" $4; us[k] = $5; tf[k] = $6; err[k] = $7;
-                                  order[n++] = k }
+  awk -F, '
+    FNR == 1 { file++ }
+    $1 == "CSV" && $2 == "ours" && file == 3 { v1[$3 "|" $4] = $6 }
+    $1 == "CSV" && $2 == "ours" && file == 1 { k = $3 "|" $4; us[k] = $5; tf[k] = $6; err[k] = $7;
+                                               kernel = $9; order[n++] = k }
     $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6 }
     $1 == "CSV" && $2 == "check" { checks[nc++] = $0 }
     END {
-      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA |"
-      print "|---|---|---:|---:|---:|---:|---:|---:|"
+      print "kernel: " kernel
+      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA | v1 (mma) TFLOP/s | ours/v1 |"
+      print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")
         t = (k in ttf) ? ttf[k] : 0
-        printf "| %s | %s | %.1f | %.1f | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
+        o = (k in v1) ? v1[k] : 0
+        printf "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
           (err[k] < 0 ? "-" : sprintf("%.1e", err[k])), (t ? sprintf("%.1f", tus[k]) : "-"),
-          (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.2f", tf[k] / t) : "-")
+          (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.2f", tf[k] / t) : "-"),
+          (o ? sprintf("%.1f", o) : "-"), (o ? sprintf("%.2f", tf[k] / o) : "-")
       }
       if (nc) {
         print ""
@@ -330,7 +352,7 @@ prefill_table() {
           printf "| %s | %s | %s | %s | %s |\n", c[3], c[4], c[5], c[6], c[7]
         }
       }
-    }'
+    }' "$1" "$2" "${3:-/dev/null}"
 }
 
 # Old (baseline build) vs new, same run: time per call and fraction of copy bandwidth.
@@ -382,10 +404,11 @@ case ${1:-} in
   device-moe) shift; moe "$@" ;;
   device-step) shift; step "$@" ;;
   device-sample) shift; sample "$@" ;;
+  device-gemm) shift; gemm "$@" ;;
   step-table) shift; step_table "$@" ;;
   moe-table) shift; moe_table "$@" ;;
   prefill-table) shift; prefill_table "$@" ;;
   table) shift; table "$@" ;;
   compare) shift; compare "$@" ;;
-  *) sed -n '2,42p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac

@@ -14,8 +14,10 @@
 // bf16 files for torch_sdpa_prefill.py --check DIR, which compares against an fp32 reference
 // and against SDPA on the same inputs.
 //
-//   prefill_attention_bench [--quick] [--dump DIR]
+//   prefill_attention_bench [--quick] [--dump DIR] [--kernel auto|wgmma|mma]
 //     --quick: 1k and 8k tokens only
+//     --kernel: which kernel LaunchPrefillAttention's choice is replaced with (default auto:
+//               wgmma on compute capability 9.0, else mma); the CSV lines name it
 // Output: a readable line per shape and "CSV,ours,..." lines for scripts/bench_cuda.sh.
 #include <cuda_runtime.h>
 
@@ -39,8 +41,11 @@ using strata::cuda::bench::CopyBandwidthGBs;
 using strata::cuda::bench::FromBf16;
 using strata::cuda::bench::ToBf16;
 
-
 constexpr int kHeadDim = 128;
+
+// The kernel under test (--kernel) and its name in the output.
+cudaError_t (*g_launch)(const AttentionArgs&, cudaStream_t) = LaunchPrefillAttention;
+const char* g_kernel = "auto";
 constexpr int kBlockSize = 16;
 constexpr double kMaxCheckPairs = 6e7;  // the general kernel is slow: skip 16k
 
@@ -175,7 +180,7 @@ void Release(Setup& st) {
 double RunChecked(Setup& st, bool general, std::vector<uint16_t>* ours, float* general_ms) {
   const size_t elems = st.q_host.size();
   BENCH_CHECK(cudaMemset(st.out, 0xff, elems * 2));
-  BENCH_CHECK(LaunchPrefillAttention(st.args, nullptr));
+  BENCH_CHECK(g_launch(st.args, nullptr));
   BENCH_CHECK(cudaDeviceSynchronize());
   ours->resize(elems);
   BENCH_CHECK(cudaMemcpy(ours->data(), st.out, elems * 2, cudaMemcpyDeviceToHost));
@@ -208,7 +213,7 @@ float TimeMs(const AttentionArgs& args) {
   BENCH_CHECK(cudaEventCreate(&e1));
   auto time_calls = [&](int n) {
     BENCH_CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < n; ++i) BENCH_CHECK(LaunchPrefillAttention(args, nullptr));
+    for (int i = 0; i < n; ++i) BENCH_CHECK(g_launch(args, nullptr));
     BENCH_CHECK(cudaEventRecord(e1));
     BENCH_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
@@ -244,27 +249,35 @@ void Run(const Shape& sh, const char* dump_dir, uint64_t seed) {
   if (dump_dir != nullptr && sh.label == "2048") Dump(dump_dir, sh, st, ours);
   const float ms = TimeMs(st.args);
   const double tflops = 4.0 * kHeadDim * sh.model.q_heads * st.pairs / (ms * 1e-3) / 1e12;
-  std::printf("%-14s %-16s rows %6lld  %9.1f us  %6.1f TFLOP/s  err vs general %s  "
-              "general %.1f us\n",
-              sh.model.name, sh.label.c_str(), static_cast<long long>(st.rows), ms * 1e3, tflops,
-              check ? std::to_string(err).c_str() : "-", general_ms * 1e3);
-  std::printf("CSV,ours,%s,%s,%.2f,%.2f,%.3e,%.2f\n", sh.model.name, sh.label.c_str(), ms * 1e3,
-              tflops, check ? err : -1.0, general_ms * 1e3);
+  std::printf(
+      "%-14s %-16s rows %6lld  %9.1f us  %6.1f TFLOP/s  err vs general %s  "
+      "general %.1f us\n",
+      sh.model.name, sh.label.c_str(), static_cast<long long>(st.rows), ms * 1e3, tflops,
+      check ? std::to_string(err).c_str() : "-", general_ms * 1e3);
+  std::printf("CSV,ours,%s,%s,%.2f,%.2f,%.3e,%.2f,%s\n", sh.model.name, sh.label.c_str(), ms * 1e3,
+              tflops, check ? err : -1.0, general_ms * 1e3, g_kernel);
   std::fflush(stdout);
   Release(st);
 }
 
 std::vector<Shape> Shapes(bool quick) {
   const Model models[] = {{"llama3.1-8b", 32, 8}, {"qwen3-30b-a3b", 32, 4}};
-  std::vector<int> tokens = quick ? std::vector<int>{1024, 8192}
-                                  : std::vector<int>{1024, 2048, 4096, 8192, 16384};
+  std::vector<int> tokens =
+      quick ? std::vector<int>{1024, 8192} : std::vector<int>{1024, 2048, 4096, 8192, 16384};
   std::vector<Shape> out;
   for (const Model& m : models) {
     for (int n : tokens) out.push_back({m, std::to_string(n), {{n, n}}});
     out.push_back({m, "chunk4k+prefix12k", {{4096, 16384}}});
-    out.push_back({m, "batch8-prefixes",
-                   {{512, 512}, {1000, 3000}, {1536, 1536}, {77, 2125}, {2048, 2048},
-                    {300, 4000}, {3500, 3500}, {1, 999}}});
+    out.push_back({m,
+                   "batch8-prefixes",
+                   {{512, 512},
+                    {1000, 3000},
+                    {1536, 1536},
+                    {77, 2125},
+                    {2048, 2048},
+                    {300, 4000},
+                    {3500, 3500},
+                    {1, 999}}});
   }
   return out;
 }
@@ -275,10 +288,26 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) dump_dir = argv[++i];
+    if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) g_kernel = argv[++i];
+  }
+  const bool wgmma = PrefillAttentionWgmmaAvailable();
+  if (std::strcmp(g_kernel, "auto") == 0) {
+    g_kernel = wgmma ? "wgmma" : "mma";
+  } else if (std::strcmp(g_kernel, "wgmma") == 0) {
+    if (!wgmma) {
+      std::fprintf(stderr, "--kernel wgmma needs a compute capability 9.0 device\n");
+      return 2;
+    }
+    g_launch = LaunchPrefillAttentionWgmma;
+  } else if (std::strcmp(g_kernel, "mma") == 0) {
+    g_launch = LaunchPrefillAttentionMma;
+  } else {
+    std::fprintf(stderr, "--kernel: auto, wgmma or mma, not '%s'\n", g_kernel);
+    return 2;
   }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::printf("# %s, %d SMs, kernel %s\n", prop.name, prop.multiProcessorCount, g_kernel);
   uint64_t seed = 1;
   for (const Shape& sh : Shapes(quick)) Run(sh, dump_dir, seed++);
   return 0;

@@ -170,12 +170,20 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& p
 // (query tile, kv head), the kv head's whole GQA group packed into the tile's 128 rows, K/V
 // tiles of 64 positions streamed from the cache. Needs head_dim 64 or 128, a GQA group <= 128,
 // a power-of-two block_size, scale > 0, 16-byte aligned cache, q (and q_stride a multiple of 8
-// elements) and 4-byte aligned out (even out_stride); anything else takes LaunchAttention. No host round trip, no workspace, no
-// use of the batch hints. Same guards as LaunchAttention: a malformed sequence (q_start outside
-// [0, rows], kv_len below its query rows or past its table) is skipped, a table entry outside
-// the pool is masked and never dereferenced.
+// elements) and 4-byte aligned out (even out_stride); anything else takes LaunchAttention. No
+// host round trip, no workspace, no use of the batch hints. Same guards as LaunchAttention: a
+// malformed sequence (q_start outside [0, rows], kv_len below its query rows or past its table)
+// is skipped, a table entry outside the pool is masked and never dereferenced.
 bool PrefillAttentionSupported(const AttentionArgs& args);
+// Takes the wgmma kernel on compute capability 9.0 devices, the mma.sync kernel elsewhere.
 cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t stream);
+// The two kernels by name (benchmarks compare them); same contract as LaunchPrefillAttention.
+// v1: mma.sync, any sm_90 device (kernels_prefill_attention.cu).
+cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& args, cudaStream_t stream);
+// v2: Hopper warpgroup MMA (wgmma), built for sm_90a only (kernels_prefill_attention_sm90a.cu);
+// only where PrefillAttentionWgmmaAvailable() (the current device is compute capability 9.0).
+bool PrefillAttentionWgmmaAvailable();
+cudaError_t LaunchPrefillAttentionWgmma(const AttentionArgs& args, cudaStream_t stream);
 
 // ---- sampling (kernels_sample.cu) ------------------------------------------------------------
 // abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one thread block

@@ -31,9 +31,12 @@
 #include <cmath>
 
 #include "cuda_kernels.h"
+#include "prefill_attention_common.cuh"
 
 namespace strata::cuda {
 namespace {
+
+using namespace prefill;  // NOLINT(google-build-using-namespace): the shared parts
 
 // Tile shape. The STRATA_PREFILL_* macros exist only so bench builds can compare variants;
 // the plugin is built with the defaults.
@@ -55,14 +58,13 @@ namespace {
 constexpr int kWarps = STRATA_PREFILL_WARPS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = STRATA_PREFILL_MTILES;  // 16-row mma tiles per warp
-constexpr int kWarpRows = 16 * kMTiles;  // rows per warp: each K/V fragment feeds kMTiles mma
-constexpr int kRows = kWarps * kWarpRows;  // query rows (head x position pairs) per CTA
+constexpr int kWarpRows = 16 * kMTiles;     // rows per warp: each K/V fragment feeds kMTiles mma
+constexpr int kRows = kWarps * kWarpRows;   // query rows (head x position pairs) per CTA
 constexpr int kKeys = STRATA_PREFILL_KEYS;  // keys per K/V tile
 constexpr int kStages = STRATA_PREFILL_STAGES;
 constexpr int kCtasPerSm = STRATA_PREFILL_CTAS_PER_SM;
 static_assert(kKeys == 32 || kKeys == 64, "a tile's valid-key bits fit one 64-bit word");
 constexpr int kNTiles = kKeys / 8;  // S n-tiles per warp
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kHeadDim>
 struct Traits {
@@ -87,20 +89,6 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * Traits<kHeadDim>::kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CommitGroup() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void WaitGroup() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 __device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -121,66 +109,10 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// The work of one CTA: sequence s, its query rows [j0, j_end), their absolute positions
-// [pos_min, pos_max] and the keys [lo, pos_max] they attend to.
-struct Tile {
-  int s = 0;
-  int64_t row0 = 0;  // q/out row of the sequence's query row 0
-  int32_t q_len = 0, kv_len = 0, j0 = 0, j_end = 0, pos_min = 0, pos_max = 0, lo = 0;
-};
-
-// Maps tile slot `slot` to its sequence and query rows; false if the slot holds no tile or
-// the sequence is malformed (q_start out of [0, rows], kv_len < q_len, kv_len past the table).
-__device__ bool FindTile(const AttentionArgs& a, int64_t slot, int32_t per_tile, Tile* t) {
-  auto base = [&](int s) {
-    const int64_t q = min(max(int64_t{a.q_start[s]}, int64_t{0}), a.rows);
-    return q / per_tile + s;
-  };
-  int lo = 0, hi = a.num_seqs - 1, found = -1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) / 2;
-    if (base(mid) <= slot) {
-      found = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  if (found < 0) return false;
-  const int64_t begin = a.q_start[found], end = a.q_start[found + 1];
-  const int64_t kv_len = a.kv_len[found], q_len = end - begin;
-  const int64_t j0 = (slot - base(found)) * per_tile;
-  if (begin < 0 || end > a.rows || q_len <= 0 || j0 >= q_len || kv_len < q_len ||
-      kv_len > int64_t{a.max_blocks_per_seq} * a.dims.block_size) {
-    return false;
-  }
-  t->s = found;
-  t->row0 = begin;
-  t->q_len = static_cast<int32_t>(q_len);
-  t->kv_len = static_cast<int32_t>(kv_len);
-  t->j0 = static_cast<int32_t>(j0);
-  t->j_end = static_cast<int32_t>(min(j0 + per_tile, q_len));
-  t->pos_min = t->kv_len - t->q_len + t->j0;
-  t->pos_max = t->kv_len - t->q_len + t->j_end - 1;
-  t->lo = a.sliding_window > 0 ? max(0, t->pos_min - a.sliding_window + 1) : 0;
-  return true;
-}
-
 // Enqueues the CTA's Q rows (zero for padding rows) into the swizzled Q buffer.
 template <int kHeadDim>
-__device__ void IssueQ(const AttentionArgs& a, const Tile& t, int kvh, int group,
-                       int32_t per_tile, unsigned char* qs) {
+__device__ void IssueQ(const AttentionArgs& a, const Tile& t, int kvh, int group, int32_t per_tile,
+                       unsigned char* qs) {
   using T = Traits<kHeadDim>;
   const int chunk = threadIdx.x % T::kChunks;
 #pragma unroll
@@ -188,33 +120,11 @@ __device__ void IssueQ(const AttentionArgs& a, const Tile& t, int kvh, int group
     const int r = threadIdx.x / T::kChunks + pass * T::kRowsPerPass;
     const int g = r / per_tile, j = t.j0 + r % per_tile;
     const bool valid = g < group && j < t.j_end;
-    const bf16* src = a.q + (valid ? (t.row0 + j) * a.q_stride +
-                                         (int64_t{kvh} * group + g) * kHeadDim + chunk * 8
-                                   : 0);
+    const bf16* src =
+        a.q +
+        (valid ? (t.row0 + j) * a.q_stride + (int64_t{kvh} * group + g) * kHeadDim + chunk * 8 : 0);
     CopyAsync16(SmemAddress(qs) + SwizzledOffset<kHeadDim>(r, chunk), src, valid);
   }
-}
-
-// Per-thread constants of the K/V loads: this thread's 16-byte column in the cache for the
-// CTA's kv head and layer, and the element stride of one pool block.
-struct KvSource {
-  const bf16* base;      // cache + layer plane + head + chunk
-  int64_t block_stride;  // elements per pool block (all layers, K and V)
-  int32_t token;         // elements per position (Hk x D)
-  int32_t plane;         // elements of K (or V) of one block of one layer
-  int shift;             // log2(block_size)
-};
-
-template <int kHeadDim>
-__device__ KvSource MakeKvSource(const AttentionArgs& a, int kvh) {
-  KvSource src;
-  src.token = static_cast<int32_t>(a.dims.num_kv_heads * kHeadDim);
-  src.plane = static_cast<int32_t>(a.dims.block_size) * src.token;
-  src.block_stride = a.dims.num_layers * 2 * int64_t{src.plane};
-  src.base = a.cache + a.layer * 2 * int64_t{src.plane} + int64_t{kvh} * kHeadDim +
-             (threadIdx.x % Traits<kHeadDim>::kChunks) * 8;
-  src.shift = __ffs(static_cast<int>(a.dims.block_size)) - 1;
-  return src;
 }
 
 // Enqueues K and V of positions [tile * kKeys, + kKeys) into one ring slot. `ids` holds the
@@ -242,31 +152,6 @@ __device__ __forceinline__ void IssueKv(const AttentionArgs& a, const Tile& t, c
   }
 }
 
-// Block ids of tile `tile`'s blocks (at most kKeys, fewer with larger blocks): entry e is the
-// id of the tile's e-th block, -1 past kv_len. Loaded a tile ahead into a register (LoadIds)
-// and stored to shared memory after the compute (StoreIds), so the table's latency is hidden.
-__device__ __forceinline__ int32_t LoadIds(const Tile& t, const int32_t* table, int shift,
-                                           int32_t tile) {
-  const int entries = kKeys >> shift > 0 ? kKeys >> shift : 1;
-  const int32_t bi = ((tile * kKeys) >> shift) + static_cast<int32_t>(threadIdx.x);
-  return threadIdx.x < entries && (bi << shift) < t.kv_len ? table[bi] : -1;
-}
-__device__ __forceinline__ void StoreIds(int32_t* slot, int32_t id, int shift) {
-  const int entries = kKeys >> shift > 0 ? kKeys >> shift : 1;
-  if (threadIdx.x < entries) slot[threadIdx.x] = id;
-}
-
-// True if some table entry the CTA reads (positions [lo, pos_max]) is outside the pool; those
-// keys are then masked one by one (the v0 kernel skips them too).
-__device__ bool AnyBadBlock(const AttentionArgs& a, const Tile& t, const int32_t* table) {
-  const int32_t bs = static_cast<int32_t>(a.dims.block_size);
-  bool bad = false;
-  for (int32_t b = t.lo / bs + threadIdx.x; b <= t.pos_max / bs; b += kThreads) {
-    bad |= table[b] < 0 || table[b] >= a.dims.num_blocks;
-  }
-  return __syncthreads_or(bad) != 0;
-}
-
 // One warp's running state for its kWarpRows rows: per m-tile, O accumulators (rows gid and
 // gid + 8 of each n-tile), running max m (log2 domain) and this lane's share of the row sums l.
 template <int kHeadDim>
@@ -275,32 +160,6 @@ struct WarpState {
   float m[kMTiles][2];
   float l[kMTiles][2];
 };
-
-// What masking needs per lane: the positions of its rows (-1 for padding rows, which then
-// see no key), the window, and whether the CTA's range holds a table entry outside the pool.
-struct MaskInfo {
-  int32_t pos[kMTiles][2];
-  int32_t window;
-  bool bad_blocks;
-};
-
-// Bit k set: position key0 + k is below kv_len and its block id is inside the pool. Called by
-// the whole warp, only on CTAs whose range holds a bad table entry.
-__device__ uint64_t TileValidBits(const AttentionArgs& a, const Tile& t, const int32_t* table,
-                                  int32_t key0, int lane) {
-  uint64_t bits = 0;
-#pragma unroll
-  for (int half = 0; half < kKeys / 32; ++half) {
-    const int32_t p = key0 + half * 32 + lane;
-    bool ok = false;
-    if (p < t.kv_len) {
-      const int32_t b = table[p / static_cast<int32_t>(a.dims.block_size)];
-      ok = b >= 0 && b < a.dims.num_blocks;
-    }
-    bits |= uint64_t{__ballot_sync(0xffffffffu, ok)} << (32 * half);
-  }
-  return bits;
-}
 
 // S = Q K^T for the warp's kWarpRows rows against the tile's 64 keys. Q fragments are read
 // from shared memory per k-step (holding them would not fit next to O and S in registers).
@@ -342,33 +201,6 @@ __device__ __forceinline__ void QKt(uint32_t qs, uint32_t ks, float (&sc)[kMTile
   }
 }
 
-// Online softmax over one tile's raw scores (masked ones -inf) of one m-tile, with the scale
-// (> 0, so the max commutes with it) folded into the exponent's FMA; returns the correction
-// factors of its two rows.
-__device__ __forceinline__ void Softmax(float (&sc)[kNTiles][4], float scale_log2, float (&m)[2],
-                                        float (&l)[2], float (&corr)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * h], sc[n][2 * h + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[h], mx * scale_log2);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    corr[h] = Exp2(m[h] - m_use);
-    m[h] = m_new;
-    float sum = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n) {
-      sc[n][2 * h] = Exp2(fmaf(sc[n][2 * h], scale_log2, -m_use));
-      sc[n][2 * h + 1] = Exp2(fmaf(sc[n][2 * h + 1], scale_log2, -m_use));
-      sum += sc[n][2 * h] + sc[n][2 * h + 1];
-    }
-    l[h] = l[h] * corr[h] + sum;
-  }
-}
-
 // Softmax of every m-tile, rescale of O, then O += P V.
 template <int kHeadDim>
 __device__ __forceinline__ void SoftmaxPv(float (&sc)[kMTiles][kNTiles][4], float scale_log2,
@@ -376,7 +208,7 @@ __device__ __forceinline__ void SoftmaxPv(float (&sc)[kMTiles][kNTiles][4], floa
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     float corr[2];
-    Softmax(sc[mt], scale_log2, st.m[mt], st.l[mt], corr);
+    Softmax<kNTiles>(sc[mt], scale_log2, st.m[mt], st.l[mt], corr);
 #pragma unroll
     for (int d = 0; d < Traits<kHeadDim>::kDTiles; ++d) {
       st.o[mt][d][0] *= corr[0];
@@ -418,58 +250,6 @@ __device__ __forceinline__ void SoftmaxPv(float (&sc)[kMTiles][kNTiles][4], floa
   }
 }
 
-// Sets the scores of invisible keys to -inf: keys after the row's position, before its window,
-// or whose bit in `valid` is clear. Offsets are compared as compile-time constants against
-// per-row bounds shifted by this lane's first column, so each element costs a few instructions.
-__device__ __forceinline__ void ApplyMask(float (&sc)[kMTiles][kNTiles][4], const MaskInfo& mi,
-                                          int32_t key0, uint64_t valid, int lane) {
-  const int32_t c0 = 2 * (lane % 4);
-  const uint64_t vbits = valid >> c0;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int32_t hi = mi.pos[mt][h] - key0 - c0;  // last visible offset - c0
-      const int32_t lo = mi.window > 0 ? hi - mi.window + 1 : -kKeys;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int off = n * 8 + b;
-          if (off > hi || off < lo || ((vbits >> off) & 1u) == 0) sc[mt][n][2 * h + b] = -INFINITY;
-        }
-      }
-    }
-  }
-}
-
-// Normalizes and writes the warp's valid rows as bf16.
-template <int kHeadDim>
-__device__ void StoreOut(const AttentionArgs& a, const Tile& t, const WarpState<kHeadDim>& st,
-                         int kvh, int group, int32_t per_tile, int lane) {
-  const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = st.l[mt][h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      const int r = warp * kWarpRows + mt * 16 + lane / 4 + 8 * h;
-      const int g = r / per_tile, j = t.j0 + r % per_tile;
-      if (g >= group || j >= t.j_end) continue;
-      bf16* dst = a.out + (t.row0 + j) * a.out_stride + (int64_t{kvh} * group + g) * kHeadDim +
-                  2 * (lane % 4);
-#pragma unroll
-      for (int d = 0; d < Traits<kHeadDim>::kDTiles; ++d) {
-        *reinterpret_cast<__nv_bfloat162*>(dst + d * 8) =
-            __floats2bfloat162_rn(st.o[mt][d][2 * h] * inv, st.o[mt][d][2 * h + 1] * inv);
-      }
-    }
-  }
-}
-
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     PrefillAttentionKernel(AttentionArgs a, int32_t per_tile, int32_t group) {
@@ -500,11 +280,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CommitGroup();
   }
   if (kStages - 1 < n_tiles) {
-    StoreIds(ids + ((kStages - 1) % 2) * kKeys,
-             LoadIds(t, table, src.shift, last - (kStages - 1)), src.shift);
+    StoreIds<kKeys>(ids + ((kStages - 1) % 2) * kKeys,
+                    LoadIds<kKeys>(t, table, src.shift, last - (kStages - 1)), src.shift);
   }
-  MaskInfo mi;
-  mi.bad_blocks = AnyBadBlock(a, t, table);
+  MaskInfo<kMTiles> mi;
+  mi.bad_blocks = AnyBadBlock<kThreads>(a, t, table);
   mi.window = a.sliding_window;
   WarpState<kHeadDim> st;
 #pragma unroll
@@ -536,21 +316,26 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // Ids of the tile the next iteration issues: loaded now, stored after the compute (that
     // slot was last read by the previous iteration's issue, before this iteration's barrier).
     const bool stage_ids = next + 1 < n_tiles;
-    const int32_t next_ids = stage_ids ? LoadIds(t, table, src.shift, last - next - 1) : -1;
+    const int32_t next_ids = stage_ids ? LoadIds<kKeys>(t, table, src.shift, last - next - 1) : -1;
     const int32_t tile = last - i, key0 = tile * kKeys;
     const bool mask = key0 + kKeys - 1 > t.pos_min || key0 < full_lo || mi.bad_blocks;
     const uint32_t ks = SmemAddress(ring + (i % kStages) * T::kStageBytes);
     float sc[kMTiles][kNTiles][4];
     QKt<kHeadDim>(SmemAddress(qs), ks, sc, lane);
     if (mask) {
-      const uint64_t valid = mi.bad_blocks ? TileValidBits(a, t, table, key0, lane) : ~uint64_t{0};
+      const uint64_t valid =
+          mi.bad_blocks ? TileValidBits<kKeys>(a, t, table, key0, lane) : ~uint64_t{0};
       ApplyMask(sc, mi, key0, valid, lane);
     }
     SoftmaxPv<kHeadDim>(sc, scale_log2, ks + T::kTileBytes, st, lane);
-    if (stage_ids) StoreIds(ids + ((next + 1) % 2) * kKeys, next_ids, src.shift);
+    if (stage_ids) StoreIds<kKeys>(ids + ((next + 1) % 2) * kKeys, next_ids, src.shift);
   }
   WaitGroup<0>();
-  StoreOut<kHeadDim>(a, t, st, kvh, group, per_tile, lane);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    StoreRows<kHeadDim>(a, t, st.o[mt], st.l[mt], warp * kWarpRows + mt * 16 + lane / 4, kvh, group,
+                        per_tile, lane);
+  }
 }
 
 // Raises the kernel's dynamic shared-memory limit once per device.
@@ -579,8 +364,9 @@ cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t slots = a.rows / per_tile + a.num_seqs;
   const int64_t ctas = slots * a.dims.num_kv_heads;
   if (ctas > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  PrefillAttentionKernel<kHeadDim><<<static_cast<unsigned>(ctas), kThreads,
-                                     Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile, group);
+  PrefillAttentionKernel<kHeadDim>
+      <<<static_cast<unsigned>(ctas), kThreads, Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile,
+                                                                                        group);
   return cudaGetLastError();
 }
 
@@ -593,17 +379,21 @@ bool PrefillAttentionSupported(const AttentionArgs& a) {
   if ((d != 64 && d != 128) || a.dims.num_kv_heads <= 0) return false;
   const int64_t group = a.q_heads / a.dims.num_kv_heads;
   const int64_t bs = a.dims.block_size;
-  return group >= 1 && group <= kRows && Aligned16(a.cache) && Aligned16(a.q) &&
-         bs > 0 && (bs & (bs - 1)) == 0 && a.scale > 0.0f &&
-         a.dims.num_kv_heads * d * bs < (int64_t{1} << 31) &&
-         a.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(a.out) % 4 == 0 &&
-         a.out_stride % 2 == 0 &&
+  return group >= 1 && group <= kRows && Aligned16(a.cache) && Aligned16(a.q) && bs > 0 &&
+         (bs & (bs - 1)) == 0 && a.scale > 0.0f &&
+         a.dims.num_kv_heads * d * bs < (int64_t{1} << 31) && a.q_stride % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(a.out) % 4 == 0 && a.out_stride % 2 == 0 &&
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31) - kKeys;
 }
 
-cudaError_t LaunchPrefillAttention(const AttentionArgs& a, cudaStream_t stream) {
+cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0 || a.rows == 0 || a.q_heads == 0) return cudaSuccess;
   return a.dims.head_dim == 64 ? Launch<64>(a, stream) : Launch<128>(a, stream);
+}
+
+cudaError_t LaunchPrefillAttention(const AttentionArgs& a, cudaStream_t stream) {
+  return PrefillAttentionWgmmaAvailable() ? LaunchPrefillAttentionWgmma(a, stream)
+                                          : LaunchPrefillAttentionMma(a, stream);
 }
 
 }  // namespace strata::cuda

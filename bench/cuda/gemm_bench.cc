@@ -1,0 +1,181 @@
+// Decode-shaped dense GEMMs on one GPU: what the plugin's `gemm` runs (cublasGemmEx, default
+// algorithm, fp32 compute: out[M, N] = x[M, K] w[N, K]^T, bf16) against every algorithm
+// cuBLASLt's heuristic offers for the same problem, timed side by side. Decode steps are
+// weight-streaming: the figure of merit is the GB/s of weights (+ x and out) over the measured
+// device-copy bandwidth, so this says how much of a decode step's GEMM time an algorithm
+// choice could take back.
+//
+// Shapes: the projections of Llama-3.1-8B (qkv, o, gate_up, down, lm_head) and Qwen3-30B-A3B
+// (qkv, o, router, lm_head) at M = 1, 8, 64 rows. Each problem rotates over enough copies of its
+// weight that the copies together exceed 4x the L2, so no call is served from the L2.
+//
+//     gemm_bench [--quick]      (--quick: M = 64 only)
+// Output: a line per (shape, M) and "CSV,gemm,..." lines for scripts/bench_cuda.sh.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+
+namespace strata::cuda {
+namespace {
+
+using strata::cuda::bench::CopyBandwidthGBs;
+
+#define BLAS_CHECK(expr)                                                        \
+  do {                                                                          \
+    const cublasStatus_t st_ = (expr);                                          \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      std::fprintf(stderr, "%s:%d: %s: status %d\n", __FILE__, __LINE__, #expr, \
+                   static_cast<int>(st_));                                      \
+      std::exit(1);                                                             \
+    }                                                                           \
+  } while (0)
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int n;
+  int k;
+};
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxAlgos = 16;
+
+// Median ms per call of `call(i)` (i: the call's index, for rotating buffers) over 5 batches.
+template <typename F>
+float MedianMs(F call) {
+  cudaEvent_t e0, e1;
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
+  auto batch = [&](int n) {
+    BENCH_CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < n; ++i) call(i);
+    BENCH_CHECK(cudaEventRecord(e1));
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms / n;
+  };
+  batch(3);
+  const float one = batch(1);
+  const int iters = std::clamp(static_cast<int>(10.0f / std::max(one, 1e-3f)), 4, 400);
+  std::vector<float> ms;
+  for (int rep = 0; rep < 5; ++rep) ms.push_back(batch(iters));
+  std::sort(ms.begin(), ms.end());
+  BENCH_CHECK(cudaEventDestroy(e0));
+  BENCH_CHECK(cudaEventDestroy(e1));
+  return ms[ms.size() / 2];
+}
+
+int Main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = CopyBandwidthGBs();
+  std::printf("# %s, %d SMs, L2 %d MB, device copy %.0f GB/s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, copy);
+  std::printf("CSV,copy,%.1f\n", copy);
+  const Shape shapes[] = {
+      {"llama3.1-8b", "qkv", 6144, 4096},         {"llama3.1-8b", "o", 4096, 4096},
+      {"llama3.1-8b", "gate_up", 28672, 4096},    {"llama3.1-8b", "down", 4096, 14336},
+      {"llama3.1-8b", "lm_head", 128256, 4096},   {"qwen3-30b-a3b", "qkv", 5120, 2048},
+      {"qwen3-30b-a3b", "o", 2048, 4096},         {"qwen3-30b-a3b", "router", 128, 2048},
+      {"qwen3-30b-a3b", "lm_head", 151936, 2048},
+  };
+  const std::vector<int> ms_rows = quick ? std::vector<int>{64} : std::vector<int>{1, 8, 64};
+  cublasHandle_t blas;
+  BLAS_CHECK(cublasCreate(&blas));
+  cublasLtHandle_t lt;
+  BLAS_CHECK(cublasLtCreate(&lt));
+  void* workspace = nullptr;
+  BENCH_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+  const int max_m = *std::max_element(ms_rows.begin(), ms_rows.end());
+  for (const Shape& sh : shapes) {
+    const size_t w_bytes = size_t{2} * sh.n * sh.k;
+    const int copies = static_cast<int>(
+        std::clamp<size_t>(4 * static_cast<size_t>(prop.l2CacheSize) / w_bytes + 1, 1, 64));
+    std::vector<void*> w(copies);
+    for (void*& p : w) {
+      BENCH_CHECK(cudaMalloc(&p, w_bytes));
+      BENCH_CHECK(cudaMemset(p, 0x3c, w_bytes));  // bf16 ~0.0117: finite products
+    }
+    void *x = nullptr, *out = nullptr;
+    BENCH_CHECK(cudaMalloc(&x, size_t{2} * max_m * sh.k));
+    BENCH_CHECK(cudaMemset(x, 0x3c, size_t{2} * max_m * sh.k));
+    BENCH_CHECK(cudaMalloc(&out, size_t{2} * max_m * sh.n));
+    for (int m : ms_rows) {
+      const float alpha = 1.0f, beta = 0.0f;
+      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * sh.k + 2.0 * m * sh.n;
+      // What the plugin runs (cuda_ops_dense.cc GemmNT): column-major out^T = w^T-as-A * x^T.
+      const float gemmex_ms = MedianMs([&](int i) {
+        BLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha,
+                                w[i % copies], CUDA_R_16BF, sh.k, x, CUDA_R_16BF, sh.k, &beta, out,
+                                CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      });
+      // cuBLASLt: the same problem, every heuristic candidate.
+      cublasLtMatmulDesc_t desc;
+      BLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      BLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      BLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      cublasLtMatrixLayout_t la, lb, lc;
+      BLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.k, sh.n, sh.k));
+      BLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.k, m, sh.k));
+      BLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.n, m, sh.n));
+      cublasLtMatmulPreference_t pref;
+      BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                                                      CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &kWorkspaceBytes, sizeof(kWorkspaceBytes)));
+      cublasLtMatmulHeuristicResult_t results[kMaxAlgos];
+      int found = 0;
+      BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, kMaxAlgos, results,
+                                                &found));
+      float first_ms = 0, best_ms = 1e30f;
+      int best = -1;
+      for (int a = 0; a < found; ++a) {
+        const float t = MedianMs([&](int i) {
+          BLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w[i % copies], la, x, lb, &beta, out, lc, out,
+                                    lc, &results[a].algo, workspace, kWorkspaceBytes, nullptr));
+        });
+        if (a == 0) first_ms = t;
+        if (t < best_ms) best_ms = t, best = a;
+      }
+      BLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+      BLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+      BLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+      BLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
+      BLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+      auto gbs = [&](float ms) { return bytes / (ms * 1e-3) / 1e9; };
+      std::printf(
+          "%-14s %-8s M %3d  GemmEx %8.1f us %6.0f GB/s (%.2f of copy)  Lt#0 %8.1f us "
+          "%.2f  Lt best (#%d of %d) %8.1f us %.2f\n",
+          sh.model, sh.name, m, gemmex_ms * 1e3, gbs(gemmex_ms), gbs(gemmex_ms) / copy,
+          first_ms * 1e3, gbs(first_ms) / copy, best, found, best_ms * 1e3, gbs(best_ms) / copy);
+      std::printf("CSV,gemm,%s,%s,%d,%d,%d,%.2f,%.2f,%.2f,%d,%d\n", sh.model, sh.name, m, sh.n,
+                  sh.k, gemmex_ms * 1e3, first_ms * 1e3, best_ms * 1e3, best, found);
+      std::fflush(stdout);
+    }
+    for (void* p : w) BENCH_CHECK(cudaFree(p));
+    BENCH_CHECK(cudaFree(x));
+    BENCH_CHECK(cudaFree(out));
+  }
+  BENCH_CHECK(cudaFree(workspace));
+  BLAS_CHECK(cublasLtDestroy(lt));
+  BLAS_CHECK(cublasDestroy(blas));
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::cuda
+
+int main(int argc, char** argv) { return strata::cuda::Main(argc, argv); }
