@@ -2,16 +2,18 @@
 # G4 (remote kvstore tier) put/get bandwidth vs ucx_perftest ucp_put_bw / ucp_get, two processes
 # on this host, same block sizes, same UCX_TLS, one run; plus the mean latency of one block
 # put/get next to ucx_perftest's ucp_put_lat / ucp_get latency. The daemon is a real `strata kvstore`;
-# the client is bench/kvstore/remote_bench.cc (RemoteTier: RPCs + one UCX transfer per ~16 MiB
-# run + checksums), run twice against the same daemon: through the tier's staging lanes (plain
+# the client is bench/kvstore/remote_bench.cc (RemoteTier: one RPC + one UCX transfer per ~16 MiB
+# run + a checksum on the writer and on the reader), run twice against the same daemon: through the tier's staging lanes (plain
 # heap buffers) and with its buffers registered once (--registered: no staging copy). Prints a
 # markdown table of MB/s (2^20 B/s) and ratios; "staged / registered" in each G4 cell.
 #
 #   scripts/bench_kvstore_remote.sh [build_dir] [seconds_per_point] [tls...]
 # Needs build_dir/bin/{strata,kvstore_remote_bench} (ninja strata kvstore_remote_bench) and
 # ucx_perftest (libucx-dev). BASELINE_BENCH=/path/to/an/older/kvstore_remote_bench adds its
-# staged numbers first in each G4 cell ("baseline / staged / registered"), measured in the same
-# run against the same daemon, for before/after comparisons.
+# staged and registered numbers first in each G4 cell ("base staged / base registered / staged
+# / registered"), measured in the same run, for before/after comparisons; against the same
+# daemon, or, with BASELINE_STRATA=/path/to/the/older/strata (needed when the protocol
+# changed), against a daemon of that binary started with the same flags.
 set -euo pipefail
 BUILD=${1:-build}
 SECONDS_PER_POINT=${2:-1}
@@ -42,12 +44,12 @@ DAEMON=
 cleanup() { [[ -n $DAEMON ]] && kill "$DAEMON" 2>/dev/null; wait 2>/dev/null; true; }
 trap cleanup EXIT
 
-# Starts a daemon for one block size (256 MiB of blocks); sets DAEMON (its pid) and ADDRESS.
-# Called directly, not in $(...): a subshell would lose DAEMON.
+# Starts a daemon of binary $3 (default $STRATA) for one block size (256 MiB of blocks); sets
+# DAEMON (its pid) and ADDRESS. Called directly, not in $(...): a subshell would lose DAEMON.
 start_daemon() {
-  local tls=$1 size=$2 out
+  local tls=$1 size=$2 binary=${3:-$STRATA} out
   out=$(mktemp)
-  UCX_TLS=$tls "$STRATA" kvstore --id kvbench --port 0 --http-port -1 \
+  UCX_TLS=$tls "$binary" kvstore --id kvbench --port 0 --http-port -1 \
       --capacity-bytes $(( 256 << 20 )) --block-bytes "$size" >"$out" 2>/dev/null &
   DAEMON=$!
   for _ in $(seq 100); do
@@ -70,7 +72,7 @@ run_bench() {
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p')"
 echo "# UCX $(ucx_info -v | sed -n 's/^# Version //p'); MB/s = 2^20 B/s; ratio = G4 / ucx_perftest"
-echo "# G4 cells: ${BASELINE_BENCH:+baseline / }staged / registered"
+echo "# G4 cells: ${BASELINE_BENCH:+base staged / base registered / }staged / registered"
 for tls in $TLS_LIST; do
   echo
   echo "UCX_TLS=$tls: bandwidth (MB/s, ~16 MiB runs) and mean latency of one block (us)"
@@ -82,9 +84,18 @@ for tls in $TLS_LIST; do
     read -r ref_put _ < <(perftest "$tls" ucp_put_bw "$size")
     read -r ref_get ref_get_us < <(perftest "$tls" ucp_get "$size")
     read -r _ ref_put_us < <(perftest "$tls" ucp_put_lat "$size")
-    start_daemon "$tls" "$size"
     cols=()
-    [[ -n ${BASELINE_BENCH:-} ]] && cols+=("$(run_bench "$BASELINE_BENCH" "$tls" "$size")")
+    if [[ -n ${BASELINE_BENCH:-} ]]; then
+      if [[ -n ${BASELINE_STRATA:-} ]]; then
+        start_daemon "$tls" "$size" "$BASELINE_STRATA"
+      else
+        start_daemon "$tls" "$size"
+      fi
+      cols+=("$(run_bench "$BASELINE_BENCH" "$tls" "$size")")
+      cols+=("$(run_bench "$BASELINE_BENCH" "$tls" "$size" --registered)")
+      kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; DAEMON=
+    fi
+    start_daemon "$tls" "$size"
     cols+=("$(run_bench "$BENCH" "$tls" "$size")")
     cols+=("$(run_bench "$BENCH" "$tls" "$size" --registered)")
     kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; DAEMON=

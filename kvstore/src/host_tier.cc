@@ -73,7 +73,12 @@ class HostTierImpl final : public HostTier {
   absl::StatusOr<uint64_t> Pin(BlockHash hash) override;
   void Release(uint64_t lease_id) override;
   absl::StatusOr<Reservation> ReserveWrite(const BlockMeta& meta) override;
-  absl::Status CommitWrite(uint64_t reservation_id, uint64_t checksum) override;
+  absl::Status CommitWrite(uint64_t reservation_id, uint64_t checksum) override {
+    return Commit(reservation_id, checksum, /*verify=*/true);
+  }
+  absl::Status CommitWriteUnverified(uint64_t reservation_id, uint64_t checksum) override {
+    return Commit(reservation_id, checksum, /*verify=*/false);
+  }
   void AbortWrite(uint64_t reservation_id) override;
   int64_t expired_leases() const override;
   void SetEvictionHook(EvictionHook hook) override;
@@ -95,6 +100,7 @@ class HostTierImpl final : public HostTier {
   std::span<std::byte> SlotSpan(int32_t slot) const { return {SlotData(slot), block_bytes_}; }
   size_t SlotOffset(int32_t slot) const { return static_cast<size_t>(slot) * block_bytes_; }
 
+  absl::Status Commit(uint64_t reservation_id, uint64_t checksum, bool verify);
   absl::StatusOr<int32_t> AllocateSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReclaimExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(int32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -294,7 +300,7 @@ absl::StatusOr<HostTier::Reservation> HostTierImpl::ReserveWrite(const BlockMeta
   return Reservation{.id = id, .offset = SlotOffset(*slot)};
 }
 
-absl::Status HostTierImpl::CommitWrite(uint64_t reservation_id, uint64_t checksum) {
+absl::Status HostTierImpl::Commit(uint64_t reservation_id, uint64_t checksum, bool verify) {
   ReservationInfo res;
   {
     absl::MutexLock lock(&mu_);
@@ -304,6 +310,10 @@ absl::Status HostTierImpl::CommitWrite(uint64_t reservation_id, uint64_t checksu
     }
     res = it->second;
     reservations_.erase(it);
+    if (!verify) {
+      PublishLocked(res.slot, res.meta, checksum);
+      return absl::OkStatus();
+    }
     slots_[res.slot].state = SlotState::kWriting;  // no longer expirable
   }
   const uint64_t actual = BlockChecksum(SlotSpan(res.slot));

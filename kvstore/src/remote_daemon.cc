@@ -1,51 +1,155 @@
 #include "remote_daemon.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
+#include "strata/kvstore/kvstore_server.h"
 #include "strata/proto/protocol.h"
 
 namespace strata::kvstore::remote {
 
-Daemon::Daemon(std::string address, transport::Agent* agent, const RemoteTierOptions& options)
+void Owed::ToProto(v1::KvSettle* settle) const {
+  for (const OwedCommit& c : commits) {
+    v1::KvCommit* out = settle->add_commits();
+    out->set_reservation_id(c.reservation_id);
+    out->set_checksum(c.checksum);
+  }
+  for (uint64_t id : aborts) settle->add_abort_ids(id);
+  for (uint64_t id : releases) settle->add_release_ids(id);
+}
+
+namespace {
+
+// Moves up to `limit` entries from `from` into a new Owed (commits first: they publish blocks).
+Owed TakeUpTo(Owed& from, size_t limit) {
+  Owed out{.instance = from.instance};
+  if (from.size() <= limit) {
+    std::swap(out, from);
+    from.instance = out.instance;
+    return out;
+  }
+  auto move_some = [&limit](auto& src, auto& dst) {
+    const size_t n = std::min(limit, src.size());
+    dst.assign(std::make_move_iterator(src.begin()), std::make_move_iterator(src.begin() + n));
+    src.erase(src.begin(), src.begin() + n);
+    limit -= n;
+  };
+  move_some(from.commits, out.commits);
+  move_some(from.aborts, out.aborts);
+  move_some(from.releases, out.releases);
+  return out;
+}
+
+absl::Status Lost(const std::string& address) {
+  return absl::UnavailableError(
+      absl::StrCat("kvstore ", address, " restarted or was lost before it was settled"));
+}
+
+}  // namespace
+
+Daemon::Daemon(std::string address, transport::Agent* agent, const RemoteTierOptions& options,
+               CommitsSettled on_commits)
     : address_(std::move(address)),
       agent_(agent),
       options_(options),
+      on_commits_(std::move(on_commits)),
       stub_(v1::KvStore::NewStub(proto::MakeChannel(address_))) {}
 
-Daemon::~Daemon() { AwaitReleases(); }
-
-void Daemon::AwaitReleases() {
-  absl::MutexLock lock(&release_mu_);
-  release_mu_.Await(absl::Condition(
-      +[](int* in_flight) { return *in_flight == 0; }, &releases_in_flight_));
+void Daemon::Owe(const Session& session, Owed more) {
+  if (more.empty()) return;
+  Owed lost;
+  {
+    absl::MutexLock lock(&owed_mu_);
+    if (owed_.instance != session.instance) {
+      std::swap(lost, owed_);
+      owed_.instance = session.instance;
+    }
+    if (owed_.empty()) owed_since_ = absl::Now();
+    auto append = [](auto& dst, auto& src) {
+      dst.insert(dst.end(), std::make_move_iterator(src.begin()),
+                 std::make_move_iterator(src.end()));
+    };
+    append(owed_.commits, more.commits);
+    append(owed_.aborts, more.aborts);
+    append(owed_.releases, more.releases);
+  }
+  Settled(lost, {}, Lost(address_));
 }
 
-void Daemon::ReleaseAsync(const Session& session, v1::KvReleaseRequest request) {
-  struct Pending {
-    grpc::ClientContext ctx;
-    v1::KvReleaseRequest request;
-    v1::KvReleaseResponse response;
-  };
-  auto* p = new Pending;
-  p->request = std::move(request);
-  p->request.set_protocol_version(proto_version());
-  p->request.set_instance(session.instance);
-  p->ctx.set_deadline(Deadline());
+absl::Time Daemon::OwedSince() const {
+  absl::MutexLock lock(&owed_mu_);
+  return owed_.empty() ? absl::InfiniteFuture() : owed_since_;
+}
+
+Owed Daemon::TakeOwed(const Session& session) {
+  Owed taken;
+  Owed lost;
   {
-    absl::MutexLock lock(&release_mu_);
-    ++releases_in_flight_;
+    absl::MutexLock lock(&owed_mu_);
+    owed_mu_.Await(absl::Condition(
+        +[](bool* flushing) { return !*flushing; }, &flushing_));
+    if (owed_.instance != session.instance) {
+      std::swap(lost, owed_);
+      owed_.instance = session.instance;
+    } else {
+      taken = TakeUpTo(owed_, kMaxKvBlocksPerRequest);
+    }
+    owed_since_ = absl::Now();  // what is left waits a full delay again
   }
-  // The callback runs on a gRPC thread once the answer (or the deadline) arrives.
-  stub_->async()->Release(&p->ctx, &p->request, &p->response,
-                          [this, p, session](grpc::Status status) {
-                            const absl::Status s = FromGrpc(status);
-                            if (!s.ok() && IsDaemonFailure(s)) Drop(session, s);
-                            delete p;
-                            absl::MutexLock lock(&release_mu_);
-                            --releases_in_flight_;
-                          });
+  Settled(lost, {}, Lost(address_));
+  return taken;
+}
+
+void Daemon::Flush() {
+  for (;;) {
+    Owed owed;
+    {
+      absl::MutexLock lock(&owed_mu_);
+      owed_mu_.Await(absl::Condition(
+          +[](bool* flushing) { return !*flushing; }, &flushing_));
+      if (owed_.empty()) return;
+      owed = TakeUpTo(owed_, kMaxKvBlocksPerRequest);
+      owed_since_ = absl::Now();
+      flushing_ = true;  // requests wait for it: it may carry what their callers owe
+    }
+    absl::Status s;
+    v1::KvSettleResponse resp;
+    auto session = Connect();
+    if (!session.ok() || session->instance != owed.instance) {
+      s = Lost(address_);
+    } else {
+      v1::KvSettleRequest req;
+      req.set_protocol_version(proto_version());
+      req.set_instance(owed.instance);
+      owed.ToProto(req.mutable_settle());
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline());
+      s = FromGrpc(stub_->Settle(&ctx, req, &resp));
+      if (!s.ok() && IsDaemonFailure(s)) Drop(*session, s);
+      if (s.ok() && resp.commit_codes_size() != static_cast<int>(owed.commits.size())) {
+        s = absl::InternalError("kvstore answered a settle for the wrong number of commits");
+      }
+    }
+    {
+      absl::MutexLock lock(&owed_mu_);
+      flushing_ = false;
+    }
+    Settled(owed,
+            s.ok() ? std::span<const uint32_t>(resp.commit_codes().data(),
+                                               resp.commit_codes_size())
+                   : std::span<const uint32_t>(),
+            s);
+  }
+}
+
+void Daemon::Settled(const Owed& owed, std::span<const uint32_t> codes,
+                     const absl::Status& error) {
+  if (owed.commits.empty() || !on_commits_) return;
+  on_commits_(owed.commits, codes, error);
 }
 
 uint32_t Daemon::proto_version() { return proto::kProtocolVersion; }
@@ -113,6 +217,7 @@ void Daemon::Drop(const Session& session, const absl::Status& why) {
 }
 
 absl::StatusOr<v1::KvStatsResponse> Daemon::Stats() {
+  Flush();
   v1::KvStatsRequest req;
   req.set_protocol_version(proto::kProtocolVersion);
   grpc::ClientContext ctx;

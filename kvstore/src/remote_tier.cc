@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/kvstore/kvstore_server.h"
 #include "remote_tier_impl.h"
@@ -54,10 +55,88 @@ absl::Status RemoteTierImpl::Init() {
   lanes_ = std::make_unique<remote::Lanes>(options_.lanes, lane_blocks_ * bb());
   for (const std::string& address : options_.daemons) {
     seeds_.push_back(DaemonSeed(address));
-    daemons_.push_back(std::make_unique<Daemon>(address, agent_.get(), options_));
+    daemons_.push_back(std::make_unique<Daemon>(
+        address, agent_.get(), options_,
+        [this, address](std::span<const OwedCommit> commits, std::span<const uint32_t> codes,
+                        const absl::Status& error) {
+          OnCommitsSettled(address, commits, codes, error);
+        }));
   }
   for (auto& d : daemons_) (void)d->Connect();  // one that is down now is retried later
+  flusher_ = std::thread([this] { FlushLoop(); });
   return absl::OkStatus();
+}
+
+RemoteTierImpl::~RemoteTierImpl() {
+  if (flusher_.joinable()) {
+    {
+      absl::MutexLock lock(&flush_mu_);
+      stopping_ = true;
+    }
+    flusher_.join();
+  }
+  Flush();
+}
+
+// --- settling ----------------------------------------------------------------------------------
+
+void RemoteTierImpl::Owe(Daemon& d, const Session& session, Owed owed) {
+  if (owed.empty()) return;
+  d.Owe(session, std::move(owed));
+  absl::MutexLock lock(&flush_mu_);
+  if (flusher_idle_) kicked_ = true;
+}
+
+void RemoteTierImpl::Flush() {
+  for (auto& d : daemons_) d->Flush();
+}
+
+// Sleeps while nothing is owed; else until the oldest owed entry is settle_delay old, then
+// flushes every daemon whose entries are that old (a request usually carried them first).
+void RemoteTierImpl::FlushLoop() {
+  absl::MutexLock lock(&flush_mu_);
+  while (!stopping_) {
+    absl::Time due = absl::InfiniteFuture();
+    for (const auto& d : daemons_) due = std::min(due, d->OwedSince() + options_.settle_delay);
+    if (due == absl::InfiniteFuture()) {
+      flusher_idle_ = true;
+      flush_mu_.Await(absl::Condition(this, &RemoteTierImpl::FlusherWanted));
+      flusher_idle_ = false;
+      kicked_ = false;
+      continue;
+    }
+    if (absl::Now() < due) {
+      flush_mu_.AwaitWithDeadline(absl::Condition(&stopping_), due);
+      continue;
+    }
+    flush_mu_.Unlock();
+    const absl::Time now = absl::Now();
+    for (auto& d : daemons_) {
+      if (d->OwedSince() + options_.settle_delay <= now) d->Flush();
+    }
+    flush_mu_.Lock();
+  }
+}
+
+void RemoteTierImpl::OnCommitsSettled(const std::string& address,
+                                      std::span<const OwedCommit> commits,
+                                      std::span<const uint32_t> codes,
+                                      const absl::Status& error) const {
+  if (codes.empty()) {
+    counters_.rejected += static_cast<int64_t>(commits.size());
+    STRATA_LOG(Warning) << "kvstore " << address << ": " << commits.size()
+                        << " written block(s) not committed: " << error.message();
+    return;
+  }
+  for (size_t i = 0; i < commits.size(); ++i) {
+    if (static_cast<absl::StatusCode>(codes[i]) != absl::StatusCode::kOk) {
+      ++counters_.rejected;  // the reservation expired before the commit arrived
+      continue;
+    }
+    ++counters_.puts;
+    counters_.bytes_in += static_cast<int64_t>(bb());
+    Publish(TierEvent::Kind::kStored, commits[i].meta.hash, commits[i].meta.parent);
+  }
 }
 
 // --- put ---------------------------------------------------------------------------------------
@@ -154,9 +233,7 @@ StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
       checksum = CopyWithBlockChecksum({staging_ + at, bb()}, {items[i].src, bb()});
     }
     st.runs.push_back({.local_offset = at, .remote_offset = r.offset(), .length = bb()});
-    v1::KvCommit* c = st.commit.add_commits();
-    c->set_reservation_id(r.id());
-    c->set_checksum(checksum);
+    st.commits.push_back({.reservation_id = r.id(), .checksum = checksum, .meta = items[i].meta});
     st.written.push_back(items[i]);
   }
   return st;
@@ -181,54 +258,23 @@ absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items,
   (local.direct ? counters_.direct_blocks : counters_.staged_blocks) += staged;
   absl::Status s =
       st.runs.empty() ? absl::OkStatus() : Transfer(true, d, *session, local.region, st.runs);
+  Owed owed{.instance = session->instance};
   if (!s.ok()) {
     // Nothing (or not everything) landed: give the slots back rather than commit garbage.
-    for (const v1::KvCommit& c : st.commit.commits()) st.commit.add_abort_ids(c.reservation_id());
-    st.commit.clear_commits();
-    (void)d.Call(*session, &v1::KvStore::Stub::CommitWrite, std::move(st.commit));
+    for (const OwedCommit& c : st.commits) owed.aborts.push_back(c.reservation_id);
+    Owe(d, *session, std::move(owed));
     counters_.rejected += staged;
     for (const PutItem& it : st.written) results[it.index] = s;
     return s;
   }
-  if (staged > 0) {
-    STRATA_RETURN_IF_ERROR(CommitPiece(d, *session, std::move(st.commit), st.written, results));
-  }
+  // The bytes are in the slots: the commit rides on the next request to the daemon.
+  owed.commits = std::move(st.commits);
+  Owe(d, *session, std::move(owed));
   if (st.full > 0) {
     return absl::ResourceExhaustedError(absl::StrCat("kvstore ", d.address(), " has no room for ",
                                                      st.full, " block(s): every block is leased"));
   }
   return absl::OkStatus();
-}
-
-absl::Status RemoteTierImpl::CommitPiece(Daemon& d, const Session& session,
-                                         v1::KvCommitWriteRequest commit,
-                                         std::span<const PutItem> written,
-                                         std::span<absl::Status> results) {
-  auto resp = d.Call(session, &v1::KvStore::Stub::CommitWrite, std::move(commit));
-  if (resp.ok() && resp->codes_size() != static_cast<int>(written.size())) {
-    resp = absl::InternalError("kvstore answered CommitWrite for the wrong number of blocks");
-  }
-  if (!resp.ok()) {
-    counters_.rejected += static_cast<int64_t>(written.size());
-    for (const PutItem& it : written) results[it.index] = resp.status();
-    return resp.status();
-  }
-  absl::Status first;
-  for (size_t i = 0; i < written.size(); ++i) {
-    const auto code = static_cast<absl::StatusCode>(resp->codes(static_cast<int>(i)));
-    if (code != absl::StatusCode::kOk) {
-      ++counters_.rejected;
-      results[written[i].index] = absl::Status(
-          code, absl::StrCat("kvstore ", d.address(), " refused block ", written[i].meta.hash,
-                             " at commit"));
-      if (first.ok()) first = results[written[i].index];
-      continue;
-    }
-    ++counters_.puts;
-    counters_.bytes_in += static_cast<int64_t>(bb());
-    Publish(TierEvent::Kind::kStored, written[i].meta.hash, written[i].meta.parent);
-  }
-  return first;
 }
 
 absl::Status RemoteTierImpl::Transfer(bool write, Daemon& d, const Session& session,
@@ -320,6 +366,9 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierO
   if (options.block_bytes == 0) return absl::InvalidArgumentError("block_bytes must be > 0");
   if (options.lanes < 1) return absl::InvalidArgumentError("lanes must be >= 1");
   if (options.agent_name.empty()) return absl::InvalidArgumentError("agent_name is empty");
+  if (options.settle_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("settle_delay must not be negative");
+  }
   for (size_t i = 0; i < options.daemons.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (options.daemons[i] == options.daemons[j]) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,7 +44,7 @@ struct ReadResult {
 struct StagedPut {
   std::vector<transport::Run> runs;
   std::vector<PutItem> written;  // the blocks behind `runs`, in order
-  v1::KvCommitWriteRequest commit;
+  std::vector<OwedCommit> commits;  // one per written block
   int64_t full = 0;  // blocks the daemon had no room for
 };
 
@@ -78,6 +79,9 @@ struct LocalSide {
 class RemoteTierImpl final : public RemoteTier {
  public:
   explicit RemoteTierImpl(RemoteTierOptions options) : options_(std::move(options)) {}
+  // Stops the flusher and flushes what is still owed, so a client that puts and goes away
+  // leaves its blocks stored.
+  ~RemoteTierImpl() override;
 
   absl::Status Init();
 
@@ -103,6 +107,7 @@ class RemoteTierImpl final : public RemoteTier {
                                       std::span<const std::byte* const> srcs) override;
   int DaemonFor(BlockHash hash) const override { return PickBySeeds(hash, seeds_); }
   int connected_daemons() const override;
+  void Flush() override;
   absl::StatusOr<uint64_t> RegisterRegion(void* addr, size_t bytes) override;
   absl::Status UnregisterRegion(uint64_t handle) override;
   RemotePathStats path_stats() const override {
@@ -114,7 +119,7 @@ class RemoteTierImpl final : public RemoteTier {
   // The registered region holding all of [p, p + n), if any.
   std::optional<RegisteredRegion> FindRegistered(const std::byte* p, size_t n) const
       ABSL_LOCKS_EXCLUDED(regions_mu_);
-  // Blocks per RPC pair and transfer: a lane's worth through staging; when direct, no lane
+  // Blocks per request and transfer: a lane's worth through staging; when direct, no lane
   // bounds it, only the protocol's per-request limit.
   size_t PieceBlocks(bool direct) const;
   // Where one piece's blocks live on this side: the registered region when `direct`, else the
@@ -138,8 +143,17 @@ class RemoteTierImpl final : public RemoteTier {
   // copied into the lane first (copy and checksum in one pass), direct ones checksummed in place.
   StagedPut Stage(std::span<const PutItem> items, const v1::KvReserveWriteResponse& reserved,
                   const LocalSide& local, size_t lane_offset, std::span<absl::Status> results);
-  absl::Status CommitPiece(Daemon& d, const Session& session, v1::KvCommitWriteRequest commit,
-                           std::span<const PutItem> written, std::span<absl::Status> results);
+  // Counts (and publishes) the commits a daemon answered; `codes` empty: they were lost.
+  void OnCommitsSettled(const std::string& address, std::span<const OwedCommit> commits,
+                        std::span<const uint32_t> codes, const absl::Status& error) const;
+  // Queues what a finished transfer leaves to settle with `d`, and wakes the flusher if idle.
+  void Owe(Daemon& d, const Session& session, Owed owed) ABSL_LOCKS_EXCLUDED(flush_mu_);
+  // The flusher thread: sends what a daemon has been owed for settle_delay with no request to
+  // carry it.
+  void FlushLoop() ABSL_LOCKS_EXCLUDED(flush_mu_);
+  bool FlusherWanted() const ABSL_SHARED_LOCKS_REQUIRED(flush_mu_) {
+    return kicked_ || stopping_;
+  }
   // Reads block i into dsts[i]; `direct` when all of them lie in that registered region.
   ReadResult GetRunImpl(std::span<const BlockHash> hashes, std::span<std::byte* const> dsts,
                         const std::optional<RegisteredRegion>& direct,
@@ -148,6 +162,7 @@ class RemoteTierImpl final : public RemoteTier {
   ReadResult GetContiguous(std::span<const BlockHash> hashes, std::span<std::byte> dst);
   ReadResult GetPiece(Daemon& d, std::span<const GetItem> items,
                       const std::optional<RegisteredRegion>& direct, std::span<uint64_t> checksums);
+  // Owes the daemon the release of every lease found in `leases`.
   void ReleaseLeases(Daemon& d, const Session& session, const v1::KvAcquireResponse& leases);
   ReadResult VerifyPiece(Daemon& d, const Session& session, const v1::KvAcquireResponse& leases,
                          std::span<const GetItem> items, int count, const std::byte* lane,
@@ -179,6 +194,11 @@ class RemoteTierImpl final : public RemoteTier {
   mutable absl::Mutex totals_mu_;
   mutable DaemonTotals totals_ ABSL_GUARDED_BY(totals_mu_);
   mutable absl::Time totals_at_ ABSL_GUARDED_BY(totals_mu_) = absl::InfinitePast();
+  absl::Mutex flush_mu_;
+  bool kicked_ ABSL_GUARDED_BY(flush_mu_) = false;  // something became owed while idle
+  bool flusher_idle_ ABSL_GUARDED_BY(flush_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(flush_mu_) = false;
+  std::thread flusher_;
 };
 
 }  // namespace strata::kvstore::remote

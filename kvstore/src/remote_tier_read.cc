@@ -1,4 +1,4 @@
-// RemoteTier reads: Get/GetRun (Acquire, PostRead, Release, verify), presence, erase, stats.
+// RemoteTier reads: Get/GetRun (Acquire, PostRead, owed release, verify), presence, erase, stats.
 #include <algorithm>
 #include <cstring>
 
@@ -109,7 +109,8 @@ ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items,
   }
   (local.direct ? counters_.direct_blocks : counters_.staged_blocks) += found;
   const absl::Status s = Transfer(false, d, *session, local.region, runs);
-  // The bytes are in our memory now (or the transfer failed): the daemon may evict them.
+  // The bytes are in our memory now (or the transfer failed): the daemon may evict them once
+  // the release, owed from here on, rides on our next request there (or the flusher sends it).
   ReleaseLeases(d, *session, *leases);
   if (!s.ok()) return {0, s};
   ReadResult r = VerifyPiece(d, *session, *leases, items, found,
@@ -120,14 +121,11 @@ ReadResult RemoteTierImpl::GetPiece(Daemon& d, std::span<const GetItem> items,
 
 void RemoteTierImpl::ReleaseLeases(Daemon& d, const Session& session,
                                    const v1::KvAcquireResponse& leases) {
-  v1::KvReleaseRequest release;
+  Owed owed{.instance = session.instance};
   for (const v1::KvLease& l : leases.leases()) {
-    if (l.found()) release.add_lease_ids(l.id());
+    if (l.found()) owed.releases.push_back(l.id());
   }
-  if (release.lease_ids_size() == 0) return;
-  // Not waited for (one round trip less per read), but ordered before our next request to the
-  // daemon; best effort: a lease the daemon never hears about expires by itself.
-  d.ReleaseAsync(session, std::move(release));
+  Owe(d, session, std::move(owed));
 }
 
 // Copies the verified leading blocks out of the lane (or, when `lane` is null, verifies them

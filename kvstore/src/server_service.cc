@@ -32,17 +32,13 @@ class Service final : public v1::KvStore::Service {
                             v1::KvReserveWriteResponse* resp) override {
     return Count("ReserveWrite", DoReserveWrite(*req, resp));
   }
-  grpc::Status CommitWrite(grpc::ServerContext*, const v1::KvCommitWriteRequest* req,
-                           v1::KvCommitWriteResponse* resp) override {
-    return Count("CommitWrite", DoCommitWrite(*req, resp));
-  }
   grpc::Status Acquire(grpc::ServerContext*, const v1::KvAcquireRequest* req,
                        v1::KvAcquireResponse* resp) override {
     return Count("Acquire", DoAcquire(*req, resp));
   }
-  grpc::Status Release(grpc::ServerContext*, const v1::KvReleaseRequest* req,
-                       v1::KvReleaseResponse*) override {
-    return Count("Release", DoRelease(*req));
+  grpc::Status Settle(grpc::ServerContext*, const v1::KvSettleRequest* req,
+                      v1::KvSettleResponse* resp) override {
+    return Count("Settle", DoSettle(*req, resp));
   }
   grpc::Status Erase(grpc::ServerContext*, const v1::KvEraseRequest* req,
                      v1::KvEraseResponse*) override {
@@ -62,8 +58,10 @@ class Service final : public v1::KvStore::Service {
     return status;
   }
 
-  // The checks every request after Hello passes: version, instance, pool, size bound.
-  grpc::Status Admit(uint32_t version, uint64_t instance, int count, HostTier** tier) const {
+  // The checks every request after Hello passes: version, instance, pool, size bounds (`count`
+  // blocks named, `settle` entries carried).
+  grpc::Status Admit(uint32_t version, uint64_t instance, int count, HostTier** tier,
+                     const v1::KvSettle* settle = nullptr) const {
     if (auto v = proto::CheckVersion(version); !v.ok()) return v;
     if (instance != instance_) {
       return Error(grpc::StatusCode::FAILED_PRECONDITION,
@@ -73,6 +71,11 @@ class Service final : public v1::KvStore::Service {
     if (count > kMaxKvBlocksPerRequest) {
       return Error(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrCat(count, " blocks in one request; the limit is ",
+                                kMaxKvBlocksPerRequest));
+    }
+    if (const int n = settle == nullptr ? 0 : SettleEntries(*settle); n > kMaxKvBlocksPerRequest) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrCat(n, " settle entries in one request; the limit is ",
                                 kMaxKvBlocksPerRequest));
     }
     *tier = pool_->tier();
@@ -118,11 +121,33 @@ class Service final : public v1::KvStore::Service {
     return grpc::Status::OK;
   }
 
+  static int SettleEntries(const v1::KvSettle& settle) {
+    return settle.commits_size() + settle.abort_ids_size() + settle.release_ids_size();
+  }
+
+  // Applies what a client owed (releases, aborts, then commits), before the request it rode on.
+  // A commit is trusted: the writer checksummed the very bytes its transfer put in the slot, so
+  // the slot is not read back here; readers verify.
+  void ApplySettle(HostTier* tier, const v1::KvSettle& settle,
+                   google::protobuf::RepeatedField<uint32_t>* codes) const {
+    if (settle.release_ids_size() > 0 && options_.release_delay_for_test > absl::ZeroDuration()) {
+      absl::SleepFor(options_.release_delay_for_test);
+    }
+    for (uint64_t id : settle.release_ids()) tier->Release(id);
+    for (uint64_t id : settle.abort_ids()) tier->AbortWrite(id);
+    for (const v1::KvCommit& c : settle.commits()) {
+      const absl::Status r = tier->CommitWriteUnverified(c.reservation_id(), c.checksum());
+      codes->Add(static_cast<uint32_t>(r.code()));
+    }
+  }
+
   grpc::Status DoReserveWrite(const v1::KvReserveWriteRequest& req,
                               v1::KvReserveWriteResponse* resp) {
     HostTier* tier = nullptr;
-    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.blocks_size(), &tier);
+    grpc::Status s =
+        Admit(req.protocol_version(), req.instance(), req.blocks_size(), &tier, &req.settle());
     if (!s.ok()) return s;
+    ApplySettle(tier, req.settle(), resp->mutable_commit_codes());
     for (const v1::KvBlockMeta& b : req.blocks()) {
       auto r = tier->ReserveWrite({.hash = b.hash(), .parent = b.parent_hash()});
       v1::KvReservation* out = resp->add_reservations();
@@ -134,24 +159,12 @@ class Service final : public v1::KvStore::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DoCommitWrite(const v1::KvCommitWriteRequest& req,
-                             v1::KvCommitWriteResponse* resp) {
-    HostTier* tier = nullptr;
-    const int count = req.commits_size() + req.abort_ids_size();
-    grpc::Status s = Admit(req.protocol_version(), req.instance(), count, &tier);
-    if (!s.ok()) return s;
-    for (uint64_t id : req.abort_ids()) tier->AbortWrite(id);
-    for (const v1::KvCommit& c : req.commits()) {
-      const absl::Status r = tier->CommitWrite(c.reservation_id(), c.checksum());
-      resp->add_codes(static_cast<uint32_t>(r.code()));
-    }
-    return grpc::Status::OK;
-  }
-
   grpc::Status DoAcquire(const v1::KvAcquireRequest& req, v1::KvAcquireResponse* resp) {
     HostTier* tier = nullptr;
-    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.hashes_size(), &tier);
+    grpc::Status s =
+        Admit(req.protocol_version(), req.instance(), req.hashes_size(), &tier, &req.settle());
     if (!s.ok()) return s;
+    ApplySettle(tier, req.settle(), resp->mutable_commit_codes());
     for (uint64_t h : req.hashes()) {
       auto lease = tier->Acquire(h);
       v1::KvLease* out = resp->add_leases();
@@ -164,14 +177,11 @@ class Service final : public v1::KvStore::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DoRelease(const v1::KvReleaseRequest& req) {
+  grpc::Status DoSettle(const v1::KvSettleRequest& req, v1::KvSettleResponse* resp) {
     HostTier* tier = nullptr;
-    grpc::Status s = Admit(req.protocol_version(), req.instance(), req.lease_ids_size(), &tier);
+    grpc::Status s = Admit(req.protocol_version(), req.instance(), 0, &tier, &req.settle());
     if (!s.ok()) return s;
-    if (options_.release_delay_for_test > absl::ZeroDuration()) {
-      absl::SleepFor(options_.release_delay_for_test);
-    }
-    for (uint64_t id : req.lease_ids()) tier->Release(id);
+    ApplySettle(tier, req.settle(), resp->mutable_commit_codes());
     return grpc::Status::OK;
   }
 

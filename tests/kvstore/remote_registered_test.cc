@@ -145,6 +145,7 @@ TEST(RemoteRegisteredTest, CorruptCopyReadInPlaceIsAMiss) {
   ASSERT_TRUE(tier->RegisterRegion(memory.data(), memory.size()).ok());
   FillRun(memory.data(), 70, kRun);
   ASSERT_TRUE(tier->PutRun(Metas(70, kRun), {memory.data(), kRun * kBlock}).ok());
+  tier->Flush();  // the daemon publishes the blocks once it has the commits
   ASSERT_TRUE(server->CorruptBlockForTest(72).ok());
   std::byte* dst = memory.data() + kRun * kBlock;
   auto n = tier->GetRun(Hashes(70, kRun), {dst, kRun * kBlock});
@@ -186,6 +187,7 @@ TEST(RemoteRegisteredTest, PutBlocksAnswersPerBlock) {
   std::vector<std::vector<std::byte>> heap;
   for (uint64_t h = 1; h <= 3; ++h) heap.push_back(MakeBlock(kBlock, h));
   ASSERT_TRUE(tier->Put({.hash = 2}, heap[1]).ok());  // already present below
+  tier->Flush();  // committed (its commit was owed) before another client leases it
   LeaseForever(server->address(), {2});
   const std::vector<BlockMeta> metas = {{.hash = 3}, {.hash = 2}, {.hash = 1}};
   const std::vector<const std::byte*> srcs = {heap[2].data(), heap[1].data(), heap[0].data()};
@@ -203,6 +205,7 @@ TEST(RemoteRegisteredTest, PutBlocksAnswersPerBlock) {
   ASSERT_TRUE(tier->RegisterRegion(memory.data(), memory.size()).ok());
   FillRun(memory.data(), 10, 3);
   ASSERT_TRUE(tier->Put({.hash = 10}, {memory.data(), kBlock}).ok());
+  tier->Flush();
   LeaseForever(server->address(), {1, 3, 10});
   const std::vector<BlockMeta> more = {{.hash = 11}, {.hash = 10}, {.hash = 12}};
   const std::vector<const std::byte*> in_region = {memory.data() + kBlock, memory.data(),

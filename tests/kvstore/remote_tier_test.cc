@@ -1,6 +1,7 @@
 // G4 in one process: RemoteTier clients against real KvStoreServers over gRPC + UCX on
-// loopback (round trips, runs, corrupt copies, lease expiry, rendezvous placement over two
-// daemons, the protocol's checks, metrics).
+// loopback (round trips, runs, corrupt copies, lease and reservation expiry, one RPC per
+// operation with owed settles, rendezvous placement over two daemons, the protocol's checks,
+// metrics).
 #include "strata/kvstore/remote_tier.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +101,7 @@ TEST(RemoteTierTest, CorruptCopyIsNeverServed) {
   auto server = StartServer("kvs-corrupt", 8);
   auto tier = Connect({server->address()});
   ASSERT_TRUE(tier->Put({.hash = 7}, MakeBlock(kBlock, 7)).ok());
+  tier->Flush();  // the daemon publishes the block once it has the commit
   ASSERT_TRUE(server->CorruptBlockForTest(7).ok());
   std::vector<std::byte> out(kBlock, std::byte{0xee});
   const absl::Status s = tier->Get(7, out);
@@ -133,8 +135,36 @@ struct RawClient {
     for (uint64_t h : hashes) req.add_hashes(h);
     return stub->Acquire(&ctx, req, r);
   }
+  grpc::Status Reserve(uint64_t instance, std::vector<uint64_t> hashes,
+                       v1::KvReserveWriteResponse* r) {
+    grpc::ClientContext ctx;
+    v1::KvReserveWriteRequest req;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_instance(instance);
+    for (uint64_t h : hashes) req.add_blocks()->set_hash(h);
+    return stub->ReserveWrite(&ctx, req, r);
+  }
+  grpc::Status Commit(uint64_t instance, uint64_t reservation, uint64_t checksum,
+                      v1::KvSettleResponse* r) {
+    grpc::ClientContext ctx;
+    v1::KvSettleRequest req;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_instance(instance);
+    v1::KvCommit* c = req.mutable_settle()->add_commits();
+    c->set_reservation_id(reservation);
+    c->set_checksum(checksum);
+    return stub->Settle(&ctx, req, r);
+  }
   std::unique_ptr<v1::KvStore::Stub> stub;
 };
+
+// The daemon's count of `method` RPCs answered OK, read from its /metrics (0 if none).
+int RpcsOk(const KvStoreServer& server, const std::string& method) {
+  const std::string m = testing::HttpGet(server.http_port(), "/metrics");
+  const std::string key = "strata_kvstore_rpcs_total{method=\"" + method + "\",code=\"0\"} ";
+  const size_t at = m.find(key);
+  return at == std::string::npos ? 0 : std::stoi(m.substr(at + key.size()));
+}
 
 TEST(RemoteTierTest, ExpiredLeasesFreeTheirSlots) {
   const absl::Duration lease = absl::Milliseconds(200);
@@ -142,6 +172,7 @@ TEST(RemoteTierTest, ExpiredLeasesFreeTheirSlots) {
   auto tier = Connect({server->address()});
   ASSERT_TRUE(tier->Put({.hash = 1}, MakeBlock(kBlock, 1)).ok());
   ASSERT_TRUE(tier->Put({.hash = 2}, MakeBlock(kBlock, 2)).ok());
+  tier->Flush();  // block 2's commit is owed until then
   // A reader that leases both blocks and never releases them (e.g. it died).
   RawClient raw(server->address());
   v1::KvHelloResponse hello;
@@ -161,10 +192,11 @@ TEST(RemoteTierTest, ExpiredLeasesFreeTheirSlots) {
   EXPECT_EQ(out, MakeBlock(kBlock, 3));
 }
 
-// A read's Release is not waited for, but it reaches the daemon before the tier's next request
-// there: a full pool whose every block was just read (and leased) takes new blocks at once,
-// with nothing rejected and no lease left to expire. (A release racing the next request would
-// make these puts fail with ResourceExhausted: the daemon delays every Release to expose it.)
+// A read's release is owed, not sent, but it reaches the daemon before the tier's next request
+// there (it rides on it): a full pool whose every block was just read (and leased) takes new
+// blocks at once, with nothing rejected and no lease left to expire. (A release racing the next
+// request would make these puts fail with ResourceExhausted: the daemon delays every release to
+// expose it.)
 TEST(RemoteTierTest, ReleasesReachTheDaemonBeforeTheNextRequest) {
   constexpr int kBlocks = 4;
   auto server = StartServer("kvs-release", kBlocks, /*lease_timeout=*/absl::Seconds(60), kBlock,
@@ -193,6 +225,104 @@ TEST(RemoteTierTest, ReleasesReachTheDaemonBeforeTheNextRequest) {
       << metrics;
 }
 
+// A put or a get costs one round trip: a put's commit and a get's release ride on the tier's
+// next request to the daemon, and nothing is sent alone before settle_delay (here: never).
+TEST(RemoteTierTest, OneRoundTripPerPutAndGet) {
+  auto server = StartServer("kvs-one-trip", 16);
+  RemoteTierOptions o = ClientOptions({server->address()}, kBlock);
+  o.settle_delay = absl::Hours(1);
+  auto tier = RemoteTier::Create(o);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  constexpr int kOps = 5;
+  for (uint64_t h = 1; h <= kOps; ++h) {
+    ASSERT_TRUE((*tier)->Put({.hash = h}, MakeBlock(kBlock, h)).ok());
+  }
+  for (uint64_t h = 1; h <= kOps; ++h) {
+    std::vector<std::byte> out(kBlock);
+    ASSERT_TRUE((*tier)->Get(h, out).ok()) << "the tier must see its own put " << h;
+    EXPECT_EQ(out, MakeBlock(kBlock, h));
+  }
+  EXPECT_EQ(RpcsOk(*server, "ReserveWrite"), kOps);
+  EXPECT_EQ(RpcsOk(*server, "Acquire"), kOps);
+  EXPECT_EQ(RpcsOk(*server, "Settle"), 0);
+  EXPECT_EQ((*tier)->stats().puts, kOps) << "every commit rode on a later request";
+  // What is left (the last get's release) goes in one Settle; a destroyed tier flushes too.
+  (*tier)->Flush();
+  EXPECT_EQ(RpcsOk(*server, "Settle"), 1);
+  ASSERT_TRUE((*tier)->Put({.hash = 99}, MakeBlock(kBlock, 99)).ok());
+  tier->reset();
+  auto other = Connect({server->address()});
+  EXPECT_TRUE(other->Contains(99));
+  const std::string metrics = testing::HttpGet(server->http_port(), "/metrics");
+  EXPECT_NE(metrics.find("strata_kvstore_expired_leases_total{tier=\"remote\"} 0"),
+            std::string::npos)
+      << metrics;
+}
+
+// With no request to carry them, owed commits and releases go out after settle_delay: another
+// client sees the put, and the slot of a block the tier read is free again long before the
+// lease would expire (a one-block pool takes another block).
+TEST(RemoteTierTest, OwedSettlesGoOutWithoutARequest) {
+  auto server = StartServer("kvs-settle", 1);
+  RemoteTierOptions o = ClientOptions({server->address()}, kBlock);
+  o.settle_delay = absl::Milliseconds(20);
+  auto writer = RemoteTier::Create(o);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  auto other = Connect({server->address()});
+  ASSERT_TRUE((*writer)->Put({.hash = 1}, MakeBlock(kBlock, 1)).ok());
+  EXPECT_TRUE(testing::WaitFor([&] { return other->Contains(1); }, absl::Seconds(5)));
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE((*writer)->Get(1, out).ok());
+  EXPECT_TRUE(testing::WaitFor([&] { return other->Put({.hash = 2}, MakeBlock(kBlock, 2)).ok(); },
+                               absl::Seconds(5)));
+  other->Flush();
+  EXPECT_TRUE(other->Contains(2));
+  EXPECT_FALSE(other->Contains(1));
+}
+
+// The daemon trusts a commit's checksum (it never reads the slot back), so a writer that lied
+// (or bytes that went bad in the pool) is caught by the reader: a miss, counted, never served.
+TEST(RemoteTierTest, CommitIsTrustedAndTheReaderVerifies) {
+  auto server = StartServer("kvs-trust", 4);
+  auto tier = Connect({server->address()});
+  RawClient raw(server->address());
+  v1::KvHelloResponse hello;
+  ASSERT_TRUE(raw.Hello(kBlock, &hello).ok());
+  v1::KvReserveWriteResponse reserved;
+  ASSERT_TRUE(raw.Reserve(hello.instance(), {5}, &reserved).ok());
+  ASSERT_EQ(reserved.reservations(0).code(), 0u);
+  v1::KvSettleResponse settled;  // nothing was written into the slot
+  ASSERT_TRUE(raw.Commit(hello.instance(), reserved.reservations(0).id(), 12345, &settled).ok());
+  ASSERT_EQ(settled.commit_codes_size(), 1);
+  EXPECT_EQ(settled.commit_codes(0), 0u) << "a commit is not verified by the daemon";
+  EXPECT_TRUE(tier->Contains(5));
+  std::vector<std::byte> out(kBlock, std::byte{0xee});
+  EXPECT_TRUE(absl::IsDataLoss(tier->Get(5, out)));
+  EXPECT_EQ(out, std::vector<std::byte>(kBlock, std::byte{0xee}));
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+  EXPECT_FALSE(tier->Contains(5));
+}
+
+// A writer that reserves slots and dies before it settles never keeps them: the reservations
+// expire and the pool takes other blocks again.
+TEST(RemoteTierTest, UnsettledReservationsExpire) {
+  const absl::Duration lease = absl::Milliseconds(200);
+  auto server = StartServer("kvs-res-expire", 2, lease);
+  auto tier = Connect({server->address()});
+  RawClient raw(server->address());
+  v1::KvHelloResponse hello;
+  ASSERT_TRUE(raw.Hello(kBlock, &hello).ok());
+  v1::KvReserveWriteResponse reserved;
+  ASSERT_TRUE(raw.Reserve(hello.instance(), {1, 2}, &reserved).ok());
+  ASSERT_EQ(reserved.reservations(1).code(), 0u);
+  EXPECT_TRUE(absl::IsResourceExhausted(tier->Put({.hash = 3}, MakeBlock(kBlock, 3))));
+  absl::SleepFor(lease * 3);
+  ASSERT_TRUE(tier->Put({.hash = 3}, MakeBlock(kBlock, 3)).ok());
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(tier->Get(3, out).ok());
+  EXPECT_EQ(out, MakeBlock(kBlock, 3));
+}
+
 TEST(RemoteTierTest, TwoDaemonsSplitBlocksByRendezvousHashing) {
   auto a = StartServer("kvs-a", 64);
   auto b = StartServer("kvs-b", 64);
@@ -209,6 +339,7 @@ TEST(RemoteTierTest, TwoDaemonsSplitBlocksByRendezvousHashing) {
   ASSERT_GT(on_a, 0);
   ASSERT_LT(on_a, 40);
   ASSERT_TRUE(tier->PutRun(metas, data).ok());
+  tier->Flush();  // other clients see the blocks once their commits are in
   // Each daemon holds exactly the blocks rendezvous hashing gives it.
   auto only_a = Connect({a->address()});
   auto only_b = Connect({b->address()});
@@ -265,6 +396,17 @@ TEST(RemoteTierTest, ProtocolChecks) {
   std::vector<uint64_t> many(kMaxKvBlocksPerRequest + 1, 5);
   s = raw.Acquire(hello.instance(), many, &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext ctx;
+    v1::KvSettleRequest settle;
+    settle.set_protocol_version(proto::kProtocolVersion);
+    settle.set_instance(hello.instance());
+    for (uint64_t id : many) settle.mutable_settle()->add_release_ids(id);
+    v1::KvSettleResponse settled;
+    EXPECT_EQ(raw.stub->Settle(&ctx, settle, &settled).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << "a settle is bounded like a request";
+  }
   // A client with another block size cannot connect.
   RemoteTierOptions o = ClientOptions({server->address()}, kBlock / 2);
   auto t = RemoteTier::Create(o);

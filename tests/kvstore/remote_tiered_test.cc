@@ -68,6 +68,7 @@ void SeedRemote(RemoteTier& remote, const std::vector<BlockMeta>& metas) {
     data.insert(data.end(), b.begin(), b.end());
   }
   ASSERT_TRUE(remote.PutRun(metas, data).ok());
+  remote.Flush();  // committed on the daemon before the test reaches into it
 }
 
 int PrefetchBlocking(TieredStore& store, std::vector<BlockMeta> blocks) {
@@ -141,6 +142,7 @@ TEST(RemoteTieredTest, DemotionsReachTheRemoteTier) {
     ASSERT_TRUE(s.store->Offload({.hash = h, .parent = h - 1}, MakeBlock(kBlock, h)).ok()) << h;
   }
   s.store->Flush();
+  s.remote->Flush();  // the last batch's commits (stats count confirmed puts)
   const int evicted = kBlocks - static_cast<int>(kHostBlocks);
   EXPECT_EQ(s.remote->stats().puts, evicted);
   std::vector<BlockHash> hashes;

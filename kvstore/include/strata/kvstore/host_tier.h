@@ -14,7 +14,8 @@
 //
 // Direct writes: ReserveWrite() hands out a free slot for a block that a peer will write into
 // the pool's memory (UCX put); CommitWrite() verifies the checksum the writer sent and publishes
-// the block, AbortWrite() gives the slot back. An uncommitted reservation also expires.
+// the block (CommitWriteUnverified() trusts it), AbortWrite() gives the slot back. An uncommitted
+// reservation also expires.
 //
 // Put and Get copy outside the lock (the slot is held by an internal pin meanwhile) and compute
 // the checksum on the fly, chunk by chunk, so the copy is one pass over memory and concurrent
@@ -79,6 +80,12 @@ class HostTier : public Tier {
   // DataLoss (slot freed, counted) if the slot's bytes do not match `checksum`; NotFound for an
   // unknown or expired reservation.
   [[nodiscard]] virtual absl::Status CommitWrite(uint64_t reservation_id, uint64_t checksum) = 0;
+  // CommitWrite for a writer that computed `checksum` from the very bytes it wrote into the
+  // slot (a kvstore daemon's client): publishes the block without reading the slot back. The
+  // checksum is stored all the same, so every reader still verifies. NotFound for an unknown or
+  // expired reservation.
+  [[nodiscard]] virtual absl::Status CommitWriteUnverified(uint64_t reservation_id,
+                                                           uint64_t checksum) = 0;
   virtual void AbortWrite(uint64_t reservation_id) = 0;
 
   // Leases and reservations that expired without being released (monotonic).

@@ -5,7 +5,8 @@
 // whose memory comes from the daemon's transport Agent (AllocateMemory), exported once as a
 // region, so clients move block bytes with one-sided UCX transfers straight into / out of pool
 // slots (on one host a plain shared-memory copy), while the KvStore gRPC service
-// (proto/kvstore.proto) hands out slots, leases and checksums.
+// (proto/kvstore.proto) hands out slots, leases and checksums, and takes commits (trusting the
+// writer's checksum: the slot is not read back) and releases.
 //
 // The pool is created at Start() when `block_bytes` is set, or else by the first client's Hello
 // (which fixes the block size; later clients must match it).
@@ -48,8 +49,8 @@ struct KvStoreServerOptions {
   std::string model_identity;  // reported to clients and the router; "" any model
   std::string router_address;  // host:port of the router's Registry; "" standalone
   absl::Duration heartbeat_interval = absl::Seconds(1);
-  // Tests only: every Release waits this long before it takes effect, so a client that sends
-  // its next request without waiting for its releases finds the blocks still leased.
+  // Tests only: every settle that releases leases (proto KvSettle) waits this long before it
+  // takes effect, so a client whose releases race its next request finds the blocks still leased.
   absl::Duration release_delay_for_test = absl::ZeroDuration();
 };
 

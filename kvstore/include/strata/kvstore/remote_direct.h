@@ -46,10 +46,11 @@ class DirectTransferTier {
                                                     std::span<uint64_t> checksums) = 0;
 
   // Stores blocks from scattered sources (block i's bytes at srcs[i]), e.g. a batch of G2
-  // demotions: one ReserveWrite, transfer and CommitWrite per daemon and piece, where a Put per
-  // block pays all three per block. Direct when every source lies in one registered region,
-  // else through staging. One status per block: OK when stored or already present, else what a
-  // Put of that block alone would have returned.
+  // demotions: one ReserveWrite and one transfer per daemon and piece (the commit rides on a
+  // later request, see remote_tier.h), where a Put per block pays both per block. Direct when
+  // every source lies in one registered region, else through staging. One status per block: OK
+  // when stored, already present, or written with its commit owed; else what a Put of that
+  // block alone would have returned.
   [[nodiscard]] virtual std::vector<absl::Status> PutBlocks(
       std::span<const BlockMeta> metas, std::span<const std::byte* const> srcs) = 0;
 };

@@ -2,9 +2,22 @@
 // G4: blocks held by `strata kvstore` daemons (kvstore_server.h), reached over gRPC for metadata
 // (proto/kvstore.proto) and the transport (UCX RMA) for the bytes.
 //
-//   Put  ReserveWrite -> copy into a registered staging buffer -> PostWrite -> Wait -> CommitWrite
-//   Get  Acquire -> PostRead into staging -> Wait -> Release (answer not awaited: ordered before
-//        the next request to that daemon) -> verify checksum -> copy out
+//   Put  ReserveWrite -> copy + checksum into a registered staging buffer -> PostWrite -> Wait;
+//        the commit (reservation id + checksum) is owed to the daemon
+//   Get  Acquire -> PostRead into staging -> Wait; the lease release is owed -> verify checksum
+//        -> copy out
+//
+// One round trip per operation: what is owed rides on this tier's next ReserveWrite or Acquire
+// to that daemon, which applies it first (proto/kvstore.proto, KvSettle); any other request
+// there (Lookup, Erase, Stats) flushes it first. So a thread's later requests always see its
+// finished puts and find its finished reads' slots released (a request of another thread that
+// carries them concurrently may still be in flight: then a miss or a full pool, never wrong data).
+// When no request follows within `settle_delay`, a background thread sends it alone (one Settle
+// RPC, off the caller's path); Flush() sends it at once, and destruction flushes. Until then a put
+// is not visible to other clients, and a read slot stays leased (never past the daemon's lease
+// timeout: a crashed client's reservations and leases expire there). The daemon trusts a commit's
+// checksum (the writer computed it once, from the bytes it wrote) and never reads the slot back;
+// every reader verifies.
 //
 // Registered memory: a caller whose buffers live long (the G2 host pool, an engine's staging
 // memory) registers them once with RegisterRegion. A Put/Get/PutRun/GetRun whose whole buffer
@@ -30,7 +43,9 @@
 //
 // Events: the daemons are the source of truth for what G4 holds and report it to the router
 // themselves (as ROLE_KVSTORE, tier 3). With publish_events, this tier also reports kStored for
-// its own successful puts and kRemoved for blocks it erased or found corrupt.
+// its own puts (when the daemon confirms the commit) and kRemoved for blocks it erased or found
+// corrupt. stats().puts counts confirmed commits; a commit the daemon refuses (its reservation
+// expired) or never receives (it restarted) counts as rejected.
 //
 // Thread-safety: every method is thread-safe; up to `lanes` transfers run concurrently.
 #include <cstddef>
@@ -58,6 +73,9 @@ struct RemoteTierOptions {
   // one block each); a run longer than a lane moves in several transfers.
   size_t staging_bytes = 64 << 20;
   int lanes = 4;
+  // How long owed commits and releases wait for a request to carry them before a background
+  // thread sends them alone (see above).
+  absl::Duration settle_delay = absl::Milliseconds(2);
   bool publish_events = false;
 };
 
@@ -73,10 +91,11 @@ class RemoteTier : public Tier, public DirectTransferTier {
   // daemon that is down now is retried later (not an error). InvalidArgument for bad options.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
 
-  // Stores a chain run: `data` holds metas.size() blocks back to back. One ReserveWrite, one
-  // transfer and one CommitWrite per daemon and piece (a lane's worth of blocks through
-  // staging; up to kMaxKvBlocksPerRequest from registered memory). Blocks already present are
-  // skipped. The first error is returned after every block was attempted.
+  // Stores a chain run: `data` holds metas.size() blocks back to back. One ReserveWrite and one
+  // transfer per daemon and piece (a lane's worth of blocks through staging; up to
+  // kMaxKvBlocksPerRequest from registered memory); the commit is owed (see above). Blocks
+  // already present are skipped. The first error is returned after every block was attempted;
+  // OK means every block is present or its bytes are in its slot with the commit owed.
   [[nodiscard]] virtual absl::Status PutRun(std::span<const BlockMeta> metas,
                                             std::span<const std::byte> data) = 0;
   // Reads a chain run into `dst` (hashes.size() blocks back to back). Returns how many leading
@@ -91,6 +110,10 @@ class RemoteTier : public Tier, public DirectTransferTier {
   // Daemons connected right now (Hello done, region imported).
   virtual int connected_daemons() const = 0;
   virtual RemotePathStats path_stats() const = 0;
+  // Sends what this tier still owes the daemons (commits of finished puts, releases of finished
+  // reads) and waits for the answers: afterwards every put that returned OK is visible to every
+  // client (or counted as rejected) and no finished read holds a lease.
+  virtual void Flush() = 0;
 };
 
 // Rendezvous placement, exposed for tests and tools: the index of the daemon whose
