@@ -197,6 +197,8 @@ moe() {
   "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
   echo "== moe_bench"
   "$work/bin/moe_bench" $quick | tee "$work/moe_ours.txt"
+  echo "== moe_bench --kernel mma (the mma.sync kernels, for the same-run comparison)"
+  "$work/bin/moe_bench" $quick --kernel mma | tee "$work/moe_mma.txt"
   echo "== torch_moe.py"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_moe.py" $quick | tee "$work/moe_torch.txt"
   local variant
@@ -206,7 +208,7 @@ moe() {
     "$variant" --quick | grep -v '^CSV'
   done
   echo
-  moe_table "$work/moe_ours.txt" "$work/moe_torch.txt"
+  moe_table "$work/moe_ours.txt" "$work/moe_torch.txt" "$work/moe_mma.txt"
 }
 
 # End-to-end engine step: decode vs its roofline, and prefill tokens/s.
@@ -299,25 +301,30 @@ step_table() {
 
 # MoE layer time, ours and PyTorch side by side; weights GB/s over copy for <= 64 tokens.
 moe_table() {
-  cat "$1" "$2" | awk -F, '
-    $1 == "CSV" && $2 == "copy" { copy = $3 }
-    $1 == "CSV" && $2 == "ours" { k = $3 "|" $4; us[k] = $5; tf[k] = $6; ex[k] = $7; gbs[k] = $8;
-                                  order[n++] = k }
+  awk -F, '
+    FNR == 1 { file++ }
+    $1 == "CSV" && $2 == "copy" && file == 1 { copy = $3 }
+    $1 == "CSV" && $2 == "ours" && file == 1 { k = $3 "|" $4; us[k] = $5; tf[k] = $6; ex[k] = $7;
+                                               gbs[k] = $8; err[k] = $9; order[n++] = k }
+    $1 == "CSV" && $2 == "ours" && file == 3 { mus[$3 "|" $4] = $5 }
     $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6; mode = $7 }
     END {
       printf "device copy bandwidth (D2D, read+write): %.0f GB/s; torch mode: %s\n\n", copy, mode
-      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours |"
-      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours | mma.sync us | mma/ours | wgmma vs mma |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")
         t = (k in tus) ? tus[k] : 0
+        mm = (k in mus) ? mus[k] : 0
         dec = f[2] <= 64
-        printf "| %s | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
-          ex[k], (dec ? sprintf("%.0f", gbs[k]) : "-"), (dec ? sprintf("%.2f", gbs[k] / copy) : "-"),
-          (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.1f", ttf[k]) : "-"),
-          (t ? sprintf("%.2f", t / us[k]) : "-")
+        printf "| %s | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2],
+          us[k], tf[k], ex[k], (dec ? sprintf("%.0f", gbs[k]) : "-"),
+          (dec ? sprintf("%.2f", gbs[k] / copy) : "-"), (t ? sprintf("%.1f", t) : "-"),
+          (t ? sprintf("%.1f", ttf[k]) : "-"), (t ? sprintf("%.2f", t / us[k]) : "-"),
+          (mm ? sprintf("%.1f", mm) : "-"), (mm ? sprintf("%.2f", mm / us[k]) : "-"),
+          (err[k] != "" && err[k] >= 0 ? sprintf("%.1e", err[k]) : "-")
       }
-    }'
+    }' "$1" "$2" "${3:-/dev/null}"
 }
 
 # Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns; with a third file

@@ -12,7 +12,12 @@
 // routings) over the device-copy bandwidth measured in the same run (cudaMemcpy D2D of 2 GiB,
 // bytes read + written).
 //
-//     moe_bench [--quick]        prints a table and "CSV,..." lines for scripts/bench_cuda.sh
+// Where the wgmma kernels run (compute capability 9.0, prefill-sized groups), each such shape is
+// also computed once with the mma.sync kernels on the same routing and the normalized L2
+// difference printed ("vs mma"); --kernel mma times the mma.sync kernels instead.
+//
+//     moe_bench [--quick] [--kernel auto|mma]
+//         prints a table and "CSV,..." lines for scripts/bench_cuda.sh
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +27,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -34,7 +40,6 @@ using strata::cuda::bench::FromBf16;
 using strata::cuda::bench::ToBf16;
 
 using strata::cuda::bf16;
-
 
 struct Model {
   const char* name;
@@ -72,8 +77,17 @@ struct Buffers {
 
 struct Result {
   double us = 0, experts_us = 0, experts_touched = 0;
+  double vs_mma = -1;  // ||wgmma - mma|| / ||mma|| on one routing, -1 when wgmma did not run
   const char* tiles = "";
 };
+
+std::vector<uint16_t> Output(const Model& m, int64_t tokens, const Buffers& b,
+                             cudaStream_t stream) {
+  std::vector<uint16_t> out(tokens * m.hidden);
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  BENCH_CHECK(cudaMemcpy(out.data(), b.out, out.size() * 2, cudaMemcpyDeviceToHost));
+  return out;
+}
 
 // Routes all kRoutings logit sets once and counts the distinct experts of each.
 double DistinctExperts(const Model& m, int64_t tokens, const Buffers& b, cudaStream_t stream) {
@@ -165,6 +179,22 @@ Result TimeShape(const Model& m, int64_t tokens, Buffers& b, cudaStream_t stream
       calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream); }, stream);
   res.experts_us = MedianUs(
       calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, true); }, stream);
+  if (plan.tiles == strata::cuda::MoeTiles::kLarge && strata::cuda::WgmmaAvailable()) {
+    Call(m, tokens, b, 0, plan, stream, true);
+    const std::vector<uint16_t> ours = Output(m, tokens, b, stream);
+    strata::cuda::SetWgmmaKernelsEnabled(false);
+    Call(m, tokens, b, 0, plan, stream, true);
+    const std::vector<uint16_t> ref = Output(m, tokens, b, stream);
+    strata::cuda::SetWgmmaKernelsEnabled(true);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double x = FromBf16(ours[i]), y = FromBf16(ref[i]);
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    res.vs_mma = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+    res.tiles = "large (wgmma)";
+  }
   return res;
 }
 
@@ -213,11 +243,13 @@ void RunModel(const Model& m, const std::vector<int64_t>& token_counts, double c
     const double gbs = r.experts_touched * expert_bytes / (r.us * 1e-6) / 1e9;
     std::printf(
         "%-14s T %5lld: %9.1f us (experts alone %9.1f) %6.1f TFLOP/s  experts %6.1f  "
-        "weights %6.0f GB/s (%.2f of copy)  tiles %s\n",
+        "weights %6.0f GB/s (%.2f of copy)  tiles %s  vs mma %s\n",
         m.name, static_cast<long long>(tokens), r.us, r.experts_us, flops / (r.us * 1e-6) / 1e12,
-        r.experts_touched, gbs, gbs / copy, r.tiles);
-    std::printf("CSV,ours,%s,%lld,%.2f,%.2f,%.1f,%.1f\n", m.name, static_cast<long long>(tokens),
-                r.us, flops / (r.us * 1e-6) / 1e12, r.experts_touched, gbs);
+        r.experts_touched, gbs, gbs / copy, r.tiles,
+        r.vs_mma < 0 ? "-" : std::to_string(r.vs_mma).c_str());
+    std::printf("CSV,ours,%s,%lld,%.2f,%.2f,%.1f,%.1f,%.3e\n", m.name,
+                static_cast<long long>(tokens), r.us, flops / (r.us * 1e-6) / 1e12,
+                r.experts_touched, gbs, r.vs_mma);
   }
   for (void* p : {static_cast<void*>(b.w_gate_up), static_cast<void*>(b.w_down),
                   static_cast<void*>(b.x), static_cast<void*>(b.out), static_cast<void*>(b.logits),
@@ -229,12 +261,28 @@ void RunModel(const Model& m, const std::vector<int64_t>& token_counts, double c
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc &&
+               std::strcmp(argv[i + 1], "mma") == 0) {
+      strata::cuda::SetWgmmaKernelsEnabled(false);
+      ++i;
+    } else if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc &&
+               std::strcmp(argv[i + 1], "auto") == 0) {
+      ++i;
+    } else {
+      std::fprintf(stderr, "usage: moe_bench [--quick] [--kernel auto|mma]\n");
+      return 2;
+    }
+  }
   const std::vector<int64_t> tokens =
       quick ? std::vector<int64_t>{1, 64, 4096} : std::vector<int64_t>{1, 8, 64, 512, 4096};
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::printf("# %s, %d SMs, wgmma kernels %s\n", prop.name, prop.multiProcessorCount,
+              strata::cuda::WgmmaAvailable() ? "on" : "off");
   const double copy = CopyBandwidthGBs();
   std::printf("# device copy (D2D 2 GiB, read+write): %.0f GB/s\nCSV,copy,%.1f\n", copy, copy);
   cudaStream_t stream;

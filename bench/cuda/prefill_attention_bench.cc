@@ -290,7 +290,7 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) dump_dir = argv[++i];
     if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) g_kernel = argv[++i];
   }
-  const bool wgmma = PrefillAttentionWgmmaAvailable();
+  const bool wgmma = WgmmaAvailable();
   if (std::strcmp(g_kernel, "auto") == 0) {
     g_kernel = wgmma ? "wgmma" : "mma";
   } else if (std::strcmp(g_kernel, "wgmma") == 0) {

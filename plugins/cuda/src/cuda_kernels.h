@@ -181,9 +181,15 @@ cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t strea
 // v1: mma.sync, any sm_90 device (kernels_prefill_attention.cu).
 cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& args, cudaStream_t stream);
 // v2: Hopper warpgroup MMA (wgmma), built for sm_90a only (kernels_prefill_attention_sm90a.cu);
-// only where PrefillAttentionWgmmaAvailable() (the current device is compute capability 9.0).
-bool PrefillAttentionWgmmaAvailable();
+// only where WgmmaAvailable().
 cudaError_t LaunchPrefillAttentionWgmma(const AttentionArgs& args, cudaStream_t stream);
+
+// ---- Hopper-only kernels (sm_90a: kernels_*_sm90a.cu) ---------------------------------------
+// True when the current device is compute capability 9.0 (the only one sm_90a code runs on)
+// and the wgmma kernels are enabled. The launchers above take them where this holds.
+bool WgmmaAvailable();
+// On by default; benchmarks turn it off to time the portable kernels side by side.
+void SetWgmmaKernelsEnabled(bool enabled);
 
 // ---- sampling (kernels_sample.cu) ------------------------------------------------------------
 // abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one thread block

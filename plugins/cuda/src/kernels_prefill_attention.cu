@@ -392,8 +392,8 @@ cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& a, cudaStream_t strea
 }
 
 cudaError_t LaunchPrefillAttention(const AttentionArgs& a, cudaStream_t stream) {
-  return PrefillAttentionWgmmaAvailable() ? LaunchPrefillAttentionWgmma(a, stream)
-                                          : LaunchPrefillAttentionMma(a, stream);
+  return WgmmaAvailable() ? LaunchPrefillAttentionWgmma(a, stream)
+                          : LaunchPrefillAttentionMma(a, stream);
 }
 
 }  // namespace strata::cuda

@@ -1,0 +1,184 @@
+// What the grouped expert GEMMs of moe_experts share between the mma.sync kernels
+// (kernels_moe_experts.cu) and the Hopper wgmma kernel (kernels_moe_experts_sm90a.cu): the
+// launch arguments, the tile shapes, the cp.async loader (A rows gathered through the sorted
+// token list, B rows straight from an expert's weight; rows of kBK = 64 bf16 = 128 bytes with
+// 16-byte chunks XOR-swizzled by (row & 7), which is also wgmma's 128-byte swizzle), the CTA
+// rasterization and the pipeline prologue, and programmatic dependent launch.
+//
+// Device code only (plus GemmArgs); included by .cu files.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda_kernels.h"
+
+namespace strata::cuda::moe {
+
+constexpr int kBK = 64;  // K elements per pipeline stage (128 bytes of a row)
+// Programmatic dependent launch (sm_90): the kernels here are launched with programmatic
+// stream serialization (GemmArgs::pdl says when not), so a grid may start before its
+// predecessor on the stream ends.
+// WaitForPrerequisites blocks until that predecessor has completed and its writes are visible
+// (a no-op without such a predecessor); nothing a predecessor writes is read, and nothing is
+// written, before it. AllowDependents lets the next grid be scheduled.
+__device__ __forceinline__ void WaitForPrerequisites() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
+}
+
+struct GemmArgs {
+  const bf16* a;  // A rows: a + a_rows[slot] * a_stride (a_rows NULL: the slot itself)
+  int64_t a_stride;
+  const int32_t* a_rows;
+  const bf16* w;  // expert e's [N_total, K] weight at w + e * w_expert_stride
+  int64_t w_expert_stride;
+  int32_t n;  // output columns (I for gate_up: gate rows [0, I), up rows [I, 2I))
+  int32_t k;
+  const int32_t* offsets;
+  const int32_t* tile_expert;
+  const int32_t* tile_row;
+  const int32_t* num_tiles;
+  bf16* out;  // out[slot, col], row stride out_stride
+  int64_t out_stride;
+  // The tile table and the weights were complete before the predecessor grid started (true
+  // for the down GEMM): the first tile's weight stages load before waiting for it.
+  bool early_weights;
+  // Launch with programmatic dependent launch. Off for the large tiles: there the dependent
+  // grid's CTAs, resident early, cost more than the launch gap they hide (measured ~5%).
+  bool pdl;
+};
+
+__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows of kBK bf16 = 128 bytes).
+__device__ __forceinline__ uint32_t Swizzle(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// Tile shape: BM slots x BN output columns per CTA, WM x WN warps, P = 2 for gate_up (the CTA
+// holds gate and up rows of the same columns), 1 for down.
+template <int BM_, int BN_, int WM_, int WN_, int STAGES_, int P_, int MIN_BLOCKS_, int GROUP_M_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, STAGES = STAGES_, P = P_;
+  static constexpr int GROUP_M = GROUP_M_;        // m-tiles that walk the n-tiles together
+  static constexpr int kMinBlocks = MIN_BLOCKS_;  // CTAs per SM the register budget allows
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kMI = BM / WM / 16, kNI = BN / WN / 8;
+  static constexpr int kBRows = P * BN;
+  static constexpr int kStageBytes = (BM + kBRows) * 128;
+  static constexpr int kSharedBytes = STAGES * kStageBytes;
+  static_assert(kMI >= 1 && kNI >= 1, "tile too small");
+  static_assert(BM % (kThreads / 8) == 0 && BN % (kThreads / 8) == 0, "rows per copy step");
+};
+
+// The tile's copy sources. A rows are gathered, so their element offsets (-1: past the group)
+// sit in shared memory; B rows are consecutive weight rows, addressed from one base per part.
+// Thread t copies chunk (t & 7) of rows (t >> 3) + i * kRowStep: few registers per thread.
+template <typename T>
+struct Loader {
+  static constexpr int kRowStep = T::kThreads / 8;
+  const int64_t* a_off;  // shared, [BM]
+  const bf16* a;
+  const bf16* b_base;   // weight row n0 + (t >> 3) of the gate (or only) part, chunk (t & 7)
+  int64_t part_stride;  // elements from a gate row to its up row (n * k)
+  int b_cols_left;      // valid B rows per part from this thread's first row: n - n0 - (t >> 3)
+  int k;
+
+  // Thread 0..BM-1 fills a_off; the caller syncs before the first Load.
+  __device__ void Init(const GemmArgs& g, int64_t* a_off_smem, int expert, int row0, int row_end,
+                       int n0) {
+    for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
+      const int slot = row0 + r;
+      const int64_t src = slot >= row_end ? -1 : g.a_rows != nullptr ? g.a_rows[slot] : slot;
+      a_off_smem[r] = src < 0 ? -1 : src * g.a_stride;
+    }
+    a_off = a_off_smem;
+    a = g.a;
+    const int r0 = threadIdx.x >> 3, chunk = threadIdx.x & 7;
+    b_cols_left = g.n - n0 - r0;
+    b_base = g.w + expert * g.w_expert_stride + static_cast<int64_t>(n0 + r0) * g.k + chunk * 8;
+    part_stride = static_cast<int64_t>(g.n) * g.k;
+    k = g.k;
+  }
+
+  // Stage `stage` <- K columns [k0, k0 + kBK) of A and/or B; chunks past K or past the group
+  // are zero-filled.
+  __device__ void Load(uint32_t smem, int stage, int k0, bool load_a = true,
+                       bool load_b = true) const {
+    const uint32_t a_base = smem + stage * T::kStageBytes, b_smem = a_base + T::BM * 128;
+    const int r0 = threadIdx.x >> 3, chunk = threadIdx.x & 7;
+    const bool k_ok = k0 + chunk * 8 < k;
+#pragma unroll
+    for (int i = 0; i < T::BM / kRowStep; ++i) {
+      if (!load_a) break;
+      const int r = r0 + i * kRowStep;
+      const int64_t off = a_off[r];
+      const bool ok = k_ok && off >= 0;
+      CpAsync16(a_base + Swizzle(r, chunk), a + (ok ? off + k0 + chunk * 8 : 0), ok);
+    }
+#pragma unroll
+    for (int i = 0; i < T::kBRows / kRowStep; ++i) {
+      if (!load_b) break;
+      const int r = r0 + i * kRowStep;          // tile row: part r / BN, column r % BN
+      const int part = (i * kRowStep) / T::BN;  // kRowStep divides BN: uniform per i
+      const int col = r - part * T::BN - r0;    // column offset from this thread's first row
+      const bool ok = k_ok && col < b_cols_left;
+      const bf16* src = b_base + part * part_stride + static_cast<int64_t>(col) * k + k0;
+      CpAsync16(b_smem + Swizzle(r, chunk), ok ? src : a, ok);
+    }
+  }
+};
+
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+
+// CTA L of the 1-D grid -> (m-tile, n-tile): groups of GROUP_M consecutive m-tiles walk the
+// n-tiles together, so the group's A rows and each weight tile stay in the L2 while the CTAs
+// that share them run (an m-tile-major or n-tile-major order re-reads one of them from HBM).
+template <typename T>
+__device__ void MapCta(int n_tiles, int* m_tile, int* n_tile) {
+  const int per_group = T::GROUP_M * n_tiles;
+  const int group = blockIdx.x / per_group, in_group = blockIdx.x % per_group;
+  *m_tile = group * T::GROUP_M + in_group % T::GROUP_M;
+  *n_tile = in_group / T::GROUP_M;
+}
+
+// The CTA's first kBK stages: with early_weights the weight stages stream before waiting for
+// the predecessor that writes A (commit group s still holds stage s's A; group 0 also all B).
+template <typename T>
+__device__ void Prologue(const Loader<T>& loader, uint32_t smem, int k_tiles, bool early_weights) {
+  if (early_weights) {
+    for (int s = 0; s < T::STAGES - 1 && s < k_tiles; ++s) loader.Load(smem, s, s * kBK, false);
+    WaitForPrerequisites();
+    AllowDependents();
+  }
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < k_tiles) loader.Load(smem, s, s * kBK, true, !early_weights);
+    CpAsyncCommit();
+  }
+}
+
+// The wgmma grouped GEMM for the large (prefill-sized) tiles, kernels_moe_experts_sm90a.cu:
+// same arguments and m-tile table (BM = kWgmmaTileM rows) as GroupedGemmKernel; gate_up: P = 2.
+// Only where WgmmaAvailable().
+inline constexpr int kWgmmaTileM = 128;
+cudaError_t LaunchGroupedGemmWgmma(const GemmArgs& g, int64_t max_tiles, bool gate_up,
+                                   cudaStream_t stream);
+
+}  // namespace strata::cuda::moe
