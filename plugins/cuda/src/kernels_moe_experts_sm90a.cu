@@ -21,15 +21,37 @@ namespace {
 
 using namespace wgmma;  // NOLINT(google-build-using-namespace)
 
+// The STRATA_MOE90_* macros exist only so bench builds can compare variants; the plugin is
+// built with the defaults. B rows per CTA (256: one m64n256 per warpgroup, or 128), stages,
+// CTAs per SM.
+#ifndef STRATA_MOE90_BROWS
+#define STRATA_MOE90_BROWS 256
+#endif
+#ifndef STRATA_MOE90_STAGES
+#define STRATA_MOE90_STAGES 4
+#endif
+#ifndef STRATA_MOE90_CTAS
+#define STRATA_MOE90_CTAS 1
+#endif
+constexpr int kBRows = STRATA_MOE90_BROWS;
+static_assert(kBRows == 128 || kBRows == 256, "m64n128 or m64n256");
 // BM, BN (per part), WM x WN (8 warps: the loader's thread count), stages, parts, CTAs per SM,
 // GROUP_M.
-using WgGateUp = Tile<kWgmmaTileM, 128, 8, 1, 4, 2, 1, 8>;
-using WgDown = Tile<kWgmmaTileM, 256, 8, 1, 4, 1, 1, 8>;
-static_assert(WgGateUp::kBRows == 256 && WgDown::kBRows == 256, "one m64n256 per warpgroup");
+using WgGateUp = Tile<kWgmmaTileM, kBRows / 2, 8, 1, STRATA_MOE90_STAGES, 2, STRATA_MOE90_CTAS, 8>;
+using WgDown = Tile<kWgmmaTileM, kBRows, 8, 1, STRATA_MOE90_STAGES, 1, STRATA_MOE90_CTAS, 8>;
+
+template <int N>
+__device__ __forceinline__ void WgmmaSS(float (&d)[N / 2], uint64_t a, uint64_t b) {
+  if constexpr (N == 256) {
+    WgmmaSS256(d, a, b, 1);
+  } else {
+    WgmmaSS128(d, a, b, 1);
+  }
+}
 constexpr uint32_t kAtomBytes = 1024;  // 8 rows x 128 bytes: one swizzle atom
 
 template <typename T>
-__global__ void __launch_bounds__(T::kThreads, 1) GroupedGemmWgmmaKernel(GemmArgs g) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKernel(GemmArgs g) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int64_t a_off[T::BM];
   // The hardware swizzles absolute shared addresses: stages start on an atom.
@@ -55,9 +77,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) GroupedGemmWgmmaKernel(GemmArg
     if (s < k_tiles) loader.Load(smem, s, s * kBK);
     CpAsyncCommit();
   }
-  float acc[128];
+  float acc[T::kBRows / 2];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < T::kBRows / 2; ++i) acc[i] = 0.0f;
   const uint64_t a_desc = Descriptor(smem + wg * 64 * 128, 16, kAtomBytes);
   const uint64_t b_desc = Descriptor(smem + T::BM * 128, 16, kAtomBytes);
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -72,7 +94,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) GroupedGemmWgmmaKernel(GemmArg
 #pragma unroll
     for (int k = 0; k < kBK / 16; ++k) {
       const uint32_t off = (stage + k * 32) >> 4;  // k16 step: 32 bytes along the row
-      WgmmaSS256(acc, a_desc + off, b_desc + off, 1);
+      WgmmaSS<T::kBRows>(acc, a_desc + off, b_desc + off);
     }
     WgmmaCommit();
     WgmmaWait<1>();
