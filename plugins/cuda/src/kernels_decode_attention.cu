@@ -26,6 +26,7 @@
 #include <cmath>
 
 #include "cuda_kernels.h"
+#include "device_util.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -80,23 +81,6 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a2, uin
       : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* global, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
-               "r"(valid ? 16 : 0));
-}
-
-// Programmatic dependent launch (sm_90, PTX griddepcontrol). Both kernels are launched with
-// programmatic stream serialization, so a grid may be scheduled before its predecessor on the
-// stream has finished; WaitForPrerequisites blocks until that predecessor has completed and its
-// memory is visible (a no-op when the launch had no such predecessor), so nothing is read
-// early. AllowDependents lets the next grid be scheduled now (it still waits the same way).
-__device__ __forceinline__ void WaitForPrerequisites() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-__device__ __forceinline__ void AllowDependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" :::);
-}
 
 // The one query row of sequence s, and its context length, if the sequence is well formed
 // (one row, 1 <= kv_len <= table capacity); otherwise false and nothing is written for it.
@@ -139,8 +123,8 @@ __device__ void IssueTile(const AttentionArgs& a, int32_t block, int64_t head_of
     const int64_t key_off = __shfl_sync(0xffffffffu, off, key);
     const bf16* src = a.cache + (key_off >= 0 ? key_off : 0) + chunk * 8;
     unsigned char* dst = slot + key * T::kRowBytes + ((chunk ^ Swizzle(key)) << 4);
-    CopyAsync16(dst, src, key_off >= 0);
-    CopyAsync16(dst + T::kTileBytes, src + plane, key_off >= 0);
+    CopyAsync16(SmemAddress(dst), src, key_off >= 0);
+    CopyAsync16(SmemAddress(dst + T::kTileBytes), src + plane, key_off >= 0);
   }
 }
 

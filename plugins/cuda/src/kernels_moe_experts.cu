@@ -262,7 +262,7 @@ template <typename T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmKernel(GemmArgs g) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int64_t a_off[T::BM];
-  const uint32_t smem = SharedAddr(smem_raw);
+  const uint32_t smem = SmemAddress(smem_raw);
   const int warp = threadIdx.x >> 5, warp_m = warp / T::WN, warp_n = warp % T::WN;
   const int k_tiles = (g.k + kBK - 1) / kBK;
   int tile, n_tile;
@@ -283,15 +283,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmKernel(
   Prologue<T>(loader, smem, k_tiles, g.early_weights);
   float acc[T::P][T::kMI][T::kNI][4] = {};
   for (int kt = 0; kt < k_tiles; ++kt) {
-    CpAsyncWait<T::STAGES - 2>();
+    WaitGroup<T::STAGES - 2>();
     __syncthreads();
     const int next = kt + T::STAGES - 1;
     if (next < k_tiles) loader.Load(smem, next % T::STAGES, next * kBK);
-    CpAsyncCommit();
+    CommitGroup();
     const uint32_t a_base = smem + (kt % T::STAGES) * T::kStageBytes;
     ComputeStage<T>(a_base, a_base + T::BM * 128, warp_m, warp_n, acc);
   }
-  CpAsyncWait<0>();
+  WaitGroup<0>();
   Epilogue<T>(g, row0, row_end, n0, warp_m, warp_n, acc);
 }
 
@@ -404,13 +404,8 @@ struct PdlLaunch {
 
 template <typename T>
 cudaError_t LaunchGemm(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
-  static bool configured = false;  // benign race: every thread sets the same attribute
-  if (!configured) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        GroupedGemmKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
-    if (err != cudaSuccess) return err;
-    configured = true;
-  }
+  const cudaError_t err = AllowDynamicSmem<GroupedGemmKernel<T>>(T::kSharedBytes);
+  if (err != cudaSuccess) return err;
   const int64_t n_tiles = (g.n + T::BN - 1) / T::BN;
   const int64_t m_slots = (max_tiles + T::GROUP_M - 1) / T::GROUP_M * T::GROUP_M;
   if (m_slots * n_tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
@@ -503,15 +498,10 @@ cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void*
   s.slot_token = reinterpret_cast<int32_t*>(ws + l.slot_token);
   s.inv = reinterpret_cast<int32_t*>(ws + l.inv);
   const size_t sort_shared = static_cast<size_t>(s.warps + 1) * (m.experts + 1) * sizeof(int);
-  static bool configured = false;  // benign race: every thread sets the same attribute
-  if (!configured) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        MoeSortKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSortSharedBytes);
-    if (err != cudaSuccess) return err;
-    configured = true;
-  }
+  cudaError_t err = AllowDynamicSmem<MoeSortKernel>(kSortSharedBytes);
+  if (err != cudaSuccess) return err;
   PdlLaunch sort(dim3(1), kSortThreads, sort_shared, stream);
-  cudaError_t err = cudaLaunchKernelEx(&sort.config, MoeSortKernel, s);
+  err = cudaLaunchKernelEx(&sort.config, MoeSortKernel, s);
   if (err != cudaSuccess) return err;
   switch (plan.tiles) {
     case MoeTiles::kLarge:

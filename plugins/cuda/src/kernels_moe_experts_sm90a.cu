@@ -10,8 +10,6 @@
 // 128-byte-swizzle layout as they are. 4 stages of (128 + 256) x 128 bytes; loads run two
 // stages ahead and one wgmma group stays in flight while the next stage's barrier and copies
 // are issued, so the tensor cores do not wait for the issue of the copies.
-#include <atomic>
-
 #include "cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 #include "wgmma.cuh"
@@ -55,7 +53,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int64_t a_off[T::BM];
   // The hardware swizzles absolute shared addresses: stages start on an atom.
-  const uint32_t smem = (SharedAddr(smem_raw) + kAtomBytes - 1) & ~(kAtomBytes - 1);
+  const uint32_t smem = (SmemAddress(smem_raw) + kAtomBytes - 1) & ~(kAtomBytes - 1);
   const int warp = threadIdx.x >> 5, wg = warp >> 2, lane = threadIdx.x & 31;
   const int k_tiles = (g.k + kBK - 1) / kBK;
   int tile, n_tile;
@@ -75,7 +73,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < k_tiles) loader.Load(smem, s, s * kBK);
-    CpAsyncCommit();
+    CommitGroup();
   }
   float acc[T::kBRows / 2];
 #pragma unroll
@@ -83,12 +81,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
   const uint64_t a_desc = Descriptor(smem + wg * 64 * 128, 16, kAtomBytes);
   const uint64_t b_desc = Descriptor(smem + T::BM * 128, 16, kAtomBytes);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    CpAsyncWait<kAhead - 1>();
+    WaitGroup<kAhead - 1>();
     FenceProxyAsync();
     __syncthreads();
     const int next = kt + kAhead;
     if (next < k_tiles) loader.Load(smem, next % T::STAGES, next * kBK);
-    CpAsyncCommit();
+    CommitGroup();
     const uint32_t stage = (kt % T::STAGES) * T::kStageBytes;
     WgmmaFence();
 #pragma unroll
@@ -127,13 +125,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
 template <typename T>
 cudaError_t Launch(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
   constexpr int kShared = T::kSharedBytes + kAtomBytes;
-  static std::atomic<bool> configured{false};  // every thread sets the same attribute
-  if (!configured.load(std::memory_order_acquire)) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        GroupedGemmWgmmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-    if (err != cudaSuccess) return err;
-    configured.store(true, std::memory_order_release);
-  }
+  const cudaError_t err = AllowDynamicSmem<GroupedGemmWgmmaKernel<T>>(kShared);
+  if (err != cudaSuccess) return err;
   const int64_t n_tiles = (g.n + T::BN - 1) / T::BN;
   const int64_t m_slots = (max_tiles + T::GROUP_M - 1) / T::GROUP_M * T::GROUP_M;
   if (m_slots * n_tiles > INT32_MAX) return cudaErrorInvalidConfiguration;

@@ -27,7 +27,6 @@
 // is past the sequence's last tile. Slots are dealt in reverse so the longest (latest) tiles of
 // a sequence start first.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "cuda_kernels.h"
@@ -338,35 +337,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 }
 
-// Raises the kernel's dynamic shared-memory limit once per device.
-template <int kHeadDim>
-cudaError_t PrepareKernel() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> ready[kMaxDevices];
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const int slot = device >= 0 && device < kMaxDevices ? device : 0;
-  if (device < kMaxDevices && ready[slot].load(std::memory_order_acquire)) return cudaSuccess;
-  err = cudaFuncSetAttribute(PrefillAttentionKernel<kHeadDim>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Traits<kHeadDim>::kSmemBytes);
-  if (err == cudaSuccess) ready[slot].store(true, std::memory_order_release);
-  return err;
-}
-
 template <int kHeadDim>
 cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
-  cudaError_t err = PrepareKernel<kHeadDim>();
+  cudaError_t err =
+      AllowDynamicSmem<PrefillAttentionKernel<kHeadDim>>(Traits<kHeadDim>::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const int32_t group = static_cast<int32_t>(a.q_heads / a.dims.num_kv_heads);
-  const int32_t per_tile = kRows / group;
-  const int64_t slots = a.rows / per_tile + a.num_seqs;
-  const int64_t ctas = slots * a.dims.num_kv_heads;
-  if (ctas > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  int32_t group = 0, per_tile = 0;
+  unsigned ctas = 0;
+  if (!PrefillGrid(a, kRows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
   PrefillAttentionKernel<kHeadDim>
-      <<<static_cast<unsigned>(ctas), kThreads, Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile,
-                                                                                        group);
+      <<<ctas, kThreads, Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile, group);
   return cudaGetLastError();
 }
 

@@ -11,23 +11,13 @@
 #include <cstdint>
 
 #include "cuda_kernels.h"
+#include "device_util.cuh"
 
 namespace strata::cuda::moe {
 
 constexpr int kBK = 64;  // K elements per pipeline stage (128 bytes of a row)
-// Programmatic dependent launch (sm_90): the kernels here are launched with programmatic
-// stream serialization (GemmArgs::pdl says when not), so a grid may start before its
-// predecessor on the stream ends.
-// WaitForPrerequisites blocks until that predecessor has completed and its writes are visible
-// (a no-op without such a predecessor); nothing a predecessor writes is read, and nothing is
-// written, before it. AllowDependents lets the next grid be scheduled.
-__device__ __forceinline__ void WaitForPrerequisites() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-__device__ __forceinline__ void AllowDependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" :::);
-}
-
+// The kernels here are launched with programmatic stream serialization (GemmArgs::pdl says
+// when not): see WaitForPrerequisites in device_util.cuh.
 struct GemmArgs {
   const bf16* a;  // A rows: a + a_rows[slot] * a_stride (a_rows NULL: the slot itself)
   int64_t a_stride;
@@ -49,22 +39,6 @@ struct GemmArgs {
   // grid's CTAs, resident early, cost more than the launch gap they hide (measured ~5%).
   bool pdl;
 };
-
-__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Byte offset of 16-byte chunk `chunk` of tile row `row` (rows of kBK bf16 = 128 bytes).
 __device__ __forceinline__ uint32_t Swizzle(int row, int chunk) {
@@ -130,7 +104,7 @@ struct Loader {
       const int r = r0 + i * kRowStep;
       const int64_t off = a_off[r];
       const bool ok = k_ok && off >= 0;
-      CpAsync16(a_base + Swizzle(r, chunk), a + (ok ? off + k0 + chunk * 8 : 0), ok);
+      CopyAsync16(a_base + Swizzle(r, chunk), a + (ok ? off + k0 + chunk * 8 : 0), ok);
     }
 #pragma unroll
     for (int i = 0; i < T::kBRows / kRowStep; ++i) {
@@ -140,7 +114,7 @@ struct Loader {
       const int col = r - part * T::BN - r0;    // column offset from this thread's first row
       const bool ok = k_ok && col < b_cols_left;
       const bf16* src = b_base + part * part_stride + static_cast<int64_t>(col) * k + k0;
-      CpAsync16(b_smem + Swizzle(r, chunk), ok ? src : a, ok);
+      CopyAsync16(b_smem + Swizzle(r, chunk), ok ? src : a, ok);
     }
   }
 };
@@ -170,7 +144,7 @@ __device__ void Prologue(const Loader<T>& loader, uint32_t smem, int k_tiles, bo
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
     if (s < k_tiles) loader.Load(smem, s, s * kBK, true, !early_weights);
-    CpAsyncCommit();
+    CommitGroup();
   }
 }
 

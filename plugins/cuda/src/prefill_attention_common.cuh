@@ -11,24 +11,11 @@
 #include <cstdint>
 
 #include "cuda_kernels.h"
+#include "device_util.cuh"
 
 namespace strata::cuda::prefill {
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CommitGroup() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void WaitGroup() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
 
 __device__ __forceinline__ float Exp2(float x) {
   float y;
@@ -85,6 +72,20 @@ __device__ inline bool FindTile(const AttentionArgs& a, int64_t slot, int32_t pe
   t->pos_min = t->kv_len - t->q_len + t->j0;
   t->pos_max = t->kv_len - t->q_len + t->j_end - 1;
   t->lo = a.sliding_window > 0 ? max(0, t->pos_min - a.sliding_window + 1) : 0;
+  return true;
+}
+
+// The 1-D grid of a kernel with `rows` query rows per CTA: the GQA group, the positions per tile
+// (P = rows / G) and the CTA count (tile slots x kv heads). False if the group exceeds `rows` or
+// the grid is too large.
+inline bool PrefillGrid(const AttentionArgs& a, int rows, int32_t* group, int32_t* per_tile,
+                        unsigned* ctas) {
+  *group = static_cast<int32_t>(a.q_heads / a.dims.num_kv_heads);
+  if (*group < 1 || *group > rows) return false;
+  *per_tile = rows / *group;
+  const int64_t n = (a.rows / *per_tile + a.num_seqs) * a.dims.num_kv_heads;
+  if (n > 0x7fffffff) return false;
+  *ctas = static_cast<unsigned>(n);
   return true;
 }
 

@@ -1,0 +1,57 @@
+// Small device-side building blocks the CUDA kernels share: cp.async copies into shared memory,
+// programmatic dependent launch, and raising a kernel's dynamic shared-memory limit once per
+// device. Included by .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace strata::cuda {
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-fills the destination when !valid (src is then
+// not read, but must still be a valid address expression).
+__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CommitGroup() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void WaitGroup() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Programmatic dependent launch (sm_90, PTX griddepcontrol). Kernels launched with
+// programmatic stream serialization may be scheduled before their predecessor on the stream
+// has finished: WaitForPrerequisites blocks until that predecessor has completed and its
+// memory is visible (a no-op without such a predecessor), so nothing is read or written early;
+// AllowDependents lets the next grid be scheduled now (it still waits the same way).
+__device__ __forceinline__ void WaitForPrerequisites() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
+}
+
+// Raises kKernel's dynamic shared-memory limit to `bytes` on the current device, once per
+// device (a flag per instantiation, i.e. per kernel).
+template <auto kKernel>
+cudaError_t AllowDynamicSmem(int bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> ready[kMaxDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && ready[device].load(std::memory_order_acquire)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess && cached) ready[device].store(true, std::memory_order_release);
+  return err;
+}
+
+}  // namespace strata::cuda
