@@ -45,6 +45,11 @@
 #       the plugin's cublasGemmEx call vs every cuBLASLt heuristic candidate, as GB/s over the
 #       device-copy bandwidth.
 #
+#   scripts/bench_cuda.sh device-golden
+#       Greedy generations of every golden fixture (tests/fixtures/models) with the CUDA plugin
+#       vs transformers in bf16 on the same GPU and vs the fixtures' fp32 CPU references
+#       (bench/cuda/golden_generate.py), with the fp32 top-2 logit margin where they part.
+#
 #   scripts/bench_cuda.sh device-moe [--quick]
 #       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
 #       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
@@ -163,6 +168,17 @@ prefill() {
   done
   echo
   prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt" "$work/prefill_mma.txt"
+}
+
+# Greedy generations of the golden fixtures: strata with the CUDA plugin vs transformers (bf16)
+# on the same GPU and vs the fixtures' fp32 CPU references.
+golden() {
+  local work
+  unpack
+  echo "== golden_generate.py"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/golden_generate.py" --strata "$work/bin/strata" \
+    --plugin "$work/bin/libstrata_cuda.so" "$@" 2>&1 | grep -v -e Warning -e forward_call \
+    -e 'output = func' -e 'Loading weights' -e deprecated
 }
 
 # Decode-shaped GEMMs: the plugin's cublasGemmEx call vs cuBLASLt's heuristic candidates.
@@ -412,6 +428,7 @@ case ${1:-} in
   device-step) shift; step "$@" ;;
   device-sample) shift; sample "$@" ;;
   device-gemm) shift; gemm "$@" ;;
+  device-golden) shift; golden "$@" ;;
   step-table) shift; step_table "$@" ;;
   moe-table) shift; moe_table "$@" ;;
   prefill-table) shift; prefill_table "$@" ;;

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Greedy generations of the golden fixtures on the GPU: strata (CUDA plugin) vs transformers.
+
+For every fixture model in tests/fixtures/models and every case of its reference.json, runs
+`strata generate --plugin <libstrata_cuda.so> --ignore-eos --json` for as many new tokens as the
+reference has, and `transformers` on the same GPU with the same checkpoint cast to bf16 (the
+dtype the plugin computes in), eager attention, greedy, EOS ignored. Prints, per case, where
+strata's tokens first differ from transformers-bf16-on-GPU and from the fixture's fp32 CPU
+reference, with the fp32 top-2 logit margin at that step (transformers in fp32 on the same GPU,
+fed the reference continuation): the fixtures' weights are drawn large on purpose, so two bf16
+implementations can part where the fp32 margin is within bf16 rounding of the logits.
+
+    golden_generate.py --strata BIN --plugin SO [--fixtures DIR] [--device cuda]
+
+Exit status 1 when strata departs from the fp32 reference at a step whose fp32 margin exceeds
+--tie-margin and transformers-bf16 does not depart there too; 0 otherwise. Needs torch and
+transformers (the GPU machine has both); a test tool, not part of the product.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def strata_tokens(args, model_dir, prompt, n):
+    cmd = [args.strata, "generate", "--plugin", args.plugin, "--model", model_dir, "--prompt",
+           prompt, "--max-tokens", str(n), "--ignore-eos", "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["tokens"]
+
+
+def hf_tokens(model, input_ids, n, device):
+    """Greedy, EOS ignored."""
+    ids = torch.tensor([input_ids], device=device)
+    past = None
+    out = []
+    with torch.no_grad():
+        step_in = ids
+        for _ in range(n):
+            res = model(input_ids=step_in, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[0, -1].float()
+            tok = int(torch.argmax(logits))
+            out.append(tok)
+            step_in = torch.tensor([[tok]], device=device)
+    return out
+
+
+def reference_margins(model, input_ids, expected, device):
+    """fp32 top-2 logit margin at each generated step along the reference continuation."""
+    ids = torch.tensor([input_ids + expected[:-1]], device=device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(input_ids) - 1:].float()
+    top2 = torch.topk(logits, 2, dim=-1).values
+    return (top2[:, 0] - top2[:, 1]).tolist()
+
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--strata", required=True)
+    p.add_argument("--plugin", required=True)
+    p.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                      "tests", "fixtures", "models"))
+    p.add_argument("--device", default="cuda", help="where transformers runs (cpu: a dry run)")
+    p.add_argument("--tie-margin", type=float, default=1.0,
+                   help="a departure from the fp32 reference where the fp32 top-2 margin is at "
+                   "most this is a near-tie, not a failure")
+    args = p.parse_args()
+    failures = 0
+    total = same_hf = same_ref = 0
+    print("| model | case | new tokens | strata = transformers (GPU, bf16)? | strata = fp32 "
+          "reference? | transformers (GPU, bf16) = fp32 reference? |")
+    print("|---|---:|---:|---|---|---|")
+    for name in sorted(os.listdir(args.fixtures)):
+        model_dir = os.path.join(args.fixtures, name)
+        ref_path = os.path.join(model_dir, "reference.json")
+        if not os.path.isfile(ref_path):
+            continue
+        ref = json.load(open(ref_path))
+        fp32 = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                    attn_implementation="eager")
+        fp32 = fp32.to(args.device).eval()
+        bf16 = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16,
+                                                    attn_implementation="eager")
+        bf16 = bf16.to(args.device).eval()
+        for i, case in enumerate(ref["cases"]):
+            expected = case["greedy_new_ids"]
+            n = len(expected)
+            ours = strata_tokens(args, model_dir, case["prompt"], n)
+            theirs = hf_tokens(bf16, case["input_ids"], n, args.device)
+            margins = reference_margins(fp32, case["input_ids"], expected, args.device)
+            total += 1
+
+            def cell(a, b):
+                d = first_diff(a, b)
+                if d is None:
+                    return "yes", None
+                m = f", fp32 margin {margins[d]:.3f}" if d < len(margins) else ""
+                return f"no: from token {d}{m}", d
+
+            c_hf, d_hf = cell(ours, theirs)
+            c_ref, d_ref = cell(ours, expected)
+            c_hf_ref, d_hf_ref = cell(theirs, expected)
+            same_hf += d_hf is None
+            same_ref += d_ref is None
+            if (d_ref is not None and d_ref < len(margins) and margins[d_ref] > args.tie_margin
+                    and d_hf_ref != d_ref):
+                failures += 1
+                c_ref += " FAIL"
+            print(f"| {name} | {i} | {n} | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
+        del fp32, bf16
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print(f"\nstrata = transformers-bf16 on the same device: {same_hf}/{total} cases; "
+          f"strata = fp32 reference: {same_ref}/{total}; {failures} departures from the "
+          f"reference where the fp32 margin exceeds {args.tie_margin} and transformers-bf16 "
+          f"stays on it")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
