@@ -2,6 +2,7 @@
 // scripts/bench_kvstore_disk.sh runs it side by side with db_bench and fio.
 //
 //   disk_bench DIR BLOCK_BYTES TOTAL_BYTES SYNC(none|wal|wal-sync) [BUFFERS(aligned|unaligned)]
+//              [STAGING(staged|unstaged)]
 //
 // Write phase: Put every block (distinct hashes, deterministic bytes) into an empty tier big
 // enough to hold them all, then Flush (its time counts: the bytes are durable afterwards).
@@ -11,8 +12,10 @@
 // (sequential slots), then once in a random order (latencies from this pass).
 // Churn phase: the same Puts into a tier a quarter of the size (eviction on 3 of 4 Puts).
 // BUFFERS: the caller's block buffer is page-aligned (default; the host tier's pool is) or
-// deliberately not (a staging copy per block). Prints one line of key=value pairs; MB/s are
-// 2^20 bytes per second.
+// deliberately not. STAGING: DiskTierOptions::huge_page_staging on (default) or off (then an
+// aligned buffer is read and written in place, an unaligned one through a staging copy).
+// Every Get is one blocking read, as fio's psync engine at queue depth 1 issues them. Prints
+// one line of key=value pairs; MB/s are 2^20 bytes per second.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -71,13 +74,21 @@ strata::BlockHash HashOf(uint64_t i) { return 0x9e3779b97f4a7c15ULL * (i + 1); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 6) {
+  if (argc < 5 || argc > 7) {
     std::fprintf(stderr,
-                 "usage: %s DIR BLOCK_BYTES TOTAL_BYTES none|wal|wal-sync [aligned|unaligned]\n",
+                 "usage: %s DIR BLOCK_BYTES TOTAL_BYTES none|wal|wal-sync [aligned|unaligned] "
+                 "[staged|unstaged]\n",
                  argv[0]);
     return 2;
   }
-  const bool aligned = argc < 6 || std::string(argv[5]) != "unaligned";
+  const std::string buffers = argc > 5 ? argv[5] : "aligned";
+  const std::string staging = argc > 6 ? argv[6] : "staged";
+  if ((buffers != "aligned" && buffers != "unaligned") ||
+      (staging != "staged" && staging != "unstaged")) {
+    std::fprintf(stderr, "buffers: aligned|unaligned; staging: staged|unstaged\n");
+    return 2;
+  }
+  const bool aligned = buffers == "aligned";
   const fs::path dir = fs::path(argv[1]) / "strata_disk_bench";
   DiskTierOptions options;
   options.path = dir.string();
@@ -90,6 +101,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.sync = *sync;
+  options.huge_page_staging = staging == "staged";
   fs::remove_all(dir);
 
   // Page-aligned, or one byte past a page boundary.
@@ -103,6 +115,7 @@ int main(int argc, char** argv) {
   std::vector<double> write_lat, read_lat;
   auto tier = OpenOrDie(options);
   const bool direct = tier->direct_io();
+  const bool staged = tier->huge_page_staging();
   const auto w0 = Clock::now();
   for (uint64_t i = 0; i < blocks; ++i) {
     std::memcpy(block.data(), &i, sizeof(i));  // distinct contents per block
@@ -165,10 +178,10 @@ int main(int argc, char** argv) {
 
   const double mib = static_cast<double>(blocks * options.block_bytes) / (1 << 20);
   std::printf(
-      "sync=%s buffers=%s direct_io=%d block=%zu blocks=%llu write_MBps=%.0f write_p50_us=%.0f "
-      "write_p99_us=%.0f seq_read_MBps=%.0f read_MBps=%.0f read_p50_us=%.0f read_p99_us=%.0f "
-      "churn_write_MBps=%.0f\n",
-      argv[4], aligned ? "aligned" : "unaligned", direct ? 1 : 0, options.block_bytes,
+      "sync=%s buffers=%s direct_io=%d huge_page_staging=%d block=%zu blocks=%llu "
+      "write_MBps=%.0f write_p50_us=%.0f write_p99_us=%.0f seq_read_MBps=%.0f read_MBps=%.0f "
+      "read_p50_us=%.0f read_p99_us=%.0f churn_write_MBps=%.0f\n",
+      argv[4], buffers.c_str(), direct ? 1 : 0, staged ? 1 : 0, options.block_bytes,
       static_cast<unsigned long long>(blocks), mib / write_s, PercentileUs(write_lat, 0.5),
       PercentileUs(write_lat, 0.99), mib / seq_read_s, mib / read_s, PercentileUs(read_lat, 0.5),
       PercentileUs(read_lat, 0.99), mib / churn_s);

@@ -13,6 +13,15 @@ namespace {
 
 rocksdb::Slice KeySlice(const Key& key) { return rocksdb::Slice(key.data(), key.size()); }
 
+// Read staging: up to 8 concurrent Gets, in at most 16 MiB (one huge page of 256 KiB blocks).
+constexpr size_t kReadStagingBytes = size_t{16} << 20;
+constexpr size_t kMaxReadStagingBuffers = 8;
+constexpr size_t kMaxPooledReadBuffers = 8;
+
+size_t ReadStagingBuffers(size_t slot_bytes) {
+  return std::clamp<size_t>(kReadStagingBytes / slot_bytes, 1, kMaxReadStagingBuffers);
+}
+
 }  // namespace
 
 bool DiskTierImpl::ZeroCopy(const void* data) const {
@@ -93,17 +102,17 @@ absl::Status DiskTierImpl::Put(const BlockMeta& meta, std::span<const std::byte>
       return absl::OkStatus();
     }
   }
+  // Written in place when it can be: a Put gains nothing from huge-page staging (measured, see
+  // docs/kvstore_disk.md), so only blocks that O_DIRECT cannot take as they are get copied.
   const bool zero_copy = ZeroCopy(data.data());
   // Outside the write lock where possible; a staged block is checksummed while it is copied.
   uint64_t checksum = zero_copy ? BlockChecksum(data) : 0;
   absl::MutexLock w(&write_mu_);
   std::span<const std::byte> payload = data;
   if (!zero_copy) {
-    if (write_staging_ == nullptr) {
-      write_staging_ = std::make_unique<AlignedBuffer>(AlignUp(options_.block_bytes));
-    }
-    checksum = CopyWithBlockChecksum(write_staging_->span().first(data.size()), data);
-    payload = write_staging_->span();  // padded to kIoAlign with zeros
+    const std::span<std::byte> staging = WriteStagingLocked();
+    checksum = CopyWithBlockChecksum(staging.first(data.size()), data);
+    payload = staging;  // padded to kIoAlign with zeros
   }
   absl::Status writable = EnsureWritableLocked();
   std::vector<Victim> victims;
@@ -176,38 +185,67 @@ absl::Status DiskTierImpl::StoreLocked(const SlotWrite& w, const std::vector<Vic
   return absl::OkStatus();
 }
 
-std::unique_ptr<AlignedBuffer> DiskTierImpl::AcquireReadBuffer() const {
-  {
-    absl::MutexLock p(&pool_mu_);
-    if (!read_pool_.empty()) {
-      std::unique_ptr<AlignedBuffer> buffer = std::move(read_pool_.back());
-      read_pool_.pop_back();
-      return buffer;
-    }
+std::span<std::byte> DiskTierImpl::WriteStagingLocked() {
+  if (write_staging_ == nullptr) {
+    write_staging_ = std::make_unique<AlignedBuffer>(slot_bytes_, /*huge_pages=*/staging_);
   }
-  return std::make_unique<AlignedBuffer>(slot_bytes_);
+  return write_staging_->span();
 }
 
-void DiskTierImpl::ReleaseReadBuffer(std::unique_ptr<AlignedBuffer> buffer) const {
+DiskTierImpl::ReadBuffer DiskTierImpl::AcquireReadBuffer(const void* dst) const {
+  {
+    absl::MutexLock p(&pool_mu_);
+    if (staging_) {
+      if (read_staging_ == nullptr) {
+        const size_t count = ReadStagingBuffers(slot_bytes_);
+        read_staging_ = std::make_unique<AlignedBuffer>(count * slot_bytes_, /*huge_pages=*/true);
+        for (size_t i = count; i > 0; --i) free_read_staging_.push_back(static_cast<int>(i - 1));
+      }
+      if (!free_read_staging_.empty()) {
+        const int i = free_read_staging_.back();
+        free_read_staging_.pop_back();
+        return {read_staging_->span().subspan(static_cast<size_t>(i) * slot_bytes_, slot_bytes_), i,
+                nullptr};
+      }
+    }
+    if (ZeroCopy(dst)) return {};
+    if (!read_pool_.empty()) {
+      std::unique_ptr<AlignedBuffer> pooled = std::move(read_pool_.back());
+      read_pool_.pop_back();
+      const std::span<std::byte> span = pooled->span();
+      return {span, -1, std::move(pooled)};
+    }
+  }
+  auto pooled = std::make_unique<AlignedBuffer>(slot_bytes_);
+  const std::span<std::byte> span = pooled->span();
+  return {span, -1, std::move(pooled)};
+}
+
+void DiskTierImpl::ReleaseReadBuffer(ReadBuffer buffer) const {
+  if (buffer.staging_index < 0 && buffer.pooled == nullptr) return;
   absl::MutexLock p(&pool_mu_);
-  if (read_pool_.size() < 8) read_pool_.push_back(std::move(buffer));
+  if (buffer.staging_index >= 0) {
+    free_read_staging_.push_back(buffer.staging_index);
+  } else if (read_pool_.size() < kMaxPooledReadBuffers) {
+    read_pool_.push_back(std::move(buffer.pooled));
+  }
 }
 
 absl::Status DiskTierImpl::ReadSlot(const Entry& e, std::span<std::byte> dst) const {
-  const bool zero_copy = ZeroCopy(dst.data());
-  std::unique_ptr<AlignedBuffer> buffer = zero_copy ? nullptr : AcquireReadBuffer();
-  const size_t staged_bytes = file_->direct_io() ? AlignUp(dst.size()) : dst.size();
-  const std::span<std::byte> payload = zero_copy ? dst : buffer->span().first(staged_bytes);
+  ReadBuffer buffer = AcquireReadBuffer(dst.data());
+  const bool copied = !buffer.span.empty();
+  const size_t read_bytes = file_->direct_io() ? AlignUp(dst.size()) : dst.size();
+  const std::span<std::byte> payload = copied ? buffer.span.first(read_bytes) : dst;
   const std::span<std::byte> parts[] = {payload};
   absl::Status s = file_->Read(SlotOffset(e.slot), parts);
   if (s.ok()) {
-    // A staged block is checksummed while it is copied out (dst is unspecified on failure).
+    // A copied block is checksummed while it is copied out (dst is unspecified on failure).
     const uint64_t checksum =
-        zero_copy ? BlockChecksum(dst) : CopyWithBlockChecksum(dst, payload.first(dst.size()));
+        copied ? CopyWithBlockChecksum(dst, payload.first(dst.size())) : BlockChecksum(dst);
     s = VerifyBlock(checksum, options_.block_bytes,
                     IndexRecord{e.slot, e.parent, e.length, e.checksum, e.sequence});
   }
-  if (buffer != nullptr) ReleaseReadBuffer(std::move(buffer));
+  ReleaseReadBuffer(std::move(buffer));
   return s;
 }
 
@@ -346,10 +384,7 @@ absl::Status DiskTierImpl::PutRawForTest(BlockHash hash, std::string_view payloa
     STRATA_ASSIGN_OR_RETURN(std::vector<Victim> more, PickVictimsLocked(1));
     victims.insert(victims.end(), more.begin(), more.end());
   }
-  if (write_staging_ == nullptr) {
-    write_staging_ = std::make_unique<AlignedBuffer>(AlignUp(options_.block_bytes));
-  }
-  const std::span<std::byte> staging = write_staging_->span();
+  const std::span<std::byte> staging = WriteStagingLocked();
   std::memset(staging.data(), 0, staging.size());
   std::memcpy(staging.data(), payload.data(), std::min(payload.size(), staging.size()));
   return StoreLocked({{hash, kRootBlockHash}, payload.size(), checksum, staging}, victims);

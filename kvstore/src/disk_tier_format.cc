@@ -1,7 +1,11 @@
 // G3 encodings and the index's RocksDB options (disk_tier_internal.h).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "disk_tier_internal.h"
@@ -104,11 +108,21 @@ rocksdb::WriteOptions MakeWriteOptions(DiskSyncMode sync) {
   return w;
 }
 
-AlignedBuffer::AlignedBuffer(size_t bytes) : size_(AlignUp(std::max<size_t>(bytes, 1))) {
-  data_ = static_cast<std::byte*>(std::aligned_alloc(kIoAlign, size_));
+bool TransparentHugePagesAvailable() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string setting;
+  if (!std::getline(in, setting)) return false;  // no THP in this kernel
+  return setting.find("[never]") == std::string::npos;
+}
+
+AlignedBuffer::AlignedBuffer(size_t bytes, bool huge_pages) : size_(bytes) {
+  const size_t align = huge_pages ? kHugePageBytes : kIoAlign;
+  const size_t allocated = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  data_ = static_cast<std::byte*>(std::aligned_alloc(align, allocated));
   if (data_ == nullptr) std::abort();  // out of memory: nothing sensible to do
-  std::memset(data_, 0, size_);
-  size_ = bytes;
+  // Advice only: where it is refused the buffer works on ordinary pages.
+  if (huge_pages) ::madvise(data_, allocated, MADV_HUGEPAGE);
+  std::memset(data_, 0, allocated);
 }
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }

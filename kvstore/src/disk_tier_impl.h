@@ -50,6 +50,7 @@ class DiskTierImpl final : public DiskTier {
   std::vector<BlockMeta> Contents() const override { return Blocks(); }
   absl::Status Flush() override;
   bool direct_io() const override { return file_->direct_io(); }
+  bool huge_page_staging() const override { return staging_; }
   std::string data_file_path() const override;
   absl::StatusOr<uint64_t> SlotOffsetForTest(BlockHash hash) const override;
   absl::Status PutRawForTest(BlockHash hash, std::string_view payload, uint64_t checksum) override;
@@ -111,8 +112,17 @@ class DiskTierImpl final : public DiskTier {
   absl::Status ReadFailed(BlockHash hash, const Entry& read, const absl::Status& why);
   // Reads slot `e.slot` into `dst` and verifies it against `e`.
   absl::Status ReadSlot(const Entry& e, std::span<std::byte> dst) const;
-  std::unique_ptr<AlignedBuffer> AcquireReadBuffer() const;
-  void ReleaseReadBuffer(std::unique_ptr<AlignedBuffer> buffer) const;
+  // Where a Get reads the slot: a huge-page staging buffer, else (none free, or no staging)
+  // nothing, meaning `dst` itself, where it can take the read, else a pooled aligned buffer.
+  struct ReadBuffer {
+    std::span<std::byte> span;              // empty: read straight into dst
+    int staging_index = -1;                 // which buffer of read_staging_, if one
+    std::unique_ptr<AlignedBuffer> pooled;  // else this one, if any
+  };
+  ReadBuffer AcquireReadBuffer(const void* dst) const;
+  void ReleaseReadBuffer(ReadBuffer buffer) const;
+  // The buffer Puts stage unaligned blocks in (huge pages with staging_), made on first use.
+  std::span<std::byte> WriteStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Whether `data` can go to / come from the file without a staging copy.
   bool ZeroCopy(const void* data) const;
   uint64_t SlotOffset(uint64_t slot) const { return slot * slot_bytes_; }
@@ -123,6 +133,9 @@ class DiskTierImpl final : public DiskTier {
   const size_t slot_bytes_;
   const rocksdb::WriteOptions write_options_;
   std::unique_ptr<SlotFile> file_;  // set by Open, then constant
+  // Blocks go through huge-page staging buffers (options_.huge_page_staging, O_DIRECT and
+  // transparent huge pages available); set by Open, then constant.
+  bool staging_ = false;
 
   // Serializes every change (data file and index), so the in-memory index and the free slots
   // are updated only after the writes succeeded. Lock order: write_mu_, db_mu_, mu_, pool_mu_.
@@ -146,8 +159,13 @@ class DiskTierImpl final : public DiskTier {
   TierStats stats_ ABSL_GUARDED_BY(mu_);
   TierEventListener listener_ ABSL_GUARDED_BY(mu_);
 
-  // Slot-sized aligned buffers for reads that cannot go straight into the caller's buffer.
   mutable absl::Mutex pool_mu_;
+  // With staging_: slot-sized read buffers back to back in one huge-page allocation (made by
+  // the first Get), and the indexes of the free ones. A Get that finds none free reads as
+  // without staging.
+  mutable std::unique_ptr<AlignedBuffer> read_staging_ ABSL_GUARDED_BY(pool_mu_);
+  mutable std::vector<int> free_read_staging_ ABSL_GUARDED_BY(pool_mu_);
+  // Slot-sized aligned buffers for reads that cannot go straight into the caller's buffer.
   mutable std::vector<std::unique_ptr<AlignedBuffer>> read_pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 

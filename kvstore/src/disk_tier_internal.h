@@ -59,10 +59,20 @@ rocksdb::DBOptions MakeIndexDbOptions(const DiskTierOptions& options);
 rocksdb::ColumnFamilyOptions MakeIndexFamilyOptions();
 rocksdb::WriteOptions MakeWriteOptions(DiskSyncMode sync);
 
-// A heap buffer aligned to kIoAlign (what O_DIRECT needs), zero-filled.
+// Size of a transparent huge page on x86-64 and of the usual arm64 configuration.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Whether madvise(MADV_HUGEPAGE) memory can get transparent huge pages: the kernel's setting
+// (/sys/kernel/mm/transparent_hugepage/enabled) is "always" or "madvise".
+bool TransparentHugePagesAvailable();
+
+// A heap buffer aligned to kIoAlign (what O_DIRECT needs), zero-filled. With `huge_pages`, it
+// is aligned to and padded to whole kHugePageBytes and advised as huge pages before it is
+// first touched, so that where transparent huge pages are available each 2 MiB of it is
+// physically contiguous (one segment of an O_DIRECT request).
 class AlignedBuffer {
  public:
-  explicit AlignedBuffer(size_t bytes);
+  explicit AlignedBuffer(size_t bytes, bool huge_pages = false);
   ~AlignedBuffer();
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;

@@ -75,6 +75,7 @@ absl::Status DiskTierImpl::Open() {
           absl::StrCat("disk tier mkdir ", options_.path, ": ", ec.message()));
     STRATA_ASSIGN_OR_RETURN(file_, OpenPosixSlotFile(data_file_path(), options_.direct_io));
   }
+  staging_ = options_.huge_page_staging && file_->direct_io() && TransparentHugePagesAvailable();
   absl::MutexLock w(&write_mu_);
   {
     absl::MutexLock d(&db_mu_);

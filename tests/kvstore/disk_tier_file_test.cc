@@ -1,9 +1,11 @@
 // G3 disk tier on real directories: the data file's bytes (flipped, torn, another block's),
-// O_DIRECT with aligned and unaligned buffers, the buffered fallback where O_DIRECT is refused.
+// O_DIRECT with aligned and unaligned buffers, with and without huge-page staging, the buffered
+// fallback where O_DIRECT is refused.
 #include <fcntl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -59,30 +61,35 @@ class DiskTierFileTest : public ::testing::Test {
 // A byte flipped in a block's payload in the data file is caught by the checksum on read: the
 // block is dropped, counted, never served; its neighbours are unaffected.
 TEST_F(DiskTierFileTest, FlippedByteInDataFileIsNeverServed) {
-  const DiskTierOptions o = Options(8);
-  uint64_t offset = 0;
-  {
+  // Read through huge-page staging, and (without it) straight into an aligned buffer.
+  for (bool staging : {true, false}) {
+    fs::remove_all(dir_);
+    DiskTierOptions o = Options(8);
+    o.huge_page_staging = staging;
+    uint64_t offset = 0;
+    {
+      auto tier = Open(o);
+      ASSERT_NE(tier, nullptr);
+      for (BlockHash h = 1; h <= 3; ++h) ASSERT_TRUE(tier->Put({h, 0}, MakeBlock(h, kBlock)).ok());
+      offset = *tier->SlotOffsetForTest(2);
+    }
+    ASSERT_TRUE(FlipByte((dir_ / disk_internal::kDataFileName).string(), offset + 777, 0x40));
     auto tier = Open(o);
     ASSERT_NE(tier, nullptr);
-    for (BlockHash h = 1; h <= 3; ++h) ASSERT_TRUE(tier->Put({h, 0}, MakeBlock(h, kBlock)).ok());
-    offset = *tier->SlotOffsetForTest(2);
+    disk_internal::AlignedBuffer dst(kBlock);
+    EXPECT_EQ(tier->Get(2, dst.span()).code(), absl::StatusCode::kDataLoss) << staging;
+    EXPECT_FALSE(tier->Contains(2));
+    EXPECT_EQ(tier->stats().checksum_failures, 1);
+    EXPECT_EQ(tier->Get(2, dst.span()).code(), absl::StatusCode::kNotFound);
+    for (BlockHash h : {1, 3}) ExpectBlock(*tier, h);
+    // Its slot is reused and the store stays whole across a reopen.
+    ASSERT_TRUE(tier->Put({4, 0}, MakeBlock(4, kBlock)).ok());
+    tier.reset();
+    tier = Open(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->Contains(2));
+    for (BlockHash h : {1, 3, 4}) ExpectBlock(*tier, h);
   }
-  ASSERT_TRUE(FlipByte((dir_ / disk_internal::kDataFileName).string(), offset + 777, 0x40));
-  auto tier = Open(o);
-  ASSERT_NE(tier, nullptr);
-  std::vector<std::byte> dst(kBlock);
-  EXPECT_EQ(tier->Get(2, dst).code(), absl::StatusCode::kDataLoss);
-  EXPECT_FALSE(tier->Contains(2));
-  EXPECT_EQ(tier->stats().checksum_failures, 1);
-  EXPECT_EQ(tier->Get(2, dst).code(), absl::StatusCode::kNotFound);
-  for (BlockHash h : {1, 3}) ExpectBlock(*tier, h);
-  // Its slot is reused and the store stays whole across a reopen.
-  ASSERT_TRUE(tier->Put({4, 0}, MakeBlock(4, kBlock)).ok());
-  tier.reset();
-  tier = Open(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_FALSE(tier->Contains(2));
-  for (BlockHash h : {1, 3, 4}) ExpectBlock(*tier, h);
 }
 
 // What a crash can leave behind a durable index entry: a slot whose write was torn (the tail
@@ -123,16 +130,22 @@ TEST_F(DiskTierFileTest, TornOrForeignSlotIsDataLoss) {
   ExpectBlock(*tier, 3);
 }
 
-// On a file system that takes O_DIRECT (ext4, xfs): a block size that is not a multiple of
-// 4 KiB and buffers at any address go through a staging copy; aligned ones do not. Both are
-// byte-identical, and the file stays capacity + spare slots long however many Puts evict.
+// On a file system that takes O_DIRECT (ext4, xfs), with huge-page staging on and off: a block
+// size that is not a multiple of 4 KiB and buffers at any address go through a staging copy,
+// aligned ones do not (but Gets with huge-page staging always do). All are byte-identical, and
+// the file stays capacity + spare slots long however many Puts evict.
 TEST_F(DiskTierFileTest, DirectIoWithAlignedAndUnalignedBuffers) {
-  for (size_t block : {kBlock, size_t{10000}}) {
+  for (const auto& [block, staging] : {std::pair{kBlock, true}, std::pair{size_t{10000}, true},
+                                       std::pair{kBlock, false}, std::pair{size_t{10000}, false}}) {
     fs::remove_all(dir_);
-    const DiskTierOptions o = Options(6, block);
+    DiskTierOptions o = Options(6, block);
+    o.huge_page_staging = staging;
     auto tier = Open(o);
     ASSERT_NE(tier, nullptr);
-    std::printf("block %zu: direct_io=%d\n", block, tier->direct_io() ? 1 : 0);
+    EXPECT_EQ(tier->huge_page_staging(),
+              staging && tier->direct_io() && disk_internal::TransparentHugePagesAvailable());
+    std::printf("block %zu: direct_io=%d huge_page_staging=%d\n", block, tier->direct_io() ? 1 : 0,
+                tier->huge_page_staging() ? 1 : 0);
     disk_internal::AlignedBuffer aligned(block);
     for (BlockHash h = 1; h <= 30; ++h) {
       std::vector<std::byte> bytes = MakeBlock(h, block);
@@ -160,6 +173,33 @@ TEST_F(DiskTierFileTest, DirectIoWithAlignedAndUnalignedBuffers) {
     EXPECT_EQ(tier->usage().blocks, 6);
     for (BlockHash h = 25; h <= 30; ++h) ExpectBlock(*tier, h, block);
   }
+}
+
+// More concurrent Gets than there are huge-page staging buffers: the ones that find none free
+// read as without staging; every block served is exactly the one asked for, each thread's
+// buffer aligned (odd threads) or not (even threads).
+TEST_F(DiskTierFileTest, MoreConcurrentGetsThanStagingBuffers) {
+  auto tier = Open(Options(32));
+  ASSERT_NE(tier, nullptr);
+  for (BlockHash h = 1; h <= 32; ++h) ASSERT_TRUE(tier->Put({h, 0}, MakeBlock(h, kBlock)).ok());
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      disk_internal::AlignedBuffer aligned(kBlock);
+      std::vector<std::byte> unaligned(kBlock + 1);
+      const std::span<std::byte> dst =
+          t % 2 == 1 ? aligned.span() : std::span(unaligned).subspan(1);
+      for (int i = 0; i < 40; ++i) {
+        const BlockHash h = 1 + (t * 5 + i * 3) % 32;
+        if (!tier->Get(h, dst).ok() || !std::ranges::equal(dst, MakeBlock(h, kBlock))) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(tier->stats().hits, 12 * 40);
+  EXPECT_EQ(tier->stats().checksum_failures, 0);
 }
 
 // Gets race with Puts that evict and reuse slots (a small tier, many keys, O_DIRECT on a real
