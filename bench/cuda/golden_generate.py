@@ -12,8 +12,11 @@ implementations can part where the fp32 margin is within bf16 rounding of the lo
 
     golden_generate.py --strata BIN --plugin SO [--fixtures DIR] [--device cuda]
 
-Exit status 1 when strata departs from the fp32 reference at a step whose fp32 margin exceeds
---tie-margin and transformers-bf16 does not depart there too; 0 otherwise. Needs torch and
+Also checks strata's logits along its own path against transformers in fp32 (its top-20
+logprobs relative to its top token, vs the fp32 logits of the same tokens; normalized by the
+largest |logit| as golden_test and plugin-test do). Exit status 1 when that error exceeds
+--logit-tolerance (bf16: 2e-2), or strata departs from the fp32 reference at a step whose fp32
+margin exceeds --tie-margin and transformers-bf16 does not depart there too; 0 otherwise. Needs torch and
 transformers (the GPU machine has both); a test tool, not part of the product.
 """
 import argparse
@@ -26,11 +29,32 @@ import torch
 from transformers import AutoModelForCausalLM
 
 
-def strata_tokens(args, model_dir, prompt, n):
+def strata_generate(args, model_dir, prompt, n):
+    """strata's greedy tokens and, per step, its top-20 (token, logprob) pairs."""
     cmd = [args.strata, "generate", "--plugin", args.plugin, "--model", model_dir, "--prompt",
-           prompt, "--max-tokens", str(n), "--ignore-eos", "--json"]
+           prompt, "--max-tokens", str(n), "--ignore-eos", "--json", "--logprobs", "20"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["tokens"]
+    res = json.loads(out.strip().splitlines()[-1])
+    tops = [[(t["token"], t["logprob"]) for t in step["top"]] for step in res["logprobs"]]
+    return res["tokens"], tops
+
+
+def logit_error(model, input_ids, tokens, tops, device):
+    """Largest |(strata's logprob of token j - of its top token) - (fp32 logit of j - of that
+    top token)| over each step's top-20, over the largest |fp32 logit| at that step: the error
+    of strata's logits along its own path, in the units of golden_test / plugin-test."""
+    ids = torch.tensor([input_ids + tokens[:-1]], device=device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(input_ids) - 1:].float().cpu()
+    worst = 0.0
+    for step, top in enumerate(tops):
+        row = logits[step]
+        scale = max(float(row.abs().max()), 1.0)
+        t0, lp0 = top[0]
+        for tok, lp in top[1:]:
+            err = abs((lp - lp0) - float(row[tok] - row[t0])) / scale
+            worst = max(worst, err)
+    return worst
 
 
 def hf_tokens(model, input_ids, n, device):
@@ -73,15 +97,20 @@ def main():
     p.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                       "tests", "fixtures", "models"))
     p.add_argument("--device", default="cuda", help="where transformers runs (cpu: a dry run)")
+    p.add_argument("--logit-tolerance", type=float, default=2e-2,
+                   help="bf16 tolerance of the logits, relative to the largest |logit| "
+                   "(plugin-test's)")
     p.add_argument("--tie-margin", type=float, default=1.0,
                    help="a departure from the fp32 reference where the fp32 top-2 margin is at "
                    "most this is a near-tie, not a failure")
     args = p.parse_args()
     failures = 0
     total = same_hf = same_ref = 0
-    print("| model | case | new tokens | strata = transformers (GPU, bf16)? | strata = fp32 "
-          "reference? | transformers (GPU, bf16) = fp32 reference? |")
-    print("|---|---:|---:|---|---|---|")
+    worst_err = 0.0
+    print("| model | case | new tokens | strata logits vs fp32 (max, normalized) | strata = "
+          "transformers (GPU, bf16)? | strata = fp32 reference? | transformers (GPU, bf16) = fp32 "
+          "reference? |")
+    print("|---|---:|---:|---:|---|---|---|")
     for name in sorted(os.listdir(args.fixtures)):
         model_dir = os.path.join(args.fixtures, name)
         ref_path = os.path.join(model_dir, "reference.json")
@@ -97,7 +126,9 @@ def main():
         for i, case in enumerate(ref["cases"]):
             expected = case["greedy_new_ids"]
             n = len(expected)
-            ours = strata_tokens(args, model_dir, case["prompt"], n)
+            ours, tops = strata_generate(args, model_dir, case["prompt"], n)
+            err = logit_error(fp32, case["input_ids"], ours, tops, args.device)
+            worst_err = max(worst_err, err)
             theirs = hf_tokens(bf16, case["input_ids"], n, args.device)
             margins = reference_margins(fp32, case["input_ids"], expected, args.device)
             total += 1
@@ -118,11 +149,16 @@ def main():
                     and d_hf_ref != d_ref):
                 failures += 1
                 c_ref += " FAIL"
-            print(f"| {name} | {i} | {n} | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
+            if err > args.logit_tolerance:
+                failures += 1
+            print(f"| {name} | {i} | {n} | {err:.1e}{' FAIL' if err > args.logit_tolerance else ''}"
+                  f" | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
         del fp32, bf16
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    print(f"\nstrata = transformers-bf16 on the same device: {same_hf}/{total} cases; "
+    print(f"\nstrata's logits along its own path vs transformers fp32: worst {worst_err:.1e} of "
+          f"the largest logit (tolerance {args.logit_tolerance})")
+    print(f"strata = transformers-bf16 on the same device: {same_hf}/{total} cases; "
           f"strata = fp32 reference: {same_ref}/{total}; {failures} departures from the "
           f"reference where the fp32 margin exceeds {args.tie_margin} and transformers-bf16 "
           f"stays on it")
