@@ -14,8 +14,9 @@ implementations can part where the fp32 margin is within bf16 rounding of the lo
 
 Also checks strata's logits along its own path against transformers in fp32 (its top-20
 logprobs relative to its top token, vs the fp32 logits of the same tokens; normalized by the
-largest |logit| as golden_test and plugin-test do). Exit status 1 when that error exceeds
---logit-tolerance (bf16: 2e-2), or strata departs from the fp32 reference at a step whose fp32
+largest |logit| as golden_test and plugin-test do), beside the same error of transformers in
+bf16 on the same path. Exit status 1 when strata's exceeds both --logit-tolerance (bf16: 2e-2)
+and twice transformers-bf16's, or strata departs from the fp32 reference at a step whose fp32
 margin exceeds --tie-margin and transformers-bf16 does not depart there too; 0 otherwise. Needs torch and
 transformers (the GPU machine has both); a test tool, not part of the product.
 """
@@ -39,21 +40,26 @@ def strata_generate(args, model_dir, prompt, n):
     return res["tokens"], tops
 
 
-def logit_error(model, input_ids, tokens, tops, device):
-    """Largest |(strata's logprob of token j - of its top token) - (fp32 logit of j - of that
-    top token)| over each step's top-20, over the largest |fp32 logit| at that step: the error
-    of strata's logits along its own path, in the units of golden_test / plugin-test."""
+def path_logits(model, input_ids, tokens, device):
+    """The model's logits at every generation step of `tokens` (teacher-forced), fp32, CPU."""
     ids = torch.tensor([input_ids + tokens[:-1]], device=device)
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(input_ids) - 1:].float().cpu()
+        return model(input_ids=ids).logits[0, len(input_ids) - 1:].float().cpu()
+
+
+def logit_error(ref, tops, other=None):
+    """Largest |(logit of token j - of the step's top token) - (the same in `ref`, fp32)| over
+    each step's top-20 tokens of strata, over the largest |fp32 logit| at that step (the units
+    of golden_test and plugin-test). The candidate's logits are strata's logprobs (`tops`), or
+    `other`'s logits for the same tokens."""
     worst = 0.0
     for step, top in enumerate(tops):
-        row = logits[step]
+        row = ref[step]
         scale = max(float(row.abs().max()), 1.0)
         t0, lp0 = top[0]
         for tok, lp in top[1:]:
-            err = abs((lp - lp0) - float(row[tok] - row[t0])) / scale
-            worst = max(worst, err)
+            got = lp - lp0 if other is None else float(other[step][tok] - other[step][t0])
+            worst = max(worst, abs(got - float(row[tok] - row[t0])) / scale)
     return worst
 
 
@@ -106,8 +112,8 @@ def main():
     args = p.parse_args()
     failures = 0
     total = same_hf = same_ref = 0
-    worst_err = 0.0
-    print("| model | case | new tokens | strata logits vs fp32 (max, normalized) | strata = "
+    worst_err = worst_hf = 0.0
+    print("| model | case | new tokens | logits vs fp32: strata / transformers bf16 | strata = "
           "transformers (GPU, bf16)? | strata = fp32 reference? | transformers (GPU, bf16) = fp32 "
           "reference? |")
     print("|---|---:|---:|---:|---|---|---|")
@@ -127,8 +133,16 @@ def main():
             expected = case["greedy_new_ids"]
             n = len(expected)
             ours, tops = strata_generate(args, model_dir, case["prompt"], n)
-            err = logit_error(fp32, case["input_ids"], ours, tops, args.device)
+            ref_logits = path_logits(fp32, case["input_ids"], ours, args.device)
+            err = logit_error(ref_logits, tops)
+            err_hf = logit_error(ref_logits, tops,
+                                 path_logits(bf16, case["input_ids"], ours, args.device))
             worst_err = max(worst_err, err)
+            worst_hf = max(worst_hf, err_hf)
+            # bf16 rounding of these fixtures' logits (and, for MoE, of their routing) can
+            # exceed the per-op tolerance: fail only beyond both it and twice what transformers
+            # in bf16 shows on the same path.
+            limit = max(args.logit_tolerance, 2 * err_hf)
             theirs = hf_tokens(bf16, case["input_ids"], n, args.device)
             margins = reference_margins(fp32, case["input_ids"], expected, args.device)
             total += 1
@@ -149,15 +163,16 @@ def main():
                     and d_hf_ref != d_ref):
                 failures += 1
                 c_ref += " FAIL"
-            if err > args.logit_tolerance:
+            if err > limit:
                 failures += 1
-            print(f"| {name} | {i} | {n} | {err:.1e}{' FAIL' if err > args.logit_tolerance else ''}"
-                  f" | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
+            print(f"| {name} | {i} | {n} | {err:.1e} / {err_hf:.1e}"
+                  f"{' FAIL' if err > limit else ''} | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
         del fp32, bf16
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    print(f"\nstrata's logits along its own path vs transformers fp32: worst {worst_err:.1e} of "
-          f"the largest logit (tolerance {args.logit_tolerance})")
+    print(f"\nlogits along strata's path vs transformers fp32, worst over all steps: strata "
+          f"{worst_err:.1e}, transformers bf16 {worst_hf:.1e} of the largest logit (a case fails "
+          f"beyond max({args.logit_tolerance}, 2x transformers bf16))")
     print(f"strata = transformers-bf16 on the same device: {same_hf}/{total} cases; "
           f"strata = fp32 reference: {same_ref}/{total}; {failures} departures from the "
           f"reference where the fp32 margin exceeds {args.tie_margin} and transformers-bf16 "
