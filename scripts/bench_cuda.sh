@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# CUDA decode attention benchmark (issue 5): the plugin's split-KV kernel vs the device-copy
-# bandwidth and vs PyTorch SDPA, same GPU, same run; plus the conformance suite on that GPU.
+# The CUDA plugin's benchmarks and GPU checks (issue 5), each side by side with its peer in the
+# same run: decode attention (vs device-copy bandwidth and PyTorch SDPA), prefill attention (vs
+# SDPA and our mma.sync kernel), MoE (vs torch._grouped_mm and our mma.sync kernels), the
+# end-to-end engine step (vs its roofline), sampling, GEMM algorithms, the golden fixtures; plus
+# the conformance suite on that GPU.
 #
 # Two steps, because the GPU machine has no toolchain for this project's dependencies:
 #
@@ -23,8 +26,8 @@
 #       The prefill part alone (same call, `device-prefill` for `device`): plugin-test (all
 #       ops, then attention_prefill with more seeds and compute-sanitizer memcheck),
 #       prefill_attention_bench (--dump: outputs checked by torch_sdpa_prefill.py --check
-#       against fp32 and SDPA) and torch_sdpa_prefill.py (SDPA flash backend), then a
-#       TFLOP/s table with ours/SDPA ratios.
+#       against fp32 and SDPA), the same with --kernel mma (v1) and torch_sdpa_prefill.py (SDPA
+#       flash backend), then a TFLOP/s table with ours/SDPA and ours/v1 ratios.
 #
 #   scripts/bench_cuda.sh device-step [--quick]
 #       The end-to-end engine step alone (same call, `device-step`; the log is step.log):
@@ -53,9 +56,10 @@
 #   scripts/bench_cuda.sh device-moe [--quick]
 #       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
 #       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
-#       moe_bench and bench/cuda/torch_moe.py (torch._grouped_mm, or a per-expert loop), a table of
-#       layer times with ours/torch ratios and, for decode-sized shapes, the GB/s of expert
-#       weights touched over the measured device-copy bandwidth.
+#       moe_bench, moe_bench --kernel mma (the mma.sync GEMMs) and bench/cuda/torch_moe.py
+#       (torch._grouped_mm, or a per-expert loop), a table of layer times with ours/torch and
+#       mma/ours ratios and, for decode-sized shapes, the GB/s of expert weights touched over
+#       the measured device-copy bandwidth.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/out/cuda-bench
