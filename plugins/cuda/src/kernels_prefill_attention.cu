@@ -339,15 +339,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
 template <int kHeadDim>
 cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
-  cudaError_t err =
-      AllowDynamicSmem<PrefillAttentionKernel<kHeadDim>>(Traits<kHeadDim>::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  int32_t group = 0, per_tile = 0;
-  unsigned ctas = 0;
-  if (!PrefillGrid(a, kRows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
-  PrefillAttentionKernel<kHeadDim>
-      <<<ctas, kThreads, Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile, group);
-  return cudaGetLastError();
+  return LaunchPrefillKernel<PrefillAttentionKernel<kHeadDim>>(
+      a, kRows, kThreads, Traits<kHeadDim>::kSmemBytes, stream);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

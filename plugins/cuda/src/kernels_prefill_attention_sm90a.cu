@@ -323,15 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int kHeadDim>
 cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
-  cudaError_t err =
-      AllowDynamicSmem<PrefillAttentionWgmmaKernel<kHeadDim>>(Traits<kHeadDim>::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  int32_t group = 0, per_tile = 0;
-  unsigned ctas = 0;
-  if (!PrefillGrid(a, kRows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
-  PrefillAttentionWgmmaKernel<kHeadDim>
-      <<<ctas, kThreads, Traits<kHeadDim>::kSmemBytes, stream>>>(a, per_tile, group);
-  return cudaGetLastError();
+  return LaunchPrefillKernel<PrefillAttentionWgmmaKernel<kHeadDim>>(
+      a, kRows, kThreads, Traits<kHeadDim>::kSmemBytes, stream);
 }
 
 }  // namespace

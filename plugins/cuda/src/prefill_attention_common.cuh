@@ -89,6 +89,19 @@ inline bool PrefillGrid(const AttentionArgs& a, int rows, int32_t* group, int32_
   return true;
 }
 
+// Launches kKernel (arguments: the batch, P, G) with `rows` query rows per CTA over the batch.
+template <auto kKernel>
+cudaError_t LaunchPrefillKernel(const AttentionArgs& a, int rows, int threads, int smem_bytes,
+                                cudaStream_t stream) {
+  cudaError_t err = AllowDynamicSmem<kKernel>(smem_bytes);
+  if (err != cudaSuccess) return err;
+  int32_t group = 0, per_tile = 0;
+  unsigned ctas = 0;
+  if (!PrefillGrid(a, rows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
+  kKernel<<<ctas, threads, smem_bytes, stream>>>(a, per_tile, group);
+  return cudaGetLastError();
+}
+
 // Per-thread constants of the K/V loads: this thread's 16-byte column in the cache for the
 // CTA's kv head and layer, and the element stride of one pool block.
 struct KvSource {
