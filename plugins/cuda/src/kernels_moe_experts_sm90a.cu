@@ -21,7 +21,7 @@ using namespace wgmma;  // NOLINT(google-build-using-namespace)
 
 // The STRATA_MOE90_* macros exist only so bench builds can compare variants; the plugin is
 // built with the defaults. B rows per CTA (256: one m64n256 per warpgroup, or 128), stages,
-// CTAs per SM.
+// CTAs per SM, m-tiles per rasterization group.
 #ifndef STRATA_MOE90_BROWS
 #define STRATA_MOE90_BROWS 256
 #endif
@@ -31,12 +31,17 @@ using namespace wgmma;  // NOLINT(google-build-using-namespace)
 #ifndef STRATA_MOE90_CTAS
 #define STRATA_MOE90_CTAS 1
 #endif
+#ifndef STRATA_MOE90_GROUP_M
+#define STRATA_MOE90_GROUP_M 8
+#endif
 constexpr int kBRows = STRATA_MOE90_BROWS;
 static_assert(kBRows == 128 || kBRows == 256, "m64n128 or m64n256");
 // BM, BN (per part), WM x WN (8 warps: the loader's thread count), stages, parts, CTAs per SM,
 // GROUP_M.
-using WgGateUp = Tile<kWgmmaTileM, kBRows / 2, 8, 1, STRATA_MOE90_STAGES, 2, STRATA_MOE90_CTAS, 8>;
-using WgDown = Tile<kWgmmaTileM, kBRows, 8, 1, STRATA_MOE90_STAGES, 1, STRATA_MOE90_CTAS, 8>;
+using WgGateUp = Tile<kWgmmaTileM, kBRows / 2, 8, 1, STRATA_MOE90_STAGES, 2, STRATA_MOE90_CTAS,
+                      STRATA_MOE90_GROUP_M>;
+using WgDown = Tile<kWgmmaTileM, kBRows, 8, 1, STRATA_MOE90_STAGES, 1, STRATA_MOE90_CTAS,
+                    STRATA_MOE90_GROUP_M>;
 
 template <int N>
 __device__ __forceinline__ void WgmmaSS(float (&d)[N / 2], uint64_t a, uint64_t b) {
