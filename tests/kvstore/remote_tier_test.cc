@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "remote_test_util.h"
@@ -114,6 +115,36 @@ TEST(RemoteTierTest, CorruptCopyIsNeverServed) {
   ASSERT_TRUE(tier->Put({.hash = 7}, MakeBlock(kBlock, 7)).ok());
   EXPECT_TRUE(tier->Get(7, out).ok());
   EXPECT_EQ(out, MakeBlock(kBlock, 7));
+}
+
+// A corrupt block in the middle of a run ends the run there (it stops at the first miss), with
+// every block before it served and nothing of it or after it copied.
+TEST(RemoteTierTest, CorruptBlockLateInARunEndsTheRunThere) {
+  auto server = StartServer("kvs-corrupt-run", 16);
+  auto tier = Connect({server->address()});
+  const auto metas = Chain(300, 8);  // one lane: one piece of 8 blocks
+  std::vector<std::byte> data;
+  for (const BlockMeta& m : metas) {
+    const auto b = MakeBlock(kBlock, m.hash);
+    data.insert(data.end(), b.begin(), b.end());
+  }
+  ASSERT_TRUE(tier->PutRun(metas, data).ok());
+  tier->Flush();
+  ASSERT_TRUE(server->CorruptBlockForTest(306).ok());  // the 7th block
+  std::vector<BlockHash> hashes;
+  for (const BlockMeta& m : metas) hashes.push_back(m.hash);
+  std::vector<std::byte> out(hashes.size() * kBlock, std::byte{0xee});
+  auto n = tier->GetRun(hashes, out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 6);
+  EXPECT_TRUE(std::equal(data.begin(), data.begin() + 6 * kBlock, out.begin()))
+      << "the blocks before the corrupt one are served";
+  EXPECT_TRUE(std::all_of(out.begin() + 6 * kBlock, out.end(),
+                          [](std::byte b) { return b == std::byte{0xee}; }))
+      << "nothing of the corrupt block or after it is copied";
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+  EXPECT_FALSE(tier->Contains(306));
+  EXPECT_TRUE(tier->Contains(305));
 }
 
 // A raw client of the KvStore service, for what RemoteTier never sends.
