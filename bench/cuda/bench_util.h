@@ -63,4 +63,33 @@ inline double CopyBandwidthGBs() {
   return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
+// Median milliseconds per call of `call(i)` (i: the call's index within a batch, e.g. to rotate
+// buffers) on the default stream: a 3-call warm-up, one call to size the batches, then `reps`
+// batches of about `batch_ms` each (between min_calls and max_calls calls).
+template <typename F>
+float MedianMsPerCall(F call, float batch_ms, int min_calls, int max_calls, int reps) {
+  cudaEvent_t e0, e1;
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
+  auto batch = [&](int n) {
+    BENCH_CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < n; ++i) call(i);
+    BENCH_CHECK(cudaEventRecord(e1));
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms / n;
+  };
+  batch(3);
+  const float one = batch(1);
+  const int calls =
+      std::clamp(static_cast<int>(batch_ms / std::max(one, 1e-3f)), min_calls, max_calls);
+  std::vector<float> ms;
+  for (int rep = 0; rep < reps; ++rep) ms.push_back(batch(calls));
+  std::sort(ms.begin(), ms.end());
+  BENCH_CHECK(cudaEventDestroy(e0));
+  BENCH_CHECK(cudaEventDestroy(e1));
+  return ms[ms.size() / 2];
+}
+
 }  // namespace strata::cuda::bench

@@ -27,6 +27,7 @@ namespace strata::cuda {
 namespace {
 
 using strata::cuda::bench::CopyBandwidthGBs;
+using strata::cuda::bench::MedianMsPerCall;
 
 #define BLAS_CHECK(expr)                                                        \
   do {                                                                          \
@@ -47,32 +48,7 @@ struct Shape {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxAlgos = 16;
-
-// Median ms per call of `call(i)` (i: the call's index, for rotating buffers) over 5 batches.
-template <typename F>
-float MedianMs(F call) {
-  cudaEvent_t e0, e1;
-  BENCH_CHECK(cudaEventCreate(&e0));
-  BENCH_CHECK(cudaEventCreate(&e1));
-  auto batch = [&](int n) {
-    BENCH_CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < n; ++i) call(i);
-    BENCH_CHECK(cudaEventRecord(e1));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms / n;
-  };
-  batch(3);
-  const float one = batch(1);
-  const int iters = std::clamp(static_cast<int>(10.0f / std::max(one, 1e-3f)), 4, 400);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 5; ++rep) ms.push_back(batch(iters));
-  std::sort(ms.begin(), ms.end());
-  BENCH_CHECK(cudaEventDestroy(e0));
-  BENCH_CHECK(cudaEventDestroy(e1));
-  return ms[ms.size() / 2];
-}
+constexpr float kBatchMs = 10.0f;  // per timed batch of calls
 
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
@@ -114,11 +90,14 @@ int Main(int argc, char** argv) {
       const float alpha = 1.0f, beta = 0.0f;
       const double bytes = static_cast<double>(w_bytes) + 2.0 * m * sh.k + 2.0 * m * sh.n;
       // What the plugin runs (cuda_ops_dense.cc GemmNT): column-major out^T = w^T-as-A * x^T.
-      const float gemmex_ms = MedianMs([&](int i) {
-        BLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha,
-                                w[i % copies], CUDA_R_16BF, sh.k, x, CUDA_R_16BF, sh.k, &beta, out,
-                                CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      });
+      const float gemmex_ms = MedianMsPerCall(
+          [&](int i) {
+            BLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha,
+                                    w[i % copies], CUDA_R_16BF, sh.k, x, CUDA_R_16BF, sh.k, &beta,
+                                    out, CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+          },
+          kBatchMs, 4, 400, 5);
       // cuBLASLt: the same problem, every heuristic candidate.
       cublasLtMatmulDesc_t desc;
       BLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -143,10 +122,13 @@ int Main(int argc, char** argv) {
       float first_ms = 0, best_ms = 1e30f;
       int best = -1;
       for (int a = 0; a < found; ++a) {
-        const float t = MedianMs([&](int i) {
-          BLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w[i % copies], la, x, lb, &beta, out, lc, out,
-                                    lc, &results[a].algo, workspace, kWorkspaceBytes, nullptr));
-        });
+        const float t = MedianMsPerCall(
+            [&](int i) {
+              BLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w[i % copies], la, x, lb, &beta, out,
+                                        lc, out, lc, &results[a].algo, workspace, kWorkspaceBytes,
+                                        nullptr));
+            },
+            kBatchMs, 4, 400, 5);
         if (a == 0) first_ms = t;
         if (t < best_ms) best_ms = t, best = a;
       }

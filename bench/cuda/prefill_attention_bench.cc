@@ -38,6 +38,7 @@ namespace strata::cuda {
 namespace {
 
 using strata::cuda::bench::CopyBandwidthGBs;
+using strata::cuda::bench::MedianMsPerCall;
 using strata::cuda::bench::FromBf16;
 using strata::cuda::bench::ToBf16;
 
@@ -208,27 +209,7 @@ double RunChecked(Setup& st, bool general, std::vector<uint16_t>* ours, float* g
 
 // Median milliseconds per call over 7 repetitions of a batch of calls (~25 ms each).
 float TimeMs(const AttentionArgs& args) {
-  cudaEvent_t e0, e1;
-  BENCH_CHECK(cudaEventCreate(&e0));
-  BENCH_CHECK(cudaEventCreate(&e1));
-  auto time_calls = [&](int n) {
-    BENCH_CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < n; ++i) BENCH_CHECK(g_launch(args, nullptr));
-    BENCH_CHECK(cudaEventRecord(e1));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms / n;
-  };
-  time_calls(3);
-  const float one = time_calls(1);
-  const int iters = std::clamp(static_cast<int>(25.0f / std::max(one, 1e-3f)), 3, 1000);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 7; ++rep) ms.push_back(time_calls(iters));
-  std::sort(ms.begin(), ms.end());
-  BENCH_CHECK(cudaEventDestroy(e0));
-  BENCH_CHECK(cudaEventDestroy(e1));
-  return ms[ms.size() / 2];
+  return MedianMsPerCall([&](int) { BENCH_CHECK(g_launch(args, nullptr)); }, 25.0f, 3, 1000, 7);
 }
 
 void Dump(const std::string& dir, const Shape& sh, const Setup& st,
