@@ -64,10 +64,7 @@ void Daemon::Owe(const Session& session, Owed more) {
   Owed lost;
   {
     absl::MutexLock lock(&owed_mu_);
-    if (owed_.instance != session.instance) {
-      std::swap(lost, owed_);
-      owed_.instance = session.instance;
-    }
+    lost = DropStaleLocked(session.instance);
     if (owed_.empty()) owed_since_ = absl::Now();
     auto append = [](auto& dst, auto& src) {
       dst.insert(dst.end(), std::make_move_iterator(src.begin()),
@@ -92,12 +89,8 @@ Owed Daemon::TakeOwed(const Session& session) {
     absl::MutexLock lock(&owed_mu_);
     owed_mu_.Await(absl::Condition(
         +[](bool* flushing) { return !*flushing; }, &flushing_));
-    if (owed_.instance != session.instance) {
-      std::swap(lost, owed_);
-      owed_.instance = session.instance;
-    } else {
-      taken = TakeUpTo(owed_, kMaxKvBlocksPerRequest);
-    }
+    lost = DropStaleLocked(session.instance);
+    taken = TakeUpTo(owed_, kMaxKvBlocksPerRequest);
     owed_since_ = absl::Now();  // what is left waits a full delay again
   }
   Settled(lost, {}, Lost(address_));
@@ -130,20 +123,32 @@ void Daemon::Flush() {
       ctx.set_deadline(Deadline());
       s = FromGrpc(stub_->Settle(&ctx, req, &resp));
       if (!s.ok() && IsDaemonFailure(s)) Drop(*session, s);
-      if (s.ok() && resp.commit_codes_size() != static_cast<int>(owed.commits.size())) {
-        s = absl::InternalError("kvstore answered a settle for the wrong number of commits");
-      }
     }
     {
       absl::MutexLock lock(&owed_mu_);
       flushing_ = false;
     }
-    Settled(owed,
-            s.ok() ? std::span<const uint32_t>(resp.commit_codes().data(),
-                                               resp.commit_codes_size())
-                   : std::span<const uint32_t>(),
-            s);
+    Answered(owed, resp.commit_codes(), &s);
   }
+}
+
+Owed Daemon::DropStaleLocked(uint64_t instance) {
+  Owed lost;
+  if (owed_.instance != instance) {
+    std::swap(lost, owed_);
+    owed_.instance = instance;
+  }
+  return lost;
+}
+
+void Daemon::Answered(const Owed& owed, const google::protobuf::RepeatedField<uint32_t>& codes,
+                      absl::Status* s) {
+  if (s->ok() && codes.size() != static_cast<int>(owed.commits.size())) {
+    *s = absl::InternalError("kvstore answered a settle for the wrong number of commits");
+  }
+  Settled(owed, s->ok() ? std::span<const uint32_t>(codes.data(), codes.size())
+                        : std::span<const uint32_t>(),
+          *s);
 }
 
 void Daemon::Settled(const Owed& owed, std::span<const uint32_t> codes,

@@ -107,15 +107,7 @@ class Daemon {
       Drop(session, s);
       s = absl::UnavailableError(absl::StrCat("kvstore ", address_, ": ", s.message()));
     }
-    if constexpr (kCarries) {
-      if (s.ok() && resp.commit_codes_size() != static_cast<int>(owed.commits.size())) {
-        s = absl::InternalError("kvstore answered a settle for the wrong number of commits");
-      }
-      Settled(owed, s.ok() ? std::span<const uint32_t>(resp.commit_codes().data(),
-                                                       resp.commit_codes_size())
-                           : std::span<const uint32_t>(),
-              s);
-    }
+    if constexpr (kCarries) Answered(owed, resp.commit_codes(), &s);
     if (!s.ok()) return s;
     return resp;
   }
@@ -135,6 +127,12 @@ class Daemon {
   Owed TakeOwed(const Session& session) ABSL_LOCKS_EXCLUDED(owed_mu_);
   // Reports the commits of `owed` to on_commits_ (lost, with `error`, when codes is empty).
   void Settled(const Owed& owed, std::span<const uint32_t> codes, const absl::Status& error);
+  // Reports `owed` as the daemon answered it: its commit codes when the RPC that carried it
+  // succeeded (*s becomes Internal if they do not match the commits one for one), else lost.
+  void Answered(const Owed& owed, const google::protobuf::RepeatedField<uint32_t>& codes,
+                absl::Status* s);
+  // Empties what is owed to an older daemon start than `instance` and returns it (lost).
+  Owed DropStaleLocked(uint64_t instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(owed_mu_);
 
   const std::string address_;
   transport::Agent* const agent_;
