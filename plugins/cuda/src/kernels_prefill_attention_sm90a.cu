@@ -30,7 +30,6 @@
 // have 8-row groups 1,024 bytes apart (stride byte offset) and step 32 bytes per k16; V, the
 // MN-major operand, has its 8-key groups 1,024 bytes apart and its two 64-column panels
 // kKeys x 128 bytes apart (leading byte offset), and steps 2,048 bytes per k16.
-#include <atomic>
 #include <cmath>
 
 #include "cuda_kernels.h"
@@ -328,33 +327,6 @@ cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
-
-namespace {
-std::atomic<bool> wgmma_enabled{true};
-}  // namespace
-
-void SetWgmmaKernelsEnabled(bool enabled) {
-  wgmma_enabled.store(enabled, std::memory_order_relaxed);
-}
-
-bool WgmmaAvailable() {
-  if (!wgmma_enabled.load(std::memory_order_relaxed)) return false;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> known[kMaxDevices];  // 0 unknown, 1 no, 2 yes
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && known[device].load(std::memory_order_acquire) != 0) {
-    return known[device].load(std::memory_order_relaxed) == 2;
-  }
-  int major = 0, minor = 0;
-  const bool ok =
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-      major == 9 && minor == 0;
-  if (cached) known[device].store(ok ? 2 : 1, std::memory_order_release);
-  return ok;
-}
 
 cudaError_t LaunchPrefillAttentionWgmma(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0 || a.rows == 0 || a.q_heads == 0) return cudaSuccess;
