@@ -330,7 +330,7 @@ moe_table() {
     $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6; mode = $7 }
     END {
       printf "device copy bandwidth (D2D, read+write): %.0f GB/s; torch mode: %s\n\n", copy, mode
-      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours | mma.sync us | mma/ours | wgmma vs mma |"
+      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours | mma.sync us | mma/ours | ours vs mma |"
       print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")

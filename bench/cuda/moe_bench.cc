@@ -12,11 +12,12 @@
 // routings) over the device-copy bandwidth measured in the same run (cudaMemcpy D2D of 2 GiB,
 // bytes read + written).
 //
-// Where the wgmma kernels run (compute capability 9.0, prefill-sized groups), each such shape is
-// also computed once with the mma.sync kernels on the same routing and the normalized L2
-// difference printed ("vs mma"); --kernel mma times the mma.sync kernels instead.
+// Where the wgmma kernels (compute capability 9.0, prefill-sized groups) or the vector kernels
+// (decode-sized calls) run, each such shape is also computed once with the mma.sync tile
+// kernels on the same routing and the normalized L2 difference printed ("vs mma"); --kernel mma
+// times the mma.sync tile kernels everywhere instead (the same-run baseline).
 //
-//     moe_bench [--quick] [--kernel auto|mma]
+//     moe_bench [--quick] [--kernel auto|mma] [--tokens N,N,...]
 //         prints a table and "CSV,..." lines for scripts/bench_cuda.sh
 #include <cuda_runtime.h>
 
@@ -77,7 +78,7 @@ struct Buffers {
 
 struct Result {
   double us = 0, experts_us = 0, experts_touched = 0;
-  double vs_mma = -1;  // ||wgmma - mma|| / ||mma|| on one routing, -1 when wgmma did not run
+  double vs_mma = -1;  // ||ours - mma|| / ||mma|| on one routing, -1 when ours is the mma path
   const char* tiles = "";
 };
 
@@ -160,32 +161,43 @@ double MedianUs(int calls, Fn call, cudaStream_t stream) {
   return per_call[per_call.size() / 2];
 }
 
+void EnsureWorkspace(Buffers& b, size_t bytes) {
+  if (bytes <= b.workspace_bytes) return;
+  BENCH_CHECK(cudaFree(b.workspace));
+  BENCH_CHECK(cudaMalloc(&b.workspace, bytes));
+  b.workspace_bytes = bytes;
+}
+
 Result TimeShape(const Model& m, int64_t tokens, Buffers& b, cudaStream_t stream) {
   strata::cuda::MoePlan plan;
   BENCH_CHECK(strata::cuda::PlanMoeExperts(ExpertArgs(m, tokens, b, 0), &plan));
-  if (plan.workspace_bytes > b.workspace_bytes) {
-    BENCH_CHECK(cudaFree(b.workspace));
-    BENCH_CHECK(cudaMalloc(&b.workspace, plan.workspace_bytes));
-    b.workspace_bytes = plan.workspace_bytes;
-  }
+  EnsureWorkspace(b, plan.workspace_bytes);
   for (int r = 0; r < kRoutings; ++r) Call(m, tokens, b, r, plan, stream);  // warm-up
   Result res;
   res.tiles = plan.tiles == strata::cuda::MoeTiles::kLarge    ? "large"
               : plan.tiles == strata::cuda::MoeTiles::kMedium ? "medium"
-                                                              : "small";
+              : plan.tiles == strata::cuda::MoeTiles::kSmall  ? "small"
+                                                              : "vector";
   res.experts_touched = DistinctExperts(m, tokens, b, stream);
   const int calls = tokens >= 512 ? 8 : 32;
   res.us = MedianUs(
       calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream); }, stream);
   res.experts_us = MedianUs(
       calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, true); }, stream);
-  if (plan.tiles == strata::cuda::MoeTiles::kLarge && strata::cuda::WgmmaAvailable()) {
+  const bool wgmma = plan.tiles == strata::cuda::MoeTiles::kLarge && strata::cuda::WgmmaAvailable();
+  if (wgmma || plan.tiles == strata::cuda::MoeTiles::kVector) {
+    // The same routing through the mma.sync tile kernels: the output difference.
     Call(m, tokens, b, 0, plan, stream, true);
     const std::vector<uint16_t> ours = Output(m, tokens, b, stream);
     strata::cuda::SetWgmmaKernelsEnabled(false);
-    Call(m, tokens, b, 0, plan, stream, true);
+    strata::cuda::SetMoeVectorKernelsEnabled(false);
+    strata::cuda::MoePlan mma_plan;
+    BENCH_CHECK(strata::cuda::PlanMoeExperts(ExpertArgs(m, tokens, b, 0), &mma_plan));
+    EnsureWorkspace(b, mma_plan.workspace_bytes);
+    Call(m, tokens, b, 0, mma_plan, stream, true);
     const std::vector<uint16_t> ref = Output(m, tokens, b, stream);
     strata::cuda::SetWgmmaKernelsEnabled(true);
+    strata::cuda::SetMoeVectorKernelsEnabled(true);
     double num = 0, den = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
       const double x = FromBf16(ours[i]), y = FromBf16(ref[i]);
@@ -193,7 +205,7 @@ Result TimeShape(const Model& m, int64_t tokens, Buffers& b, cudaStream_t stream
       den += y * y;
     }
     res.vs_mma = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-    res.tiles = "large (wgmma)";
+    if (wgmma) res.tiles = "large (wgmma)";
   }
   return res;
 }
@@ -262,23 +274,37 @@ void RunModel(const Model& m, const std::vector<int64_t>& token_counts, double c
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::vector<int64_t> tokens;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc &&
                std::strcmp(argv[i + 1], "mma") == 0) {
       strata::cuda::SetWgmmaKernelsEnabled(false);
+      strata::cuda::SetMoeVectorKernelsEnabled(false);
       ++i;
     } else if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc &&
                std::strcmp(argv[i + 1], "auto") == 0) {
       ++i;
+    } else if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p != 0;) {
+        char* end = nullptr;
+        const long long t = std::strtoll(p, &end, 10);
+        if (end == p || t <= 0 || (*end != 0 && *end != ',')) {
+          std::fprintf(stderr, "moe_bench: --tokens wants positive counts separated by commas\n");
+          return 2;
+        }
+        tokens.push_back(t);
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
-      std::fprintf(stderr, "usage: moe_bench [--quick] [--kernel auto|mma]\n");
+      std::fprintf(stderr, "usage: moe_bench [--quick] [--kernel auto|mma] [--tokens N,N,...]\n");
       return 2;
     }
   }
-  const std::vector<int64_t> tokens =
-      quick ? std::vector<int64_t>{1, 64, 4096} : std::vector<int64_t>{1, 8, 64, 512, 4096};
+  if (tokens.empty()) {
+    tokens = quick ? std::vector<int64_t>{1, 64, 4096} : std::vector<int64_t>{1, 8, 64, 512, 4096};
+  }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, %d SMs, wgmma kernels %s\n", prop.name, prop.multiProcessorCount,

@@ -111,6 +111,11 @@ void AddMoeExpertsCases(uint64_t seed, CaseList* out) {
   AddMoeExperts(seed, {3, 512, 448, 8, 2}, out);
   AddMoeExperts(seed, {300, 256, 128, 8, 2}, out);
   AddMoeExperts(seed, {40, 72, 40, 16, 4}, out);
+  // Decode-sized calls (a GPU plugin's vector kernels): top-8 at 64 assignments, top-6 (a
+  // partial group of 8), top-3, and rows that are not a multiple of a warp's 32 chunks.
+  AddMoeExperts(seed, {8, 256, 96, 128, 8}, out);
+  AddMoeExperts(seed, {2, 128, 64, 32, 6}, out);
+  AddMoeExperts(seed, {5, 72, 40, 16, 3}, out);
 }
 
 }  // namespace strata::conformance

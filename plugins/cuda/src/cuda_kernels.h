@@ -73,7 +73,7 @@ cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t ro
 // mma.sync, fp32 accumulation; the x row gather fused into the first, silu(gate) * up into its
 // epilogue) and a weighted combine in fp32. An id outside [0, experts) contributes nothing.
 // Plan, then run: the plan depends on host-side shapes only, so the launch can be captured in
-// a CUDA graph; the run enqueues 4 kernels and never synchronizes.
+// a CUDA graph; the run enqueues 4 kernels (2 on the vector path) and never synchronizes.
 struct MoeExpertsArgs {
   const bf16* x = nullptr;
   int64_t x_stride = 0;
@@ -98,11 +98,20 @@ struct MoeExpertsArgs {
 // 8 elements, experts < 12288, rows * top_k <= 2^30. Anything else is not served.
 bool MoeExpertsSupported(const MoeExpertsArgs& args);
 
-// Tile shape by average rows per active expert: < 16 small (16 x 32 tiles, deep rings: decode,
-// weight-bandwidth bound), < 64 medium (32 x 32), else large (128 x 128: prefill, compute bound).
+// Kernels by size: at most kMoeVectorMaxAssignments (token, expert) assignments, and no more
+// than there are experts, take the vector kernels (kernels_moe_vector.cu: warp dot products, no
+// sort, the combine fused; decode, weight-bandwidth bound); else the tile shape goes by
+// average rows per active expert: < 16
+// small (16 x 32 tiles, deep rings), < 64 medium (32 x 32), else large (128 x 128: prefill,
+// compute bound).
+inline constexpr int64_t kMoeVectorMaxAssignments = 64;
 inline constexpr int64_t kMoeMediumTileRows = 16;
 inline constexpr int64_t kMoeLargeTileRows = 64;
-enum class MoeTiles { kSmall, kMedium, kLarge };
+enum class MoeTiles { kVector, kSmall, kMedium, kLarge };
+// Benches only: false plans every call on the tiles (the same-run baseline of the vector path).
+void SetMoeVectorKernelsEnabled(bool enabled);
+// The vector path: act is [rows * top_k, inter] bf16 of workspace. Two kernels.
+cudaError_t LaunchMoeVector(const MoeExpertsArgs& args, void* act, cudaStream_t stream);
 
 struct MoePlan {
   MoeTiles tiles = MoeTiles::kSmall;

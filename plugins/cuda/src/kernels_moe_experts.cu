@@ -23,6 +23,7 @@
 // dependent launch (see WaitForPrerequisites; not the large tiles' GEMMs); the down GEMM
 // streams its first weight stages before the gate_up GEMM has finished.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "cuda_kernels.h"
@@ -462,8 +463,23 @@ bool MoeExpertsSupported(const MoeExpertsArgs& m) {
          m.experts + 1 <= kMaxSortBuckets && m.rows * m.top_k <= (int64_t{1} << 30);
 }
 
+namespace {
+std::atomic<bool> vector_kernels_enabled{true};
+}  // namespace
+
+void SetMoeVectorKernelsEnabled(bool enabled) { vector_kernels_enabled.store(enabled); }
+
 cudaError_t PlanMoeExperts(const MoeExpertsArgs& m, MoePlan* plan) {
   const int64_t n = m.rows * m.top_k;
+  // The vector kernels read a weight row once per assignment (a row two tokens share comes from
+  // the L2 the second time), so they serve calls that route about one token per expert.
+  if (n <= kMoeVectorMaxAssignments && n <= m.experts && vector_kernels_enabled.load()) {
+    plan->tiles = MoeTiles::kVector;
+    plan->block_m = 0;
+    plan->max_tiles = 0;
+    plan->workspace_bytes = Align256(n * m.inter * sizeof(bf16));
+    return cudaSuccess;
+  }
   const int64_t active = std::min<int64_t>(m.experts, n);
   // Average rows per active expert decides the tile shape.
   const int64_t rows = active > 0 ? n / active : 0;
@@ -481,6 +497,7 @@ cudaError_t PlanMoeExperts(const MoeExpertsArgs& m, MoePlan* plan) {
 cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void* workspace,
                              cudaStream_t stream) {
   if (m.rows == 0) return cudaSuccess;
+  if (plan.tiles == MoeTiles::kVector) return LaunchMoeVector(m, workspace, stream);
   char* ws = static_cast<char*>(workspace);
   const Layout l = MakeLayout(m, plan.max_tiles);
   SortArgs s{};
@@ -511,6 +528,7 @@ cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void*
       err = LaunchGemms<MediumGateUp, MediumDown>(m, plan, ws, l, stream);
       break;
     case MoeTiles::kSmall:
+    case MoeTiles::kVector:  // not reached (returned above)
       err = LaunchGemms<SmallGateUp, SmallDown>(m, plan, ws, l, stream);
       break;
   }

@@ -1,0 +1,289 @@
+// moe_experts for decode-sized calls (few tokens, so few rows per expert): two kernels of warp
+// dot products, no sort, no tensor cores (issue 5, MoE v3).
+//
+// At 1-8 tokens an expert sees one or two rows, so the layer is a weight stream: Qwen3-30B-A3B
+// at one token reads 8 experts x 9.4 MB and does 2 FLOPs per weight. The tiled path spends a
+// sort kernel, 16-row mma tiles that are 1/16 used, a combine kernel and an uneven split of
+// 256 KB tiles over the SMs on it. Here every warp owns units of one weight row (or a gate/up
+// row pair) and streams them with 16-byte loads that skip L1, the activations it multiplies
+// them by staying in L1:
+//
+//   1. MoeVectorGateUpKernel: unit (c, a) for column c < I and assignment a = t * k + j:
+//      act[a, c] = silu(x[t] . Wg[e][c]) * (x[t] . Wu[e][c]), e = ids[t, j], in bf16.
+//   2. MoeVectorDownKernel: unit (n, t) for column n < H and token t:
+//      out[t, n] = sum_j w[t, j] * (act[t * k + j] . Wd[e_j][n]), fp32, j in order, bf16 out
+//      (the combine is fused: a unit holds all k experts of its token).
+//
+// Units are numbered so that neighbouring warps take the same column of different tokens (and,
+// for gate_up, of the token's other experts), so a weight row two tokens share is read from the
+// L2 the second time; the plan sends only calls with no more assignments than experts here.
+// Grids are persistent (2 CTAs of 8 warps per SM, each warp striding over the units), which
+// spreads the bytes evenly over the SMs; 16 loads of 16 bytes per lane are issued before any is
+// used (8 KiB per warp, 128 KiB per SM), and the arithmetic is branch-free. The routing (<= 64
+// assignments) is staged in shared memory. An id outside [0, E) contributes nothing. Both
+// kernels use programmatic dependent launch; the down kernel reads the routing and prefetches
+// its first unit's weight rows into the L2 before waiting for the gate_up kernel.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda_kernels.h"
+#include "moe_gemm_common.cuh"
+
+namespace strata::cuda {
+namespace {
+
+// Bench variants only (built by hand, like STRATA_MOE_PDL): the grid's CTAs per SM of each
+// kernel and the 16-byte weight loads in flight per lane. The plugin uses the defaults.
+#ifndef STRATA_MOE_VECTOR_CTAS
+#define STRATA_MOE_VECTOR_CTAS 2
+#endif
+#ifndef STRATA_MOE_VECTOR_LOADS
+#define STRATA_MOE_VECTOR_LOADS 16
+#endif
+#ifndef STRATA_MOE_VECTOR_DOWN_CTAS
+#define STRATA_MOE_VECTOR_DOWN_CTAS STRATA_MOE_VECTOR_CTAS
+#endif
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerCta = kThreads / 32;
+constexpr int kGateUpCtasPerSm = STRATA_MOE_VECTOR_CTAS;
+constexpr int kDownCtasPerSm = STRATA_MOE_VECTOR_DOWN_CTAS;
+constexpr int kLoads = STRATA_MOE_VECTOR_LOADS;
+
+struct VectorArgs {
+  const bf16* x;
+  int64_t x_stride;
+  int32_t rows, top_k, experts, hidden, inter;
+  const int32_t* ids;
+  int64_t ids_stride;
+  const float* weights;
+  int64_t weights_stride;
+  const bf16* w_gate_up;
+  int64_t gate_up_expert_stride;
+  const bf16* w_down;
+  int64_t down_expert_stride;
+  bf16* act;  // [rows * top_k, inter]
+  bf16* out;
+  int64_t out_stride;
+};
+
+// 16 bytes of a weight row: read once per call, so not kept in L1 (the activations are).
+__device__ __forceinline__ uint4 LoadWeights(const bf16* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float Dot8(const uint4& w, const uint4& v, float acc) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
+    acc = fmaf(fa.x, fb.x, acc);
+    acc = fmaf(fa.y, fb.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// acc[r] = w[r] . (v + min(r, v_rows - 1) * v_stride) over `chunks` 16-byte chunks (8 bf16),
+// summed over the warp (every lane gets the sums). Rows with w[r] == nullptr count as zeros. Lane l takes chunks l + 32 i; each pass loads KP chunks of all R
+// rows before using any. The arithmetic is branch-free: a chunk past the end reads the last
+// chunk of the vector against zero weights.
+template <int R, int KP>
+__device__ __forceinline__ void DotRows(const bf16* const (&w)[R], const bf16* v, int v_stride,
+                                        int v_rows, int chunks, float (&acc)[R]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int base = lane; base < chunks; base += 32 * KP) {
+    uint4 wr[R][KP];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int p = 0; p < KP; ++p) {
+        const int q = base + 32 * p;
+        wr[r][p] = w[r] != nullptr && q < chunks ? LoadWeights(w[r] + q * 8) : uint4{0, 0, 0, 0};
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < KP; ++p) {
+      const int q = min(base + 32 * p, chunks - 1);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int vr = min(r, v_rows - 1);
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(v + vr * v_stride + q * 8));
+        acc[r] = Dot8(wr[r][p], x, acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = WarpSum(acc[r]);
+}
+
+// The call's routing in shared memory (the vector path serves <= 64 assignments): ids outside
+// [0, E) become -1.
+struct Routing {
+  int32_t id[kMoeVectorMaxAssignments];
+  float weight[kMoeVectorMaxAssignments];
+};
+
+__device__ void LoadRouting(const VectorArgs& a, Routing* s) {
+  const int n = a.rows * a.top_k;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int t = i / a.top_k, j = i - t * a.top_k;
+    const int32_t e = a.ids[t * a.ids_stride + j];
+    s->id[i] = e >= 0 && e < a.experts ? e : -1;
+    s->weight[i] = a.weights[t * a.weights_stride + j];
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads, 2) MoeVectorGateUpKernel(VectorArgs a) {
+  __shared__ Routing routing;
+  WaitForPrerequisites();  // x, topk_ids, and the previous call's readers of act
+  AllowDependents();
+  LoadRouting(a, &routing);
+  const int lane = threadIdx.x & 31;
+  const int n = a.rows * a.top_k, units = n * a.inter;
+  const int warps = gridDim.x * kWarpsPerCta;
+  for (int u = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; u < units; u += warps) {
+    const int c = u / n, assignment = u - c * n;
+    const int32_t e = routing.id[assignment];
+    const bf16* gate = e >= 0 ? a.w_gate_up + e * a.gate_up_expert_stride + int64_t{c} * a.hidden
+                              : nullptr;
+    const bf16* const w[2] = {gate, e >= 0 ? gate + int64_t{a.inter} * a.hidden : nullptr};
+    float acc[2];
+    DotRows<2, kLoads / 2>(w, a.x + (assignment / a.top_k) * a.x_stride, 0, 1,
+                                  a.hidden / 8, acc);
+    if (lane == 0) {
+      a.act[int64_t{assignment} * a.inter + c] =
+          __float2bfloat16(e >= 0 ? moe::Silu(acc[0]) * acc[1] : 0.0f);
+    }
+  }
+}
+
+// R experts per pass (R >= top_k where it can), KP chunks of each.
+template <int R>
+__global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a) {
+  constexpr int KP = kLoads / R > 0 ? kLoads / R : 1;
+  __shared__ Routing routing;
+  const int lane = threadIdx.x & 31;
+  const int units = a.rows * a.hidden;
+  const int warps = gridDim.x * kWarpsPerCta;
+  const int first = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
+  // The routing was final before the gate_up kernel started: read it, and fetch this warp's
+  // first weight rows into the L2 while that kernel finishes.
+  LoadRouting(a, &routing);
+  if (first < units) {
+    const int nc = first / a.rows, t = first - nc * a.rows;
+    const int row_bytes = a.inter * 2;
+    for (int j = 0; j < a.top_k; ++j) {
+      const int32_t e = routing.id[t * a.top_k + j];
+      if (e < 0) continue;
+      const char* row = reinterpret_cast<const char*>(a.w_down + e * a.down_expert_stride +
+                                                      int64_t{nc} * a.inter);
+      for (int off = lane * 128; off < row_bytes; off += 32 * 128) {
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + off));
+      }
+    }
+  }
+  WaitForPrerequisites();  // act
+  AllowDependents();
+  for (int u = first; u < units; u += warps) {
+    const int nc = u / a.rows, t = u - nc * a.rows;
+    float total = 0.0f;
+    for (int j0 = 0; j0 < a.top_k; j0 += R) {
+      const bf16* w[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int j = j0 + r;
+        const int32_t e = j < a.top_k ? routing.id[t * a.top_k + j] : -1;
+        w[r] = e >= 0 ? a.w_down + e * a.down_expert_stride + int64_t{nc} * a.inter : nullptr;
+      }
+      // Rows past top_k read token t's last act row (against zero weights).
+      float acc[R];
+      DotRows<R, KP>(w, a.act + int64_t{t * a.top_k + j0} * a.inter, a.inter, a.top_k - j0,
+                     a.inter / 8, acc);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (w[r] != nullptr) total += routing.weight[t * a.top_k + j0 + r] * acc[r];
+      }
+    }
+    if (lane == 0) a.out[int64_t{t} * a.out_stride + nc] = __float2bfloat16(total);
+  }
+}
+
+int SmCount() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 132;
+    }
+    return count;
+  }();
+  return sms;
+}
+
+// Persistent grid: at most ctas_per_sm CTAs per SM, fewer when the units are fewer than warps.
+dim3 Grid(int64_t units, int ctas_per_sm) {
+  const int64_t ctas = (units + kWarpsPerCta - 1) / kWarpsPerCta;
+  return dim3(
+      static_cast<unsigned>(std::clamp<int64_t>(ctas, 1, int64_t{SmCount()} * ctas_per_sm)));
+}
+
+template <auto kKernel>
+cudaError_t Launch(int64_t units, int ctas_per_sm, const VectorArgs& a, cudaStream_t stream) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = Grid(units, ctas_per_sm);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kKernel, a);
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeVector(const MoeExpertsArgs& m, void* act, cudaStream_t stream) {
+  VectorArgs a{};
+  a.x = m.x;
+  a.x_stride = m.x_stride;
+  a.rows = static_cast<int32_t>(m.rows);
+  a.top_k = static_cast<int32_t>(m.top_k);
+  a.experts = static_cast<int32_t>(m.experts);
+  a.hidden = static_cast<int32_t>(m.hidden);
+  a.inter = static_cast<int32_t>(m.inter);
+  a.ids = m.topk_ids;
+  a.ids_stride = m.ids_stride;
+  a.weights = m.weights;
+  a.weights_stride = m.weights_stride;
+  a.w_gate_up = m.w_gate_up;
+  a.gate_up_expert_stride = m.gate_up_expert_stride;
+  a.w_down = m.w_down;
+  a.down_expert_stride = m.down_expert_stride;
+  a.act = static_cast<bf16*>(act);
+  a.out = m.out;
+  a.out_stride = m.out_stride;
+  cudaError_t err =
+      Launch<MoeVectorGateUpKernel>(m.rows * m.top_k * m.inter, kGateUpCtasPerSm, a, stream);
+  if (err != cudaSuccess) return err;
+  const int64_t units = m.rows * m.hidden;
+  if (m.top_k <= 2) return Launch<MoeVectorDownKernel<2>>(units, kDownCtasPerSm, a, stream);
+  if (m.top_k <= 4) return Launch<MoeVectorDownKernel<4>>(units, kDownCtasPerSm, a, stream);
+  return Launch<MoeVectorDownKernel<8>>(units, kDownCtasPerSm, a, stream);
+}
+
+}  // namespace strata::cuda
