@@ -5,9 +5,13 @@
 // device-copy bandwidth, so this says how much of a decode step's GEMM time an algorithm
 // choice could take back.
 //
+// For M <= 4 it also times the plugin's own weight-streaming kernel (kernels_gemv.cu; `gemm`
+// takes it for M <= kGemvGemmRows) on the same problem and checks its output against cuBLAS's.
+//
 // Shapes: the projections of Llama-3.1-8B (qkv, o, gate_up, down, lm_head) and Qwen3-30B-A3B
-// (qkv, o, router, lm_head) at M = 1, 8, 64 rows. Each problem rotates over enough copies of its
-// weight that the copies together exceed 4x the L2, so no call is served from the L2.
+// (qkv, o, router, lm_head) at M = 1, 2, 3, 4, 8, 64 rows. Each problem rotates over enough
+// copies of its weight that the copies together exceed 4x the L2, so no call is served from the
+// L2.
 //
 //     gemm_bench [--quick]      (--quick: M = 64 only)
 // Output: a line per (shape, M) and "CSV,gemm,..." lines for scripts/bench_cuda.sh.
@@ -16,12 +20,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {
@@ -50,6 +56,28 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxAlgos = 16;
 constexpr float kBatchMs = 10.0f;  // per timed batch of calls
 
+// Runs cuBLAS and the plugin's kernel once each on (x, w) and returns the largest difference
+// over the largest |cuBLAS| value.
+float GemvDifference(cublasHandle_t blas, int m, const Shape& sh, void* x, void* w, void* out) {
+  const float alpha = 1.0f, beta = 0.0f;
+  std::vector<uint16_t> ref(static_cast<size_t>(m) * sh.n), ours(ref.size());
+  BLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha, w, CUDA_R_16BF,
+                          sh.k, x, CUDA_R_16BF, sh.k, &beta, out, CUDA_R_16BF, sh.n,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  BENCH_CHECK(cudaMemcpy(ref.data(), out, ref.size() * 2, cudaMemcpyDeviceToHost));
+  BENCH_CHECK(LaunchGemv(m, sh.n, sh.k, static_cast<const bf16*>(x), sh.k,
+                         static_cast<const bf16*>(w), sh.k, nullptr, false, static_cast<bf16*>(out),
+                         sh.n, nullptr));
+  BENCH_CHECK(cudaMemcpy(ours.data(), out, ours.size() * 2, cudaMemcpyDeviceToHost));
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const float r = bench::FromBf16(ref[i]), o = bench::FromBf16(ours[i]);
+    max_ref = std::max(max_ref, std::abs(r));
+    max_diff = std::max(max_diff, std::abs(r - o));
+  }
+  return max_diff / std::max(max_ref, 1e-30f);
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   cudaDeviceProp prop;
@@ -65,7 +93,8 @@ int Main(int argc, char** argv) {
       {"qwen3-30b-a3b", "o", 2048, 4096},         {"qwen3-30b-a3b", "router", 128, 2048},
       {"qwen3-30b-a3b", "lm_head", 151936, 2048},
   };
-  const std::vector<int> ms_rows = quick ? std::vector<int>{64} : std::vector<int>{1, 8, 64};
+  const std::vector<int> ms_rows =
+      quick ? std::vector<int>{64} : std::vector<int>{1, 2, 3, 4, 8, 64};
   cublasHandle_t blas;
   BLAS_CHECK(cublasCreate(&blas));
   cublasLtHandle_t lt;
@@ -98,6 +127,18 @@ int Main(int argc, char** argv) {
                                     CUBLAS_GEMM_DEFAULT));
           },
           kBatchMs, 4, 400, 5);
+      // The plugin's kernel for decode-sized M, and its largest difference from cuBLAS.
+      float gemv_ms = 0, gemv_err = 0;
+      if (m <= kGemvMaxRows) {
+        gemv_ms = MedianMsPerCall(
+            [&](int i) {
+              BENCH_CHECK(LaunchGemv(m, sh.n, sh.k, static_cast<const bf16*>(x), sh.k,
+                                     static_cast<const bf16*>(w[i % copies]), sh.k, nullptr, false,
+                                     static_cast<bf16*>(out), sh.n, nullptr));
+            },
+            kBatchMs, 4, 400, 5);
+        gemv_err = GemvDifference(blas, m, sh, x, w[0], out);
+      }
       // cuBLASLt: the same problem, every heuristic candidate.
       cublasLtMatmulDesc_t desc;
       BLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -124,8 +165,8 @@ int Main(int argc, char** argv) {
       for (int a = 0; a < found; ++a) {
         const float t = MedianMsPerCall(
             [&](int i) {
-              BLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w[i % copies], la, x, lb, &beta, out,
-                                        lc, out, lc, &results[a].algo, workspace, kWorkspaceBytes,
+              BLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w[i % copies], la, x, lb, &beta, out, lc,
+                                        out, lc, &results[a].algo, workspace, kWorkspaceBytes,
                                         nullptr));
             },
             kBatchMs, 4, 400, 5);
@@ -140,11 +181,16 @@ int Main(int argc, char** argv) {
       auto gbs = [&](float ms) { return bytes / (ms * 1e-3) / 1e9; };
       std::printf(
           "%-14s %-8s M %3d  GemmEx %8.1f us %6.0f GB/s (%.2f of copy)  Lt#0 %8.1f us "
-          "%.2f  Lt best (#%d of %d) %8.1f us %.2f\n",
+          "%.2f  Lt best (#%d of %d) %8.1f us %.2f",
           sh.model, sh.name, m, gemmex_ms * 1e3, gbs(gemmex_ms), gbs(gemmex_ms) / copy,
           first_ms * 1e3, gbs(first_ms) / copy, best, found, best_ms * 1e3, gbs(best_ms) / copy);
-      std::printf("CSV,gemm,%s,%s,%d,%d,%d,%.2f,%.2f,%.2f,%d,%d\n", sh.model, sh.name, m, sh.n,
-                  sh.k, gemmex_ms * 1e3, first_ms * 1e3, best_ms * 1e3, best, found);
+      if (gemv_ms > 0) {
+        std::printf("  ours %8.1f us %.2f (max |ours - cuBLAS| / max |cuBLAS| %.1e)", gemv_ms * 1e3,
+                    gbs(gemv_ms) / copy, gemv_err);
+      }
+      std::printf("\n");
+      std::printf("CSV,gemm,%s,%s,%d,%d,%d,%.2f,%.2f,%.2f,%d,%d,%.2f\n", sh.model, sh.name, m, sh.n,
+                  sh.k, gemmex_ms * 1e3, first_ms * 1e3, best_ms * 1e3, best, found, gemv_ms * 1e3);
       std::fflush(stdout);
     }
     for (void* p : w) BENCH_CHECK(cudaFree(p));

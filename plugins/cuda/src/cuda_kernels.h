@@ -48,6 +48,20 @@ cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t
 cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
                                const bf16* bias, bool zero_first, cudaStream_t stream);
 
+// ---- gemm at decode-sized M (kernels_gemv.cu) ---------------------------------------------
+// out[m] = (accumulate ? out[m] : 0) + x[m] w^T (+ bias), w [n, k] row-major, for m <=
+// kGemvMaxRows: warps streaming weight rows, every weight byte read once, fp32 sums rounded
+// once. GemvServes says whether `gemm` takes it: m <= kGemvGemmRows (where gemm_bench measured
+// it ahead of cuBLAS), k and the row strides multiples of 8, x and w 16-byte aligned; other
+// calls go to cuBLAS.
+inline constexpr int64_t kGemvMaxRows = 4;
+inline constexpr int64_t kGemvGemmRows = 1;
+bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                int64_t ldw);
+cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                       int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
+                       cudaStream_t stream);
+
 // ---- KV cache and MoE routing (kernels_kv_moe.cu) -------------------------------------------------
 
 // Writes k, v [rows, Hk, D] of `layer` at slots[t]; negative or out-of-pool slots skip the row.

@@ -106,6 +106,11 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
     return Launched(kOp,
                     LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, accumulate == 0, s.stream));
   }
+  // Decode-sized M: the weight-streaming kernel (bias and accumulation fused).
+  if (GemvServes(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride)) {
+    return Launched(kOp, LaunchGemv(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b,
+                                    accumulate != 0, Bf16(ov), ov.stride, s.stream));
+  }
   STRATA_PLUGIN_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
                                        ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
   if (b == nullptr) return Status();

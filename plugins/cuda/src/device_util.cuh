@@ -38,6 +38,25 @@ __device__ __forceinline__ void AllowDependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 }
 
+// Launches `kernel` with programmatic stream serialization: it may be scheduled while its
+// predecessor on the stream is still running, so it must call WaitForPrerequisites before it
+// reads or writes memory that any predecessor touches (the kernels launched so do it first).
+template <typename... Params, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                      cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 // Raises kKernel's dynamic shared-memory limit to `bytes` on the current device, once per
 // device (a flag per instantiation, i.e. per kernel).
 template <auto kKernel>

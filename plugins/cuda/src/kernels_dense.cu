@@ -1,8 +1,11 @@
 // Row-wise dense kernels: gather rows (embedding, gather_rows, MoE), rms_norm, rope, silu_mul
-// and the GEMM bias epilogue. Simple one-block-per-row kernels accumulating in fp32.
+// and the GEMM bias epilogue. Simple one-block-per-row kernels accumulating in fp32, launched
+// with programmatic dependent launch (each waits for its predecessors before touching memory),
+// so a decode step's chain of small kernels does not pay a full launch gap per kernel.
 #include <algorithm>
 
 #include "cuda_kernels.h"
+#include "device_util.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -19,6 +22,8 @@ unsigned RowBlocks(int64_t rows) {
 __global__ void GatherRowsKernel(const bf16* src, int64_t src_stride, int64_t src_rows,
                                  const int32_t* ids, int64_t n, int64_t cols, bf16* dst,
                                  int64_t dst_stride) {
+  WaitForPrerequisites();
+  AllowDependents();
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t id = ids[i];
     if (id < 0 || id >= src_rows) continue;
@@ -45,6 +50,8 @@ __device__ float BlockSum(float v, float* scratch) {
 __global__ void RmsNormKernel(const bf16* x, int64_t x_stride, bf16* residual, int64_t res_stride,
                               const bf16* weight, float eps, int64_t rows, int64_t heads, int64_t d,
                               bf16* out, int64_t out_stride) {
+  WaitForPrerequisites();
+  AllowDependents();
   __shared__ float scratch[32];
   for (int64_t item = blockIdx.x; item < rows * heads; item += gridDim.x) {
     const int64_t t = item / heads, h = item % heads;
@@ -79,6 +86,8 @@ __device__ void RotatePair(bf16* head, int64_t i, int64_t r, float c, float s) {
 __global__ void RopeKernel(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64_t k_stride,
                            int64_t hk, int64_t d, const int32_t* positions, const float* inv_freq,
                            int64_t r, int64_t rows, float mscale) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t per_row = (hq + hk) * r;
   const int64_t total = rows * per_row;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
@@ -99,6 +108,8 @@ __global__ void RopeKernel(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64
 template <typename In>
 __global__ void SiluMulKernel(const In* x, int64_t x_stride, int64_t rows, int64_t inter, bf16* out,
                               int64_t out_stride) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t total = rows * inter;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
@@ -111,6 +122,8 @@ __global__ void SiluMulKernel(const In* x, int64_t x_stride, int64_t rows, int64
 
 __global__ void BiasEpilogueKernel(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
                                    const bf16* bias, bool zero_first) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t total = rows * n;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
@@ -132,9 +145,8 @@ cudaError_t LaunchGatherRows(const bf16* src, int64_t src_stride, int64_t src_ro
                              const int32_t* ids, int64_t n, int64_t cols, bf16* dst,
                              int64_t dst_stride, cudaStream_t stream) {
   if (n == 0 || cols == 0) return cudaSuccess;
-  GatherRowsKernel<<<RowBlocks(n), kThreads, 0, stream>>>(src, src_stride, src_rows, ids, n, cols,
-                                                          dst, dst_stride);
-  return cudaGetLastError();
+  return LaunchPdl(GatherRowsKernel, RowBlocks(n), kThreads, 0, stream, src, src_stride, src_rows,
+                   ids, n, cols, dst, dst_stride);
 }
 
 cudaError_t LaunchRmsNorm(const bf16* x, int64_t x_stride, bf16* residual, int64_t res_stride,
@@ -142,9 +154,8 @@ cudaError_t LaunchRmsNorm(const bf16* x, int64_t x_stride, bf16* residual, int64
                           bf16* out, int64_t out_stride, cudaStream_t stream) {
   if (rows * heads == 0 || d == 0) return cudaSuccess;
   const int threads = d <= 128 ? 32 : (d <= 1024 ? 128 : 512);
-  RmsNormKernel<<<RowBlocks(rows * heads), threads, 0, stream>>>(
-      x, x_stride, residual, res_stride, weight, eps, rows, heads, d, out, out_stride);
-  return cudaGetLastError();
+  return LaunchPdl(RmsNormKernel, RowBlocks(rows * heads), threads, 0, stream, x, x_stride,
+                   residual, res_stride, weight, eps, rows, heads, d, out, out_stride);
 }
 
 cudaError_t LaunchRope(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64_t k_stride, int64_t hk,
@@ -153,25 +164,22 @@ cudaError_t LaunchRope(bf16* q, int64_t q_stride, int64_t hq, bf16* k, int64_t k
   if (k == nullptr) hk = 0;
   const int64_t total = rows * (hq + hk) * r;
   if (total == 0) return cudaSuccess;
-  RopeKernel<<<ElementBlocks(total), kThreads, 0, stream>>>(q, q_stride, hq, k, k_stride, hk, d,
-                                                            positions, inv_freq, r, rows, mscale);
-  return cudaGetLastError();
+  return LaunchPdl(RopeKernel, ElementBlocks(total), kThreads, 0, stream, q, q_stride, hq, k,
+                   k_stride, hk, d, positions, inv_freq, r, rows, mscale);
 }
 
 cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t inter, bf16* out,
                           int64_t out_stride, cudaStream_t stream) {
   if (rows * inter == 0) return cudaSuccess;
-  SiluMulKernel<bf16><<<ElementBlocks(rows * inter), kThreads, 0, stream>>>(x, x_stride, rows,
-                                                                            inter, out, out_stride);
-  return cudaGetLastError();
+  return LaunchPdl(SiluMulKernel<bf16>, ElementBlocks(rows * inter), kThreads, 0, stream, x,
+                   x_stride, rows, inter, out, out_stride);
 }
 
 cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
                                const bf16* bias, bool zero_first, cudaStream_t stream) {
   if (rows * n == 0) return cudaSuccess;
-  BiasEpilogueKernel<<<ElementBlocks(rows * n), kThreads, 0, stream>>>(out, out_stride, rows, n,
-                                                                       bias, zero_first);
-  return cudaGetLastError();
+  return LaunchPdl(BiasEpilogueKernel, ElementBlocks(rows * n), kThreads, 0, stream, out,
+                   out_stride, rows, n, bias, zero_first);
 }
 
 }  // namespace strata::cuda

@@ -20,6 +20,8 @@ unsigned ElementBlocks(int64_t total) {
 __global__ void KvAppendKernel(bf16* cache, CacheDims dims, int64_t layer, const bf16* k,
                                int64_t k_stride, const bf16* v, int64_t v_stride,
                                const int32_t* slots, int64_t rows) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t token_elems = dims.num_kv_heads * dims.head_dim;
   const int64_t plane = dims.block_size * token_elems;
   const int64_t total = rows * token_elems;
@@ -211,9 +213,8 @@ cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, co
                            int64_t rows, cudaStream_t stream) {
   const int64_t total = rows * dims.num_kv_heads * dims.head_dim;
   if (total == 0) return cudaSuccess;
-  KvAppendKernel<<<ElementBlocks(total), kThreads, 0, stream>>>(cache, dims, layer, k, k_stride, v,
-                                                                v_stride, slots, rows);
-  return cudaGetLastError();
+  return LaunchPdl(KvAppendKernel, ElementBlocks(total), kThreads, 0, stream, cache, dims, layer, k,
+                   k_stride, v, v_stride, slots, rows);
 }
 
 cudaError_t LaunchCopyBlocks(char* pool, int64_t block_bytes, int64_t num_blocks,
@@ -251,20 +252,12 @@ cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t ro
   const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
   // Programmatic dependent launch: the launch overlaps the router GEMM's tail, and the experts'
   // first kernel (also launched so) overlaps this one's.
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kWarps * 32);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  const dim3 grid(blocks), block(kWarps * 32);
   const int32_t e = static_cast<int32_t>(experts);
   if (top_k <= kRouteMaxK && experts <= 256) {
     auto launch = [&](auto kernel) {
-      return cudaLaunchKernelEx(&config, kernel, logits, logits_stride, rows, e, top_k,
-                                renormalize, weights, weights_stride, ids, ids_stride);
+      return LaunchPdl(kernel, grid, block, 0, stream, logits, logits_stride, rows, e, top_k,
+                       renormalize, weights, weights_stride, ids, ids_stride);
     };
     if (experts <= 32) return launch(MoeRouteRegistersKernel<1>);
     if (experts <= 64) return launch(MoeRouteRegistersKernel<2>);
@@ -274,9 +267,9 @@ cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t ro
   // Up to 4 x 2 x 4,096 floats (128 KiB) of shared memory: above the default 48 KiB limit.
   const cudaError_t err = AllowDynamicSmem<MoeRouteKernel>(kWarps * 2 * 4096 * sizeof(float));
   if (err != cudaSuccess) return err;
-  config.dynamicSmemBytes = kWarps * 2 * experts * sizeof(float);
-  return cudaLaunchKernelEx(&config, MoeRouteKernel, logits, logits_stride, rows, experts, top_k,
-                            renormalize, weights, weights_stride, ids, ids_stride);
+  return LaunchPdl(MoeRouteKernel, grid, block, kWarps * 2 * experts * sizeof(float), stream,
+                   logits, logits_stride, rows, experts, top_k, renormalize, weights,
+                   weights_stride, ids, ids_stride);
 }
 
 }  // namespace strata::cuda

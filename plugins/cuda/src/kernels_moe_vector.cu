@@ -28,6 +28,7 @@
 
 #include "cuda_kernels.h"
 #include "moe_gemm_common.cuh"
+#include "warp_dot.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -67,68 +68,6 @@ struct VectorArgs {
   int64_t out_stride;
 };
 
-// 16 bytes of a weight row: read once per call, so not kept in L1 (the activations are).
-__device__ __forceinline__ uint4 LoadWeights(const bf16* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ float Dot8(const uint4& w, const uint4& v, float acc) {
-  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
-    acc = fmaf(fa.x, fb.x, acc);
-    acc = fmaf(fa.y, fb.y, acc);
-  }
-  return acc;
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// acc[r] = w[r] . (v + min(r, v_rows - 1) * v_stride) over `chunks` 16-byte chunks (8 bf16),
-// summed over the warp (every lane gets the sums). Rows with w[r] == nullptr count as zeros. Lane l takes chunks l + 32 i; each pass loads KP chunks of all R
-// rows before using any. The arithmetic is branch-free: a chunk past the end reads the last
-// chunk of the vector against zero weights.
-template <int R, int KP>
-__device__ __forceinline__ void DotRows(const bf16* const (&w)[R], const bf16* v, int v_stride,
-                                        int v_rows, int chunks, float (&acc)[R]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int base = lane; base < chunks; base += 32 * KP) {
-    uint4 wr[R][KP];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int p = 0; p < KP; ++p) {
-        const int q = base + 32 * p;
-        wr[r][p] = w[r] != nullptr && q < chunks ? LoadWeights(w[r] + q * 8) : uint4{0, 0, 0, 0};
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < KP; ++p) {
-      const int q = min(base + 32 * p, chunks - 1);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int vr = min(r, v_rows - 1);
-        const uint4 x = __ldg(reinterpret_cast<const uint4*>(v + vr * v_stride + q * 8));
-        acc[r] = Dot8(wr[r][p], x, acc[r]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = WarpSum(acc[r]);
-}
-
 // The call's routing in shared memory (the vector path serves <= 64 assignments): ids outside
 // [0, E) become -1.
 struct Routing {
@@ -158,15 +97,15 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorGateUpKernel(VectorArgs 
   for (int u = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; u < units; u += warps) {
     const int c = u / n, assignment = u - c * n;
     const int32_t e = routing.id[assignment];
-    const bf16* gate = e >= 0 ? a.w_gate_up + e * a.gate_up_expert_stride + int64_t{c} * a.hidden
-                              : nullptr;
+    const bf16* gate =
+        e >= 0 ? a.w_gate_up + e * a.gate_up_expert_stride + int64_t{c} * a.hidden : nullptr;
     const bf16* const w[2] = {gate, e >= 0 ? gate + int64_t{a.inter} * a.hidden : nullptr};
-    float acc[2];
-    DotRows<2, kLoads / 2>(w, a.x + (assignment / a.top_k) * a.x_stride, 0, 1,
-                                  a.hidden / 8, acc);
+    float acc[2][1];
+    DotRows<2, 1, kLoads / 2>(w, a.x + (assignment / a.top_k) * a.x_stride, 0, 1, 0, a.hidden / 8,
+                              acc);
     if (lane == 0) {
       a.act[int64_t{assignment} * a.inter + c] =
-          __float2bfloat16(e >= 0 ? moe::Silu(acc[0]) * acc[1] : 0.0f);
+          __float2bfloat16(e >= 0 ? moe::Silu(acc[0][0]) * acc[1][0] : 0.0f);
     }
   }
 }
@@ -210,12 +149,12 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
         w[r] = e >= 0 ? a.w_down + e * a.down_expert_stride + int64_t{nc} * a.inter : nullptr;
       }
       // Rows past top_k read token t's last act row (against zero weights).
-      float acc[R];
-      DotRows<R, KP>(w, a.act + int64_t{t * a.top_k + j0} * a.inter, a.inter, a.top_k - j0,
-                     a.inter / 8, acc);
+      float acc[R][1];
+      DotRows<R, 1, KP>(w, a.act + int64_t{t * a.top_k + j0} * a.inter, a.inter, a.top_k - j0, 0,
+                        a.inter / 8, acc);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (w[r] != nullptr) total += routing.weight[t * a.top_k + j0 + r] * acc[r];
+        if (w[r] != nullptr) total += routing.weight[t * a.top_k + j0 + r] * acc[r][0];
       }
     }
     if (lane == 0) a.out[int64_t{t} * a.out_stride + nc] = __float2bfloat16(total);
@@ -243,16 +182,7 @@ dim3 Grid(int64_t units, int ctas_per_sm) {
 
 template <auto kKernel>
 cudaError_t Launch(int64_t units, int ctas_per_sm, const VectorArgs& a, cudaStream_t stream) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = Grid(units, ctas_per_sm);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kKernel, a);
+  return LaunchPdl(kKernel, Grid(units, ctas_per_sm), dim3(kThreads), 0, stream, a);
 }
 
 }  // namespace

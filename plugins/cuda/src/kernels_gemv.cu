@@ -1,0 +1,126 @@
+// gemm for decode-sized M (1-4 rows; `gemm` sends it M <= kGemvGemmRows), issue 5:
+// out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n] (+ bias[n]) in fp32, rounded once.
+//
+// At M <= 4 a projection is a weight stream (2 FLOPs per weight byte pair and token). Each warp
+// owns units of 2 consecutive weight rows and streams them with warp_dot.cuh's DotRows (16
+// loads of 16 bytes per lane issued before any is used; x stays in L1), for all M rows of x at
+// once, so every weight byte is read once. Persistent grid (2 CTAs of 8 warps per SM, warps
+// striding over the units), programmatic dependent launch. Deterministic: fixed summation order,
+// no atomics. The bias and the accumulation are fused (cuBLAS plus the bias epilogue round
+// twice).
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "cuda_kernels.h"
+#include "device_util.cuh"
+#include "warp_dot.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerCta = kThreads / 32;
+constexpr int kCtasPerSm = 2;
+constexpr int kRowsPerUnit = 2;
+constexpr int kLoads = 16;
+
+struct GemvArgs {
+  const bf16* x;
+  int ldx;
+  const bf16* w;
+  int64_t ldw;
+  const bf16* bias;  // may be null
+  bf16* out;
+  int64_t ldo;
+  int n, k;
+  bool accumulate;
+};
+
+template <int M>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
+  WaitForPrerequisites();  // x (and out when accumulating)
+  AllowDependents();
+  const int lane = threadIdx.x & 31;
+  const int units = (a.n + kRowsPerUnit - 1) / kRowsPerUnit;
+  const int warps = gridDim.x * kWarpsPerCta;
+  for (int u = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; u < units; u += warps) {
+    const int n0 = u * kRowsPerUnit;
+    const bf16* w[kRowsPerUnit];
+#pragma unroll
+    for (int r = 0; r < kRowsPerUnit; ++r) {
+      w[r] = n0 + r < a.n ? a.w + int64_t{n0 + r} * a.ldw : nullptr;
+    }
+    float acc[kRowsPerUnit][M];
+    DotRows<kRowsPerUnit, M, kLoads / kRowsPerUnit>(w, a.x, 0, 1, a.ldx, a.k / 8, acc);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerUnit; ++r) {
+        if (n0 + r >= a.n) continue;
+        const float bias = a.bias != nullptr ? __bfloat162float(a.bias[n0 + r]) : 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          bf16* o = a.out + m * a.ldo + n0 + r;
+          const float base = a.accumulate ? __bfloat162float(*o) : 0.0f;
+          *o = __float2bfloat16(base + acc[r][m] + bias);
+        }
+      }
+    }
+  }
+}
+
+int SmCount() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 132;
+    }
+    return count;
+  }();
+  return sms;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                int64_t ldw) {
+  return m >= 1 && m <= kGemvGemmRows && n >= 1 && n < (1 << 30) && k < (int64_t{1} << 30) &&
+         k >= 8 && k % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldx * kGemvMaxRows < INT_MAX &&
+         Aligned16(x) && Aligned16(w);
+}
+
+cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                       int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
+                       cudaStream_t stream) {
+  GemvArgs a{};
+  a.x = x;
+  a.ldx = static_cast<int>(ldx);
+  a.w = w;
+  a.ldw = ldw;
+  a.bias = bias;
+  a.out = out;
+  a.ldo = ldo;
+  a.n = static_cast<int>(n);
+  a.k = static_cast<int>(k);
+  a.accumulate = accumulate;
+  const int64_t units = (n + kRowsPerUnit - 1) / kRowsPerUnit;
+  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(
+      (units + kWarpsPerCta - 1) / kWarpsPerCta, 1, int64_t{SmCount()} * kCtasPerSm)));
+  switch (m) {
+    case 1:
+      return LaunchPdl(GemvKernel<1>, grid, dim3(kThreads), 0, stream, a);
+    case 2:
+      return LaunchPdl(GemvKernel<2>, grid, dim3(kThreads), 0, stream, a);
+    case 3:
+      return LaunchPdl(GemvKernel<3>, grid, dim3(kThreads), 0, stream, a);
+    case 4:
+      return LaunchPdl(GemvKernel<4>, grid, dim3(kThreads), 0, stream, a);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace strata::cuda
