@@ -261,11 +261,14 @@ void AddGemmCases(uint64_t seed, CaseList* out) {
   AddGemm(seed, {.m = 128, .n = 256, .k = 512}, out);
   AddGemm(seed, {.m = 12, .n = 64, .k = 96, .bias = true, .x_stride = 160, .out_stride = 80}, out);
   // Decode-sized M (a GPU plugin's weight-streaming path): every M up to 4, odd N, bias and
-  // accumulation, strided x and out, a K of 4,096 and the smallest K.
+  // accumulation, strided x and out, a K of 4,096, the smallest K, and more rows than a GPU
+  // has warps.
   AddGemm(seed, {.m = 2, .n = 33, .k = 264, .bias = true, .accumulate = true}, out);
   AddGemm(seed, {.m = 3, .n = 70, .k = 128, .x_stride = 136, .out_stride = 72}, out);
   AddGemm(seed, {.m = 4, .n = 96, .k = 4096, .bias = true}, out);
   AddGemm(seed, {.m = 1, .n = 7, .k = 8, .accumulate = true}, out);
+  AddGemm(seed, {.m = 1, .n = 4500, .k = 64, .bias = true}, out);
+  AddGemm(seed, {.m = 2, .n = 4500, .k = 4096, .accumulate = true}, out);
   AddGemmNegative(seed, out);
 }
 

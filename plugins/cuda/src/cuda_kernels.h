@@ -55,7 +55,7 @@ cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int6
 // it ahead of cuBLAS), k and the row strides multiples of 8, x and w 16-byte aligned; other
 // calls go to cuBLAS.
 inline constexpr int64_t kGemvMaxRows = 4;
-inline constexpr int64_t kGemvGemmRows = 1;
+inline constexpr int64_t kGemvGemmRows = 2;
 bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                 int64_t ldw);
 cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,

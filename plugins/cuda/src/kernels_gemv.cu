@@ -2,7 +2,8 @@
 // out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n] (+ bias[n]) in fp32, rounded once.
 //
 // At M <= 4 a projection is a weight stream (2 FLOPs per weight byte pair and token). Each warp
-// owns units of 2 consecutive weight rows and streams them with warp_dot.cuh's DotRows (16
+// owns units of 2 consecutive weight rows (or 1, where that balances the warps better) and
+// streams them with warp_dot.cuh's DotRows (16
 // loads of 16 bytes per lane issued before any is used; x stays in L1), for all M rows of x at
 // once, so every weight byte is read once. Persistent grid (2 CTAs of 8 warps per SM, warps
 // striding over the units), programmatic dependent launch. Deterministic: fixed summation order,
@@ -22,7 +23,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerCta = kThreads / 32;
 constexpr int kCtasPerSm = 2;
-constexpr int kRowsPerUnit = 2;
 constexpr int kLoads = 16;
 
 struct GemvArgs {
@@ -37,8 +37,10 @@ struct GemvArgs {
   bool accumulate;
 };
 
-template <int M>
+// R weight rows per unit (16 / R chunks of each per pass).
+template <int M, int R>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
+  constexpr int kRowsPerUnit = R;
   WaitForPrerequisites();  // x (and out when accumulating)
   AllowDependents();
   const int lane = threadIdx.x & 31;
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
       w[r] = n0 + r < a.n ? a.w + int64_t{n0 + r} * a.ldw : nullptr;
     }
     float acc[kRowsPerUnit][M];
-    DotRows<kRowsPerUnit, M, kLoads / kRowsPerUnit>(w, a.x, 0, 1, a.ldx, a.k / 8, acc);
+    DotRows<R, M, kLoads / R>(w, a.x, 0, 1, a.ldx, a.k / 8, acc);
     if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerUnit; ++r) {
@@ -106,18 +108,25 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
   a.n = static_cast<int>(n);
   a.k = static_cast<int>(k);
   a.accumulate = accumulate;
-  const int64_t units = (n + kRowsPerUnit - 1) / kRowsPerUnit;
+  // Units of 2 rows, unless single rows spread the rows over the warps more evenly (a grid-wide
+  // round of units takes as long as its fullest warp) and are long enough (K >= 4,096) to fill
+  // a pass's 16 loads per lane on their own.
+  const int64_t warps = int64_t{SmCount()} * kCtasPerSm * kWarpsPerCta;
+  const bool pairs = k < 32 * 8 * kLoads ||
+                     2 * ((n + 2 * warps - 1) / (2 * warps)) <= (n + warps - 1) / warps;
+  const int64_t units = pairs ? (n + 1) / 2 : n;
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(
       (units + kWarpsPerCta - 1) / kWarpsPerCta, 1, int64_t{SmCount()} * kCtasPerSm)));
+  auto launch = [&](auto kernel) { return LaunchPdl(kernel, grid, dim3(kThreads), 0, stream, a); };
   switch (m) {
     case 1:
-      return LaunchPdl(GemvKernel<1>, grid, dim3(kThreads), 0, stream, a);
+      return pairs ? launch(GemvKernel<1, 2>) : launch(GemvKernel<1, 1>);
     case 2:
-      return LaunchPdl(GemvKernel<2>, grid, dim3(kThreads), 0, stream, a);
+      return pairs ? launch(GemvKernel<2, 2>) : launch(GemvKernel<2, 1>);
     case 3:
-      return LaunchPdl(GemvKernel<3>, grid, dim3(kThreads), 0, stream, a);
+      return pairs ? launch(GemvKernel<3, 2>) : launch(GemvKernel<3, 1>);
     case 4:
-      return LaunchPdl(GemvKernel<4>, grid, dim3(kThreads), 0, stream, a);
+      return pairs ? launch(GemvKernel<4, 2>) : launch(GemvKernel<4, 1>);
     default:
       return cudaErrorInvalidValue;
   }
