@@ -112,8 +112,8 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
   // round of units takes as long as its fullest warp) and are long enough (K >= 4,096) to fill
   // a pass's 16 loads per lane on their own.
   const int64_t warps = int64_t{SmCount()} * kCtasPerSm * kWarpsPerCta;
-  const bool pairs = k < 32 * 8 * kLoads ||
-                     2 * ((n + 2 * warps - 1) / (2 * warps)) <= (n + warps - 1) / warps;
+  const bool pairs =
+      k < 32 * 8 * kLoads || 2 * ((n + 2 * warps - 1) / (2 * warps)) <= (n + warps - 1) / warps;
   const int64_t units = pairs ? (n + 1) / 2 : n;
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(
       (units + kWarpsPerCta - 1) / kWarpsPerCta, 1, int64_t{SmCount()} * kCtasPerSm)));
