@@ -30,7 +30,8 @@
 #include "moe_gemm_common.cuh"
 
 // Bench variants only (built by hand, like STRATA_PREFILL_*): -DSTRATA_MOE_PDL=0 launches
-// without programmatic dependent launch. The plugin uses the default.
+// without programmatic dependent launch; STRATA_MOE_SMALL_GATE_UP / _DOWN replace the small
+// tiles' Tile<...> arguments. The plugin uses the defaults.
 #ifndef STRATA_MOE_PDL
 #define STRATA_MOE_PDL 1
 #endif
@@ -338,9 +339,18 @@ using LargeGateUp = Tile<128, 64, 2, 2, 3, 2, 2, 8>;
 using LargeDown = Tile<128, 128, 2, 2, 3, 1, 2, 8>;
 // Decode-sized groups (< 16 rows per expert): weight-bandwidth bound. 16-row tiles and deep
 // rings, so each SM keeps >= ~80 KiB of weights in flight (Little's law asks ~40 KiB at
-// ~4.2 TB/s); 2 (gate_up) / 3 (down) CTAs per SM.
-using SmallGateUp = Tile<16, 32, 1, 4, 8, 2, 2, 4>;
-using SmallDown = Tile<16, 32, 1, 4, 12, 1, 3, 4>;
+// ~4.2 TB/s); 2 (gate_up) / 3 (down) CTAs per SM. The down tiles are 128 columns wide: with
+// Qwen3-30B-A3B's K = 768 a 32-wide tile was 48 KiB of weights, all pipeline fill and drain
+// (moe_bench, same run: Qwen 64 tokens 305 -> 295 us, 16 tokens 211 -> 200; Mixtral 16 tokens
+// 672 -> 683).
+#ifndef STRATA_MOE_SMALL_GATE_UP
+#define STRATA_MOE_SMALL_GATE_UP 16, 32, 1, 4, 8, 2, 2, 4
+#endif
+#ifndef STRATA_MOE_SMALL_DOWN
+#define STRATA_MOE_SMALL_DOWN 16, 128, 1, 4, 4, 1, 3, 4
+#endif
+using SmallGateUp = Tile<STRATA_MOE_SMALL_GATE_UP>;
+using SmallDown = Tile<STRATA_MOE_SMALL_DOWN>;
 // 16..63 rows per expert: 32-row tiles, 6 stages, 3 CTAs per SM.
 using MediumGateUp = Tile<32, 32, 1, 4, 6, 2, 3, 4>;
 using MediumDown = Tile<32, 32, 1, 4, 6, 1, 3, 4>;
