@@ -27,8 +27,8 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
   STRATA_RETURN_IF_ERROR(
       BuildStepInputs(seqs, cache_.block_size, config().vocab_size, cache_.num_blocks, in));
   if (params.size() != in.logit_rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(params.size(), " sampling params for ",
-                                                   in.logit_rows.size(), " logits rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(params.size(), " sampling params for ", in.logit_rows.size(), " logits rows"));
   }
   for (size_t i = 0; i < host_rows.size(); ++i) {
     if (host_rows[i] < 0 || static_cast<size_t>(host_rows[i]) >= params.size() ||
@@ -182,24 +182,29 @@ absl::Status ModelRunner::RunQkv(int layer, const StepInputs& in, strata_tensor*
   strata_tensor q = MakeTensor(base, act, {t, hq, d}, width);
   strata_tensor k = MakeTensor(base + hq * d * a, act, {t, hk, d}, width);
   strata_tensor v = MakeTensor(base + (hq + hk) * d * a, act, {t, hk, d}, width);
+  strata_tensor qn = MakeTensor(w.q_norm.data(), wdt, {d});
+  strata_tensor kn = MakeTensor(w.k_norm.data(), wdt, {d});
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  strata_tensor pos = MakeTensor(scratch_->positions.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor inv_freq =
+      MakeTensor(model_->inv_freq().data(), STRATA_DTYPE_F32, {c.rotary_dim() / 2});
+  strata_tensor slots = MakeTensor(scratch_->slots.data(), STRATA_DTYPE_I32, {t});
+  *q_out = q;
+  // The plugin's fused prologue when it has one: the same ops, one call (one kernel on a GPU).
+  if (api.attention_prologue != nullptr) {
+    return backend_->Check(api.attention_prologue(b, s, &q, &k, &v, c.qk_norm ? &qn : nullptr,
+                                                  c.qk_norm ? &kn : nullptr, eps, &pos, &inv_freq,
+                                                  1.0f, &cache_, layer, &slots),
+                           "attention_prologue");
+  }
   if (c.qk_norm) {
-    strata_tensor qn = MakeTensor(w.q_norm.data(), wdt, {d});
-    strata_tensor kn = MakeTensor(w.k_norm.data(), wdt, {d});
-    const float eps = static_cast<float>(c.rms_norm_eps);
     STRATA_RETURN_IF_ERROR(
         backend_->Check(api.rms_norm(b, s, &q, nullptr, &qn, eps, &q), "rms_norm(q_norm)"));
     STRATA_RETURN_IF_ERROR(
         backend_->Check(api.rms_norm(b, s, &k, nullptr, &kn, eps, &k), "rms_norm(k_norm)"));
   }
-  strata_tensor pos = MakeTensor(scratch_->positions.data(), STRATA_DTYPE_I32, {t});
-  strata_tensor inv_freq =
-      MakeTensor(model_->inv_freq().data(), STRATA_DTYPE_F32, {c.rotary_dim() / 2});
   STRATA_RETURN_IF_ERROR(backend_->Check(api.rope(b, s, &q, &k, &pos, &inv_freq, 1.0f), "rope"));
-  strata_tensor slots = MakeTensor(scratch_->slots.data(), STRATA_DTYPE_I32, {t});
-  STRATA_RETURN_IF_ERROR(
-      backend_->Check(api.kv_append(b, s, &cache_, layer, &k, &v, &slots), "kv_append"));
-  *q_out = q;
-  return absl::OkStatus();
+  return backend_->Check(api.kv_append(b, s, &cache_, layer, &k, &v, &slots), "kv_append");
 }
 
 absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
@@ -310,8 +315,7 @@ absl::Status ModelRunner::ComputeLogits(const StepInputs& in) {
   strata_tensor logits = MakeTensor(scratch_->logits.data(), act, {rows, v});
   STRATA_RETURN_IF_ERROR(
       backend_->Check(api.gather_rows(b, s, &normed, &row_ids, &head_in), "gather_rows"));
-  return backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits),
-                         "gemm(lm_head)");
+  return backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits), "gemm(lm_head)");
 }
 
 absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {

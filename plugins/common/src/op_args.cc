@@ -35,8 +35,8 @@ Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
   if (a->logits.cols < 1) return InvalidArgument(kOp, "logits has an empty vocabulary");
   if (a->logits.cols > INT32_MAX) return InvalidArgument(kOp, "logits has over 2^31 columns");
   if (params == nullptr) return InvalidArgument(kOp, "params is NULL");
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "tokens", tokens, STRATA_DTYPE_I32, 1, 1,
-                                           &a->tokens));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "tokens", tokens, STRATA_DTYPE_I32, 1, 1, &a->tokens));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "tokens", a->tokens, 0, a->logits.rows));
   if ((logprobs == nullptr) != (top_ids == nullptr)) {
     return InvalidArgument(kOp, "logprobs and top_ids must both be given or both be NULL");
@@ -138,6 +138,43 @@ Status CheckKvAppend(strata_dtype float_dtype, const strata_kv_cache* cache, int
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", a->k, 2, a->cache.head_dim));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "v", a->v, "k", a->k));
   return ExpectDim(kOp, "slots", a->slots, 0, a->k.rows);
+}
+
+Status CheckAttentionPrologue(strata_dtype float_dtype, const strata_tensor* q,
+                              const strata_tensor* k, const strata_tensor* v,
+                              const strata_tensor* q_norm, const strata_tensor* k_norm,
+                              const strata_tensor* positions, const strata_tensor* inv_freq,
+                              const strata_kv_cache* cache, int32_t layer,
+                              const strata_tensor* slots, AttentionPrologueArgs* a) {
+  constexpr const char* kOp = "attention_prologue";
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckKvAppend(float_dtype, cache, layer, k, v, slots, &a->kv));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, float_dtype, 3, 3, &a->q));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "q", a->q, 0, a->kv.k.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "q", a->q, 2, a->kv.cache.head_dim));
+  const int64_t d = a->kv.cache.head_dim;
+  if ((q_norm == nullptr) != (k_norm == nullptr)) {
+    return InvalidArgument(kOp, "q_norm and k_norm must be both given or both NULL");
+  }
+  a->norms = q_norm != nullptr;
+  if (a->norms) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "q_norm", q_norm, float_dtype, 1, 1, &a->q_norm));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "k_norm", k_norm, float_dtype, 1, 1, &a->k_norm));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "q_norm", a->q_norm, 0, d));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k_norm", a->k_norm, 0, d));
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &a->positions));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "positions", a->positions, 0, a->q.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &a->inv_freq));
+  if (2 * a->inv_freq.rows > d) {
+    return InvalidArgument(kOp, "inv_freq has ", a->inv_freq.rows, " entries but head_dim ", d,
+                           " allows at most ", d / 2);
+  }
+  if (a->q.numel() > 0 && a->q.data == a->kv.k.data) {
+    return InvalidArgument(kOp, "q and k are the same tensor");
+  }
+  return Status();
 }
 
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view) {

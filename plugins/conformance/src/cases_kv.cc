@@ -1,6 +1,8 @@
-// Conformance cases for the KV cache ops: kv_append, kv_copy_blocks, kv_gather, kv_scatter.
+// Conformance cases for the KV cache ops: kv_append, kv_copy_blocks, kv_gather, kv_scatter, and
+// the optional attention_prologue (q/k norms + rope + kv_append).
 // The whole pool is compared after each op, so writes to the wrong block, layer or K/V half
 // show up as mismatches.
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -140,7 +142,108 @@ void AddKvRoundTrip(uint64_t seed, const KvShape& shape, int32_t n, CaseList* ou
   }));
 }
 
+// attention_prologue: q (or the fused QKV buffer), k and the whole pool are compared.
+struct PrologueSpec {
+  KvShape shape;
+  int32_t layer;
+  int64_t tokens, q_heads, rotary_half;
+  bool norms;
+  bool fused = false;  // q, k and v are slices of one [T, (Hq + 2 Hk) * D] QKV buffer
+  int64_t skipped = 0;
+  float mscale = 1.0f;
+};
+
+void AddAttentionPrologue(uint64_t seed, const PrologueSpec& s, CaseList* out) {
+  const int64_t hk = s.shape.num_kv_heads, d = s.shape.head_dim, hq = s.q_heads;
+  std::string name = absl::StrCat(Describe(s.shape), " layer=", s.layer, " T=", s.tokens,
+                                  " Hq=", hq, " R=", s.rotary_half);
+  if (s.norms) absl::StrAppend(&name, " qk-norm");
+  if (s.fused) absl::StrAppend(&name, " fused-qkv");
+  if (s.skipped > 0) absl::StrAppend(&name, " skip=", s.skipped);
+  if (s.mscale != 1.0f) absl::StrAppend(&name, " mscale=", s.mscale);
+  CaseBuilder cb(seed, "attention_prologue", name);
+  std::vector<int32_t> slots = cb.rng().Permutation(s.shape.num_blocks * s.shape.block_size);
+  slots.resize(s.tokens);
+  for (int64_t i = 0; i < s.skipped; ++i) slots[cb.rng().Int(0, s.tokens - 1)] = -1;
+  std::vector<int32_t> positions(s.tokens);
+  for (auto& p : positions) p = cb.rng().Int(0, 4095);
+  std::vector<float> inv_freq(s.rotary_half);
+  for (int64_t i = 0; i < s.rotary_half; ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -static_cast<double>(i) / s.rotary_half));
+  }
+  const int64_t row = (hq + 2 * hk) * d;
+  const int cache = cb.Output(cb.Uniform("cache", Role::kKv, s.shape.Elems()));
+  const int q =
+      cb.Output(cb.Uniform(s.fused ? "qkv" : "q", Role::kAct, s.tokens * (s.fused ? row : hq * d)));
+  const int k = s.fused ? q : cb.Output(cb.Uniform("k", Role::kAct, s.tokens * hk * d));
+  const int v = s.fused ? q : cb.Uniform("v", Role::kAct, s.tokens * hk * d);
+  const int qn = s.norms ? cb.Uniform("q_norm", Role::kWeight, d) : -1;
+  const int kn = s.norms ? cb.Uniform("k_norm", Role::kWeight, d) : -1;
+  const int pos = cb.Ints("positions", positions);
+  const int freq = cb.Values("inv_freq", Role::kF32, inv_freq);
+  const int sl = cb.Ints("slots", slots);
+  TestCase c = cb.Build([=](OpContext& ctx) {
+    const strata_kv_cache cc = ctx.Cache(cache, s.shape);
+    const int64_t stride = s.fused ? row : 0;
+    strata_tensor qt = ctx.Tensor(q, {s.tokens, hq, d}, stride);
+    strata_tensor kt = ctx.Tensor(k, {s.tokens, hk, d}, stride, s.fused ? hq * d : 0);
+    strata_tensor vt = ctx.Tensor(v, {s.tokens, hk, d}, stride, s.fused ? (hq + hk) * d : 0);
+    strata_tensor qnt = s.norms ? ctx.Tensor(qn, {d}) : strata_tensor{};
+    strata_tensor knt = s.norms ? ctx.Tensor(kn, {d}) : strata_tensor{};
+    strata_tensor pt = ctx.Tensor(pos, {s.tokens});
+    strata_tensor ft = ctx.Tensor(freq, {s.rotary_half});
+    strata_tensor st = ctx.Tensor(sl, {s.tokens});
+    return ctx.Check(ctx.api().attention_prologue(
+                         ctx.backend(), ctx.stream(), &qt, &kt, &vt, s.norms ? &qnt : nullptr,
+                         s.norms ? &knt : nullptr, 1e-6f, &pt, &ft, s.mscale, &cc, s.layer, &st),
+                     "attention_prologue");
+  });
+  c.needs_prologue = true;
+  out->push_back(std::move(c));
+}
+
+// One norm without the other: the op must refuse (and write nothing: the pool is an output of
+// the positive cases only, so this checks the error).
+void AddAttentionPrologueNegative(uint64_t seed, CaseList* out) {
+  CaseBuilder cb(seed, "attention_prologue", "rejects q_norm without k_norm");
+  const KvShape shape{4, 2, 8, 2, 32};
+  const int cache = cb.Uniform("cache", Role::kKv, shape.Elems());
+  const int q = cb.Uniform("q", Role::kAct, 3 * 4 * 32);
+  const int k = cb.Uniform("k", Role::kAct, 3 * 2 * 32);
+  const int qn = cb.Uniform("q_norm", Role::kWeight, 32);
+  const int pos = cb.Ints("positions", {0, 1, 2});
+  const int freq = cb.Values("inv_freq", Role::kF32, {1.0f, 0.5f});
+  const int sl = cb.Ints("slots", {0, 1, 2});
+  TestCase c = cb.BuildNegative(
+      [=](OpContext& ctx) {
+        const strata_kv_cache cc = ctx.Cache(cache, shape);
+        strata_tensor qt = ctx.Tensor(q, {3, 4, 32});
+        strata_tensor kt = ctx.Tensor(k, {3, 2, 32});
+        strata_tensor qnt = ctx.Tensor(qn, {32});
+        strata_tensor pt = ctx.Tensor(pos, {3});
+        strata_tensor ft = ctx.Tensor(freq, {2});
+        strata_tensor st = ctx.Tensor(sl, {3});
+        return ctx.Check(
+            ctx.api().attention_prologue(ctx.backend(), ctx.stream(), &qt, &kt, &kt, &qnt, nullptr,
+                                         1e-6f, &pt, &ft, 1.0f, &cc, 0, &st),
+            "attention_prologue");
+      },
+      STRATA_ERR_INVALID_ARGUMENT);
+  c.needs_prologue = true;
+  out->push_back(std::move(c));
+}
+
 }  // namespace
+
+void AddAttentionPrologueCases(uint64_t seed, CaseList* out) {
+  // Qwen3-style (q/k norms, full rotary, GQA 4:1) with skipped rows; Llama-style from a fused
+  // QKV buffer; partial rotary with a YaRN-like mscale; a prefill-sized call.
+  AddAttentionPrologue(seed, {{8, 2, 4, 2, 128}, 1, 5, 8, 64, true, false, 1}, out);
+  AddAttentionPrologue(seed, {{6, 3, 8, 2, 64}, 2, 3, 8, 32, false, true}, out);
+  AddAttentionPrologue(seed, {{4, 1, 16, 1, 64}, 0, 9, 2, 16, true, false, 0, 1.25f}, out);
+  AddAttentionPrologue(seed, {{16, 2, 16, 4, 64}, 0, 60, 4, 32, true, true, 4}, out);
+  AddAttentionPrologueNegative(seed, out);
+}
 
 void AddKvAppendCases(uint64_t seed, CaseList* out) {
   AddKvAppend(seed, {{4, 1, 8, 1, 128}, 0, 1, 0}, out);

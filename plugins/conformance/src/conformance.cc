@@ -39,6 +39,7 @@ constexpr OpEntry kOps[] = {
     {"moe_route", AddMoeRouteCases},
     {"moe_experts", AddMoeExpertsCases},
     {"sample", AddSampleCases},
+    {"attention_prologue", AddAttentionPrologueCases},
 };
 
 strata_dtype DtypeFor(const Backend& backend, Role role) {
@@ -268,6 +269,13 @@ CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
     r.skipped = true;
     r.error = absl::StrCat(candidate.plugin().has_sample() ? "reference" : "candidate",
                            " has no sample entry");
+    return r;
+  }
+  auto has_prologue = [](const Backend& b) { return b.api().attention_prologue != nullptr; };
+  if (c.needs_prologue && !(has_prologue(candidate) && has_prologue(reference))) {
+    r.skipped = true;
+    r.error = absl::StrCat(has_prologue(candidate) ? "reference" : "candidate",
+                           " has no attention_prologue entry");
     return r;
   }
   const auto values = SharedValues(c, candidate, reference);

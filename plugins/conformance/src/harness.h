@@ -87,7 +87,8 @@ struct TestCase {
   std::vector<HostArray> arrays;
   RunFn run;
   bool needs_moe = false;
-  bool needs_sample = false;  // the optional `sample` entry
+  bool needs_sample = false;    // the optional `sample` entry
+  bool needs_prologue = false;  // the optional `attention_prologue` entry
   // Negative case: the candidate must return this code (with a message) and the reference is
   // not run. STRATA_OK for ordinary cases.
   strata_status expect_error = STRATA_OK;
@@ -133,5 +134,6 @@ void AddKvScatterCases(uint64_t seed, CaseList* out);
 void AddMoeRouteCases(uint64_t seed, CaseList* out);
 void AddMoeExpertsCases(uint64_t seed, CaseList* out);
 void AddSampleCases(uint64_t seed, CaseList* out);
+void AddAttentionPrologueCases(uint64_t seed, CaseList* out);
 
 }  // namespace strata::conformance

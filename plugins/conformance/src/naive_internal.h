@@ -63,6 +63,9 @@ int64_t KvIndex(const strata_kv_cache& c, int64_t block, int64_t layer, int64_t 
 size_t KvBlockBytes(const strata_kv_cache& c);
 
 // KV cache, attention and MoE entries (naive_attention.cc, naive_moe.cc).
+// kv_append's argument checks ("" when the call is valid).
+std::string CheckKvAppendArgs(const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
+                              const strata_tensor* v, const strata_tensor* slots);
 strata_status KvAppend(strata_backend b, strata_stream s, const strata_kv_cache* cache,
                        int32_t layer, const strata_tensor* k, const strata_tensor* v,
                        const strata_tensor* slots);

@@ -134,20 +134,30 @@ strata_status Attention(strata_backend b, const strata_kv_cache* cache,
 
 }  // namespace
 
-strata_status KvAppend(strata_backend b, strata_stream, const strata_kv_cache* cache, int32_t layer,
-                       const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots) {
-  STRATA_NAIVE_CHECK(b, ExpectCache(cache));
-  if (layer < 0 || layer >= cache->num_layers) return Invalid(b, absl::StrCat("layer ", layer));
-  STRATA_NAIVE_CHECK(b, ExpectTensor(slots, "slots", {-1}, Kind::kI32));
+std::string CheckKvAppendArgs(const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
+                              const strata_tensor* v, const strata_tensor* slots) {
+  std::string err = ExpectCache(cache);
+  if (!err.empty()) return err;
+  if (layer < 0 || layer >= cache->num_layers) return absl::StrCat("layer ", layer);
+  err = ExpectTensor(slots, "slots", {-1}, Kind::kI32);
+  if (!err.empty()) return err;
   const int64_t tokens = slots->shape[0];
-  STRATA_NAIVE_CHECK(b, CheckKvTensor(*cache, k, "k", tokens));
-  STRATA_NAIVE_CHECK(b, CheckKvTensor(*cache, v, "v", tokens));
-  const int64_t bs = cache->block_size, row = cache->num_kv_heads * cache->head_dim;
+  err = CheckKvTensor(*cache, k, "k", tokens);
+  if (err.empty()) err = CheckKvTensor(*cache, v, "v", tokens);
+  if (!err.empty()) return err;
   for (int64_t t = 0; t < tokens; ++t) {
-    if (IntAt(*slots, t) >= int64_t{cache->num_blocks} * bs) {
-      return Invalid(b, absl::StrCat("slots[", t, "] = ", IntAt(*slots, t)));
+    if (IntAt(*slots, t) >= int64_t{cache->num_blocks} * cache->block_size) {
+      return absl::StrCat("slots[", t, "] = ", IntAt(*slots, t));
     }
   }
+  return "";
+}
+
+strata_status KvAppend(strata_backend b, strata_stream, const strata_kv_cache* cache, int32_t layer,
+                       const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots) {
+  STRATA_NAIVE_CHECK(b, CheckKvAppendArgs(cache, layer, k, v, slots));
+  const int64_t tokens = slots->shape[0];
+  const int64_t bs = cache->block_size, row = cache->num_kv_heads * cache->head_dim;
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t slot = IntAt(*slots, t);
     if (slot < 0) continue;

@@ -323,6 +323,36 @@ strata_status Rope(strata_backend b, strata_stream, strata_tensor* q, strata_ten
   return STRATA_OK;
 }
 
+// The composition the ABI defines, checked as a whole before anything is written.
+strata_status AttentionPrologue(strata_backend b, strata_stream s, strata_tensor* q,
+                                strata_tensor* k, const strata_tensor* v,
+                                const strata_tensor* q_norm, const strata_tensor* k_norm, float eps,
+                                const strata_tensor* positions, const strata_tensor* inv_freq,
+                                float mscale, const strata_kv_cache* cache, int32_t layer,
+                                const strata_tensor* slots) {
+  STRATA_NAIVE_CHECK(b, CheckKvAppendArgs(cache, layer, k, v, slots));
+  const int64_t tokens = k->shape[0], dim = k->shape[2];
+  STRATA_NAIVE_CHECK(b, ExpectTensor(q, "q", {tokens, -1, dim}, Kind::kFloat));
+  if ((q_norm == nullptr) != (k_norm == nullptr)) {
+    return Invalid(b, "q_norm and k_norm: both or neither");
+  }
+  if (q_norm != nullptr) {
+    STRATA_NAIVE_CHECK(b, ExpectTensor(q_norm, "q_norm", {dim}, Kind::kFloat));
+    STRATA_NAIVE_CHECK(b, ExpectTensor(k_norm, "k_norm", {dim}, Kind::kFloat));
+  }
+  STRATA_NAIVE_CHECK(b, ExpectTensor(positions, "positions", {tokens}, Kind::kI32));
+  STRATA_NAIVE_CHECK(b, ExpectTensor(inv_freq, "inv_freq", {-1}, Kind::kF32));
+  if (2 * inv_freq->shape[0] > dim) return Invalid(b, "inv_freq longer than head_dim / 2");
+  strata_status st = STRATA_OK;
+  if (q_norm != nullptr) {
+    st = RmsNorm(b, s, q, nullptr, q_norm, eps, q);
+    if (st == STRATA_OK) st = RmsNorm(b, s, k, nullptr, k_norm, eps, k);
+  }
+  if (st == STRATA_OK) st = Rope(b, s, q, k, positions, inv_freq, mscale);
+  if (st == STRATA_OK) st = KvAppend(b, s, cache, layer, k, v, slots);
+  return st;
+}
+
 strata_status SiluMul(strata_backend b, strata_stream, const strata_tensor* x, strata_tensor* out) {
   STRATA_NAIVE_CHECK(b, ExpectTensor(x, "x", {-1, -1}, Kind::kFloat));
   const int64_t tokens = x->shape[0], inter = x->shape[1] / 2;
@@ -385,6 +415,7 @@ strata_plugin_api_v1 MakeTable() {
   t.moe_route = MoeRoute;
   t.sample = Sample;
   t.moe_experts = MoeExperts;
+  t.attention_prologue = AttentionPrologue;
   return t;
 }
 

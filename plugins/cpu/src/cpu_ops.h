@@ -30,6 +30,12 @@ Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
 // cpu_ops_kv.cc
 Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
                 const strata_tensor* v, const strata_tensor* slots);
+// rms_norm of q and k (when the norms are given), rope, kv_append; validated up front.
+Status AttentionPrologue(CpuBackend& be, strata_tensor* q, strata_tensor* k, const strata_tensor* v,
+                         const strata_tensor* q_norm, const strata_tensor* k_norm, float eps,
+                         const strata_tensor* positions, const strata_tensor* inv_freq,
+                         float mscale, const strata_kv_cache* cache, int32_t layer,
+                         const strata_tensor* slots);
 Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* src,
                     const strata_tensor* dst);
 Status KvGather(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* blocks,

@@ -86,6 +86,28 @@ Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, con
   return Status();
 }
 
+Status AttentionPrologue(CpuBackend& be, strata_tensor* q, strata_tensor* k, const strata_tensor* v,
+                         const strata_tensor* q_norm, const strata_tensor* k_norm, float eps,
+                         const strata_tensor* positions, const strata_tensor* inv_freq,
+                         float mscale, const strata_kv_cache* cache, int32_t layer,
+                         const strata_tensor* slots) {
+  constexpr const char* kOp = "attention_prologue";
+  plugin_common::AttentionPrologueArgs args;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckAttentionPrologue(
+      kFloatDtype, q, k, v, q_norm, k_norm, positions, inv_freq, cache, layer, slots, &args));
+  // Everything the composed ops would refuse is refused before any of them writes.
+  const TensorView& sv = args.kv.slots;
+  STRATA_PLUGIN_RETURN_IF_ERROR(CheckIndices(kOp, "slots", sv.Ints(), sv.rows, 1,
+                                             args.kv.cache.num_blocks * args.kv.cache.block_size,
+                                             /*allow_negative=*/true));
+  if (args.norms) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(RmsNorm(be, q, nullptr, q_norm, eps, q));
+    STRATA_PLUGIN_RETURN_IF_ERROR(RmsNorm(be, k, nullptr, k_norm, eps, k));
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(Rope(be, q, k, positions, inv_freq, mscale));
+  return KvAppend(be, cache, layer, k, v, slots);
+}
+
 Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* src,
                     const strata_tensor* dst) {
   constexpr const char* kOp = "kv_copy_blocks";

@@ -211,6 +211,19 @@ strata_status KvAppendEntry(strata_backend b, strata_stream, const strata_kv_cac
                [&](CpuBackend& be) { return KvAppend(be, cache, layer, k, v, slots); });
 }
 
+strata_status AttentionPrologueEntry(strata_backend b, strata_stream, strata_tensor* q,
+                                     strata_tensor* k, const strata_tensor* v,
+                                     const strata_tensor* q_norm, const strata_tensor* k_norm,
+                                     float eps, const strata_tensor* positions,
+                                     const strata_tensor* inv_freq, float mscale,
+                                     const strata_kv_cache* cache, int32_t layer,
+                                     const strata_tensor* slots) noexcept {
+  return Guard(b, "attention_prologue", [&](CpuBackend& be) {
+    return AttentionPrologue(be, q, k, v, q_norm, k_norm, eps, positions, inv_freq, mscale, cache,
+                             layer, slots);
+  });
+}
+
 strata_status AttentionPrefillEntry(strata_backend b, strata_stream, const strata_kv_cache* cache,
                                     const strata_attention_batch* batch,
                                     const strata_attention_params* params, const strata_tensor* q,
@@ -301,6 +314,7 @@ const strata_plugin_api_v1 kApi = {
     .moe_route = MoeRouteEntry,
     .moe_experts = MoeExpertsEntry,
     .sample = SampleEntry,
+    .attention_prologue = AttentionPrologueEntry,
 };
 
 }  // namespace

@@ -276,6 +276,22 @@ typedef struct strata_plugin_api_v1 {
   strata_status (*graph_capture_end)(strata_backend b, strata_stream s, strata_graph* out);
   strata_status (*graph_launch)(strata_backend b, strata_stream s, strata_graph g);
   void (*graph_destroy)(strata_backend b, strata_graph g);
+
+  /* --- fused attention prologue (optional: NULL when absent; the host then calls the ops it
+   * stands for) -------------------------------------------------------------------------------
+   * The work between a layer's QKV projection and its attention, as one op. Exactly
+   *     if (q_norm != NULL) rms_norm(q, NULL, q_norm, eps, q), rms_norm(k, NULL, k_norm, eps, k);
+   *     rope(q, k, positions, inv_freq, mscale); kv_append(cache, layer, k, v, slots);
+   * on q [T, Hq, D], k and v [T, Hk, D] (q and k updated in place; k is what gets appended),
+   * with the arguments and rules of those ops; q_norm and k_norm [D] are both given or both
+   * NULL. A failing call writes nothing. */
+  strata_status (*attention_prologue)(strata_backend b, strata_stream s, strata_tensor* q,
+                                      strata_tensor* k, const strata_tensor* v,
+                                      const strata_tensor* q_norm, const strata_tensor* k_norm,
+                                      float eps, const strata_tensor* positions,
+                                      const strata_tensor* inv_freq, float mscale,
+                                      const strata_kv_cache* cache, int32_t layer,
+                                      const strata_tensor* slots);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

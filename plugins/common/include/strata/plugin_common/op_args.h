@@ -40,6 +40,20 @@ Status CheckKvAppend(strata_dtype float_dtype, const strata_kv_cache* cache, int
                      const strata_tensor* k, const strata_tensor* v, const strata_tensor* slots,
                      KvAppendArgs* args);
 
+// attention_prologue: q [T, Hq, D] and, through CheckKvAppend, k / v / slots / cache / layer;
+// q_norm and k_norm [D] both or neither; positions I32 [T]; inv_freq F32 [R] with 2 R <= D.
+struct AttentionPrologueArgs {
+  TensorView q, q_norm, k_norm, positions, inv_freq;
+  KvAppendArgs kv;
+  bool norms = false;
+};
+Status CheckAttentionPrologue(strata_dtype float_dtype, const strata_tensor* q,
+                              const strata_tensor* k, const strata_tensor* v,
+                              const strata_tensor* q_norm, const strata_tensor* k_norm,
+                              const strata_tensor* positions, const strata_tensor* inv_freq,
+                              const strata_kv_cache* cache, int32_t layer,
+                              const strata_tensor* slots, AttentionPrologueArgs* args);
+
 // sample: logits [N, V] in F32 or `act_dtype`, params non-NULL, tokens I32 [N]; logprobs F32
 // [N, 1 + STRATA_MAX_LOGPROBS] and top_ids I32 [N, STRATA_MAX_LOGPROBS], both or neither.
 struct SampleArgs {
