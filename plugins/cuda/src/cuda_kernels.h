@@ -62,7 +62,8 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
                        int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
                        cudaStream_t stream);
 
-// ---- KV cache and MoE routing (kernels_kv_moe.cu) -------------------------------------------------
+// ---- KV cache and MoE routing (kernels_kv_moe.cu)
+// -------------------------------------------------
 
 // Writes k, v [rows, Hk, D] of `layer` at slots[t]; negative or out-of-pool slots skip the row.
 cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, const bf16* k,
@@ -75,6 +76,34 @@ cudaError_t LaunchKvAppend(bf16* cache, const CacheDims& dims, int64_t layer, co
 cudaError_t LaunchCopyBlocks(char* pool, int64_t block_bytes, int64_t num_blocks,
                              const int32_t* src_ids, const int32_t* dst_ids, char* packed,
                              int64_t n, cudaStream_t stream);
+
+// attention_prologue (abi.h) in one kernel: q/k RMSNorm (when q_norm is set), rope, and the
+// k / v rows into the pool, bit for bit what the separate kernels compute. Only where
+// AttentionPrologueFused(head_dim, rotary half): head_dim 64 or 128, the half a multiple of 32.
+struct PrologueArgs {
+  bf16* q = nullptr;
+  int64_t q_stride = 0;
+  int hq = 0;
+  bf16* k = nullptr;
+  int64_t k_stride = 0;
+  int hk = 0;
+  const bf16* v = nullptr;
+  int64_t v_stride = 0;
+  const bf16* q_norm = nullptr;  // both or neither
+  const bf16* k_norm = nullptr;
+  float eps = 0.0f;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int r = 0;  // rotary half (inv_freq entries)
+  float mscale = 1.0f;
+  bf16* cache = nullptr;
+  CacheDims dims;
+  int64_t layer = 0;
+  const int32_t* slots = nullptr;
+  int64_t rows = 0;
+};
+bool AttentionPrologueFused(int64_t head_dim, int64_t rotary_half);
+cudaError_t LaunchAttentionPrologue(const PrologueArgs& args, cudaStream_t stream);
 
 // Softmax + top-k per row of logits [rows, experts] (see abi.h moe_route).
 cudaError_t LaunchMoeRoute(const bf16* logits, int64_t logits_stride, int64_t rows, int64_t experts,
@@ -129,8 +158,8 @@ cudaError_t LaunchMoeVector(const MoeExpertsArgs& args, void* act, cudaStream_t 
 
 struct MoePlan {
   MoeTiles tiles = MoeTiles::kSmall;
-  int32_t block_m = 0;        // rows per m-tile
-  int64_t max_tiles = 0;      // bound on the m-tiles: ceil(T * k / block_m) + min(E, T * k)
+  int32_t block_m = 0;    // rows per m-tile
+  int64_t max_tiles = 0;  // bound on the m-tiles: ceil(T * k / block_m) + min(E, T * k)
   size_t workspace_bytes = 0;
 };
 cudaError_t PlanMoeExperts(const MoeExpertsArgs& args, MoePlan* plan);
@@ -176,8 +205,8 @@ inline constexpr int64_t kMaxDecodeGroup = 8;
 bool DecodeAttentionSupported(const AttentionArgs& args);
 
 struct DecodePlan {
-  int32_t splits = 1;        // KV splits per (sequence, kv head)
-  int32_t chunk = 0;         // keys per split (the last split takes the remainder)
+  int32_t splits = 1;          // KV splits per (sequence, kv head)
+  int32_t chunk = 0;           // keys per split (the last split takes the remainder)
   size_t workspace_bytes = 0;  // device scratch LaunchDecodeAttention needs (0: none)
 };
 // max_kv_len_hint <= 0: unknown (the table capacity bounds it). Correct for any kv_len values.
@@ -218,9 +247,9 @@ void SetWgmmaKernelsEnabled(bool enabled);
 // abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one thread block
 // per row; params (device) values outside their ranges are clamped. logprobs / top_ids may be
 // NULL (then no row writes them).
-cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows,
-                         int64_t vocab, const strata_sample_params* params, int32_t* tokens,
-                         float* logprobs, int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows, int64_t vocab,
+                         const strata_sample_params* params, int32_t* tokens, float* logprobs,
+                         int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
                          cudaStream_t stream);
 
 }  // namespace strata::cuda

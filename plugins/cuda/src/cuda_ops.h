@@ -21,6 +21,11 @@ Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows, 
 
 Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
                 const strata_tensor* v, const strata_tensor* slots);
+Status AttentionPrologue(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* v,
+                         const strata_tensor* q_norm, const strata_tensor* k_norm, float eps,
+                         const strata_tensor* positions, const strata_tensor* inv_freq,
+                         float mscale, const strata_kv_cache* cache, int32_t layer,
+                         const strata_tensor* slots);
 Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
                  const strata_attention_batch* batch, const strata_attention_params* params,
                  const strata_tensor* q, strata_tensor* out);

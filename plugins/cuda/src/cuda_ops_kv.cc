@@ -1,5 +1,6 @@
-// KV cache ops: kv_append, kv_copy_blocks, kv_gather, kv_scatter. Block ids and slots are
-// device arrays: the kernels skip out-of-range entries instead of the host checking them.
+// KV cache ops: kv_append, kv_copy_blocks, kv_gather, kv_scatter, and attention_prologue (q/k
+// norms + rope + kv_append). Block ids and slots are device arrays: the kernels skip
+// out-of-range entries instead of the host checking them.
 #include "cuda_common.h"
 #include "cuda_kernels.h"
 #include "cuda_ops.h"
@@ -31,6 +32,50 @@ Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const st
                                       static_cast<const bf16*>(kv.data), kv.stride,
                                       static_cast<const bf16*>(vv.data), vv.stride,
                                       static_cast<const int32_t*>(sv.data), kv.rows, s.stream));
+}
+
+Status AttentionPrologue(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* v,
+                         const strata_tensor* q_norm, const strata_tensor* k_norm, float eps,
+                         const strata_tensor* positions, const strata_tensor* inv_freq,
+                         float mscale, const strata_kv_cache* cache, int32_t layer,
+                         const strata_tensor* slots) {
+  constexpr const char* kOp = "attention_prologue";
+  plugin_common::AttentionPrologueArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckAttentionPrologue(
+      kStorageDtype, q, k, v, q_norm, k_norm, positions, inv_freq, cache, layer, slots, &a));
+  if (a.norms && !(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
+  const int64_t d = a.kv.cache.head_dim, r = a.inv_freq.rows;
+  if (a.q.rows == 0 || d == 0) return Status();
+  if (!AttentionPrologueFused(d, r)) {  // other shapes: the separate kernels, same results
+    if (a.norms) {
+      STRATA_PLUGIN_RETURN_IF_ERROR(RmsNorm(s, q, nullptr, q_norm, eps, q));
+      STRATA_PLUGIN_RETURN_IF_ERROR(RmsNorm(s, k, nullptr, k_norm, eps, k));
+    }
+    STRATA_PLUGIN_RETURN_IF_ERROR(Rope(s, q, k, positions, inv_freq, mscale));
+    return KvAppend(s, cache, layer, k, v, slots);
+  }
+  PrologueArgs p;
+  p.q = static_cast<bf16*>(a.q.data);
+  p.q_stride = a.q.stride;
+  p.hq = static_cast<int>(a.q.shape[1]);
+  p.k = static_cast<bf16*>(a.kv.k.data);
+  p.k_stride = a.kv.k.stride;
+  p.hk = static_cast<int>(a.kv.k.shape[1]);
+  p.v = static_cast<const bf16*>(a.kv.v.data);
+  p.v_stride = a.kv.v.stride;
+  p.q_norm = a.norms ? static_cast<const bf16*>(a.q_norm.data) : nullptr;
+  p.k_norm = a.norms ? static_cast<const bf16*>(a.k_norm.data) : nullptr;
+  p.eps = eps;
+  p.positions = static_cast<const int32_t*>(a.positions.data);
+  p.inv_freq = static_cast<const float*>(a.inv_freq.data);
+  p.r = static_cast<int>(r);
+  p.mscale = mscale;
+  p.cache = static_cast<bf16*>(a.kv.cache.data);
+  p.dims = Dims(a.kv.cache);
+  p.layer = layer;
+  p.slots = static_cast<const int32_t*>(a.kv.slots.data);
+  p.rows = a.q.rows;
+  return Launched(kOp, LaunchAttentionPrologue(p, s.stream));
 }
 
 using plugin_common::ViewBlockList;

@@ -221,6 +221,19 @@ strata_status KvAppendEntry(strata_backend b, strata_stream st, const strata_kv_
                  [&](Stream& s) { return KvAppend(s, cache, layer, k, v, slots); });
 }
 
+strata_status AttentionPrologueEntry(strata_backend b, strata_stream st, strata_tensor* q,
+                                     strata_tensor* k, const strata_tensor* v,
+                                     const strata_tensor* q_norm, const strata_tensor* k_norm,
+                                     float eps, const strata_tensor* positions,
+                                     const strata_tensor* inv_freq, float mscale,
+                                     const strata_kv_cache* cache, int32_t layer,
+                                     const strata_tensor* slots) noexcept {
+  return GuardOp(b, st, "attention_prologue", [&](Stream& s) {
+    return AttentionPrologue(s, q, k, v, q_norm, k_norm, eps, positions, inv_freq, mscale, cache,
+                             layer, slots);
+  });
+}
+
 strata_status AttentionPrefillEntry(strata_backend b, strata_stream st,
                                     const strata_kv_cache* cache,
                                     const strata_attention_batch* batch,
@@ -267,9 +280,8 @@ strata_status MoeRouteEntry(strata_backend b, strata_stream st, const strata_ten
 strata_status SampleEntry(strata_backend b, strata_stream st, const strata_tensor* logits,
                           const strata_sample_params* params, strata_tensor* tokens,
                           strata_tensor* logprobs, strata_tensor* top_ids) noexcept {
-  return GuardOp(b, st, "sample", [&](Stream& s) {
-    return Sample(s, logits, params, tokens, logprobs, top_ids);
-  });
+  return GuardOp(b, st, "sample",
+                 [&](Stream& s) { return Sample(s, logits, params, tokens, logprobs, top_ids); });
 }
 
 strata_status GraphBeginEntry(strata_backend b, strata_stream st) noexcept {
@@ -334,6 +346,7 @@ const strata_plugin_api_v1 kApi = {
     .graph_capture_end = GraphEndEntry,
     .graph_launch = GraphLaunchEntry,
     .graph_destroy = GraphDestroyEntry,
+    .attention_prologue = AttentionPrologueEntry,
 };
 
 }  // namespace

@@ -1,0 +1,109 @@
+// attention_prologue in one kernel (issue 5): per (token, head) one warp, the head's D values in
+// registers (lane l holds elements l + 32 i): q/k RMSNorm, rotary embedding, and the k and v
+// rows written to the KV pool. The arithmetic is that of the separate kernels (RmsNormKernel,
+// RopeKernel, KvAppendKernel) in the same order, with the same roundings to bf16 between the
+// steps, so the fused and the unfused paths agree bit for bit. Served: head_dim 64 or 128 and
+// a rotary half that is a multiple of 32 (each rotated pair then sits in one lane); the op
+// falls back to the separate kernels otherwise.
+#include <algorithm>
+
+#include "cuda_kernels.h"
+#include "device_util.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerCta = kThreads / 32;
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kThreads) AttentionPrologueKernel(PrologueArgs a) {
+  WaitForPrerequisites();  // q, k, v (the QKV GEMM), and earlier readers of the pool
+  AllowDependents();
+  constexpr int d = 32 * kPerLane;
+  const int lane = threadIdx.x & 31;
+  const int heads = a.hq + 2 * a.hk;
+  const int64_t units = a.rows * heads;
+  const int64_t plane = a.dims.block_size * a.dims.num_kv_heads * d;
+  const int64_t token_elems = a.dims.num_kv_heads * d;
+  for (int64_t u = blockIdx.x * int64_t{kWarpsPerCta} + threadIdx.x / 32; u < units;
+       u += int64_t{gridDim.x} * kWarpsPerCta) {
+    const int64_t t = u / heads;
+    const int h = static_cast<int>(u - t * heads);
+    const int32_t slot = a.slots[t];
+    const bool store = slot >= 0 && slot < a.dims.num_blocks * a.dims.block_size;
+    bf16* kv_row = nullptr;
+    if (store) {
+      const int64_t block = slot / a.dims.block_size, offset = slot % a.dims.block_size;
+      kv_row = a.cache + ((block * a.dims.num_layers + a.layer) * 2) * plane + offset * token_elems;
+    }
+    if (h >= a.hq + a.hk) {  // a v head: copied to the pool's V plane
+      const int hv = h - a.hq - a.hk;
+      if (!store) continue;
+      const bf16* src = a.v + t * a.v_stride + hv * d;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        kv_row[plane + hv * d + lane + 32 * i] = src[lane + 32 * i];
+      continue;
+    }
+    const bool is_q = h < a.hq;
+    const int hh = is_q ? h : h - a.hq;
+    bf16* head = is_q ? a.q + t * a.q_stride + hh * d : a.k + t * a.k_stride + hh * d;
+    float x[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) x[i] = __bfloat162float(head[lane + 32 * i]);
+    const bf16* norm = is_q ? a.q_norm : a.k_norm;
+    if (norm != nullptr) {
+      float sq = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) sq += x[i] * x[i];
+      for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      const float inv = rsqrtf(sq / static_cast<float>(d) + a.eps);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        x[i] = __bfloat162float(
+            __float2bfloat16((x[i] * inv) * __bfloat162float(norm[lane + 32 * i])));
+      }
+    }
+    // Pairs (e, e + r) for e < r: both in this lane, r / 32 registers apart.
+    const int pair = a.r / 32;
+    const float pos = static_cast<float>(a.positions[t]);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (i >= pair) break;
+      const float angle = pos * a.inv_freq[lane + 32 * i];
+      float s, c;
+      sincosf(angle, &s, &c);
+      c *= a.mscale;
+      s *= a.mscale;
+      const float x0 = x[i], x1 = x[i + pair];
+      x[i] = __bfloat162float(__float2bfloat16(x0 * c - x1 * s));
+      x[i + pair] = __bfloat162float(__float2bfloat16(x1 * c + x0 * s));
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const bf16 y = __float2bfloat16(x[i]);
+      head[lane + 32 * i] = y;
+      if (!is_q && store) kv_row[hh * d + lane + 32 * i] = y;
+    }
+  }
+}
+
+}  // namespace
+
+bool AttentionPrologueFused(int64_t d, int64_t r) {
+  return (d == 64 || d == 128) && r % 32 == 0 && 2 * r <= d;
+}
+
+cudaError_t LaunchAttentionPrologue(const PrologueArgs& a, cudaStream_t stream) {
+  const int64_t units = a.rows * (a.hq + 2 * a.hk);
+  if (units == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(
+      std::clamp<int64_t>((units + kWarpsPerCta - 1) / kWarpsPerCta, 1, int64_t{1} << 20)));
+  if (a.dims.head_dim == 64) {
+    return LaunchPdl(AttentionPrologueKernel<2>, grid, dim3(kThreads), 0, stream, a);
+  }
+  return LaunchPdl(AttentionPrologueKernel<4>, grid, dim3(kThreads), 0, stream, a);
+}
+
+}  // namespace strata::cuda
