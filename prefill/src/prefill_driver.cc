@@ -1,13 +1,17 @@
 #include "strata/prefill/prefill_driver.h"
 
 #include <chrono>
+#include <deque>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "strata/common/logging.h"
 
 namespace strata::prefill {
@@ -66,11 +70,17 @@ class PrefillDriverImpl final : public PrefillDriver {
                          [this, job, request](Engine& e) { Begin(e, job, request); });
   }
 
+  // An abort can overtake its Prefill (they are separate RPCs, and a Prefill waits on the
+  // engine thread before it becomes a job): an id not yet known is remembered, and its Prefill
+  // is refused when it begins, instead of running the whole prompt for a cancelled request.
   void Abort(const std::string& request_id) override {
     {
       absl::MutexLock lock(&mu_);
       auto it = jobs_.find(request_id);
-      if (it == jobs_.end()) return;
+      if (it == jobs_.end()) {
+        RememberAbortLocked(request_id);
+        return;
+      }
       it->second->aborted = true;
     }
     loop_->Abort(request_id);
@@ -117,7 +127,42 @@ class PrefillDriverImpl final : public PrefillDriver {
   }
 
   // Engine thread.
+  // Remembered aborts: at most kMaxEarlyAborts, each for kEarlyAbortTtl (a decode worker also
+  // sends one for a request it cancels before asking for the prefill, which never comes).
+  static constexpr size_t kMaxEarlyAborts = 4096;
+  static constexpr absl::Duration kEarlyAbortTtl = absl::Seconds(60);
+
+  void RememberAbortLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = absl::Now();
+    while (!early_abort_order_.empty() &&
+           (early_abort_order_.size() >= kMaxEarlyAborts ||
+            now - early_abort_order_.front().second > kEarlyAbortTtl)) {
+      auto it = early_aborts_.find(early_abort_order_.front().first);
+      if (it != early_aborts_.end() && it->second == early_abort_order_.front().second) {
+        early_aborts_.erase(it);
+      }
+      early_abort_order_.pop_front();
+    }
+    early_aborts_[id] = now;
+    early_abort_order_.emplace_back(id, now);
+  }
+
+  // True (and forgotten) when `id` was aborted before it began.
+  bool TakeEarlyAbort(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto it = early_aborts_.find(id);
+    if (it == early_aborts_.end()) return false;
+    const bool live = absl::Now() - it->second <= kEarlyAbortTtl;
+    early_aborts_.erase(it);
+    if (live) ++stats_.aborted_before_start;
+    return live;
+  }
+
   void Begin(Engine& e, std::shared_ptr<Job> job, const v1::PrefillRequest& request) {
+    if (TakeEarlyAbort(job->id)) {
+      job->done(absl::CancelledError("prefill aborted by the decode worker before it began"), {});
+      return;
+    }
     SamplingParams params = proto::FromProto(request.params());
     absl::Status s = e.AddPrefillRequest(
         job->id, std::vector<int32_t>(request.prompt().begin(), request.prompt().end()), params);
@@ -287,6 +332,8 @@ class PrefillDriverImpl final : public PrefillDriver {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> imported_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Time> early_aborts_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, absl::Time>> early_abort_order_ ABSL_GUARDED_BY(mu_);
   PrefillStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;

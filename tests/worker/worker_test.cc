@@ -162,6 +162,30 @@ bool WaitFor(const std::function<bool()>& done) {
   return done();
 }
 
+// An AbortPrefill can overtake its Prefill (separate RPCs): the prefill worker must not run the
+// prompt for a request that was already aborted. Forced here by sending the abort first.
+TEST_F(WorkerTest, AnAbortThatArrivesBeforeItsPrefillStopsIt) {
+  v1::AbortPrefillRequest abort;
+  abort.set_protocol_version(proto::kProtocolVersion);
+  abort.set_request_id("overtaken");
+  grpc::ClientContext actx;
+  v1::AbortPrefillResponse aresp;
+  ASSERT_TRUE(Stub(*prefill_)->AbortPrefill(&actx, abort, &aresp).ok());
+  v1::GenerateRequest req = Request("overtaken", 1500, 500);
+  req.set_prefill_address(Address(*prefill_));
+  const absl::Time start = absl::Now();
+  Streamed s = Generate(*Stub(*decode_), req);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::CANCELLED) << s.status.error_message();
+  EXPECT_TRUE(s.tokens.empty());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_TRUE(WaitFor([] { return AllBlocksFree(*prefill_); }));
+  EXPECT_TRUE(WaitFor([] { return AllBlocksFree(*decode_); }));
+  // The id is forgotten once refused: a new request under it runs.
+  v1::GenerateRequest again = Request("overtaken", 40, 4);
+  again.set_prefill_address(Address(*prefill_));
+  EXPECT_TRUE(Generate(*Stub(*decode_), again).status.ok());
+}
+
 TEST_F(WorkerTest, CancellingDuringPrefillOrDecodeFreesBlocksOnBothWorkers) {
   auto stub = Stub(*decode_);
   for (int delay_ms : {0, 5, 40, 150}) {

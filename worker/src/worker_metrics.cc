@@ -46,6 +46,9 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
               [prefill] { return double(prefill->stats().jobs); });
     CounterFn("strata_worker_prefill_failed_total", "Prefills for decode workers that failed",
               [prefill] { return double(prefill->stats().failed); });
+    CounterFn("strata_worker_prefill_aborted_before_start_total",
+              "Prefills refused because the decode worker's abort arrived before them",
+              [prefill] { return double(prefill->stats().aborted_before_start); });
   }
   if (decode != nullptr) {
     CounterFn("strata_worker_kv_received_bytes_total", "KV bytes prefill workers wrote here",

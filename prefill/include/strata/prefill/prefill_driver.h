@@ -28,6 +28,7 @@ struct PrefillStats {
   uint64_t failed = 0;
   uint64_t bytes = 0;
   uint64_t runs = 0;
+  uint64_t aborted_before_start = 0;  // Prefills refused: their abort had arrived first
 };
 
 class PrefillDriver {
