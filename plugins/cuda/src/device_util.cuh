@@ -38,6 +38,22 @@ __device__ __forceinline__ void AllowDependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 }
 
+// Streaming multiprocessors of the current device (cached per device); for persistent grids.
+inline int SmCount() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable && (count = cached[device].load(std::memory_order_relaxed)) > 0) return count;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      count <= 0) {
+    return 1;
+  }
+  if (cacheable) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
 // Launches `kernel` with programmatic stream serialization: it may be scheduled while its
 // predecessor on the stream is still running, so it must call WaitForPrerequisites before it
 // reads or writes memory that any predecessor touches (the kernels launched so do it first).

@@ -71,18 +71,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
   }
 }
 
-int SmCount() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 132;
-    }
-    return count;
-  }();
-  return sms;
-}
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace

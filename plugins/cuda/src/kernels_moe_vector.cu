@@ -161,18 +161,6 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   }
 }
 
-int SmCount() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 132;
-    }
-    return count;
-  }();
-  return sms;
-}
-
 // Persistent grid: at most ctas_per_sm CTAs per SM, fewer when the units are fewer than warps.
 dim3 Grid(int64_t units, int ctas_per_sm) {
   const int64_t ctas = (units + kWarpsPerCta - 1) / kWarpsPerCta;
