@@ -30,6 +30,7 @@
 #       flash backend), then a TFLOP/s table with ours/SDPA and ours/v1 ratios.
 #
 #   scripts/bench_cuda.sh device-step [--quick]
+#       (pack with BASELINE_PLUGIN=<an older libstrata_cuda.so> to time it too, same run)
 #       The end-to-end engine step alone (same call, `device-step`; the log is step.log):
 #       decode_step_bench runs strata's ModelRunner over libstrata_cuda.so with random weights
 #       at Llama-3.1-8B and Qwen3-30B-A3B shapes: decode step time at batch 1, 8, 64 x 2k context
@@ -75,11 +76,17 @@ pack() {
                "$strata_build/bin/strata" "$strata_build/bin/libstrata_cpu.so")
   # Optional baseline: BASELINE_BENCH=<an older decode_attention_bench> is timed in the same
   # device run, and an old-vs-new table is printed.
+  # BASELINE_PLUGIN=<an older libstrata_cuda.so> makes device-step run decode_step_bench over it
+  # too, in the same run, and print an old-vs-new table of the served decode step.
   local base_dir=""
+  if [[ -n ${BASELINE_BENCH:-} || -n ${BASELINE_PLUGIN:-} ]]; then base_dir=$(mktemp -d); fi
   if [[ -n ${BASELINE_BENCH:-} ]]; then
-    base_dir=$(mktemp -d)
     cp "$BASELINE_BENCH" "$base_dir/decode_attention_bench_base"
     files+=("$base_dir/decode_attention_bench_base")
+  fi
+  if [[ -n ${BASELINE_PLUGIN:-} ]]; then
+    cp "$BASELINE_PLUGIN" "$base_dir/libstrata_cuda_base.so"
+    files+=("$base_dir/libstrata_cuda_base.so")
   fi
   # Optional tile-shape variants: PREFILL_VARIANTS="<prefill_attention_bench_NAME ...>" (built
   # by hand with -DSTRATA_PREFILL_*) are run with --quick after the main prefill bench.
@@ -240,6 +247,36 @@ step() {
   "$work/bin/decode_step_bench" $quick | tee "$work/step.txt"
   echo
   step_table "$work/step.txt"
+  if [[ -f $work/bin/libstrata_cuda_base.so ]]; then
+    echo "== decode_step_bench --plugin libstrata_cuda_base.so (the baseline, same run)"
+    "$work/bin/decode_step_bench" $quick --plugin "$work/bin/libstrata_cuda_base.so" |
+      tee "$work/step_base.txt"
+    echo
+    step_compare "$work/step_base.txt" "$work/step.txt"
+  fi
+}
+
+# The served decode step (graph replay, on-device greedy sampling) of a baseline run ($1) and
+# this build's run ($2), side by side: ms and x roofline per model and batch.
+step_compare() {
+  awk '
+    FNR == 1 { file++ }
+    /sampled, graph replay: greedy step/ {
+      k = $1 "|" $4
+      match($0, /greedy step +[0-9.]+ ms \(ratio +[0-9.]+\)/)
+      split(substr($0, RSTART, RLENGTH), f, /[ ()]+/)
+      if (file == 1) { bms[k] = f[3]; br[k] = f[6] } else { nms[k] = f[3]; nr[k] = f[6]; order[n++] = k }
+    }
+    END {
+      print "| model | batch | baseline ms (x roofline) | this build ms (x roofline) | baseline / this |"
+      print "|---|---:|---:|---:|---:|"
+      for (i = 0; i < n; ++i) {
+        k = order[i]; split(k, m, "|")
+        printf "| %s | %s | %s | %.2f (%.2f) | %s |\n", m[1], m[2],
+          (k in bms) ? sprintf("%.2f (%.2f)", bms[k], br[k]) : "-", nms[k], nr[k],
+          (k in bms) ? sprintf("%.3f", bms[k] / nms[k]) : "-"
+      }
+    }' "$1" "$2"
 }
 
 # On-device sampling: the plugin's sample entry (conformance, sanitizers) and sample_bench.
