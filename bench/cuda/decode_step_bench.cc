@@ -149,9 +149,10 @@ strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata
 // sum exceeds an unprofiled step; the difference against the unprofiled step is roughly what
 // the step loses to running ops back to back without overlap (or gains from it). Off, each
 // wrapper only forwards.
-constexpr const char* kOpNames[] = {"embedding", "rms_norm",    "gemm",      "rope",
-                                    "silu_mul",  "gather_rows", "kv_append", "attention_decode",
-                                    "moe_route", "moe_experts", "copy_h2d",  "copy_d2h"};
+constexpr const char* kOpNames[] = {
+    "embedding",         "rms_norm",         "gemm",      "rope",        "silu_mul", "gather_rows",
+    "kv_append",         "attention_decode", "moe_route", "moe_experts", "copy_h2d", "copy_d2h",
+    "attention_prologue"};
 constexpr int kNumOps = sizeof(kOpNames) / sizeof(kOpNames[0]);
 
 struct OpProfile {
@@ -206,6 +207,7 @@ std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name) {
   Wrap<&Api::moe_experts, 9>();
   Wrap<&Api::copy_h2d, 10>();
   Wrap<&Api::copy_d2h, 11>();
+  Wrap<&Api::attention_prologue, 12>();
   return OrDie(Plugin::FromTable(&g_profile.outer, real->origin() + " (instrumented)"),
                "wrapping plugin");
 }

@@ -3,12 +3,14 @@
 // between graph_capture_begin and _end each op is kept, with copies of its descriptors, and run
 // at graph_launch. A runner with replay and one without, on the same random-weight models and
 // the same KV layout, must sample the same ids step after step while batches and contexts move
-// between buckets, and the replaying one must really record and launch graphs.
+// between buckets, and the replaying one must really record and launch graphs. Both with the
+// plugin's optional attention_prologue entry and without it (the engine's separate-op path).
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -46,9 +48,8 @@ using OptT = std::optional<strata_tensor>;
 
 strata_status Embedding(strata_backend b, strata_stream s, const Tensor* t, const Tensor* ids,
                         Tensor* out) {
-  return Record([=, t = *t, i = *ids, o = *out]() mutable {
-    return g_cpu->embedding(b, s, &t, &i, &o);
-  });
+  return Record(
+      [=, t = *t, i = *ids, o = *out]() mutable { return g_cpu->embedding(b, s, &t, &i, &o); });
 }
 strata_status RmsNorm(strata_backend b, strata_stream s, const Tensor* x, Tensor* res,
                       const Tensor* w, float eps, Tensor* out) {
@@ -73,9 +74,8 @@ strata_status SiluMul(strata_backend b, strata_stream s, const Tensor* x, Tensor
 }
 strata_status GatherRows(strata_backend b, strata_stream s, const Tensor* x, const Tensor* rows,
                          Tensor* out) {
-  return Record([=, x = *x, r = *rows, o = *out]() mutable {
-    return g_cpu->gather_rows(b, s, &x, &r, &o);
-  });
+  return Record(
+      [=, x = *x, r = *rows, o = *out]() mutable { return g_cpu->gather_rows(b, s, &x, &r, &o); });
 }
 strata_status KvAppend(strata_backend b, strata_stream s, const strata_kv_cache* c, int32_t l,
                        const Tensor* k, const Tensor* v, const Tensor* slots) {
@@ -83,9 +83,19 @@ strata_status KvAppend(strata_backend b, strata_stream s, const strata_kv_cache*
     return g_cpu->kv_append(b, s, &c, l, &k, &v, &sl);
   });
 }
+strata_status AttentionPrologue(strata_backend b, strata_stream s, Tensor* q, Tensor* k,
+                                const Tensor* v, const Tensor* qn, const Tensor* kn, float eps,
+                                const Tensor* pos, const Tensor* inv, float mscale,
+                                const strata_kv_cache* c, int32_t l, const Tensor* slots) {
+  return Record([=, q = *q, k = *k, v = *v, qn = Own(qn), kn = Own(kn), p = *pos, i = *inv, c = *c,
+                 sl = *slots]() mutable {
+    return g_cpu->attention_prologue(b, s, &q, &k, &v, Ptr(qn), Ptr(kn), eps, &p, &i, mscale, &c, l,
+                                     &sl);
+  });
+}
 strata_status AttentionDecode(strata_backend b, strata_stream s, const strata_kv_cache* c,
-                              const strata_attention_batch* batch,
-                              const strata_attention_params* p, const Tensor* q, Tensor* out) {
+                              const strata_attention_batch* batch, const strata_attention_params* p,
+                              const Tensor* q, Tensor* out) {
   return Record([=, c = *c, ba = *batch, p = *p, q = *q, o = *out]() mutable {
     return g_cpu->attention_decode(b, s, &c, &ba, &p, &q, &o);
   });
@@ -136,11 +146,14 @@ strata_status Launch(strata_backend, strata_stream, strata_graph g) {
 }
 void Destroy(strata_backend, strata_graph g) { delete reinterpret_cast<Recording*>(g); }
 
-// The CPU plugin's table with recording ops and the graph entries.
-std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu) {
-  static strata_plugin_api_v1 table;
+// The CPU plugin's table with recording ops and the graph entries; without `prologue`, with no
+// attention_prologue entry (the engine then runs rms_norm, rope and kv_append itself).
+std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu, bool prologue) {
+  static strata_plugin_api_v1 tables[2];
+  strata_plugin_api_v1& table = tables[prologue ? 1 : 0];
   g_cpu = &cpu->api();
   table = cpu->api();
+  table.attention_prologue = prologue ? AttentionPrologue : nullptr;
   table.embedding = Embedding;
   table.rms_norm = RmsNorm;
   table.gemm = Gemm;
@@ -234,14 +247,27 @@ std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab) {
   return out;
 }
 
-class GraphReplayTest : public ::testing::TestWithParam<const char*> {};
+// The CPU plugin as loaded, or without its attention_prologue entry.
+std::shared_ptr<Plugin> PlainPlugin(const std::shared_ptr<Plugin>& cpu, bool prologue) {
+  if (prologue) return cpu;
+  static strata_plugin_api_v1 table;
+  table = cpu->api();
+  table.attention_prologue = nullptr;
+  auto p = Plugin::FromTable(&table, "cpu without attention_prologue");
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : nullptr;
+}
+
+// (model config, whether the plugins have attention_prologue)
+class GraphReplayTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(GraphReplayTest, ReplayedDecodeStepsSampleWhatOpByOpStepsSample) {
   auto cpu = LoadPlugin("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const ModelConfig c = Config(GetParam());
-  auto plain = Runner(*cpu, c, /*graphs=*/false);
-  auto replaying = Runner(RecordingPlugin(*cpu), c, /*graphs=*/true);
+  const auto [config, prologue] = GetParam();
+  const ModelConfig c = Config(config);
+  auto plain = Runner(PlainPlugin(*cpu, prologue), c, /*graphs=*/false);
+  auto replaying = Runner(RecordingPlugin(*cpu, prologue), c, /*graphs=*/true);
   ASSERT_TRUE(plain && replaying);
   ASSERT_TRUE(replaying->backend().plugin().has_graphs());
   g_launches = 0;
@@ -257,7 +283,8 @@ TEST_P(GraphReplayTest, ReplayedDecodeStepsSampleWhatOpByOpStepsSample) {
   EXPECT_EQ(stats.fallbacks, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GraphReplayTest, ::testing::Values(kLlama, kMoe));
+INSTANTIATE_TEST_SUITE_P(Models, GraphReplayTest,
+                         ::testing::Combine(::testing::Values(kLlama, kMoe), ::testing::Bool()));
 
 }  // namespace
 }  // namespace strata
