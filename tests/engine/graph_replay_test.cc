@@ -274,6 +274,11 @@ TEST_P(GraphReplayTest, ReplayedDecodeStepsSampleWhatOpByOpStepsSample) {
   const auto expected = Decode(*plain, c.vocab_size);
   const auto got = Decode(*replaying, c.vocab_size);
   EXPECT_EQ(got, expected);
+  // The engine's other path (separate ops instead of attention_prologue, or the reverse) gives
+  // the same ids and log-probabilities: the CPU plugin's prologue is those ops.
+  auto other = Runner(PlainPlugin(*cpu, !prologue), c, /*graphs=*/false);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(Decode(*other, c.vocab_size), expected);
   const auto stats = replaying->graph_stats();
   // Three buckets (batch 4 at context 512, batch 2 at 512, batch 2 at 1024), each run op by op
   // once, recorded once, then replayed.
