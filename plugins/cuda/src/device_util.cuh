@@ -54,15 +54,16 @@ inline int SmCount() {
   return count;
 }
 
-// Launches `kernel` with programmatic stream serialization: it may be scheduled while its
-// predecessor on the stream is still running, so it must call WaitForPrerequisites before it
-// reads or writes memory that any predecessor touches (the kernels launched so do it first).
+// Launches `kernel`; with `pdl`, with programmatic stream serialization: it may then be
+// scheduled while its predecessor on the stream is still running, so it must call
+// WaitForPrerequisites before it reads or writes memory that any predecessor touches (the
+// kernels launched so do it first).
 template <typename... Params, typename... Args>
-cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
-                      cudaStream_t stream, Args... args) {
+cudaError_t LaunchKernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  attr.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -71,6 +72,13 @@ cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.attrs = &attr;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+// LaunchKernel with programmatic stream serialization.
+template <typename... Params, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                      cudaStream_t stream, Args... args) {
+  return LaunchKernel(true, kernel, grid, block, shared, stream, args...);
 }
 
 // Raises kKernel's dynamic shared-memory limit to `bytes` on the current device, once per

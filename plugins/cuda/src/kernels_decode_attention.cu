@@ -455,12 +455,11 @@ bool DecodeAttentionSupported(const AttentionArgs& a) {
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
 }
 
-cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
-                                DecodePlan* plan) {
-  int device = 0, sms = 0, per_sm = 1;
+cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint, DecodePlan* plan) {
+  int device = 0, per_sm = 1;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
+  const int sms = SmCount();
   if (err != cudaSuccess) return err;
   int64_t max_kv = int64_t{a.max_blocks_per_seq} * a.dims.block_size;
   if (max_kv_len_hint > 0) max_kv = std::min<int64_t>(max_kv, max_kv_len_hint);
@@ -485,44 +484,32 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
                                   cudaStream_t stream) {
   if (a.num_seqs == 0 || a.q_heads == 0) return cudaSuccess;
   float* part_o = static_cast<float*>(workspace);
-  float* part_lse = part_o == nullptr
-                        ? nullptr
-                        : part_o + static_cast<size_t>(a.num_seqs) * a.q_heads * plan.splits *
-                                       a.dims.head_dim;
+  float* part_lse = part_o == nullptr ? nullptr
+                                      : part_o + static_cast<size_t>(a.num_seqs) * a.q_heads *
+                                                     plan.splits * a.dims.head_dim;
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.dims.num_kv_heads),
                   static_cast<unsigned>(plan.splits));
   int device = 0, per_sm = 0;  // SlotsFor raises the shared-memory limit on first use
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
   if (err != cudaSuccess) return err;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kDecodeWarps * 32);
-  cfg.stream = stream;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = 1;
-  if (a.dims.head_dim == 64) {
-    cfg.dynamicSmemBytes = Traits<64>::kSmemBytes;
-    err = cudaLaunchKernelEx(&cfg, DecodeAttentionKernel<64>, a, plan.chunk, plan.splits, part_o,
-                             part_lse);
-  } else {
-    cfg.dynamicSmemBytes = Traits<128>::kSmemBytes;
-    err = cudaLaunchKernelEx(&cfg, DecodeAttentionKernel<128>, a, plan.chunk, plan.splits,
-                             part_o, part_lse);
-  }
+  const dim3 block(kDecodeWarps * 32);
+  err = a.dims.head_dim == 64
+            ? LaunchPdl(DecodeAttentionKernel<64>, grid, block, Traits<64>::kSmemBytes, stream, a,
+                        plan.chunk, plan.splits, part_o, part_lse)
+            : LaunchPdl(DecodeAttentionKernel<128>, grid, block, Traits<128>::kSmemBytes, stream, a,
+                        plan.chunk, plan.splits, part_o, part_lse);
   if (err != cudaSuccess || plan.splits == 1) return err;
-  cfg.gridDim = dim3(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads));
-  cfg.blockDim = dim3(kCombineThreads);
   const size_t groups = kCombineThreads / (a.dims.head_dim / 4);
-  cfg.dynamicSmemBytes = ((static_cast<size_t>(plan.splits) + 3) / 4 * 4 +
-                          groups * (a.dims.head_dim + 1)) * sizeof(float);
+  const size_t shared =
+      ((static_cast<size_t>(plan.splits) + 3) / 4 * 4 + groups * (a.dims.head_dim + 1)) *
+      sizeof(float);
   const float* cpart_o = part_o;
   const float* cpart_lse = part_lse;
-  return cudaLaunchKernelEx(&cfg, CombineSplitsKernel, a, plan.splits,
-                            static_cast<int>(a.dims.head_dim), cpart_o, cpart_lse);
+  return LaunchPdl(CombineSplitsKernel,
+                   dim3(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.q_heads)),
+                   dim3(kCombineThreads), shared, stream, a, plan.splits,
+                   static_cast<int>(a.dims.head_dim), cpart_o, cpart_lse);
 }
 
 }  // namespace strata::cuda

@@ -397,22 +397,6 @@ Layout MakeLayout(const MoeExpertsArgs& m, int64_t max_tiles) {
   return l;
 }
 
-// A launch configuration with programmatic stream serialization (see WaitForPrerequisites).
-struct PdlLaunch {
-  cudaLaunchAttribute attr;
-  cudaLaunchConfig_t config = {};
-  PdlLaunch(dim3 grid, unsigned threads, size_t shared, cudaStream_t stream, bool pdl = true) {
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = pdl && STRATA_MOE_PDL;
-    config.gridDim = grid;
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = shared;
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-  }
-};
-
 template <typename T>
 cudaError_t LaunchGemm(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
   const cudaError_t err = AllowDynamicSmem<GroupedGemmKernel<T>>(T::kSharedBytes);
@@ -421,8 +405,8 @@ cudaError_t LaunchGemm(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream
   const int64_t m_slots = (max_tiles + T::GROUP_M - 1) / T::GROUP_M * T::GROUP_M;
   if (m_slots * n_tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(m_slots * n_tiles));
-  PdlLaunch launch(grid, T::kThreads, T::kSharedBytes, stream, g.pdl);
-  return cudaLaunchKernelEx(&launch.config, GroupedGemmKernel<T>, g);
+  return LaunchKernel(g.pdl && STRATA_MOE_PDL, GroupedGemmKernel<T>, grid, dim3(T::kThreads),
+                      T::kSharedBytes, stream, g);
 }
 
 template <typename GateUp, typename Down>
@@ -527,8 +511,8 @@ cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void*
   const size_t sort_shared = static_cast<size_t>(s.warps + 1) * (m.experts + 1) * sizeof(int);
   cudaError_t err = AllowDynamicSmem<MoeSortKernel>(kSortSharedBytes);
   if (err != cudaSuccess) return err;
-  PdlLaunch sort(dim3(1), kSortThreads, sort_shared, stream);
-  err = cudaLaunchKernelEx(&sort.config, MoeSortKernel, s);
+  err = LaunchKernel(STRATA_MOE_PDL, MoeSortKernel, dim3(1), dim3(kSortThreads), sort_shared,
+                     stream, s);
   if (err != cudaSuccess) return err;
   switch (plan.tiles) {
     case MoeTiles::kLarge:
@@ -543,11 +527,11 @@ cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void*
       break;
   }
   if (err != cudaSuccess) return err;
-  PdlLaunch combine(dim3(static_cast<unsigned>(m.rows)), kCombineThreads, 0, stream);
-  return cudaLaunchKernelEx(
-      &combine.config, MoeCombineKernel, reinterpret_cast<const bf16*>(ws + l.y), m.hidden,
-      static_cast<const int32_t*>(s.inv), static_cast<const int32_t*>(s.offsets), s.experts,
-      m.weights, m.weights_stride, s.top_k, m.out, m.out_stride);
+  return LaunchKernel(STRATA_MOE_PDL, MoeCombineKernel, dim3(static_cast<unsigned>(m.rows)),
+                      dim3(kCombineThreads), 0, stream, reinterpret_cast<const bf16*>(ws + l.y),
+                      m.hidden, static_cast<const int32_t*>(s.inv),
+                      static_cast<const int32_t*>(s.offsets), s.experts, m.weights,
+                      m.weights_stride, s.top_k, m.out, m.out_stride);
 }
 
 }  // namespace strata::cuda
