@@ -54,6 +54,14 @@ inline int SmCount() {
   return count;
 }
 
+// Grid of a persistent kernel whose warps stride over `warp_units` units of work: at most
+// `ctas_per_sm` CTAs of `warps_per_cta` warps per SM, fewer when there are fewer units.
+inline dim3 PersistentGrid(int64_t warp_units, int warps_per_cta, int ctas_per_sm) {
+  const int64_t ctas = (warp_units + warps_per_cta - 1) / warps_per_cta;
+  const int64_t most = int64_t{SmCount()} * ctas_per_sm;
+  return dim3(static_cast<unsigned>(ctas < 1 ? 1 : (ctas < most ? ctas : most)));
+}
+
 // Launches `kernel`; with `pdl`, with programmatic stream serialization: it may then be
 // scheduled while its predecessor on the stream is still running, so it must call
 // WaitForPrerequisites before it reads or writes memory that any predecessor touches (the

@@ -103,8 +103,7 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
   const bool pairs =
       k < 32 * 8 * kLoads || 2 * ((n + 2 * warps - 1) / (2 * warps)) <= (n + warps - 1) / warps;
   const int64_t units = pairs ? (n + 1) / 2 : n;
-  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(
-      (units + kWarpsPerCta - 1) / kWarpsPerCta, 1, int64_t{SmCount()} * kCtasPerSm)));
+  const dim3 grid = PersistentGrid(units, kWarpsPerCta, kCtasPerSm);
   auto launch = [&](auto kernel) { return LaunchPdl(kernel, grid, dim3(kThreads), 0, stream, a); };
   switch (m) {
     case 1:

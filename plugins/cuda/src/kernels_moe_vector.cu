@@ -161,16 +161,10 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   }
 }
 
-// Persistent grid: at most ctas_per_sm CTAs per SM, fewer when the units are fewer than warps.
-dim3 Grid(int64_t units, int ctas_per_sm) {
-  const int64_t ctas = (units + kWarpsPerCta - 1) / kWarpsPerCta;
-  return dim3(
-      static_cast<unsigned>(std::clamp<int64_t>(ctas, 1, int64_t{SmCount()} * ctas_per_sm)));
-}
-
 template <auto kKernel>
 cudaError_t Launch(int64_t units, int ctas_per_sm, const VectorArgs& a, cudaStream_t stream) {
-  return LaunchPdl(kKernel, Grid(units, ctas_per_sm), dim3(kThreads), 0, stream, a);
+  return LaunchPdl(kKernel, PersistentGrid(units, kWarpsPerCta, ctas_per_sm), dim3(kThreads), 0,
+                   stream, a);
 }
 
 }  // namespace
