@@ -466,8 +466,10 @@ void SetMoeVectorKernelsEnabled(bool enabled) { vector_kernels_enabled.store(ena
 cudaError_t PlanMoeExperts(const MoeExpertsArgs& m, MoePlan* plan) {
   const int64_t n = m.rows * m.top_k;
   // The vector kernels read a weight row once per assignment (a row two tokens share comes from
-  // the L2 the second time), so they serve calls that route about one token per expert.
-  if (n <= kMoeVectorMaxAssignments && n <= m.experts && vector_kernels_enabled.load()) {
+  // the L2 the second time), so they serve calls that route about one token per expert. Their
+  // unit counts (n * inter, tokens * hidden) are 32-bit.
+  if (n <= kMoeVectorMaxAssignments && n <= m.experts &&
+      n * std::max(m.inter, m.hidden) < INT32_MAX && vector_kernels_enabled.load()) {
     plan->tiles = MoeTiles::kVector;
     plan->block_m = 0;
     plan->max_tiles = 0;
