@@ -32,8 +32,13 @@
 // token only), tokens/s from the median of 3 runs after a warm-up.
 //
 //     decode_step_bench [--quick] [--steps N] [--model llama3.1-8b|qwen3-30b-a3b]
-//                       [--plugin PATH]
+//                       [--plugin PATH] [--batches 1,8,64] [--no-prefill] [--cuda-profile]
+// --cuda-profile brackets the graph-replayed greedy steps (only those) with cudaProfilerStart /
+// cudaProfilerStop, for `nsys profile --capture-range=cudaProfilerApi` or
+// `ncu --profile-from-start off`: a kernel-level view of the step as served.
 // prints one line per point and "CSV,..." lines for scripts/bench_cuda.sh.
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -93,7 +98,12 @@ struct Options {
   int steps = 30;
   std::string model;  // empty: all
   std::string plugin = "cuda";
+  std::vector<int> batches;  // empty: 1, 8, 64 (1, 64 with --quick)
+  bool prefill = true;
+  bool cuda_profile = false;
 };
+
+bool g_cuda_profile = false;  // --cuda-profile
 
 [[noreturn]] void Die(const std::string& what, const absl::Status& st) {
   std::fprintf(stderr, "decode_step_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -549,7 +559,9 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
       for (int i = 0; i < 4; ++i) mismatched += GreedyIds(s, batch) != op_by_op;
       std::printf("%-14s decode b %2d graph replay gives the op-by-op ids: %s (%d of 4 differ)\n",
                   name, batch, mismatched == 0 ? "yes" : "NO", mismatched);
+      if (g_cuda_profile) BENCH_CHECK(cudaProfilerStart());
       const double ggm = TimeSampledDecode(s, batch, steps, g);
+      if (g_cuda_profile) BENCH_CHECK(cudaProfilerStop());
       const double gtm = TimeSampledDecode(s, batch, steps, t);
       const auto stats = s.runner->graph_stats();
       std::printf(
@@ -606,8 +618,10 @@ void RunModel(const ModelShape& m, const Options& o, const std::shared_ptr<Plugi
   }
   std::printf("CSV,model,%s,%.4f,%.4f,%.2f\n", m.name, all.all_weights / 1e9,
               s.runner->weight_bytes() / 1e9, s.load_s);
-  const std::vector<int> batches = o.quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64};
+  std::vector<int> batches = o.quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64};
+  if (!o.batches.empty()) batches = o.batches;
   for (int b : batches) ReportDecode(m.name, s, b, o.steps, copy_gbs);
+  if (!o.prefill) return;
   const std::vector<int> prompts = o.quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192};
   for (int n : prompts) ReportPrefill(m.name, s, n, o.quick ? 2 : 3);
 }
@@ -626,9 +640,28 @@ Options ParseArgs(int argc, char** argv) {
       o.model = argv[++i];
     } else if (a == "--plugin" && has_value) {
       o.plugin = argv[++i];
+    } else if (a == "--batches" && has_value) {
+      o.batches.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long b = std::strtol(p, &end, 10);
+        if (end == p || b < 1 || b > kMaxBatch || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr,
+                       "decode_step_bench: --batches wants numbers 1-%d separated by commas\n",
+                       kMaxBatch);
+          std::exit(2);
+        }
+        o.batches.push_back(static_cast<int>(b));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else if (a == "--no-prefill") {
+      o.prefill = false;
+    } else if (a == "--cuda-profile") {
+      o.cuda_profile = true;
     } else {
       std::fprintf(stderr,
-                   "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P]\n");
+                   "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P] "
+                   "[--batches 1,8,64] [--no-prefill] [--cuda-profile]\n");
       std::exit(2);
     }
   }
@@ -641,6 +674,7 @@ Options ParseArgs(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace strata;
   const Options o = ParseArgs(argc, argv);
+  g_cuda_profile = o.cuda_profile;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);

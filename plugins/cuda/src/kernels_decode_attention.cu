@@ -34,7 +34,14 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kTileKeys = 16;
 constexpr int kStages = 3;
-constexpr int kMinChunk = 256;  // keys per split below which a CTA is mostly prologue
+// Keys per split below which a CTA is mostly prologue. Only few (sequence, kv head) items (small
+// batches) reach it: ChooseSplits takes the fewest splits that fill the GPU. 64 was tried
+// (2026-12-01): more CTAs at batch 1, but no faster (Llama batch 1 at 2k: 15.2 us with 26
+// splits vs 12.2 us with 8; NOTES.md).
+#ifndef STRATA_DECODE_MIN_CHUNK
+#define STRATA_DECODE_MIN_CHUNK 256
+#endif
+constexpr int kMinChunk = STRATA_DECODE_MIN_CHUNK;
 constexpr int64_t kMaxSplits = 1024;  // the combine kernel stages one float per split
 constexpr float kLog2e = 1.4426950408889634f;
 

@@ -76,6 +76,70 @@ __global__ void RmsNormKernel(const bf16* x, int64_t x_stride, bf16* residual, i
   }
 }
 
+// The same norm for rows of 16-byte chunks (d % 8 == 0, 16-byte aligned rows and weight): each
+// thread owns up to kChunks chunks of the row, issues all its loads (x, residual, weight) before
+// it uses any, keeps the values in registers between the two passes and writes 16 bytes at a
+// time. Same arithmetic as RmsNormKernel but for the order of the fp32 sum of squares. The
+// scalar kernel's per-element loop put two dependent memory round trips on every element
+// (its stores to residual may alias x, so the loads cannot be hoisted): ~10 us per decode row.
+template <int kChunks>
+__global__ void RmsNormVecKernel(const bf16* x, int64_t x_stride, bf16* residual,
+                                 int64_t res_stride, const bf16* weight, float eps, int64_t rows,
+                                 int64_t heads, int64_t d, bf16* out, int64_t out_stride) {
+  WaitForPrerequisites();
+  AllowDependents();
+  __shared__ float scratch[32];
+  const int64_t chunks = d / 8;
+  for (int64_t item = blockIdx.x; item < rows * heads; item += gridDim.x) {
+    const int64_t t = item / heads, h = item % heads;
+    const bf16* xr = x + t * x_stride + h * d;
+    bf16* rr = residual != nullptr ? residual + t * res_stride + h * d : nullptr;
+    uint4 xv[kChunks], rv[kChunks], wv[kChunks];
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+      if (c < chunks) {
+        xv[j] = *reinterpret_cast<const uint4*>(xr + c * 8);
+        if (rr != nullptr) rv[j] = *reinterpret_cast<const uint4*>(rr + c * 8);
+        wv[j] = *reinterpret_cast<const uint4*>(weight + c * 8);
+      }
+    }
+    float v[kChunks][8];
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+      if (c >= chunks) continue;
+      const bf16* xe = reinterpret_cast<const bf16*>(&xv[j]);
+      if (rr != nullptr) {
+        bf16* re = reinterpret_cast<bf16*>(&rv[j]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) re[e] = __float2bfloat16(Load(re + e) + Load(xe + e));
+        *reinterpret_cast<uint4*>(rr + c * 8) = rv[j];
+        xe = re;
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[j][e] = Load(xe + e);
+        sq += v[j][e] * v[j][e];
+      }
+    }
+    const float inv = rsqrtf(BlockSum(sq, scratch) / static_cast<float>(d) + eps);
+    bf16* o = out + t * out_stride + h * d;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+      if (c >= chunks) continue;
+      const bf16* we = reinterpret_cast<const bf16*>(&wv[j]);
+      uint4 ov;
+      bf16* oe = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) oe[e] = __float2bfloat16((v[j][e] * inv) * Load(we + e));
+      *reinterpret_cast<uint4*>(o + c * 8) = ov;
+    }
+  }
+}
+
 __device__ void RotatePair(bf16* head, int64_t i, int64_t r, float c, float s) {
   const float x0 = Load(head + i), x1 = Load(head + i + r);
   head[i] = __float2bfloat16(x0 * c - x1 * s);
@@ -153,6 +217,21 @@ cudaError_t LaunchRmsNorm(const bf16* x, int64_t x_stride, bf16* residual, int64
                           const bf16* weight, float eps, int64_t rows, int64_t heads, int64_t d,
                           bf16* out, int64_t out_stride, cudaStream_t stream) {
   if (rows * heads == 0 || d == 0) return cudaSuccess;
+  constexpr int kMaxThreads = 512;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t chunks = d / 8;
+  if (d % 8 == 0 && chunks <= 4 * kMaxThreads && aligned(x) && aligned(weight) && aligned(out) &&
+      x_stride % 8 == 0 && out_stride % 8 == 0 &&
+      (residual == nullptr || (aligned(residual) && res_stride % 8 == 0))) {
+    const int threads = static_cast<int>(
+        std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (chunks + 31) / 32 * 32)));
+    const int64_t per_thread = (chunks + threads - 1) / threads;
+    auto kernel = per_thread == 1   ? RmsNormVecKernel<1>
+                  : per_thread == 2 ? RmsNormVecKernel<2>
+                                    : RmsNormVecKernel<4>;
+    return LaunchPdl(kernel, RowBlocks(rows * heads), threads, 0, stream, x, x_stride, residual,
+                     res_stride, weight, eps, rows, heads, d, out, out_stride);
+  }
   const int threads = d <= 128 ? 32 : (d <= 1024 ? 128 : 512);
   return LaunchPdl(RmsNormKernel, RowBlocks(rows * heads), threads, 0, stream, x, x_stride,
                    residual, res_stride, weight, eps, rows, heads, d, out, out_stride);
