@@ -54,19 +54,25 @@ struct Traits {
   static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kMaskOffset = kDecodeWarps * kWarpBytes;
   static constexpr int kSmemBytes = kMaskOffset + kDecodeWarps * kStages * 4;
-  static constexpr int kKSteps = kHeadDim / 16;     // Q.K mma steps over d
-  static constexpr int kNTiles = kHeadDim / 8;      // P.V mma n-tiles over d
+  static constexpr int kKSteps = kHeadDim / 16;       // Q.K mma steps over d
+  static constexpr int kNTiles = kHeadDim / 8;        // P.V mma n-tiles over d
   static constexpr int kDimsPerGroup = kHeadDim / 8;  // output dims per lane group
   static constexpr int kVLoads = kDimsPerGroup / 8;   // 16-byte V loads per key per lane
   static_assert(kChunks >= 8 && kChunks <= 32 && 32 % kChunks == 0, "head_dim 64 or 128");
-  // The merge buffer (warps x 8 rows x D floats, then m and l) reuses the ring.
-  static_assert(kDecodeWarps * 8 * (kHeadDim + 2) * 4 <= kMaskOffset, "merge buffer");
+  // The merge buffer reuses the ring: warps x 8 rows of kMergeRow floats (a row's D values with
+  // one pad float after every 32, so the fragment stores of one instruction hit 32 distinct
+  // banks: lanes differ by row (stride D + D / 32 floats) and by 32-column group (+33)), then
+  // m and l. Unpadded, each of those 32 stores was a 32-way bank conflict (ncu).
+  static constexpr int kMergeRow = kHeadDim + kHeadDim / 32;
+  static_assert(kDecodeWarps * 8 * (kMergeRow + 2) * 4 <= kMaskOffset, "merge buffer");
 };
 
 // XOR applied to the 16-byte chunk index of key k (0..15) of a tile: keys 2i and 2i+1 land in
 // different halves of a 128-byte bank window (Q.K reads), and keys 0,2,4,6 at chunk offsets 0
 // and 2 cover all eight 16-byte bank slots (P.V reads).
-__device__ __forceinline__ int Swizzle(int k) { return ((k >> 1) & 1) | ((((k >> 2) ^ k) & 1) << 2); }
+__device__ __forceinline__ int Swizzle(int k) {
+  return ((k >> 1) & 1) | ((((k >> 2) ^ k) & 1) << 2);
+}
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -221,15 +227,15 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
   float l = st.l;
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  float* red = reinterpret_cast<float*>(smem);  // [warp][8 rows][kHeadDim]
-  float* red_m = red + kDecodeWarps * 8 * kHeadDim;
+  float* red = reinterpret_cast<float*>(smem);  // [warp][8 rows][kMergeRow]
+  float* red_m = red + kDecodeWarps * 8 * T::kMergeRow;
   float* red_l = red_m + kDecodeWarps * 8;
+  auto at = [](int w, int r, int d) { return (w * 8 + r) * T::kMergeRow + d + d / 32; };
   __syncthreads();  // every warp is done reading the ring
 #pragma unroll
   for (int j = 0; j < T::kNTiles; ++j) {
-    float* dst = red + (warp * 8 + gid) * kHeadDim;
-    dst[(2 * t4) * T::kDimsPerGroup + j] = st.o[j][0];
-    dst[(2 * t4 + 1) * T::kDimsPerGroup + j] = st.o[j][1];
+    red[at(warp, gid, (2 * t4) * T::kDimsPerGroup + j)] = st.o[j][0];
+    red[at(warp, gid, (2 * t4 + 1) * T::kDimsPerGroup + j)] = st.o[j][1];
   }
   if (t4 == 0) {
     red_m[warp * 8 + gid] = st.m;
@@ -244,7 +250,7 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
     if (m_all != -INFINITY) {
       for (int w = 0; w < kDecodeWarps; ++w) {
         const float f = exp2f(red_m[w * 8 + r] - m_all);
-        acc += f * red[(w * 8 + r) * kHeadDim + d];
+        acc += f * red[at(w, r, d)];
         sum += f * red_l[w * 8 + r];
       }
     }
