@@ -92,7 +92,8 @@ pack() {
   # by hand with -DSTRATA_PREFILL_*) are run with --quick after the main prefill bench.
   # Optional MoE variants: MOE_VARIANTS="<moe_bench_NAME ...>" (built by hand, e.g. with
   # -DSTRATA_MOE_PDL=0) are run with --quick after the main MoE bench.
-  for f in ${PREFILL_VARIANTS:-} ${MOE_VARIANTS:-}; do files+=("$f"); done
+  # EXTRA_FILES="<more binaries>" are carried too (e.g. engine_test, kv_offload_bench).
+  for f in ${PREFILL_VARIANTS:-} ${MOE_VARIANTS:-} ${EXTRA_FILES:-}; do files+=("$f"); done
   # The binaries and every non-glibc library they load, OpenBLAS included.
   "$ROOT/scripts/pack_carry.sh" "$CARRY/carry.tar.xz" "${files[@]}"
   [[ -n $base_dir ]] && rm -rf "$base_dir"

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kv_staging.h"
 #include "strata/common/file_util.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
@@ -30,7 +31,7 @@ absl::StatusOr<std::string> ModelIdentity(const std::string& dir) {
 
 }  // namespace
 
-Engine::~Engine() = default;
+Engine::~Engine() = default;  // staging_ (kv_staging.h) before runner_
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir,
                                                        const EngineOptions& options) {
@@ -159,11 +160,15 @@ absl::StatusOr<KvReservation> Engine::ReservePrompt(std::span<const int32_t> pro
     auto b = blocks_->Allocate();
     if (!b.ok()) {
       CancelReservation(res);
+      FlushKvOffloads();
       return absl::ResourceExhaustedError(absl::StrCat(
           "no free KV blocks for a ", prompt.size(), "-token prompt (", needed, " blocks)"));
     }
     res.blocks.push_back(*b);
   }
+  // The caller hands these blocks to a KV transfer that writes them from outside the stream:
+  // the copies out of the blocks evicted for them must be complete first.
+  FlushKvOffloads();
   return res;
 }
 

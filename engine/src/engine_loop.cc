@@ -136,6 +136,7 @@ void EngineLoop::Run() {
     if (engine_->HasUnfinished()) {
       StepOnce();
     } else {
+      engine_->FlushKvOffloads();  // blocks posted work evicted (e.g. for a reservation)
       RefreshLoad(0);  // posted work (aborts, released leases) changed the load
     }
   }

@@ -8,6 +8,7 @@
 namespace strata {
 
 absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
+  FlushKvOffloads();  // blocks staged since the last step (their copies are done by now)
   SchedulerOutput sched = scheduler_->Schedule();
   stats_.preemptions += static_cast<int64_t>(sched.preempted.size());
   std::vector<ForwardSeq> seqs;
@@ -74,6 +75,9 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     outputs.push_back(std::move(out));
   }
   ReportFinished(outputs);
+  // Going idle: nothing would flush the blocks this step staged (write-through commits are
+  // staged after the forward pass) until the next request.
+  if (!HasUnfinished()) FlushKvOffloads();
   return outputs;
 }
 
@@ -216,6 +220,7 @@ absl::StatusOr<std::vector<float>> Engine::ComputeLogits(const std::vector<int32
   seq.logits = ForwardSeq::Logits::kAll;
   auto logits = runner_->Forward(std::span<const ForwardSeq>(&seq, 1));
   release();
+  FlushKvOffloads();
   return logits;
 }
 

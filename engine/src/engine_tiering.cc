@@ -1,16 +1,40 @@
 // The engine's side of the lower KV tiers: handing evicted (or committed) blocks' bytes out,
-// and bringing fetched blocks back into the prefix cache.
-#include <cstring>
+// and bringing fetched blocks back into the prefix cache, both through a ring of host staging
+// slots (kv_staging.h) so that a batch of block copies costs one synchronize, not one each.
+#include <algorithm>
+#include <cstdlib>
+#include <new>
 
+#include "kv_staging.h"
 #include "strata/common/logging.h"
 #include "strata/engine/engine.h"
 
 namespace strata {
 
+KvStaging::KvStaging(Backend* backend, size_t slot_bytes, size_t slots)
+    : backend_(backend), slot_bytes_(slot_bytes), slots_(slots) {
+  constexpr size_t kPage = 4096;
+  const size_t bytes = (slot_bytes * slots + kPage - 1) / kPage * kPage;
+  memory_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
+  if (memory_ == nullptr) throw std::bad_alloc();
+  if (!backend_->plugin().has_host_register()) return;
+  const absl::Status s = backend_->RegisterHost(memory_.get(), bytes);
+  if (s.ok()) {
+    registered_ = true;
+  } else {
+    STRATA_LOG(Warning) << "KV staging: " << bytes
+                        << " bytes stay pageable (block copies wait for the device): " << s;
+  }
+}
+
+KvStaging::~KvStaging() {
+  if (registered_) backend_->UnregisterHost(memory_.get());
+}
+
 void Engine::SetBlockOffload(OffloadOn when, BlockOffloadFn fn) {
+  FlushKvOffloads();  // pending blocks go to the function they were staged for
   offload_on_ = when;
   offload_ = std::move(fn);
-  block_staging_.resize(runner_->kv_block_bytes());
 }
 
 void Engine::OnKvEvent(const KvCacheEvent& event) {
@@ -21,24 +45,51 @@ void Engine::OnKvEvent(const KvCacheEvent& event) {
   if (kv_listener_) kv_listener_(event);
 }
 
+std::span<std::byte> Engine::AcquireStagingSlot() {
+  if (staging_ == nullptr) {
+    const size_t bytes = runner_->kv_block_bytes();
+    const size_t slots = std::clamp<size_t>(options_.kv_staging_bytes / bytes, 1, 4096);
+    staging_ = std::make_unique<KvStaging>(&runner_->backend(), bytes, slots);
+  }
+  if (staging_used_ == staging_->slots()) FlushKvOffloads();
+  return staging_->slot(staging_used_++);
+}
+
 void Engine::OffloadBlock(const KvCacheEvent& event) {
   // On eviction the block is about to be reused, but nothing has overwritten it yet: Allocate
-  // hands it out and only a later forward pass writes it.
+  // hands it out and only later work writes it, either on this stream (a forward pass, an
+  // import: ordered after the copy) or from outside it (a KV transfer into a reservation:
+  // ReservePrompt flushes before it returns the blocks).
   const size_t bytes = runner_->kv_block_bytes();
   const auto* base = static_cast<const std::byte*>(runner_->kv_cache().data);
-  absl::Status s = runner_->backend().CopyToHost(
-      block_staging_.data(), base + static_cast<size_t>(event.block) * bytes, bytes);
+  std::span<std::byte> dst = AcquireStagingSlot();
+  absl::Status s = runner_->backend().CopyToHostAsync(
+      dst.data(), base + static_cast<size_t>(event.block) * bytes, bytes);
   if (!s.ok()) {
     STRATA_LOG(Warning) << "KV offload of block " << event.block << " failed: " << s;
     return;
   }
-  offload_(event.hash, event.parent, std::span<const std::byte>(block_staging_.data(), bytes));
+  pending_offloads_.push_back({event.hash, event.parent, staging_used_ - 1});
+}
+
+void Engine::FlushKvOffloads() {
+  if (staging_used_ == 0) return;
+  const absl::Status s = runner_->backend().Synchronize();
+  if (!s.ok()) {
+    STRATA_LOG(Warning) << "KV offload: device synchronize failed, " << pending_offloads_.size()
+                        << " staged blocks dropped: " << s;
+  } else if (offload_) {
+    for (const PendingOffload& p : pending_offloads_) {
+      offload_(p.hash, p.parent, staging_->slot(p.slot));
+    }
+  }
+  pending_offloads_.clear();
+  staging_used_ = 0;
 }
 
 int Engine::ImportCachedBlocks(std::span<const BlockHash> keep_cached,
                                std::span<const ImportedBlock> blocks, const BlockFillFn& fill) {
   const size_t bytes = runner_->kv_block_bytes();
-  if (block_staging_.size() < bytes) block_staging_.resize(bytes);
   auto* base = static_cast<std::byte*>(runner_->kv_cache().data);
   // Held while importing so that allocations cannot evict the chain being extended.
   std::vector<BlockId> held = blocks_->AcquireCachedPrefix(keep_cached);
@@ -51,20 +102,23 @@ int Engine::ImportCachedBlocks(std::span<const BlockHash> keep_cached,
       ++imported;
       continue;
     }
-    auto block = blocks_->Allocate();
+    auto block = blocks_->Allocate();  // may evict, staging an offload first
     if (!block.ok()) {
       STRATA_LOG(Warning) << "KV import stopped at block " << i << " of " << blocks.size()
                           << ": no free device block: " << block.status();
       break;
     }
-    absl::Status s = fill(i, std::span<std::byte>(block_staging_.data(), bytes));
+    // A slot no copy is using (the ring flushes when full); page-locked, the copy in may still
+    // be reading it after CopyToDevice returns, so it is not reused before the next flush.
+    std::span<std::byte> slot = AcquireStagingSlot();
+    absl::Status s = fill(i, slot);
     if (s.ok()) {
-      s = runner_->backend().CopyToDevice(base + static_cast<size_t>(*block) * bytes,
-                                          block_staging_.data(), bytes);
+      s = runner_->backend().CopyToDevice(base + static_cast<size_t>(*block) * bytes, slot.data(),
+                                          bytes);
     }
     if (!s.ok()) {
-      STRATA_LOG(Warning) << "KV import stopped at block " << i << " of " << blocks.size()
-                          << ": " << s;
+      STRATA_LOG(Warning) << "KV import stopped at block " << i << " of " << blocks.size() << ": "
+                          << s;
       blocks_->Release(*block);
       break;
     }
@@ -74,9 +128,7 @@ int Engine::ImportCachedBlocks(std::span<const BlockHash> keep_cached,
   }
   // Release in acquisition order so the imported tail stays the most recently used.
   for (BlockId b : held) blocks_->Release(b);
-  if (!runner_->backend().Synchronize().ok()) {
-    STRATA_LOG(Warning) << "KV import: device synchronize failed";
-  }
+  FlushKvOffloads();  // the copies in are complete when this returns
   return imported;
 }
 

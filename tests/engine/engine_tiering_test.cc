@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -31,10 +33,29 @@ class EngineTieringTest : public ::testing::Test {
     std::filesystem::remove_all(*dir_);
     delete dir_;
   }
-  static std::unique_ptr<Engine> Make(int blocks) {
+  // staging_slots > 0: a staging ring of that many blocks (0: the default size).
+  // STRATA_TEST_PLUGIN (a plugin name or path) runs these tests on another backend, e.g. the
+  // CUDA plugin on a GPU machine (page-locked staging, copies that really are asynchronous).
+  static std::string TestPlugin() {
+    const char* p = std::getenv("STRATA_TEST_PLUGIN");
+    return p != nullptr && *p != '\0' ? p : "cpu";
+  }
+  static std::unique_ptr<Engine> Make(int blocks, size_t staging_slots = 0) {
     EngineOptions opts;
+    opts.plugin = TestPlugin();
     opts.runner.block_size = 8;
     opts.runner.num_kv_blocks = blocks;
+    if (staging_slots > 0) {
+      // Block bytes of the tiny preset at block size 8, from a probe engine.
+      static const size_t block_bytes = [] {
+        EngineOptions probe;
+        probe.plugin = TestPlugin();
+        probe.runner.block_size = 8;
+        probe.runner.num_kv_blocks = 4;
+        return (*Engine::Create(*dir_, probe))->kv_block_bytes();
+      }();
+      opts.kv_staging_bytes = staging_slots * block_bytes;
+    }
     auto e = Engine::Create(*dir_, opts);
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
@@ -212,6 +233,71 @@ TEST_F(EngineTieringTest, StagedRequestsRunTheStagersTaskFirstAndAbortWhileStagi
   stager2.Release();
   ASSERT_TRUE(aborted.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(reason, FinishReason::kAbort);
+}
+
+// Runs the same prompts through an engine whose staging ring holds 2 blocks (so the blocks one
+// step evicts wrap it, flushing mid-step) and one with the default ring: every evicted block
+// reaches the offload function once, with the same parent and bytes, in the same order.
+TEST_F(EngineTieringTest, EvictionsThatWrapTheStagingRingArriveIntactAndInOrder) {
+  struct Offload {
+    BlockHash hash, parent;
+    std::vector<std::byte> bytes;
+    bool operator==(const Offload&) const = default;
+  };
+  auto run = [](std::unique_ptr<Engine> e) {
+    std::vector<Offload> got;
+    e->SetBlockOffload(Engine::OffloadOn::kEvict,
+                       [&](BlockHash h, BlockHash parent, std::span<const std::byte> data) {
+                         got.push_back({h, parent, {data.begin(), data.end()}});
+                       });
+    for (int i = 0; i < 6; ++i) RunToEnd(*e, "r" + std::to_string(i), Prompt(57, 11 + 31 * i));
+    // One request that needs the whole pool evicts every cached block in its first step.
+    RunToEnd(*e, "big", Prompt(8 * 15 - 6, 5));
+    EXPECT_EQ(e->pending_kv_offloads(), 0u);  // idle: flushed
+    return got;
+  };
+  const std::vector<Offload> small = run(Make(16, 2));
+  const std::vector<Offload> large = run(Make(16));
+  ASSERT_GE(small.size(), 30u);
+  EXPECT_TRUE(small == large);
+  std::set<BlockHash> unique;
+  for (const Offload& o : small) {
+    unique.insert(o.hash);
+    EXPECT_EQ(o.bytes.size(), small[0].bytes.size());
+  }
+  EXPECT_EQ(unique.size(), small.size());
+}
+
+// Write-through: blocks committed by a step are copied out when they are committed but handed
+// to the tier at the next flush point (the next step here), not one synchronize each; a
+// reservation flushes before it returns, since a KV transfer writes its blocks off-stream.
+TEST_F(EngineTieringTest, StagedOffloadsWaitForAFlushPointAndAReservationFlushes) {
+  auto engine = Make(16);
+  std::vector<BlockHash> offloaded;
+  engine->SetBlockOffload(
+      Engine::OffloadOn::kCommit,
+      [&](BlockHash h, BlockHash, std::span<const std::byte>) { offloaded.push_back(h); });
+  const auto a = Prompt(33, 7);  // 4 full blocks
+  ASSERT_TRUE(engine->AddRequest("a", a, Greedy(4)).ok());
+  ASSERT_TRUE(engine->Step().ok());  // the prefill commits 4 blocks; "a" is still running
+  EXPECT_TRUE(offloaded.empty());
+  EXPECT_EQ(engine->pending_kv_offloads(), 4u);
+  ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(offloaded, HashBlockChain(engine->block_hash_seed(), a, 8));
+  EXPECT_EQ(engine->pending_kv_offloads(), 0u);
+  while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step().ok());
+
+  auto back = Make(12);
+  int evicted = 0;
+  back->SetBlockOffload(Engine::OffloadOn::kEvict,
+                        [&](BlockHash, BlockHash, std::span<const std::byte>) { ++evicted; });
+  RunToEnd(*back, "b", Prompt(41, 50));  // leaves 5 cached blocks
+  ASSERT_EQ(evicted, 0);
+  auto res = back->ReservePrompt(Prompt(8 * 12 - 3, 90));  // every block of the pool
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(evicted, 5);
+  EXPECT_EQ(back->pending_kv_offloads(), 0u);
+  back->CancelReservation(*res);
 }
 
 }  // namespace

@@ -136,6 +136,24 @@ void Free(strata_backend b, void* ptr) noexcept {
   cudaGetLastError();
 }
 
+strata_status HostRegister(strata_backend b, void* ptr, size_t bytes) noexcept {
+  return Guard(b, "host_register", [&](CudaBackend&) {
+    if (ptr == nullptr || bytes == 0) {
+      return InvalidArgument("host_register", "ptr is NULL or bytes is 0");
+    }
+    return CudaStatus("host_register", cudaHostRegister(ptr, bytes, cudaHostRegisterDefault),
+                      "cudaHostRegister");
+  });
+}
+
+void HostUnregister(strata_backend b, void* ptr) noexcept {
+  CudaBackend* be = CudaBackend::FromHandle(b);
+  if (be == nullptr || ptr == nullptr) return;
+  cudaSetDevice(be->device());
+  cudaHostUnregister(ptr);
+  cudaGetLastError();
+}
+
 strata_status StreamCreate(strata_backend b, strata_stream* out) noexcept {
   return Guard(b, "stream_create", [&](CudaBackend&) {
     if (out == nullptr) return InvalidArgument("stream_create", "out is NULL");
@@ -347,6 +365,8 @@ const strata_plugin_api_v1 kApi = {
     .graph_launch = GraphLaunchEntry,
     .graph_destroy = GraphDestroyEntry,
     .attention_prologue = AttentionPrologueEntry,
+    .host_register = HostRegister,
+    .host_unregister = HostUnregister,
 };
 
 }  // namespace

@@ -193,9 +193,25 @@ absl::Status Backend::CopyToDevice(void* dst, const void* src, size_t bytes) {
 }
 
 absl::Status Backend::CopyToHost(void* dst, const void* src, size_t bytes) {
-  absl::Status st = Check(api().copy_d2h(handle_, stream_, dst, src, bytes), "copy_d2h");
+  absl::Status st = CopyToHostAsync(dst, src, bytes);
   if (!st.ok()) return st;
   return Synchronize();
+}
+
+absl::Status Backend::CopyToHostAsync(void* dst, const void* src, size_t bytes) {
+  return Check(api().copy_d2h(handle_, stream_, dst, src, bytes), "copy_d2h");
+}
+
+absl::Status Backend::RegisterHost(void* ptr, size_t bytes) {
+  if (!plugin_->has_host_register()) {
+    return absl::UnimplementedError(
+        absl::StrCat(plugin_->origin(), ": the plugin cannot page-lock host memory"));
+  }
+  return Check(api().host_register(handle_, ptr, bytes), "host_register");
+}
+
+void Backend::UnregisterHost(void* ptr) {
+  if (api().host_unregister != nullptr) api().host_unregister(handle_, ptr);
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Backend* backend, size_t bytes) {

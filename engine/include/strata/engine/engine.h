@@ -22,6 +22,8 @@
 
 namespace strata {
 
+class KvStaging;  // engine/src/kv_staging.h
+
 struct EngineOptions {
   std::string plugin = "cpu";  // plugin name or path (see LoadPlugin)
   RunnerOptions runner;
@@ -34,6 +36,11 @@ struct EngineOptions {
   // copies back token ids instead of logits rows; the rows of requests that need the host
   // sampler (penalties) still come back as logits. Same tokens either way (one sampling rule).
   bool device_sampling = true;
+  // Host staging for KV block copies to and from the lower tiers: a ring of kv_block_bytes
+  // slots (page-locked when the plugin can: its copies then run asynchronously), so the
+  // blocks evicted or committed during a step are copied out without a synchronize each and
+  // handed to the offload function together (see FlushKvOffloads). At least one slot.
+  size_t kv_staging_bytes = size_t{64} << 20;
 };
 
 struct RequestOutput {
@@ -148,6 +155,10 @@ class Engine {
   // A block's bytes (every layer, the pool layout; valid only during the call) handed to a
   // lower tier when the prefix cache evicts it (kEvict: write-back) or as soon as it is
   // committed (kCommit: write-through). Engine thread; must not call back into the engine.
+  // The device-to-host copy is enqueued when the event happens (ahead of any device work that
+  // could overwrite the block) and `fn` runs at the next flush: the start of the next Step,
+  // the end of a Step that leaves nothing unfinished, ReservePrompt, ImportCachedBlocks,
+  // FlushKvOffloads, or when the staging ring is full.
   enum class OffloadOn { kEvict, kCommit };
   using BlockOffloadFn =
       std::function<void(BlockHash hash, BlockHash parent, std::span<const std::byte> data)>;
@@ -166,6 +177,11 @@ class Engine {
   // no block can be allocated).
   int ImportCachedBlocks(std::span<const BlockHash> keep_cached,
                          std::span<const ImportedBlock> blocks, const BlockFillFn& fill);
+  // Waits for the staged block copies and hands every pending offload to the offload function
+  // (a no-op when none is pending). The engine's loop calls it when it goes idle.
+  void FlushKvOffloads();
+  // Offloads waiting for a flush.
+  size_t pending_kv_offloads() const { return pending_offloads_.size(); }
   // Number of leading `hashes` in the prefix cache now.
   int CountCachedPrefix(std::span<const BlockHash> hashes) const {
     return blocks_->CountCachedPrefix(hashes);
@@ -196,13 +212,23 @@ class Engine {
 
   void OnKvEvent(const KvCacheEvent& event);
   void OffloadBlock(const KvCacheEvent& event);
+  // The next free staging slot; flushes first when the ring is full.
+  std::span<std::byte> AcquireStagingSlot();
 
   EngineOptions options_;
   std::function<void(const KvCacheEvent&)> kv_listener_;
   OffloadOn offload_on_ = OffloadOn::kEvict;
   BlockOffloadFn offload_;
-  std::vector<std::byte> block_staging_;  // one block, for offload/import copies
+  struct PendingOffload {
+    BlockHash hash = 0;
+    BlockHash parent = kRootBlockHash;
+    size_t slot = 0;
+  };
+  std::vector<PendingOffload> pending_offloads_;  // copied (or being copied) into their slots
   std::unique_ptr<ModelRunner> runner_;
+  // After runner_: released (unregistered) while the backend still exists.
+  std::unique_ptr<KvStaging> staging_;  // created on first use
+  size_t staging_used_ = 0;             // slots handed out since the last flush
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -292,6 +292,16 @@ typedef struct strata_plugin_api_v1 {
                                       const strata_tensor* inv_freq, float mscale,
                                       const strata_kv_cache* cache, int32_t layer,
                                       const strata_tensor* slots);
+
+  /* --- page-locked host memory (optional: both NULL when absent) ---------------------------
+   * host_register(ptr, bytes) page-locks the host range [ptr, ptr + bytes) and makes it
+   * directly reachable by the device's copy engines, so copy_d2h / copy_h2d to or from it run
+   * asynchronously on their stream (a copy to or from pageable memory may block the host until
+   * it is done); the range must stay untouched by the host while such a copy is in flight
+   * (until stream_synchronize). host_unregister(ptr) undoes it; ptr is a value passed to
+   * host_register, and no copy on the range may be in flight. */
+  strata_status (*host_register)(strata_backend b, void* ptr, size_t bytes);
+  void (*host_unregister)(strata_backend b, void* ptr);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

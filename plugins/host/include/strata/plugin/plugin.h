@@ -35,6 +35,9 @@ class Plugin {
   const std::string& origin() const { return origin_; }
   bool has_moe() const { return api_.moe_route != nullptr && api_.moe_experts != nullptr; }
   bool has_sample() const { return api_.sample != nullptr; }
+  bool has_host_register() const {
+    return api_.host_register != nullptr && api_.host_unregister != nullptr;
+  }
   bool has_graphs() const {
     return api_.graph_capture_begin != nullptr && api_.graph_capture_end != nullptr &&
            api_.graph_launch != nullptr && api_.graph_destroy != nullptr;
@@ -74,8 +77,16 @@ class Backend {
   absl::StatusOr<void*> Alloc(size_t bytes);
   void Free(void* ptr);
   absl::Status Synchronize() { return Check(api().stream_synchronize(handle_, stream_), "sync"); }
+  // Enqueued on the default stream. From page-locked host memory (RegisterHost) the copy may
+  // still be reading `src` when this returns: leave it untouched until Synchronize.
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes);  // synchronizes
+  // copy_d2h without waiting: `dst` holds the bytes after the next Synchronize.
+  absl::Status CopyToHostAsync(void* dst, const void* src, size_t bytes);
+  // Page-locks [ptr, ptr + bytes) for asynchronous device copies (the plugin's host_register);
+  // Unimplemented when the plugin has no such entry (its copies then work on pageable memory).
+  absl::Status RegisterHost(void* ptr, size_t bytes);
+  void UnregisterHost(void* ptr);
 
  private:
   Backend(std::shared_ptr<Plugin> plugin, strata_backend handle)
