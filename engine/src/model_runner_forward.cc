@@ -259,9 +259,15 @@ absl::Status ModelRunner::RunMlp(int layer, const StepInputs& in) {
   strata_tensor gub = MakeTensor(w.gate_up_bias.data(), wdt, {2 * i});
   strata_tensor db = MakeTensor(w.down_bias.data(), wdt, {h});
   const bool bias = w.gate_up_bias.data() != nullptr;
-  STRATA_RETURN_IF_ERROR(backend_->Check(
-      api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
-  STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
+  if (api.gemm_silu_mul != nullptr) {  // one op (one kernel on a GPU at decode sizes)
+    STRATA_RETURN_IF_ERROR(backend_->Check(
+        api.gemm_silu_mul(b, s, &normed, &wgu, bias ? &gub : nullptr, &gu, &mid),
+        "gemm_silu_mul"));
+  } else {
+    STRATA_RETURN_IF_ERROR(backend_->Check(
+        api.gemm(b, s, &normed, &wgu, bias ? &gub : nullptr, 0, &gu), "gemm(gate_up)"));
+    STRATA_RETURN_IF_ERROR(backend_->Check(api.silu_mul(b, s, &gu, &mid), "silu_mul"));
+  }
   return backend_->Check(api.gemm(b, s, &mid, &wd, bias ? &db : nullptr, 0, &hidden), "gemm(down)");
 }
 

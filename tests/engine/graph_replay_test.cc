@@ -4,7 +4,8 @@
 // at graph_launch. A runner with replay and one without, on the same random-weight models and
 // the same KV layout, must sample the same ids step after step while batches and contexts move
 // between buckets, and the replaying one must really record and launch graphs. Both with the
-// plugin's optional attention_prologue entry and without it (the engine's separate-op path).
+// plugin's optional fused entries (attention_prologue, gemm_silu_mul) and without them (the
+// engine's separate-op paths).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -93,6 +94,12 @@ strata_status AttentionPrologue(strata_backend b, strata_stream s, Tensor* q, Te
                                      &sl);
   });
 }
+strata_status GemmSiluMul(strata_backend b, strata_stream s, const Tensor* x, const Tensor* w,
+                          const Tensor* bias, Tensor* scratch, Tensor* out) {
+  return Record([=, x = *x, w = *w, bi = Own(bias), sc = *scratch, o = *out]() mutable {
+    return g_cpu->gemm_silu_mul(b, s, &x, &w, Ptr(bi), &sc, &o);
+  });
+}
 strata_status AttentionDecode(strata_backend b, strata_stream s, const strata_kv_cache* c,
                               const strata_attention_batch* batch, const strata_attention_params* p,
                               const Tensor* q, Tensor* out) {
@@ -146,14 +153,15 @@ strata_status Launch(strata_backend, strata_stream, strata_graph g) {
 }
 void Destroy(strata_backend, strata_graph g) { delete reinterpret_cast<Recording*>(g); }
 
-// The CPU plugin's table with recording ops and the graph entries; without `prologue`, with no
-// attention_prologue entry (the engine then runs rms_norm, rope and kv_append itself).
-std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu, bool prologue) {
+// The CPU plugin's table with recording ops and the graph entries; without `fused`, with no
+// attention_prologue and gemm_silu_mul entries (the engine then runs the ops they stand for).
+std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu, bool fused) {
   static strata_plugin_api_v1 tables[2];
-  strata_plugin_api_v1& table = tables[prologue ? 1 : 0];
+  strata_plugin_api_v1& table = tables[fused ? 1 : 0];
   g_cpu = &cpu->api();
   table = cpu->api();
-  table.attention_prologue = prologue ? AttentionPrologue : nullptr;
+  table.attention_prologue = fused ? AttentionPrologue : nullptr;
+  table.gemm_silu_mul = fused ? GemmSiluMul : nullptr;
   table.embedding = Embedding;
   table.rms_norm = RmsNorm;
   table.gemm = Gemm;
@@ -247,36 +255,37 @@ std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab) {
   return out;
 }
 
-// The CPU plugin as loaded, or without its attention_prologue entry.
-std::shared_ptr<Plugin> PlainPlugin(const std::shared_ptr<Plugin>& cpu, bool prologue) {
-  if (prologue) return cpu;
+// The CPU plugin as loaded, or without its fused entries (attention_prologue, gemm_silu_mul).
+std::shared_ptr<Plugin> PlainPlugin(const std::shared_ptr<Plugin>& cpu, bool fused) {
+  if (fused) return cpu;
   static strata_plugin_api_v1 table;
   table = cpu->api();
   table.attention_prologue = nullptr;
-  auto p = Plugin::FromTable(&table, "cpu without attention_prologue");
+  table.gemm_silu_mul = nullptr;
+  auto p = Plugin::FromTable(&table, "cpu without its fused entries");
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : nullptr;
 }
 
-// (model config, whether the plugins have attention_prologue)
+// (model config, whether the plugins have the fused entries)
 class GraphReplayTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(GraphReplayTest, ReplayedDecodeStepsSampleWhatOpByOpStepsSample) {
   auto cpu = LoadPlugin("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const auto [config, prologue] = GetParam();
+  const auto [config, fused] = GetParam();
   const ModelConfig c = Config(config);
-  auto plain = Runner(PlainPlugin(*cpu, prologue), c, /*graphs=*/false);
-  auto replaying = Runner(RecordingPlugin(*cpu, prologue), c, /*graphs=*/true);
+  auto plain = Runner(PlainPlugin(*cpu, fused), c, /*graphs=*/false);
+  auto replaying = Runner(RecordingPlugin(*cpu, fused), c, /*graphs=*/true);
   ASSERT_TRUE(plain && replaying);
   ASSERT_TRUE(replaying->backend().plugin().has_graphs());
   g_launches = 0;
   const auto expected = Decode(*plain, c.vocab_size);
   const auto got = Decode(*replaying, c.vocab_size);
   EXPECT_EQ(got, expected);
-  // The engine's other path (separate ops instead of attention_prologue, or the reverse) gives
-  // the same ids and log-probabilities: the CPU plugin's prologue is those ops.
-  auto other = Runner(PlainPlugin(*cpu, !prologue), c, /*graphs=*/false);
+  // The engine's other path (separate ops instead of the fused entries, or the reverse) gives
+  // the same ids and log-probabilities: the CPU plugin's fused entries are those ops.
+  auto other = Runner(PlainPlugin(*cpu, !fused), c, /*graphs=*/false);
   ASSERT_TRUE(other);
   EXPECT_EQ(Decode(*other, c.vocab_size), expected);
   const auto stats = replaying->graph_stats();

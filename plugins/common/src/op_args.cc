@@ -177,6 +177,43 @@ Status CheckAttentionPrologue(strata_dtype float_dtype, const strata_tensor* q,
   return Status();
 }
 
+Status CheckGemmSiluMul(strata_dtype float_dtype, const strata_tensor* x,
+                        const strata_tensor* w_gate_up, const strata_tensor* bias,
+                        const strata_tensor* scratch, const strata_tensor* out,
+                        GemmSiluMulArgs* a) {
+  constexpr const char* kOp = "gemm_silu_mul";
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, float_dtype, 2, 2, &a->x));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w_gate_up", w_gate_up, float_dtype, 2, 2, &a->w));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "scratch", scratch, float_dtype, 2, 2, &a->scratch));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, float_dtype, 2, 2, &a->out));
+  const int64_t t = a->x.rows, h = a->x.cols;
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w_gate_up", a->w, 1, h));
+  if (a->w.rows % 2 != 0) {
+    return InvalidArgument(kOp, "w_gate_up has ", a->w.rows, " rows, expected 2 * I");
+  }
+  a->inter = a->w.rows / 2;
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "scratch", a->scratch, 0, t));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "scratch", a->scratch, 1, 2 * a->inter));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", a->out, 0, t));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", a->out, 1, a->inter));
+  if (a->scratch.stride != a->scratch.cols || a->out.stride != a->out.cols) {
+    return InvalidArgument(kOp, "scratch and out must be dense");
+  }
+  a->has_bias = bias != nullptr;
+  if (a->has_bias) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, float_dtype, 1, 1, &a->bias));
+    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "bias", a->bias, 0, 2 * a->inter));
+  }
+  for (const TensorView* dst : {&a->scratch, &a->out}) {
+    const char* name = dst == &a->out ? "out" : "scratch";
+    if (Overlaps(*dst, a->x) || Overlaps(*dst, a->w) || (a->has_bias && Overlaps(*dst, a->bias))) {
+      return InvalidArgument(kOp, name, " overlaps an input");
+    }
+  }
+  if (Overlaps(a->out, a->scratch)) return InvalidArgument(kOp, "out overlaps scratch");
+  return Status();
+}
+
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view) {
   return ViewTensor(op, name, t, STRATA_DTYPE_I32, 1, 1, view);
 }

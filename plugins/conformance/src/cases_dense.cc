@@ -228,7 +228,71 @@ void AddGatherRows(uint64_t seed, int64_t tokens, int64_t hidden, int64_t n, Cas
   }));
 }
 
+struct GemmSiluSpec {
+  int64_t m, inter, k;
+  bool bias = false;
+  int64_t x_stride = 0;
+};
+
+// silu_mul(gemm(x, w_gate_up, bias)) through the fused entry; scratch is not compared (its
+// contents afterwards are unspecified).
+void AddGemmSiluMul(uint64_t seed, const GemmSiluSpec& s, CaseList* out) {
+  CaseBuilder cb(seed, "gemm_silu_mul",
+                 absl::StrFormat("M=%d I=%d K=%d%s%s", s.m, s.inter, s.k, s.bias ? " bias" : "",
+                                 s.x_stride ? " strided x" : ""));
+  const int x = cb.Uniform("x", Role::kAct, s.m * (s.x_stride ? s.x_stride : s.k));
+  const int w = cb.Uniform("w_gate_up", Role::kWeight, 2 * s.inter * s.k);
+  const int b = s.bias ? cb.Uniform("bias", Role::kWeight, 2 * s.inter) : -1;
+  const int scratch = cb.Uniform("scratch", Role::kAct, s.m * 2 * s.inter);
+  const int y = cb.Output(cb.Uniform("out", Role::kAct, s.m * s.inter));
+  TestCase c = cb.Build([=](OpContext& ctx) {
+    strata_tensor xt = ctx.Tensor(x, {s.m, s.k}, s.x_stride);
+    strata_tensor wt = ctx.Tensor(w, {2 * s.inter, s.k});
+    strata_tensor bt = s.bias ? ctx.Tensor(b, {2 * s.inter}) : strata_tensor{};
+    strata_tensor st = ctx.Tensor(scratch, {s.m, 2 * s.inter});
+    strata_tensor ot = ctx.Tensor(y, {s.m, s.inter});
+    return ctx.Check(ctx.api().gemm_silu_mul(ctx.backend(), ctx.stream(), &xt, &wt,
+                                             s.bias ? &bt : nullptr, &st, &ot),
+                     "gemm_silu_mul");
+  });
+  c.needs_entry = "gemm_silu_mul";
+  out->push_back(std::move(c));
+}
+
+// out with I + 1 columns: the op must refuse.
+void AddGemmSiluMulNegative(uint64_t seed, CaseList* out) {
+  CaseBuilder cb(seed, "gemm_silu_mul", "rejects out of the wrong width");
+  const int x = cb.Uniform("x", Role::kAct, 2 * 32);
+  const int w = cb.Uniform("w_gate_up", Role::kWeight, 16 * 32);
+  const int scratch = cb.Uniform("scratch", Role::kAct, 2 * 16);
+  const int y = cb.Uniform("out", Role::kAct, 2 * 9);
+  TestCase c = cb.BuildNegative(
+      [=](OpContext& ctx) {
+        strata_tensor xt = ctx.Tensor(x, {2, 32});
+        strata_tensor wt = ctx.Tensor(w, {16, 32});
+        strata_tensor st = ctx.Tensor(scratch, {2, 16});
+        strata_tensor ot = ctx.Tensor(y, {2, 9});
+        return ctx.Check(
+            ctx.api().gemm_silu_mul(ctx.backend(), ctx.stream(), &xt, &wt, nullptr, &st, &ot),
+            "gemm_silu_mul");
+      },
+      STRATA_ERR_INVALID_ARGUMENT);
+  c.needs_entry = "gemm_silu_mul";
+  out->push_back(std::move(c));
+}
+
 }  // namespace
+
+void AddGemmSiluMulCases(uint64_t seed, CaseList* out) {
+  // Decode-sized M (a GPU plugin's fused weight-streaming path) with and without bias, a K of
+  // 4,096 and more units than a GPU has warps; larger M (the unfused path) with strided x.
+  AddGemmSiluMul(seed, {.m = 1, .inter = 48, .k = 64}, out);
+  AddGemmSiluMul(seed, {.m = 2, .inter = 33, .k = 264, .bias = true}, out);
+  AddGemmSiluMul(seed, {.m = 1, .inter = 2500, .k = 4096}, out);
+  AddGemmSiluMul(seed, {.m = 2, .inter = 5000, .k = 128, .bias = true, .x_stride = 136}, out);
+  AddGemmSiluMul(seed, {.m = 9, .inter = 96, .k = 200, .bias = true, .x_stride = 208}, out);
+  AddGemmSiluMulNegative(seed, out);
+}
 
 void AddEmbeddingCases(uint64_t seed, CaseList* out) {
   AddEmbedding(seed, 50, 16, 1, out);

@@ -198,7 +198,7 @@ void AddAttentionPrologue(uint64_t seed, const PrologueSpec& s, CaseList* out) {
                          s.norms ? &knt : nullptr, 1e-6f, &pt, &ft, s.mscale, &cc, s.layer, &st),
                      "attention_prologue");
   });
-  c.needs_prologue = true;
+  c.needs_entry = "attention_prologue";
   out->push_back(std::move(c));
 }
 
@@ -229,7 +229,7 @@ void AddAttentionPrologueNegative(uint64_t seed, CaseList* out) {
             "attention_prologue");
       },
       STRATA_ERR_INVALID_ARGUMENT);
-  c.needs_prologue = true;
+  c.needs_entry = "attention_prologue";
   out->push_back(std::move(c));
 }
 

@@ -40,6 +40,7 @@ constexpr OpEntry kOps[] = {
     {"moe_experts", AddMoeExpertsCases},
     {"sample", AddSampleCases},
     {"attention_prologue", AddAttentionPrologueCases},
+    {"gemm_silu_mul", AddGemmSiluMulCases},
 };
 
 strata_dtype DtypeFor(const Backend& backend, Role role) {
@@ -271,11 +272,16 @@ CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
                            " has no sample entry");
     return r;
   }
-  auto has_prologue = [](const Backend& b) { return b.api().attention_prologue != nullptr; };
-  if (c.needs_prologue && !(has_prologue(candidate) && has_prologue(reference))) {
+  auto has_entry = [&](const Backend& b) {
+    const strata_plugin_api_v1& api = b.api();
+    if (c.needs_entry == "attention_prologue") return api.attention_prologue != nullptr;
+    if (c.needs_entry == "gemm_silu_mul") return api.gemm_silu_mul != nullptr;
+    return c.needs_entry.empty();
+  };
+  if (!(has_entry(candidate) && has_entry(reference))) {
     r.skipped = true;
-    r.error = absl::StrCat(has_prologue(candidate) ? "reference" : "candidate",
-                           " has no attention_prologue entry");
+    r.error = absl::StrCat(has_entry(candidate) ? "reference" : "candidate", " has no ",
+                           c.needs_entry, " entry");
     return r;
   }
   const auto values = SharedValues(c, candidate, reference);

@@ -88,7 +88,9 @@ struct TestCase {
   RunFn run;
   bool needs_moe = false;
   bool needs_sample = false;    // the optional `sample` entry
-  bool needs_prologue = false;  // the optional `attention_prologue` entry
+  // An optional ABI entry the case calls ("attention_prologue", "gemm_silu_mul"; "" = none):
+  // skipped unless both backends have it.
+  std::string needs_entry;
   // Negative case: the candidate must return this code (with a message) and the reference is
   // not run. STRATA_OK for ordinary cases.
   strata_status expect_error = STRATA_OK;
@@ -135,5 +137,6 @@ void AddMoeRouteCases(uint64_t seed, CaseList* out);
 void AddMoeExpertsCases(uint64_t seed, CaseList* out);
 void AddSampleCases(uint64_t seed, CaseList* out);
 void AddAttentionPrologueCases(uint64_t seed, CaseList* out);
+void AddGemmSiluMulCases(uint64_t seed, CaseList* out);
 
 }  // namespace strata::conformance

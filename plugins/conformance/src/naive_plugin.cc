@@ -367,6 +367,24 @@ strata_status SiluMul(strata_backend b, strata_stream, const strata_tensor* x, s
   return STRATA_OK;
 }
 
+// The composition the ABI defines: gemm into scratch (rounded to its dtype), then silu_mul.
+strata_status GemmSiluMul(strata_backend b, strata_stream s, const strata_tensor* x,
+                          const strata_tensor* w_gate_up, const strata_tensor* bias,
+                          strata_tensor* scratch, strata_tensor* out) {
+  STRATA_NAIVE_CHECK(b, ExpectTensor(x, "x", {-1, -1}, Kind::kFloat));
+  const int64_t tokens = x->shape[0], hidden = x->shape[1];
+  STRATA_NAIVE_CHECK(b, ExpectTensor(w_gate_up, "w_gate_up", {-1, hidden}, Kind::kFloat));
+  if (w_gate_up->shape[0] % 2 != 0) return Invalid(b, "w_gate_up: odd number of rows");
+  const int64_t inter = w_gate_up->shape[0] / 2;
+  if (bias != nullptr) {
+    STRATA_NAIVE_CHECK(b, ExpectTensor(bias, "bias", {2 * inter}, Kind::kFloat));
+  }
+  STRATA_NAIVE_CHECK(b, ExpectTensor(scratch, "scratch", {tokens, 2 * inter}, Kind::kFloat));
+  STRATA_NAIVE_CHECK(b, ExpectTensor(out, "out", {tokens, inter}, Kind::kFloat));
+  const strata_status st = Gemm(b, s, x, w_gate_up, bias, 0, scratch);
+  return st == STRATA_OK ? SiluMul(b, s, scratch, out) : st;
+}
+
 strata_status GatherRows(strata_backend b, strata_stream, const strata_tensor* x,
                          const strata_tensor* rows, strata_tensor* out) {
   STRATA_NAIVE_CHECK(b, ExpectTensor(x, "x", {-1, -1}, Kind::kFloat));
@@ -416,6 +434,7 @@ strata_plugin_api_v1 MakeTable() {
   t.sample = Sample;
   t.moe_experts = MoeExperts;
   t.attention_prologue = AttentionPrologue;
+  t.gemm_silu_mul = GemmSiluMul;
   return t;
 }
 

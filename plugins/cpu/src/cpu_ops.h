@@ -26,6 +26,9 @@ Status GatherRows(CpuBackend& be, const strata_tensor* x, const strata_tensor* r
 // cpu_ops_gemm.cc
 Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
             const strata_tensor* bias, int32_t accumulate, strata_tensor* out);
+// gemm into scratch, then silu_mul into out; validated up front.
+Status GemmSiluMul(CpuBackend& be, const strata_tensor* x, const strata_tensor* w_gate_up,
+                   const strata_tensor* bias, strata_tensor* scratch, strata_tensor* out);
 
 // cpu_ops_kv.cc
 Status KvAppend(CpuBackend& be, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,

@@ -15,6 +15,7 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
+#include "strata/plugin_common/op_args.h"
 
 namespace strata::cpu {
 namespace {
@@ -134,6 +135,15 @@ Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
            bias != nullptr ? bv.Row<float>(0) : nullptr, accumulate != 0, ov.Row<float>(0),
            ov.stride);
   return Status();
+}
+
+Status GemmSiluMul(CpuBackend& be, const strata_tensor* x, const strata_tensor* w_gate_up,
+                   const strata_tensor* bias, strata_tensor* scratch, strata_tensor* out) {
+  plugin_common::GemmSiluMulArgs args;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGemmSiluMul(STRATA_DTYPE_F32, x, w_gate_up,
+                                                                bias, scratch, out, &args));
+  STRATA_PLUGIN_RETURN_IF_ERROR(Gemm(be, x, w_gate_up, bias, 0, scratch));
+  return SiluMul(be, scratch, out);
 }
 
 }  // namespace strata::cpu

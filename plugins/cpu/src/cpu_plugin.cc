@@ -224,6 +224,13 @@ strata_status AttentionPrologueEntry(strata_backend b, strata_stream, strata_ten
   });
 }
 
+strata_status GemmSiluMulEntry(strata_backend b, strata_stream, const strata_tensor* x,
+                               const strata_tensor* w_gate_up, const strata_tensor* bias,
+                               strata_tensor* scratch, strata_tensor* out) noexcept {
+  return Guard(b, "gemm_silu_mul",
+               [&](CpuBackend& be) { return GemmSiluMul(be, x, w_gate_up, bias, scratch, out); });
+}
+
 strata_status AttentionPrefillEntry(strata_backend b, strata_stream, const strata_kv_cache* cache,
                                     const strata_attention_batch* batch,
                                     const strata_attention_params* params, const strata_tensor* q,
@@ -315,6 +322,7 @@ const strata_plugin_api_v1 kApi = {
     .moe_experts = MoeExpertsEntry,
     .sample = SampleEntry,
     .attention_prologue = AttentionPrologueEntry,
+    .gemm_silu_mul = GemmSiluMulEntry,
 };
 
 }  // namespace

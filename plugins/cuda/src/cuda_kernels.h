@@ -61,6 +61,11 @@ bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, con
 cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                        int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
                        cudaStream_t stream);
+// gemm_silu_mul for m <= kGemvGemmRows where GemvServes(m, 2 * inter, k, ...): out[m, c] =
+// silu(g) * u with g, u the rounded projections of gate row c and up row c + inter (+ bias).
+cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
+                              const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
+                              int64_t ldo, cudaStream_t stream);
 
 // ---- KV cache and MoE routing (kernels_kv_moe.cu)
 // -------------------------------------------------

@@ -17,6 +17,9 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
 Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* positions,
             const strata_tensor* inv_freq, float mscale);
 Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out);
+// silu_mul(gemm(x, w_gate_up, bias)): fused at decode sizes, else through `scratch`.
+Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gate_up,
+                   const strata_tensor* bias, strata_tensor* scratch, strata_tensor* out);
 Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows, strata_tensor* out);
 
 Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,

@@ -4,6 +4,7 @@
 #include "cuda_common.h"
 #include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/plugin_common/op_args.h"
 
 namespace strata::cuda {
 namespace {
@@ -158,6 +159,24 @@ Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out) {
   }
   return Launched(
       kOp, LaunchSiluMul(Bf16(xv), xv.stride, xv.rows, inter, Bf16(ov), ov.stride, s.stream));
+}
+
+Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gate_up,
+                   const strata_tensor* bias, strata_tensor* scratch, strata_tensor* out) {
+  constexpr const char* kOp = "gemm_silu_mul";
+  plugin_common::GemmSiluMulArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckGemmSiluMul(kStorageDtype, x, w_gate_up, bias, scratch, out, &a));
+  const int64_t m = a.x.rows, k = a.x.cols, inter = a.inter;
+  if (m == 0 || inter == 0) return Status();
+  if (k > 0 && inter < (int64_t{1} << 29) &&
+      GemvServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
+    return Launched(kOp, LaunchGemvSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
+                                           a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
+                                           Bf16(a.out), a.out.stride, s.stream));
+  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(Gemm(s, x, w_gate_up, bias, 0, scratch));
+  return SiluMul(s, scratch, out);
 }
 
 }  // namespace strata::cuda

@@ -320,6 +320,13 @@ void GraphDestroyEntry(strata_backend b, strata_graph g) noexcept {
   GraphDestroy(g);
 }
 
+strata_status GemmSiluMulEntry(strata_backend b, strata_stream st, const strata_tensor* x,
+                               const strata_tensor* w_gate_up, const strata_tensor* bias,
+                               strata_tensor* scratch, strata_tensor* out) noexcept {
+  return GuardOp(b, st, "gemm_silu_mul",
+                 [&](Stream& s) { return GemmSiluMul(s, x, w_gate_up, bias, scratch, out); });
+}
+
 strata_status MoeExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
                               const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                               const strata_tensor* w_gate_up, const strata_tensor* w_down,
@@ -367,6 +374,7 @@ const strata_plugin_api_v1 kApi = {
     .attention_prologue = AttentionPrologueEntry,
     .host_register = HostRegister,
     .host_unregister = HostUnregister,
+    .gemm_silu_mul = GemmSiluMulEntry,
 };
 
 }  // namespace

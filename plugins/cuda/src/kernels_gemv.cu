@@ -1,5 +1,7 @@
 // gemm for decode-sized M (1-4 rows; `gemm` sends it M <= kGemvGemmRows), issue 5:
-// out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n] (+ bias[n]) in fp32, rounded once.
+// out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n] (+ bias[n]) in fp32, rounded once;
+// and gemm_silu_mul at M <= 2 (a unit pairs a gate row with its up row; SiLU-mul in the epilogue,
+// so the [M, 2I] projection never goes to memory).
 //
 // At M <= 4 a projection is a weight stream (2 FLOPs per weight byte pair and token). Each warp
 // owns units of 2 consecutive weight rows (or 1, where that balances the warps better) and
@@ -35,6 +37,9 @@ struct GemvArgs {
   int64_t ldo;
   int n, k;
   bool accumulate;
+  // > 0: gemm_silu_mul with I = silu_inter (n = 2 I): unit c pairs gate row c with up row
+  // c + I, and out[m, c] = silu_mul of the two rounded projections (R = 2 only).
+  int silu_inter;
 };
 
 // R weight rows per unit (16 / R chunks of each per pass).
@@ -44,17 +49,36 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
   WaitForPrerequisites();  // x (and out when accumulating)
   AllowDependents();
   const int lane = threadIdx.x & 31;
-  const int units = (a.n + kRowsPerUnit - 1) / kRowsPerUnit;
+  const bool silu = a.silu_inter > 0;
+  const int units = silu ? a.silu_inter : (a.n + kRowsPerUnit - 1) / kRowsPerUnit;
   const int warps = gridDim.x * kWarpsPerCta;
   for (int u = blockIdx.x * kWarpsPerCta + threadIdx.x / 32; u < units; u += warps) {
     const int n0 = u * kRowsPerUnit;
     const bf16* w[kRowsPerUnit];
 #pragma unroll
     for (int r = 0; r < kRowsPerUnit; ++r) {
-      w[r] = n0 + r < a.n ? a.w + int64_t{n0 + r} * a.ldw : nullptr;
+      const int row = silu ? u + r * a.silu_inter : n0 + r;
+      w[r] = row < a.n ? a.w + int64_t{row} * a.ldw : nullptr;
     }
     float acc[kRowsPerUnit][M];
     DotRows<R, M, kLoads / R>(w, a.x, 0, 1, a.ldx, a.k / 8, acc);
+    if constexpr (R == 2) {
+      if (silu) {
+        if (lane == 0) {
+          // The gemm's roundings, then silu_mul's arithmetic (SiluMulKernel): bit for bit the
+          // two ops in sequence.
+          const float bg = a.bias != nullptr ? __bfloat162float(a.bias[u]) : 0.0f;
+          const float bu = a.bias != nullptr ? __bfloat162float(a.bias[u + a.silu_inter]) : 0.0f;
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            const float g = __bfloat162float(__float2bfloat16(acc[0][m] + bg));
+            const float up = __bfloat162float(__float2bfloat16(acc[1][m] + bu));
+            a.out[m * a.ldo + u] = __float2bfloat16(g / (1.0f + expf(-g)) * up);
+          }
+        }
+        continue;
+      }
+    }
     if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerUnit; ++r) {
@@ -114,6 +138,33 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
       return pairs ? launch(GemvKernel<3, 2>) : launch(GemvKernel<3, 1>);
     case 4:
       return pairs ? launch(GemvKernel<4, 2>) : launch(GemvKernel<4, 1>);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
+                              const bf16* w, int64_t ldw, const bf16* bias, bf16* out, int64_t ldo,
+                              cudaStream_t stream) {
+  GemvArgs a{};
+  a.x = x;
+  a.ldx = static_cast<int>(ldx);
+  a.w = w;
+  a.ldw = ldw;
+  a.bias = bias;
+  a.out = out;
+  a.ldo = ldo;
+  a.n = static_cast<int>(2 * inter);
+  a.k = static_cast<int>(k);
+  a.accumulate = false;
+  a.silu_inter = static_cast<int>(inter);
+  const dim3 grid = PersistentGrid(inter, kWarpsPerCta, kCtasPerSm);
+  auto launch = [&](auto kernel) { return LaunchPdl(kernel, grid, dim3(kThreads), 0, stream, a); };
+  switch (m) {
+    case 1:
+      return launch(GemvKernel<1, 2>);
+    case 2:
+      return launch(GemvKernel<2, 2>);
     default:
       return cudaErrorInvalidValue;
   }

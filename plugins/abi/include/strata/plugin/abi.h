@@ -302,6 +302,18 @@ typedef struct strata_plugin_api_v1 {
    * host_register, and no copy on the range may be in flight. */
   strata_status (*host_register)(strata_backend b, void* ptr, size_t bytes);
   void (*host_unregister)(strata_backend b, void* ptr);
+
+  /* --- fused gated-MLP input (optional: NULL when absent; the host then calls the ops) -----
+   * Exactly
+   *     gemm(x, w_gate_up, bias, 0, scratch); silu_mul(scratch, out);
+   * with x [T, H], w_gate_up [2I, H] (the gate rows, then the up rows), bias [2I] or NULL,
+   * scratch [T, 2I] and out [T, I], all dense but x, with those ops' rules and roundings (the
+   * projection is rounded to the act dtype before the activation). The backend may leave
+   * scratch untouched (a fused kernel) or use it; its contents afterwards are unspecified.
+   * A failing call writes nothing to out. */
+  strata_status (*gemm_silu_mul)(strata_backend b, strata_stream s, const strata_tensor* x,
+                                 const strata_tensor* w_gate_up, const strata_tensor* bias,
+                                 strata_tensor* scratch, strata_tensor* out);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

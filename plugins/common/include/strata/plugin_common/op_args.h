@@ -54,6 +54,18 @@ Status CheckAttentionPrologue(strata_dtype float_dtype, const strata_tensor* q,
                               const strata_kv_cache* cache, int32_t layer,
                               const strata_tensor* slots, AttentionPrologueArgs* args);
 
+// gemm_silu_mul: x [T, H] (any row stride), w_gate_up [2I, H], bias [2I] or NULL, scratch
+// [T, 2I] and out [T, I] dense; out and scratch overlap none of the inputs nor each other.
+struct GemmSiluMulArgs {
+  TensorView x, w, bias, scratch, out;
+  bool has_bias = false;
+  int64_t inter = 0;  // I
+};
+Status CheckGemmSiluMul(strata_dtype float_dtype, const strata_tensor* x,
+                        const strata_tensor* w_gate_up, const strata_tensor* bias,
+                        const strata_tensor* scratch, const strata_tensor* out,
+                        GemmSiluMulArgs* args);
+
 // sample: logits [N, V] in F32 or `act_dtype`, params non-NULL, tokens I32 [N]; logprobs F32
 // [N, 1 + STRATA_MAX_LOGPROBS] and top_ids I32 [N, STRATA_MAX_LOGPROBS], both or neither.
 struct SampleArgs {
