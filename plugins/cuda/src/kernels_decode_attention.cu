@@ -79,11 +79,6 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ uint32_t PackBf16(bf16 lo, bf16 hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
-}
-
 // c += A[16x16] B[16x8] with the row-8..15 registers of A zero (a1 = a3 = 0).
 __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
                                     uint32_t b1) {
@@ -300,15 +295,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int n_tiles = hi > lo ? static_cast<int>((hi - lo + kTileKeys - 1) / kTileKeys) : 0;
   const int my_tiles = n_tiles > warp ? (n_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
+  // Fragments of k-steps 2c and 2c + 1 are the 8 consecutive dims 32c + 8 t4 .. + 7 of the
+  // lane's row: one 16-byte load each (q rows are 16-byte aligned: DecodeAttentionSupported).
   uint32_t qf[T::kKSteps][2];
-  const bf16* q = a.q + row * a.q_stride + (int64_t{kvh} * group + gid) * kHeadDim;
-  const bf16 zero = __float2bfloat16(0.0f);
+  const bf16* q = a.q + row * a.q_stride + (int64_t{kvh} * group + gid) * kHeadDim + t4 * 8;
 #pragma unroll
-  for (int step = 0; step < T::kKSteps; ++step) {
-    const int base = (step / 2) * 32 + t4 * 8 + (step % 2) * 4;
-    const bool ok = gid < group;
-    qf[step][0] = PackBf16(ok ? q[base] : zero, ok ? q[base + 1] : zero);
-    qf[step][1] = PackBf16(ok ? q[base + 2] : zero, ok ? q[base + 3] : zero);
+  for (int c = 0; c < T::kKSteps / 2; ++c) {
+    const uint4 v =
+        gid < group ? *reinterpret_cast<const uint4*>(q + c * 32) : make_uint4(0, 0, 0, 0);
+    qf[2 * c][0] = v.x;
+    qf[2 * c][1] = v.y;
+    qf[2 * c + 1][0] = v.z;
+    qf[2 * c + 1][1] = v.w;
   }
 
   WarpState<kHeadDim> st;
@@ -464,7 +462,9 @@ bool DecodeAttentionSupported(const AttentionArgs& a) {
   const int64_t d = a.dims.head_dim;
   const int64_t group = a.dims.num_kv_heads > 0 ? a.q_heads / a.dims.num_kv_heads : 0;
   return (d == 64 || d == 128) && group >= 1 && group <= kMaxDecodeGroup &&
-         reinterpret_cast<uintptr_t>(a.cache) % 16 == 0 && a.dims.num_kv_heads <= 65535 &&
+         reinterpret_cast<uintptr_t>(a.cache) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_stride % 8 == 0 &&
+         a.dims.num_kv_heads <= 65535 &&
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
 }
 
