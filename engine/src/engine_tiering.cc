@@ -3,28 +3,33 @@
 // slots (kv_staging.h) so that a batch of block copies costs one synchronize, not one each.
 #include <algorithm>
 #include <cstdlib>
-#include <new>
 
+#include "absl/strings/str_cat.h"
 #include "kv_staging.h"
 #include "strata/common/logging.h"
 #include "strata/engine/engine.h"
 
 namespace strata {
 
-KvStaging::KvStaging(Backend* backend, size_t slot_bytes, size_t slots)
-    : backend_(backend), slot_bytes_(slot_bytes), slots_(slots) {
+absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(Backend* backend, size_t slot_bytes,
+                                                             size_t slots) {
   constexpr size_t kPage = 4096;
   const size_t bytes = (slot_bytes * slots + kPage - 1) / kPage * kPage;
-  memory_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
-  if (memory_ == nullptr) throw std::bad_alloc();
-  if (!backend_->plugin().has_host_register()) return;
-  const absl::Status s = backend_->RegisterHost(memory_.get(), bytes);
+  std::unique_ptr<KvStaging> st(new KvStaging(backend, slot_bytes, slots));
+  st->memory_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
+  if (st->memory_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV staging: cannot allocate ", bytes, " bytes of host memory"));
+  }
+  if (!backend->plugin().has_host_register()) return st;
+  const absl::Status s = backend->RegisterHost(st->memory_.get(), bytes);
   if (s.ok()) {
-    registered_ = true;
+    st->registered_ = true;
   } else {
     STRATA_LOG(Warning) << "KV staging: " << bytes
                         << " bytes stay pageable (block copies wait for the device): " << s;
   }
+  return st;
 }
 
 KvStaging::~KvStaging() {
@@ -45,11 +50,13 @@ void Engine::OnKvEvent(const KvCacheEvent& event) {
   if (kv_listener_) kv_listener_(event);
 }
 
-std::span<std::byte> Engine::AcquireStagingSlot() {
+absl::StatusOr<std::span<std::byte>> Engine::AcquireStagingSlot() {
   if (staging_ == nullptr) {
     const size_t bytes = runner_->kv_block_bytes();
     const size_t slots = std::clamp<size_t>(options_.kv_staging_bytes / bytes, 1, 4096);
-    staging_ = std::make_unique<KvStaging>(&runner_->backend(), bytes, slots);
+    auto staging = KvStaging::Create(&runner_->backend(), bytes, slots);
+    if (!staging.ok()) return staging.status();
+    staging_ = *std::move(staging);
   }
   if (staging_used_ == staging_->slots()) FlushKvOffloads();
   return staging_->slot(staging_used_++);
@@ -62,9 +69,12 @@ void Engine::OffloadBlock(const KvCacheEvent& event) {
   // ReservePrompt flushes before it returns the blocks).
   const size_t bytes = runner_->kv_block_bytes();
   const auto* base = static_cast<const std::byte*>(runner_->kv_cache().data);
-  std::span<std::byte> dst = AcquireStagingSlot();
-  absl::Status s = runner_->backend().CopyToHostAsync(
-      dst.data(), base + static_cast<size_t>(event.block) * bytes, bytes);
+  absl::StatusOr<std::span<std::byte>> dst = AcquireStagingSlot();
+  absl::Status s = dst.status();
+  if (s.ok()) {
+    s = runner_->backend().CopyToHostAsync(dst->data(),
+                                           base + static_cast<size_t>(event.block) * bytes, bytes);
+  }
   if (!s.ok()) {
     STRATA_LOG(Warning) << "KV offload of block " << event.block << " failed: " << s;
     return;
@@ -110,10 +120,11 @@ int Engine::ImportCachedBlocks(std::span<const BlockHash> keep_cached,
     }
     // A slot no copy is using (the ring flushes when full); page-locked, the copy in may still
     // be reading it after CopyToDevice returns, so it is not reused before the next flush.
-    std::span<std::byte> slot = AcquireStagingSlot();
-    absl::Status s = fill(i, slot);
+    absl::StatusOr<std::span<std::byte>> slot = AcquireStagingSlot();
+    absl::Status s = slot.status();
+    if (s.ok()) s = fill(i, *slot);
     if (s.ok()) {
-      s = runner_->backend().CopyToDevice(base + static_cast<size_t>(*block) * bytes, slot.data(),
+      s = runner_->backend().CopyToDevice(base + static_cast<size_t>(*block) * bytes, slot->data(),
                                           bytes);
     }
     if (!s.ok()) {

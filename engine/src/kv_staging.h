@@ -7,13 +7,17 @@
 #include <memory>
 #include <span>
 
+#include "absl/status/statusor.h"
 #include "strata/plugin/plugin.h"
 
 namespace strata {
 
 class KvStaging {
  public:
-  KvStaging(Backend* backend, size_t slot_bytes, size_t slots);
+  // ResourceExhausted when the host memory cannot be allocated; staying pageable (the plugin
+  // has no host_register, or it fails) is not an error.
+  static absl::StatusOr<std::unique_ptr<KvStaging>> Create(Backend* backend, size_t slot_bytes,
+                                                           size_t slots);
   ~KvStaging();
   KvStaging(const KvStaging&) = delete;
   KvStaging& operator=(const KvStaging&) = delete;
@@ -25,6 +29,8 @@ class KvStaging {
   }
 
  private:
+  KvStaging(Backend* backend, size_t slot_bytes, size_t slots)
+      : backend_(backend), slot_bytes_(slot_bytes), slots_(slots) {}
   Backend* backend_;
   size_t slot_bytes_;
   size_t slots_;

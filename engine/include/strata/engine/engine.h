@@ -212,8 +212,9 @@ class Engine {
 
   void OnKvEvent(const KvCacheEvent& event);
   void OffloadBlock(const KvCacheEvent& event);
-  // The next free staging slot; flushes first when the ring is full.
-  std::span<std::byte> AcquireStagingSlot();
+  // The next free staging slot; flushes first when the ring is full. ResourceExhausted when the
+  // ring cannot be allocated.
+  absl::StatusOr<std::span<std::byte>> AcquireStagingSlot();
 
   EngineOptions options_;
   std::function<void(const KvCacheEvent&)> kv_listener_;
