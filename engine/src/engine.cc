@@ -31,7 +31,13 @@ absl::StatusOr<std::string> ModelIdentity(const std::string& dir) {
 
 }  // namespace
 
-Engine::~Engine() = default;  // staging_ (kv_staging.h) before runner_
+Engine::~Engine() {
+  // Staged copies may still be in flight into staging_, which is unregistered and freed before
+  // runner_ goes; they are not handed on (the offload function's target may be gone already).
+  if (staging_used_ > 0 && !runner_->backend().Synchronize().ok()) {
+    STRATA_LOG(Warning) << "KV staging: device synchronize failed at shutdown";
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir,
                                                        const EngineOptions& options) {
