@@ -7,9 +7,11 @@
 //              are copied out without waiting and handed over at the next flush point.
 // The offload function copies each block into a host buffer (what the G2 put does with it).
 // Model: the llama-100m preset in bf16 (12 layers, 4 kv heads x 64: 192 KiB per 16-token
-// block), distinct 1,000-token prompts, one token generated each, after one warm-up prompt.
+// block), distinct 1,000-token prompts, one token generated each, after one warm-up prompt;
+// one after another, or with --together all submitted at once (a continuous batch: chunked
+// prefill, each step commits blocks of several requests and the engine never goes idle).
 //
-//     kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N]
+//     kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N] [--together]
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +32,7 @@ namespace {
 struct Options {
   std::string plugin = "cpu";
   int prompts = 16;
+  bool together = false;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -56,12 +59,15 @@ std::vector<int32_t> Prompt(int i) {
   return t;
 }
 
-void RunPrompt(Engine& e, const std::string& id, int i) {
+void AddPrompt(Engine& e, const std::string& id, int i) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 1;
   p.ignore_eos = true;
   if (absl::Status s = e.AddRequest(id, Prompt(i), p); !s.ok()) Die(std::string(s.message()));
+}
+
+void RunToIdle(Engine& e) {
   while (e.HasUnfinished()) {
     auto out = e.Step();
     if (!out.ok()) Die(std::string(out.status().message()));
@@ -90,12 +96,20 @@ Result Run(const std::string& dir, const Options& o, Mode mode, size_t block_byt
                         r.bytes += data.size();
                       });
   }
-  RunPrompt(e, "warm-up", -1);
+  AddPrompt(e, "warm-up", -1);
+  RunToIdle(e);
   r = Result{};
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.prompts; ++i) {
-    RunPrompt(e, "p" + std::to_string(i), i);
-    std::fprintf(stderr, "\r%-9s prompt %d/%d", Name(mode), i + 1, o.prompts);
+  if (o.together) {
+    for (int i = 0; i < o.prompts; ++i) AddPrompt(e, "p" + std::to_string(i), i);
+    RunToIdle(e);
+    std::fprintf(stderr, "%-9s %d prompts together", Name(mode), o.prompts);
+  } else {
+    for (int i = 0; i < o.prompts; ++i) {
+      AddPrompt(e, "p" + std::to_string(i), i);
+      RunToIdle(e);
+      std::fprintf(stderr, "\r%-9s prompt %d/%d", Name(mode), i + 1, o.prompts);
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "\n");
@@ -108,11 +122,13 @@ Options ParseArgs(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--plugin" && i + 1 < argc) {
       o.plugin = argv[++i];
+    } else if (a == "--together") {
+      o.together = true;
     } else if (a == "--prompts" && i + 1 < argc) {
       o.prompts = std::atoi(argv[++i]);
       if (o.prompts < 1) Die("--prompts wants a positive number");
     } else {
-      Die("usage: kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N]");
+      Die("usage: kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N] [--together]");
     }
   }
   return o;
@@ -143,8 +159,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "# plugin %s (host_register: %s), llama-100m bf16, %zu-byte blocks, %d prompts x "
-      "1000 tokens\n",
-      o.plugin.c_str(), (*plugin)->has_host_register() ? "yes" : "no", block_bytes, o.prompts);
+      "1000 tokens, %s\n",
+      o.plugin.c_str(), (*plugin)->has_host_register() ? "yes" : "no", block_bytes, o.prompts,
+      o.together ? "submitted together" : "one after another");
   const Result none = Run(dir, o, Mode::kNone, block_bytes);
   const Result per_block = Run(dir, o, Mode::kPerBlock, block_bytes);
   const Result batched = Run(dir, o, Mode::kBatched, block_bytes);
