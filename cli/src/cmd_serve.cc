@@ -132,12 +132,14 @@ int RunWorker(const Args& args) {
             "run decode steps op by op even when the plugin can replay them as graphs");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
-  long long kv_host_mb = 0, kv_disk_mb = 0;
+  long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
   worker::KvTierOptions& t = o.kv_tiers;
   p.AddInt64("--kv-host-mb", &kv_host_mb, "G2 pinned host KV tier size (0: no lower tiers)");
   p.AddString("--kv-host-policy", &t.host_policy, "G2 eviction: lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu, ghost-lru, ...");
   p.AddString("--kv-offload", &t.offload, "G1 -> G2: write-back (on eviction) or write-through");
+  p.AddInt64("--kv-staging-mb", &kv_staging_mb,
+             "host staging ring for G1 <-> G2 block copies (page-locked when the plugin can)");
   p.AddString("--kv-disk-path", &t.disk_path, "G3 directory: slot file + RocksDB index (empty: no disk tier)");
   p.AddInt64("--kv-disk-mb", &kv_disk_mb, "G3 size bound");
   p.AddString("--kv-disk-policy", &t.disk_policy, "G3 eviction (G2's names)");
@@ -150,8 +152,10 @@ int RunWorker(const Args& args) {
   t.host_bytes = kv_host_mb << 20;
   t.disk_bytes = kv_disk_mb << 20;
   t.demote_to_remote = !no_demote_remote;
-  if (kv_host_mb < 0 || kv_disk_mb < 0 || t.disk_admit_uses < 1) {
-    return Fail("worker", "--kv-host-mb and --kv-disk-mb must be >= 0, --kv-disk-admit-uses >= 1",
+  if (kv_host_mb < 0 || kv_disk_mb < 0 || kv_staging_mb < 0 || t.disk_admit_uses < 1) {
+    return Fail("worker",
+                "--kv-host-mb, --kv-disk-mb and --kv-staging-mb must be >= 0, "
+                "--kv-disk-admit-uses >= 1",
                 2);
   }
   if (t.host_bytes == 0 && (t.disk_bytes > 0 || !t.remote.empty())) {
@@ -176,6 +180,7 @@ int RunWorker(const Args& args) {
   if (o.model_name.empty()) o.model_name = ServedModelName(model);
   o.engine.runner.num_kv_blocks = num_kv_blocks;
   o.engine.device_sampling = !host_sampling;
+  o.engine.kv_staging_bytes = static_cast<size_t>(kv_staging_mb) << 20;
   o.engine.runner.graphs = !no_graphs;
   o.engine.runner.kv_cache_bytes = int64_t{kv_cache_mb} << 20;
   o.engine.max_model_len = max_model_len;

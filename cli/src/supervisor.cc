@@ -366,7 +366,8 @@ void AppendKvTierFlags(const ClusterConfig& c, const std::string& id,
   const auto& t = c.kv_tiers;
   if (t.host_mb == 0) return;
   argv.insert(argv.end(), {"--kv-host-mb", absl::StrCat(t.host_mb), "--kv-host-policy",
-                           t.host_policy, "--kv-offload", t.offload});
+                           t.host_policy, "--kv-offload", t.offload, "--kv-staging-mb",
+                           absl::StrCat(t.staging_mb)});
   if (t.disk_mb > 0) {
     argv.insert(argv.end(), {"--kv-disk-path", absl::StrCat(t.disk_path, "/", id), "--kv-disk-mb",
                              absl::StrCat(t.disk_mb), "--kv-disk-policy", t.disk_policy,

@@ -181,6 +181,9 @@ const std::vector<FieldSpec>& Fields() {
       Scalar<std::string>(
           "kv_tiers.offload", "a string", [](auto& c) -> auto& { return c.kv_tiers.offload; },
           CheckOffload),
+      Scalar<int64_t>(
+          "kv_tiers.staging_mb", "an integer",
+          [](auto& c) -> auto& { return c.kv_tiers.staging_mb; }, CheckMegabytes),
       Scalar<std::string>(
           "kv_tiers.disk_path", "a string", [](auto& c) -> auto& { return c.kv_tiers.disk_path; },
           nullptr),

@@ -101,6 +101,7 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->policy, d->policy);
   EXPECT_EQ(c->kv_tiers.host_mb, d->kv_tiers.host_mb);
   EXPECT_EQ(c->kv_tiers.offload, d->kv_tiers.offload);
+  EXPECT_EQ(c->kv_tiers.staging_mb, d->kv_tiers.staging_mb);
   EXPECT_EQ(c->kv_tiers.disk_admit_uses, d->kv_tiers.disk_admit_uses);
   EXPECT_EQ(c->kv_tiers.kvstore_mb, d->kv_tiers.kvstore_mb);
 }
@@ -110,6 +111,7 @@ TEST(ClusterConfigTest, KvTiersParse) {
   host_mb: 64
   host_policy: s3-fifo
   offload: write-through
+  staging_mb: 16
   disk_path: /var/lib/strata/kv
   disk_mb: 4096
   disk_admit_uses: 1
@@ -120,6 +122,7 @@ TEST(ClusterConfigTest, KvTiersParse) {
   EXPECT_EQ(c->kv_tiers.host_mb, 64);
   EXPECT_EQ(c->kv_tiers.host_policy, "s3-fifo");
   EXPECT_EQ(c->kv_tiers.offload, "write-through");
+  EXPECT_EQ(c->kv_tiers.staging_mb, 16);
   EXPECT_EQ(c->kv_tiers.disk_path, "/var/lib/strata/kv");
   EXPECT_EQ(c->kv_tiers.disk_mb, 4096);
   EXPECT_EQ(c->kv_tiers.disk_admit_uses, 1);

@@ -49,6 +49,7 @@ struct ClusterConfig {
     int64_t host_mb = 0;                  // G2: pinned host memory per worker
     std::string host_policy = "lru";      // lru | s3-fifo | arc | ... (kvstore's registry)
     std::string offload = "write-back";   // G1 -> G2: write-back (on eviction) | write-through
+    int64_t staging_mb = 64;              // engine's host staging ring for G1 <-> G2 copies
     std::string disk_path;                // G3: slot file + RocksDB index; worker uses <path>/<id>
     int64_t disk_mb = 0;                  // G3 bound per worker; 0 = no disk tier
     std::string disk_policy = "lru";
