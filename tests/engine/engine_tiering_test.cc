@@ -235,9 +235,10 @@ TEST_F(EngineTieringTest, StagedRequestsRunTheStagersTaskFirstAndAbortWhileStagi
   EXPECT_EQ(reason, FinishReason::kAbort);
 }
 
-// Runs the same prompts through an engine whose staging ring holds 2 blocks (so the blocks one
-// step evicts wrap it, flushing mid-step) and one with the default ring: every evicted block
-// reaches the offload function once, with the same parent and bytes, in the same order.
+// Runs the same prompts through engines whose staging ring holds 2 blocks and 1 block (so the
+// blocks one step evicts wrap it, flushing mid-step) and one with the default ring: every
+// evicted block reaches the offload function once, with the same parent and bytes, in the
+// same order.
 TEST_F(EngineTieringTest, EvictionsThatWrapTheStagingRingArriveIntactAndInOrder) {
   struct Offload {
     BlockHash hash, parent;
@@ -260,6 +261,7 @@ TEST_F(EngineTieringTest, EvictionsThatWrapTheStagingRingArriveIntactAndInOrder)
   const std::vector<Offload> large = run(Make(16));
   ASSERT_GE(small.size(), 30u);
   EXPECT_TRUE(small == large);
+  EXPECT_TRUE(run(Make(16, 1)) == large);  // one slot: a flush before every block
   std::set<BlockHash> unique;
   for (const Offload& o : small) {
     unique.insert(o.hash);
@@ -286,6 +288,18 @@ TEST_F(EngineTieringTest, StagedOffloadsWaitForAFlushPointAndAReservationFlushes
   EXPECT_EQ(offloaded, HashBlockChain(engine->block_hash_seed(), a, 8));
   EXPECT_EQ(engine->pending_kv_offloads(), 0u);
   while (engine->HasUnfinished()) ASSERT_TRUE(engine->Step().ok());
+
+  // Destroyed with blocks staged: it waits for their copies and hands nothing on (the offload
+  // function's target may be gone; the tiers are caches).
+  int late = 0;
+  auto doomed = Make(16);
+  doomed->SetBlockOffload(Engine::OffloadOn::kCommit,
+                          [&](BlockHash, BlockHash, std::span<const std::byte>) { ++late; });
+  ASSERT_TRUE(doomed->AddRequest("d", a, Greedy(4)).ok());
+  ASSERT_TRUE(doomed->Step().ok());
+  EXPECT_EQ(doomed->pending_kv_offloads(), 4u);
+  doomed.reset();
+  EXPECT_EQ(late, 0);
 
   auto back = Make(12);
   int evicted = 0;
