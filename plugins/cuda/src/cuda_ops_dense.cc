@@ -169,8 +169,7 @@ Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gat
       plugin_common::CheckGemmSiluMul(kStorageDtype, x, w_gate_up, bias, scratch, out, &a));
   const int64_t m = a.x.rows, k = a.x.cols, inter = a.inter;
   if (m == 0 || inter == 0) return Status();
-  if (k > 0 && inter < (int64_t{1} << 29) &&
-      GemvServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
+  if (GemvServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
     return Launched(kOp, LaunchGemvSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
                                            a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
                                            Bf16(a.out), a.out.stride, s.stream));

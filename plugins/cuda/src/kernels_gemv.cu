@@ -97,6 +97,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The launchers' arguments (sizes already checked by GemvServes).
+GemvArgs MakeArgs(int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w, int64_t ldw,
+                  const bf16* bias, bool accumulate, int64_t silu_inter, bf16* out, int64_t ldo) {
+  GemvArgs a{};
+  a.x = x;
+  a.ldx = static_cast<int>(ldx);
+  a.w = w;
+  a.ldw = ldw;
+  a.bias = bias;
+  a.out = out;
+  a.ldo = ldo;
+  a.n = static_cast<int>(n);
+  a.k = static_cast<int>(k);
+  a.accumulate = accumulate;
+  a.silu_inter = static_cast<int>(silu_inter);
+  return a;
+}
+
 }  // namespace
 
 bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
@@ -109,17 +127,7 @@ bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, con
 cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                        int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
                        cudaStream_t stream) {
-  GemvArgs a{};
-  a.x = x;
-  a.ldx = static_cast<int>(ldx);
-  a.w = w;
-  a.ldw = ldw;
-  a.bias = bias;
-  a.out = out;
-  a.ldo = ldo;
-  a.n = static_cast<int>(n);
-  a.k = static_cast<int>(k);
-  a.accumulate = accumulate;
+  const GemvArgs a = MakeArgs(n, k, x, ldx, w, ldw, bias, accumulate, 0, out, ldo);
   // Units of 2 rows, unless single rows spread the rows over the warps more evenly (a grid-wide
   // round of units takes as long as its fullest warp) and are long enough (K >= 4,096) to fill
   // a pass's 16 loads per lane on their own.
@@ -146,18 +154,7 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t l
 cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                               const bf16* w, int64_t ldw, const bf16* bias, bf16* out, int64_t ldo,
                               cudaStream_t stream) {
-  GemvArgs a{};
-  a.x = x;
-  a.ldx = static_cast<int>(ldx);
-  a.w = w;
-  a.ldw = ldw;
-  a.bias = bias;
-  a.out = out;
-  a.ldo = ldo;
-  a.n = static_cast<int>(2 * inter);
-  a.k = static_cast<int>(k);
-  a.accumulate = false;
-  a.silu_inter = static_cast<int>(inter);
+  const GemvArgs a = MakeArgs(2 * inter, k, x, ldx, w, ldw, bias, false, inter, out, ldo);
   const dim3 grid = PersistentGrid(inter, kWarpsPerCta, kCtasPerSm);
   auto launch = [&](auto kernel) { return LaunchPdl(kernel, grid, dim3(kThreads), 0, stream, a); };
   switch (m) {
