@@ -285,12 +285,15 @@ void AddGemmSiluMulNegative(uint64_t seed, CaseList* out) {
 
 void AddGemmSiluMulCases(uint64_t seed, CaseList* out) {
   // Decode-sized M (a GPU plugin's fused weight-streaming path) with and without bias, a K of
-  // 4,096 and more units than a GPU has warps; larger M (the unfused path) with strided x.
+  // 4,096 and more units than a GPU has warps; larger M (a GPU plugin's tensor-core path, K
+  // split at M = 64) with strided x.
   AddGemmSiluMul(seed, {.m = 1, .inter = 48, .k = 64}, out);
   AddGemmSiluMul(seed, {.m = 2, .inter = 33, .k = 264, .bias = true}, out);
   AddGemmSiluMul(seed, {.m = 1, .inter = 2500, .k = 4096}, out);
   AddGemmSiluMul(seed, {.m = 2, .inter = 5000, .k = 128, .bias = true, .x_stride = 136}, out);
   AddGemmSiluMul(seed, {.m = 9, .inter = 96, .k = 200, .bias = true, .x_stride = 208}, out);
+  AddGemmSiluMul(seed, {.m = 64, .inter = 200, .k = 1024, .bias = true}, out);
+  AddGemmSiluMul(seed, {.m = 5, .inter = 40, .k = 64}, out);
   AddGemmSiluMulNegative(seed, out);
 }
 
@@ -333,6 +336,13 @@ void AddGemmCases(uint64_t seed, CaseList* out) {
   AddGemm(seed, {.m = 1, .n = 7, .k = 8, .accumulate = true}, out);
   AddGemm(seed, {.m = 1, .n = 4500, .k = 64, .bias = true}, out);
   AddGemm(seed, {.m = 2, .n = 4500, .k = 4096, .accumulate = true}, out);
+  // M up to 64 (a GPU plugin's tensor-core path, K split across CTAs once K has 8+ tiles of
+  // 64): partial column tiles, a partial K tile, bias, accumulation, strided x and out.
+  AddGemm(seed, {.m = 9, .n = 300, .k = 1024, .bias = true}, out);
+  AddGemm(seed, {.m = 64, .n = 260, .k = 2048, .accumulate = true}, out);
+  AddGemm(seed, {.m = 33, .n = 130, .k = 512, .bias = true, .x_stride = 520, .out_stride = 136},
+          out);
+  AddGemm(seed, {.m = 24, .n = 1000, .k = 72}, out);
   AddGemmNegative(seed, out);
 }
 

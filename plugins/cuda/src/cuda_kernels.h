@@ -67,6 +67,25 @@ cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x
                               const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
                               int64_t ldo, cudaStream_t stream);
 
+// ---- gemm at M up to 64 (kernels_skinny_gemm.cu) -------------------------------------------
+// The same contract as LaunchGemv / LaunchGemvSiluMul for kGemvGemmRows < m <= kSkinnyGemmRows:
+// tensor-core weight streaming, K split over a thread-block cluster, fp32 sums rounded once.
+// SkinnyGemmServes also asks for few 128-column tiles (<= 32 at m <= 16, <= 16 above: where
+// gemm_bench measured the kernel ahead of cuBLAS); for gemm_silu_mul pass n = 2 * inter. The
+// launchers take any n up to one wave of tiles (2 x SM count).
+inline constexpr int64_t kSkinnyGemmRows = 64;
+bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                      int64_t ldw);
+cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx,
+                             const bf16* w, int64_t ldw, const bf16* bias, bool accumulate,
+                             bf16* out, int64_t ldo, cudaStream_t stream);
+// Rows 17-64 run on wgmma where WgmmaAvailable(); false sends them to the mma.sync kernel too
+// (for gemm_bench's same-run comparison).
+void SetSkinnyWgmmaEnabled(bool enabled);
+cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
+                                    const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
+                                    int64_t ldo, cudaStream_t stream);
+
 // ---- KV cache and MoE routing (kernels_kv_moe.cu)
 // -------------------------------------------------
 

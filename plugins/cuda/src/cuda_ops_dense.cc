@@ -112,6 +112,10 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
     return Launched(kOp, LaunchGemv(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b,
                                     accumulate != 0, Bf16(ov), ov.stride, s.stream));
   }
+  if (SkinnyGemmServes(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride)) {
+    return Launched(kOp, LaunchSkinnyGemm(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b,
+                                          accumulate != 0, Bf16(ov), ov.stride, s.stream));
+  }
   STRATA_PLUGIN_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
                                        ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
   if (b == nullptr) return Status();
@@ -173,6 +177,11 @@ Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gat
     return Launched(kOp, LaunchGemvSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
                                            a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
                                            Bf16(a.out), a.out.stride, s.stream));
+  }
+  if (SkinnyGemmServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
+    return Launched(kOp, LaunchSkinnyGemmSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
+                                                 a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
+                                                 Bf16(a.out), a.out.stride, s.stream));
   }
   STRATA_PLUGIN_RETURN_IF_ERROR(Gemm(s, x, w_gate_up, bias, 0, scratch));
   return SiluMul(s, scratch, out);

@@ -3,7 +3,9 @@
 // launch arguments, the tile shapes, the cp.async loader (A rows gathered through the sorted
 // token list, B rows straight from an expert's weight; rows of kBK = 64 bf16 = 128 bytes with
 // 16-byte chunks XOR-swizzled by (row & 7), which is also wgmma's 128-byte swizzle), the CTA
-// rasterization and the pipeline prologue, and programmatic dependent launch.
+// rasterization and the pipeline prologue, and programmatic dependent launch. The mma.sync
+// stage (ldmatrix fragments, m16n8k16 products) and the prologue also serve the dense
+// decode-sized GEMM of kernels_skinny_gemm.cu, with its own loader.
 //
 // Device code only (plus GemmArgs); included by .cu files.
 #pragma once
@@ -119,6 +121,67 @@ struct Loader {
   }
 };
 
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void LdMatrixX2(uint32_t addr, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc[p][mi][ni] += A[warp rows] * B[part p, warp cols]^T over one kBK stage.
+template <typename T>
+__device__ __forceinline__ void ComputeStage(uint32_t a_base, uint32_t b_base, int warp_m,
+                                             int warp_n, float (&acc)[T::P][T::kMI][T::kNI][4]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    uint32_t af[T::kMI][4];
+#pragma unroll
+    for (int mi = 0; mi < T::kMI; ++mi) {
+      const int row = warp_m * (T::BM / T::WM) + mi * 16 + (lane & 15);
+      LdMatrixX4(a_base + Swizzle(row, kk * 2 + (lane >> 4)), af[mi]);
+    }
+#pragma unroll
+    for (int p = 0; p < T::P; ++p) {
+#pragma unroll
+      for (int ni = 0; ni < T::kNI; ++ni) {
+        if constexpr (T::kNI % 2 == 0) {
+          if (ni % 2 != 0) continue;
+          const int row =
+              p * T::BN + warp_n * (T::BN / T::WN) + ni * 8 + (lane & 7) + ((lane >> 4) << 3);
+          uint32_t bf[4];
+          LdMatrixX4(b_base + Swizzle(row, kk * 2 + ((lane >> 3) & 1)), bf);
+#pragma unroll
+          for (int mi = 0; mi < T::kMI; ++mi) {
+            Mma(acc[p][mi][ni], af[mi], bf[0], bf[1]);
+            Mma(acc[p][mi][ni + 1], af[mi], bf[2], bf[3]);
+          }
+        } else {
+          const int row = p * T::BN + warp_n * (T::BN / T::WN) + ni * 8 + (lane & 7);
+          uint32_t bf[2];
+          LdMatrixX2(b_base + Swizzle(row, kk * 2 + ((lane >> 3) & 1)), bf);
+#pragma unroll
+          for (int mi = 0; mi < T::kMI; ++mi) Mma(acc[p][mi][ni], af[mi], bf[0], bf[1]);
+        }
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
 
 // CTA L of the 1-D grid -> (m-tile, n-tile): groups of GROUP_M consecutive m-tiles walk the
@@ -132,18 +195,22 @@ __device__ void MapCta(int n_tiles, int* m_tile, int* n_tile) {
   *n_tile = in_group / T::GROUP_M;
 }
 
-// The CTA's first kBK stages: with early_weights the weight stages stream before waiting for
-// the predecessor that writes A (commit group s still holds stage s's A; group 0 also all B).
-template <typename T>
-__device__ void Prologue(const Loader<T>& loader, uint32_t smem, int k_tiles, bool early_weights) {
+// The CTA's first kBK stages (K tiles kt0, kt0 + 1, ... of its k_tiles): with early_weights
+// the weight stages stream before waiting for the predecessor that writes A (commit group s
+// still holds stage s's A; group 0 also all B). L is Loader<T> or any loader with its Load.
+template <typename T, typename L>
+__device__ void Prologue(const L& loader, uint32_t smem, int k_tiles, bool early_weights,
+                         int kt0 = 0) {
   if (early_weights) {
-    for (int s = 0; s < T::STAGES - 1 && s < k_tiles; ++s) loader.Load(smem, s, s * kBK, false);
+    for (int s = 0; s < T::STAGES - 1 && s < k_tiles; ++s) {
+      loader.Load(smem, s, (kt0 + s) * kBK, false);
+    }
     WaitForPrerequisites();
     AllowDependents();
   }
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
-    if (s < k_tiles) loader.Load(smem, s, s * kBK, true, !early_weights);
+    if (s < k_tiles) loader.Load(smem, s, (kt0 + s) * kBK, true, !early_weights);
     CommitGroup();
   }
 }
