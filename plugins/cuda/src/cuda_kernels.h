@@ -70,9 +70,9 @@ cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x
 // ---- gemm at M up to 64 (kernels_skinny_gemm.cu) -------------------------------------------
 // The same contract as LaunchGemv / LaunchGemvSiluMul for kGemvGemmRows < m <= kSkinnyGemmRows:
 // tensor-core weight streaming, K split over a thread-block cluster, fp32 sums rounded once.
-// SkinnyGemmServes also asks for few 128-column tiles (<= 32 at m <= 16, <= 16 above: where
-// gemm_bench measured the kernel ahead of cuBLAS); for gemm_silu_mul pass n = 2 * inter. The
-// launchers take any n up to one wave of tiles (2 x SM count).
+// SkinnyGemmServes also asks for at most 16 tiles of 128 columns (where the kernel measured
+// ahead of cuBLAS); for gemm_silu_mul pass n = 2 * inter. The launchers take any n up to one
+// wave of tiles (2 x SM count).
 inline constexpr int64_t kSkinnyGemmRows = 64;
 bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                       int64_t ldw);

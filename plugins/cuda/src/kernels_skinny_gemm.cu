@@ -20,7 +20,7 @@
 // size; at least 4 K tiles per CTA) and that the device can co-schedule. Rows 17-64 take the
 // wgmma variant (kernels_skinny_gemm_sm90a.cu) where the device has it.
 //
-// `gemm` takes this kernel only where it measured ahead of cuBLAS: few column tiles
+// `gemm` takes this kernel only where it measured ahead of cuBLAS: at most 16 column tiles
 // (SkinnyGemmServes). On the large Llama projections at 64 rows it stays below cuBLAS (0.52-0.76
 // of copy against 0.62-0.88) with mma.sync or wgmma, 3 or 2 CTAs per SM, 3-9 stages: the per-CTA
 // stream of a one-wave grid is latency bound and the x tile adds a third to every stage.
@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) SkinnyGemmKernel(S
 #define STRATA_SKINNY_CTAS 2
 #endif
 constexpr int kCtasPerSm = STRATA_SKINNY_CTAS;
+constexpr int64_t kMaxServedTiles = 16;  // SkinnyGemmServes
 constexpr int kStages[3] = {STRATA_SKINNY_STAGES_16, STRATA_SKINNY_STAGES_32,
                             STRATA_SKINNY_STAGES_64};
 template <int BM, int P>
@@ -181,7 +182,7 @@ SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_
 }  // namespace skinny
 
 using skinny::Aligned16;
-using skinny::kCtasPerSm;
+using skinny::kMaxServedTiles;
 using skinny::LaunchByRows;
 using skinny::MakeSkinnyArgs;
 
@@ -193,13 +194,13 @@ bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ld
       k >= (1 << 30) || ldx % 8 != 0 || ldw % 8 != 0 || !Aligned16(x) || !Aligned16(w)) {
     return false;
   }
-  // Where gemm_bench measured it ahead of cuBLAS (plugins/cuda/NOTES.md, "Dense gemm at M <=
-  // 64"): few column tiles, which cuBLAS does not spread over the GPU (Llama-3.1-8B's o at M =
-  // 8: 12.2 vs 13.8 us; Qwen3-30B-A3B's o and router at every M). With more tiles, or at more
-  // than 16 rows with more than 16 tiles, cuBLAS streams at 0.7-0.95 of copy and this kernel
-  // does not catch up (qkv, gate_up and down lose 1-15%).
+  // Where it measured ahead of cuBLAS (plugins/cuda/NOTES.md, "Dense gemm at M <= 64"): at most
+  // 16 column tiles, which cuBLAS does not spread over the GPU (Qwen3-30B-A3B's o and router at
+  // every M: served decode steps at batch 8 / 64 2% / 0.5% faster). With more tiles cuBLAS
+  // streams at 0.6-0.95 of copy and this kernel does not catch up (Llama-3.1-8B's o at M = 8 won
+  // in gemm_bench but cost its batch-8 step 2%).
   const int64_t tiles = (n + 127) / 128;
-  return tiles <= (m <= 16 ? 32 : 16) && tiles <= int64_t{SmCount()} * kCtasPerSm;
+  return tiles <= kMaxServedTiles;
 }
 
 cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx,
