@@ -400,7 +400,9 @@ TEST(RemoteTierTest, RendezvousMovesOnlyTheRemovedDaemonsBlocks) {
     const int p3 = RendezvousPick(h, three);
     used.insert(p3);
     const std::string& home = three[p3];
-    if (home != "h2:2") EXPECT_EQ(two[RendezvousPick(h, two)], home) << h;
+    if (home != "h2:2") {
+      EXPECT_EQ(two[RendezvousPick(h, two)], home) << h;
+    }
   }
   EXPECT_EQ(used.size(), 3u);
   EXPECT_EQ(RendezvousPick(1, {}), -1);
