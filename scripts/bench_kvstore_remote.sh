@@ -13,7 +13,9 @@
 # staged and registered numbers first in each G4 cell ("base staged / base registered / staged
 # / registered"), measured in the same run, for before/after comparisons; against the same
 # daemon, or, with BASELINE_STRATA=/path/to/the/older/strata (needed when the protocol
-# changed), against a daemon of that binary started with the same flags.
+# changed), against a daemon of that binary started with the same flags. BENCH_FLAGS="--pieces 4"
+# (passed to every bench run, the baseline's too) moves each staged run in 4 pieces over two
+# lanes instead of one piece, so a put pipelines them (kvstore_remote_bench's usage).
 set -euo pipefail
 BUILD=${1:-build}
 SECONDS_PER_POINT=${2:-1}
@@ -65,14 +67,17 @@ start_daemon() {
 run_bench() {
   local bench=$1 tls=$2 size=$3 line
   shift 3
-  line=$(UCX_TLS=$tls "$bench" "$ADDRESS" "$size" "$SECONDS_PER_POINT" "$@" 2>/dev/null |
+  # shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
+  line=$(UCX_TLS=$tls "$bench" "$ADDRESS" "$size" "$SECONDS_PER_POINT" "$@" ${BENCH_FLAGS:-} \
+         2>/dev/null |
          grep -E "^[0-9]" || true)
   echo "${line:-$size 0 0 0 0}"
 }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p')"
 echo "# UCX $(ucx_info -v | sed -n 's/^# Version //p'); MB/s = 2^20 B/s; ratio = G4 / ucx_perftest"
-echo "# G4 cells: ${BASELINE_BENCH:+base staged / base registered / }staged / registered"
+echo "# G4 cells: ${BASELINE_BENCH:+base staged / base registered / }staged / registered" \
+     "${BENCH_FLAGS:+(bench flags: $BENCH_FLAGS)}"
 for tls in $TLS_LIST; do
   echo
   echo "UCX_TLS=$tls: bandwidth (MB/s, ~16 MiB runs) and mean latency of one block (us)"

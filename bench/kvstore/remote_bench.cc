@@ -2,7 +2,7 @@
 // process), for one block size. Not a test: scripts/bench_kvstore_remote.sh runs it next to
 // ucx_perftest at the same sizes and prints the ratios.
 //
-//   kvstore_remote_bench HOST:PORT BLOCK_BYTES [SECONDS] [--registered]
+//   kvstore_remote_bench HOST:PORT BLOCK_BYTES [SECONDS] [--registered] [--pieces N]
 // prints "BLOCK_BYTES PUT_MBPS GET_MBPS PUT_US GET_US" (MB = 2^20 bytes). Bandwidth: each call
 // moves a run of blocks of about 16 MiB (at least one block): one ReserveWrite/Acquire and one
 // transfer per run (the commit/release rides on the next one; remote_tier.h). Puts use fresh
@@ -13,6 +13,9 @@
 // RemoteTier::RegisterRegion, so every put/get moves blocks straight between them and the
 // daemon's pool (no staging copy; checksums computed/verified in place). Without it, they are
 // plain heap memory and go through the tier's staging lanes.
+// --pieces N: two staging lanes of about 1/N of a run each (default: one lane of a whole run),
+// so a staged run moves in N pieces (one ReserveWrite/Acquire and one transfer each; a put
+// pipelines them, remote_tier.h). Registered runs stay one piece (kMaxKvBlocksPerRequest blocks).
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,21 +80,33 @@ Latency MeasureLatency(strata::kvstore::RemoteTier& tier, std::span<const std::b
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool registered = argc > 1 && std::string(argv[argc - 1]) == "--registered";
-  if (registered) --argc;
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s HOST:PORT BLOCK_BYTES [SECONDS] [--registered]\n", argv[0]);
+  bool registered = false;
+  size_t pieces = 1;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--registered") {
+      registered = true;
+    } else if (a == "--pieces" && i + 1 < argc) {
+      pieces = std::max<size_t>(1, std::strtoull(argv[++i], nullptr, 10));
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (args.size() < 2) {
+    std::fprintf(stderr, "usage: %s HOST:PORT BLOCK_BYTES [SECONDS] [--registered] [--pieces N]\n",
+                 argv[0]);
     return 2;
   }
-  const size_t block = std::strtoull(argv[2], nullptr, 10);
-  const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
+  const size_t block = std::strtoull(args[1].c_str(), nullptr, 10);
+  const double seconds = args.size() > 2 ? std::atof(args[2].c_str()) : 1.0;
   const size_t run = std::max<size_t>(1, (16u << 20) / block);
   strata::kvstore::RemoteTierOptions o;
-  o.daemons = {argv[1]};
+  o.daemons = {args[0]};
   o.block_bytes = block;
   o.agent_name = "kv-bench-" + std::to_string(::getpid());
-  o.lanes = 1;
-  o.staging_bytes = run * block;
+  o.lanes = pieces > 1 ? 2 : 1;
+  o.staging_bytes = size_t(o.lanes) * ((run + pieces - 1) / pieces) * block;
   auto tier = strata::kvstore::RemoteTier::Create(o);
   if (!tier.ok() || (*tier)->connected_daemons() != 1) {
     std::fprintf(stderr, "cannot connect: %s\n",

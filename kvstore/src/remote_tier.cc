@@ -173,22 +173,119 @@ std::vector<absl::Status> RemoteTierImpl::PutBlocks(std::span<const BlockMeta> m
   return results;
 }
 
+// At most two pieces of a call are started at once: one transfer on the wire while the calling
+// thread reserves and stages the next piece. More would not overlap more (one thread does that
+// work) and would only hold more lanes and more of the daemon's slots reserved.
 absl::Status RemoteTierImpl::PutItems(std::span<const PutItem> all,
                                       const std::optional<RegisteredRegion>& direct,
                                       std::span<absl::Status> results) {
+  constexpr size_t kPiecesInFlight = 2;
   std::vector<std::vector<PutItem>> groups(daemons_.size());
   for (const PutItem& it : all) groups[DaemonFor(it.meta.hash)].push_back(it);
   const size_t piece = PieceBlocks(direct.has_value());
-  absl::Status first;
+  PutPipeline pipe{.results = results};
   for (size_t d = 0; d < groups.size(); ++d) {
     std::span<const PutItem> items = groups[d];
     for (size_t at = 0; at < items.size(); at += piece) {
-      absl::Status s = PutPiece(*daemons_[d], items.subspan(at, std::min(piece, items.size() - at)),
-                                direct, results);
-      if (first.ok()) first = s;
+      if (pipe.started.size() == kPiecesInFlight) FinishOldest(pipe);
+      StartPiece(pipe, *daemons_[d], items.subspan(at, std::min(piece, items.size() - at)), direct);
     }
   }
-  return first;
+  while (!pipe.started.empty()) FinishOldest(pipe);
+  return pipe.first;
+}
+
+void RemoteTierImpl::StartPiece(PutPipeline& pipe, Daemon& d, std::span<const PutItem> items,
+                                const std::optional<RegisteredRegion>& direct) {
+  PutInFlight p{.daemon = &d};
+  if (!direct) p.lane.emplace(TakePutLane(pipe));  // only staged pieces hold a lane
+  auto session = d.Connect();
+  auto reserved = session.ok() ? ReservePiece(pipe, d, *session, items) : session.status();
+  if (!reserved.ok()) {
+    counters_.rejected += static_cast<int64_t>(items.size());
+    for (const PutItem& it : items) pipe.results[it.index] = reserved.status();
+    p.error = reserved.status();
+    p.lane.reset();
+    pipe.started.push_back(std::move(p));
+    return;
+  }
+  p.reserved = true;
+  p.session = *session;
+  const LocalSide local = Local(direct, &p.lane);
+  p.staged = Stage(items, *reserved, local, p.lane ? p.lane->offset() : 0, pipe.results);
+  counters_.rejected += p.staged.full;
+  (local.direct ? counters_.direct_blocks : counters_.staged_blocks) +=
+      static_cast<int64_t>(p.staged.written.size());
+  if (!p.staged.runs.empty()) {
+    auto t = PostTransfer(true, d, *session, local.region, p.staged.runs);
+    if (t.ok()) p.transfer = *t;
+    p.error = t.status();
+  }
+  if (!p.transfer) p.lane.reset();  // nothing in flight reads it
+  pipe.started.push_back(std::move(p));
+}
+
+void RemoteTierImpl::FinishOldest(PutPipeline& pipe) {
+  absl::Status s = FinishPiece(pipe.started.front(), pipe.results);
+  pipe.started.pop_front();
+  if (pipe.first.ok()) pipe.first = std::move(s);
+}
+
+absl::Status RemoteTierImpl::FinishPiece(PutInFlight& p, std::span<absl::Status> results) {
+  if (!p.reserved) return p.error;
+  Daemon& d = *p.daemon;
+  const absl::Status s = p.transfer ? AwaitTransfer(d, p.session, *p.transfer) : p.error;
+  p.lane.reset();
+  StagedPut& st = p.staged;
+  Owed owed{.instance = p.session.instance};
+  if (!s.ok()) {
+    // Nothing (or not everything) landed: give the slots back rather than commit garbage.
+    for (const OwedCommit& c : st.commits) owed.aborts.push_back(c.reservation_id);
+    Owe(d, p.session, std::move(owed));
+    counters_.rejected += static_cast<int64_t>(st.written.size());
+    for (const PutItem& it : st.written) results[it.index] = s;
+    return s;
+  }
+  // The bytes are in the slots: the commit rides on the next request to the daemon.
+  owed.commits = std::move(st.commits);
+  Owe(d, p.session, std::move(owed));
+  if (st.full > 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("kvstore ", d.address(), " has no room for ",
+                                                     st.full, " block(s): every block is leased"));
+  }
+  return absl::OkStatus();
+}
+
+LaneGuard RemoteTierImpl::TakePutLane(PutPipeline& pipe) {
+  for (;;) {
+    if (std::optional<LaneGuard> lane = LaneGuard::TryTake(*lanes_)) return std::move(*lane);
+    if (pipe.started.empty()) return LaneGuard(*lanes_);  // holding none: waiting is safe
+    FinishOldest(pipe);
+  }
+}
+
+absl::StatusOr<v1::KvReserveWriteResponse> RemoteTierImpl::ReservePiece(
+    PutPipeline& pipe, Daemon& d, const Session& session, std::span<const PutItem> items) {
+  auto reserved = Reserve(d, session, items);
+  if (!reserved.ok()) return reserved;
+  std::vector<PutItem> refused;
+  std::vector<int> refused_at;
+  for (int i = 0; i < reserved->reservations_size(); ++i) {
+    const auto code = static_cast<absl::StatusCode>(reserved->reservations(i).code());
+    if (code == absl::StatusCode::kOk || code == absl::StatusCode::kAlreadyExists) continue;
+    refused.push_back(items[i]);
+    refused_at.push_back(i);
+  }
+  bool frees = false;  // a started piece to `d` wrote blocks: its commits or aborts make room
+  for (const PutInFlight& p : pipe.started) frees |= p.daemon == &d && !p.staged.commits.empty();
+  if (refused.empty() || !frees) return reserved;
+  while (!pipe.started.empty()) FinishOldest(pipe);
+  auto again = Reserve(d, session, refused);
+  if (!again.ok()) return reserved;  // they stay refused; the others keep their slots
+  for (size_t k = 0; k < refused_at.size(); ++k) {
+    *reserved->mutable_reservations(refused_at[k]) = again->reservations(static_cast<int>(k));
+  }
+  return reserved;
 }
 
 absl::StatusOr<v1::KvReserveWriteResponse> RemoteTierImpl::Reserve(
@@ -239,66 +336,36 @@ StagedPut RemoteTierImpl::Stage(std::span<const PutItem> items,
   return st;
 }
 
-absl::Status RemoteTierImpl::PutPiece(Daemon& d, std::span<const PutItem> items,
-                                      const std::optional<RegisteredRegion>& direct,
-                                      std::span<absl::Status> results) {
-  const int64_t n = static_cast<int64_t>(items.size());
-  auto session = d.Connect();
-  auto reserved = session.ok() ? Reserve(d, *session, items) : session.status();
-  if (!reserved.ok()) {
-    counters_.rejected += n;
-    for (const PutItem& it : items) results[it.index] = reserved.status();
-    return reserved.status();
-  }
-  std::optional<LaneGuard> lane;  // only staged pieces hold a lane
-  const LocalSide local = Local(direct, &lane);
-  StagedPut st = Stage(items, *reserved, local, lane ? lane->offset() : 0, results);
-  counters_.rejected += st.full;
-  const int64_t staged = static_cast<int64_t>(st.written.size());
-  (local.direct ? counters_.direct_blocks : counters_.staged_blocks) += staged;
-  absl::Status s =
-      st.runs.empty() ? absl::OkStatus() : Transfer(true, d, *session, local.region, st.runs);
-  Owed owed{.instance = session->instance};
-  if (!s.ok()) {
-    // Nothing (or not everything) landed: give the slots back rather than commit garbage.
-    for (const OwedCommit& c : st.commits) owed.aborts.push_back(c.reservation_id);
-    Owe(d, *session, std::move(owed));
-    counters_.rejected += staged;
-    for (const PutItem& it : st.written) results[it.index] = s;
-    return s;
-  }
-  // The bytes are in the slots: the commit rides on the next request to the daemon.
-  owed.commits = std::move(st.commits);
-  Owe(d, *session, std::move(owed));
-  if (st.full > 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("kvstore ", d.address(), " has no room for ",
-                                                     st.full, " block(s): every block is leased"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RemoteTierImpl::Transfer(bool write, Daemon& d, const Session& session,
                                       uint64_t local_region,
                                       const std::vector<transport::Run>& runs) {
+  absl::StatusOr<uint64_t> t = PostTransfer(write, d, session, local_region, runs);
+  return t.ok() ? AwaitTransfer(d, session, *t) : t.status();
+}
+
+// A failed or stuck transfer means the daemon (or our endpoint to it) is gone: reconnect.
+absl::StatusOr<uint64_t> RemoteTierImpl::PostTransfer(bool write, Daemon& d, const Session& session,
+                                                      uint64_t local_region,
+                                                      const std::vector<transport::Run>& runs) {
   auto t = write ? agent_->PostWrite(d.peer(), local_region, session.remote_region, runs)
                  : agent_->PostRead(d.peer(), local_region, session.remote_region, runs);
-  absl::Status s = t.status();
-  if (t.ok()) {
-    s = agent_->Wait(*t, options_.transfer_timeout);
-    agent_->Release(*t);
-  }
-  // A failed or stuck transfer means the daemon (or our endpoint to it) is gone: reconnect.
+  if (!t.ok()) d.Drop(session, t.status());
+  return t;
+}
+
+absl::Status RemoteTierImpl::AwaitTransfer(Daemon& d, const Session& session, uint64_t transfer) {
+  absl::Status s = agent_->Wait(transfer, options_.transfer_timeout);
+  agent_->Release(transfer);
   if (!s.ok()) d.Drop(session, s);
   return s;
 }
-
 
 // --- registered regions ------------------------------------------------------------------------
 
 LocalSide RemoteTierImpl::Local(const std::optional<RegisteredRegion>& direct,
                                 std::optional<LaneGuard>* lane) {
   if (direct) return {.region = direct->region, .base = direct->base, .direct = true};
-  lane->emplace(*lanes_);
+  if (!lane->has_value()) lane->emplace(*lanes_);
   return {.region = staging_region_, .base = staging_};
 }
 

@@ -2,6 +2,7 @@
 // RemoteTier's implementation class, split over remote_tier.cc (setup, puts) and
 // remote_tier_read.cc (gets, presence, stats).
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,6 +47,26 @@ struct StagedPut {
   std::vector<PutItem> written;  // the blocks behind `runs`, in order
   std::vector<OwedCommit> commits;  // one per written block
   int64_t full = 0;  // blocks the daemon had no room for
+};
+
+// A put piece between StartPiece and FinishPiece: reserved, staged and, when it has blocks to
+// move, its transfer posted and not yet waited for.
+struct PutInFlight {
+  Daemon* daemon = nullptr;
+  Session session;
+  bool reserved = false;  // false: no reservation (its results are set and counted already)
+  StagedPut staged;
+  std::optional<LaneGuard> lane;     // a staged piece's lane, held until its transfer is done
+  std::optional<uint64_t> transfer;  // the posted transfer
+  absl::Status error;                // why it failed before a transfer was posted
+};
+
+// The pieces of one PutItems call that are started and not yet finished, oldest first (at most
+// two), and what finishing the earlier ones found.
+struct PutPipeline {
+  std::deque<PutInFlight> started;
+  std::span<absl::Status> results;  // per block, by PutItem::index
+  absl::Status first;               // the first error, in piece order
 };
 
 // What the daemons report about themselves (remote_tier_read.cc).
@@ -123,20 +144,36 @@ class RemoteTierImpl final : public RemoteTier {
   // bounds it, only the protocol's per-request limit.
   size_t PieceBlocks(bool direct) const;
   // Where one piece's blocks live on this side: the registered region when `direct`, else the
-  // staging buffer, whose lane `*lane` then takes (released when it goes out of scope).
+  // staging buffer, whose lane `*lane` holds (taking one first if it holds none; released when
+  // it goes out of scope).
   LocalSide Local(const std::optional<RegisteredRegion>& direct,
                   std::optional<LaneGuard>* lane);
   // The registered region holding every one of `blocks` (a block each), if there is one.
   std::optional<RegisteredRegion> FindRegisteredBlocks(
       std::span<const std::byte* const> blocks) const;
-  // Splits `items` by daemon and into pieces; sets results[item.index] for every item and
+  // Splits `items` by daemon and into pieces and pipelines them: a piece's transfer is on the
+  // wire while the next one is reserved and staged. Sets results[item.index] for every item and
   // returns the first error (in piece order).
   absl::Status PutItems(std::span<const PutItem> items,
                         const std::optional<RegisteredRegion>& direct,
                         std::span<absl::Status> results);
-  absl::Status PutPiece(Daemon& d, std::span<const PutItem> items,
-                        const std::optional<RegisteredRegion>& direct,
-                        std::span<absl::Status> results);
+  // Reserves and stages one piece and posts its transfer without waiting; appends it to
+  // `pipe.started` (also when it failed: FinishPiece reports it in order).
+  void StartPiece(PutPipeline& pipe, Daemon& d, std::span<const PutItem> items,
+                  const std::optional<RegisteredRegion>& direct);
+  // Waits for the oldest started piece's transfer and settles it: its commits (or, when the
+  // transfer failed, its aborts) are owed, its results set; records its error in `pipe.first`.
+  void FinishOldest(PutPipeline& pipe);
+  absl::Status FinishPiece(PutInFlight& p, std::span<absl::Status> results);
+  // A lane for the next staged piece of `pipe`. Waits only while the pipeline holds no lane
+  // (a call never waits for a lane it holds itself), finishing its pieces first to free one.
+  LaneGuard TakePutLane(PutPipeline& pipe);
+  // Reserve, then once more for the blocks `d` refused if finishing the pipeline's started
+  // pieces to `d` may free room (their commits or aborts ride on the second request, as they
+  // rode on the next piece's only one before puts were pipelined).
+  absl::StatusOr<v1::KvReserveWriteResponse> ReservePiece(PutPipeline& pipe, Daemon& d,
+                                                          const Session& session,
+                                                          std::span<const PutItem> items);
   absl::StatusOr<v1::KvReserveWriteResponse> Reserve(Daemon& d, const Session& session,
                                                      std::span<const PutItem> items);
   // Lists the transfer runs and commits of the blocks that got a slot; staged blocks are
@@ -171,6 +208,12 @@ class RemoteTierImpl final : public RemoteTier {
   // pool, waited for.
   absl::Status Transfer(bool write, Daemon& d, const Session& session, uint64_t local_region,
                         const std::vector<transport::Run>& runs);
+  // Transfer in two steps: posting it, and waiting for it (and releasing it). A failure at
+  // either step drops `session`: the daemon, or our endpoint to it, is gone.
+  absl::StatusOr<uint64_t> PostTransfer(bool write, Daemon& d, const Session& session,
+                                        uint64_t local_region,
+                                        const std::vector<transport::Run>& runs);
+  absl::Status AwaitTransfer(Daemon& d, const Session& session, uint64_t transfer);
   void Publish(TierEvent::Kind kind, BlockHash hash, BlockHash parent) const {
     if (options_.publish_events && listener_) {
       listener_({.kind = kind, .tier = TierKind::kRemote, .hash = hash, .parent = parent});

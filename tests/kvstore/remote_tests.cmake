@@ -33,3 +33,9 @@ strata_cc_test(NAME kvstore_remote_tiered_test
   SRCS remote_tiered_test.cc
   DEPS strata::kvstore_remote absl::synchronization
   LABELS kvstore)
+# Puts pipelined piece by piece: many pieces, few lanes, several daemons, TCP, a full daemon
+# and a failed piece mid-run (through a gRPC proxy that poisons one ReserveWrite).
+strata_cc_test(NAME kvstore_remote_pipeline_test
+  SRCS remote_pipeline_test.cc
+  DEPS strata::kvstore_remote
+  LABELS kvstore)

@@ -93,9 +93,13 @@ class RemoteTier : public Tier, public DirectTransferTier {
 
   // Stores a chain run: `data` holds metas.size() blocks back to back. One ReserveWrite and one
   // transfer per daemon and piece (a lane's worth of blocks through staging; up to
-  // kMaxKvBlocksPerRequest from registered memory); the commit is owed (see above). Blocks
-  // already present are skipped. The first error is returned after every block was attempted;
-  // OK means every block is present or its bytes are in its slot with the commit owed.
+  // kMaxKvBlocksPerRequest from registered memory); the commit is owed (see above). The pieces
+  // are pipelined: a piece's transfer is posted, the next piece reserved and staged, and only
+  // then is the first waited for (at most two transfers of a call at once; a staged piece holds
+  // its lane until its transfer is done, and a call waits for a lane only while it holds none).
+  // Blocks already present are skipped. The first error (in piece order) is returned after
+  // every block was attempted; OK means every block is present or its bytes are in its slot
+  // with the commit owed.
   [[nodiscard]] virtual absl::Status PutRun(std::span<const BlockMeta> metas,
                                             std::span<const std::byte> data) = 0;
   // Reads a chain run into `dst` (hashes.size() blocks back to back). Returns how many leading
