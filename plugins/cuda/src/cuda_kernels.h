@@ -48,6 +48,11 @@ cudaError_t LaunchSiluMul(const bf16* x, int64_t x_stride, int64_t rows, int64_t
 cudaError_t LaunchBiasEpilogue(bf16* out, int64_t out_stride, int64_t rows, int64_t n,
                                const bf16* bias, bool zero_first, cudaStream_t stream);
 
+// The shape both weight-streaming gemm kernels (the GEMV and the skinny one below) need: 1 <= n
+// < 2^30, 8 <= k < 2^30, k and the row strides multiples of 8, x and w 16-byte aligned.
+bool WeightStreamShape(int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                       int64_t ldw);
+
 // ---- gemm at decode-sized M (kernels_gemv.cu) ---------------------------------------------
 // out[m] = (accumulate ? out[m] : 0) + x[m] w^T (+ bias), w [n, k] row-major, for m <=
 // kGemvMaxRows: warps streaming weight rows, every weight byte read once, fp32 sums rounded

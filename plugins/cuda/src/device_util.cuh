@@ -38,6 +38,9 @@ __device__ __forceinline__ void AllowDependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 }
 
+// Whether `p` allows 16-byte vector loads and stores (the launchers' alignment checks).
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Streaming multiprocessors of the current device (cached per device); for persistent grids.
 inline int SmCount() {
   constexpr int kMaxDevices = 64;

@@ -461,10 +461,8 @@ int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots) {
 bool DecodeAttentionSupported(const AttentionArgs& a) {
   const int64_t d = a.dims.head_dim;
   const int64_t group = a.dims.num_kv_heads > 0 ? a.q_heads / a.dims.num_kv_heads : 0;
-  return (d == 64 || d == 128) && group >= 1 && group <= kMaxDecodeGroup &&
-         reinterpret_cast<uintptr_t>(a.cache) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_stride % 8 == 0 &&
-         a.dims.num_kv_heads <= 65535 &&
+  return (d == 64 || d == 128) && group >= 1 && group <= kMaxDecodeGroup && Aligned16(a.cache) &&
+         Aligned16(a.q) && a.q_stride % 8 == 0 && a.dims.num_kv_heads <= 65535 &&
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
 }
 

@@ -218,11 +218,10 @@ cudaError_t LaunchRmsNorm(const bf16* x, int64_t x_stride, bf16* residual, int64
                           bf16* out, int64_t out_stride, cudaStream_t stream) {
   if (rows * heads == 0 || d == 0) return cudaSuccess;
   constexpr int kMaxThreads = 512;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t chunks = d / 8;
-  if (d % 8 == 0 && chunks <= 4 * kMaxThreads && aligned(x) && aligned(weight) && aligned(out) &&
-      x_stride % 8 == 0 && out_stride % 8 == 0 &&
-      (residual == nullptr || (aligned(residual) && res_stride % 8 == 0))) {
+  if (d % 8 == 0 && chunks <= 4 * kMaxThreads && Aligned16(x) && Aligned16(weight) &&
+      Aligned16(out) && x_stride % 8 == 0 && out_stride % 8 == 0 &&
+      (residual == nullptr || (Aligned16(residual) && res_stride % 8 == 0))) {
     const int threads = static_cast<int>(
         std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (chunks + 31) / 32 * 32)));
     const int64_t per_thread = (chunks + threads - 1) / threads;

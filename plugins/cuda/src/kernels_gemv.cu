@@ -95,8 +95,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GemvKernel(GemvArgs a) {
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The launchers' arguments (sizes already checked by GemvServes).
 GemvArgs MakeArgs(int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w, int64_t ldw,
                   const bf16* bias, bool accumulate, int64_t silu_inter, bf16* out, int64_t ldo) {
@@ -119,9 +117,14 @@ GemvArgs MakeArgs(int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* 
 
 bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                 int64_t ldw) {
-  return m >= 1 && m <= kGemvGemmRows && n >= 1 && n < (1 << 30) && k < (int64_t{1} << 30) &&
-         k >= 8 && k % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldx * kGemvMaxRows < INT_MAX &&
-         Aligned16(x) && Aligned16(w);
+  return m >= 1 && m <= kGemvGemmRows && WeightStreamShape(n, k, x, ldx, w, ldw) &&
+         ldx * kGemvMaxRows < INT_MAX;
+}
+
+bool WeightStreamShape(int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
+                       int64_t ldw) {
+  return n >= 1 && n < (1 << 30) && k >= 8 && k < (int64_t{1} << 30) && k % 8 == 0 &&
+         ldx % 8 == 0 && ldw % 8 == 0 && Aligned16(x) && Aligned16(w);
 }
 
 cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,

@@ -226,8 +226,7 @@ cudaError_t LaunchCopyBlocks(char* pool, int64_t block_bytes, int64_t num_blocks
     const int32_t* s = src_ids != nullptr ? src_ids + first : nullptr;
     const int32_t* d = dst_ids != nullptr ? dst_ids + first : nullptr;
     char* p = packed != nullptr ? packed + first * block_bytes : nullptr;
-    const bool wide = block_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(pool) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(packed) % 16 == 0;
+    const bool wide = block_bytes % 16 == 0 && Aligned16(pool) && Aligned16(packed);
     const int64_t words = wide ? block_bytes / 16 : block_bytes;
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((words + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(count));

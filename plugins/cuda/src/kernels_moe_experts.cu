@@ -389,10 +389,9 @@ cudaError_t LaunchGemms(const MoeExpertsArgs& m, const MoePlan& plan, char* ws, 
 }  // namespace
 
 bool MoeExpertsSupported(const MoeExpertsArgs& m) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return m.hidden % 8 == 0 && m.inter % 8 == 0 && m.x_stride % 8 == 0 && m.out_stride % 8 == 0 &&
-         m.gate_up_expert_stride % 8 == 0 && m.down_expert_stride % 8 == 0 && aligned(m.x) &&
-         aligned(m.out) && aligned(m.w_gate_up) && aligned(m.w_down) &&
+         m.gate_up_expert_stride % 8 == 0 && m.down_expert_stride % 8 == 0 && Aligned16(m.x) &&
+         Aligned16(m.out) && Aligned16(m.w_gate_up) && Aligned16(m.w_down) &&
          m.experts + 1 <= kMaxSortBuckets && m.rows * m.top_k <= (int64_t{1} << 30);
 }
 

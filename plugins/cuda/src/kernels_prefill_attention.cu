@@ -343,8 +343,6 @@ cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
       a, kRows, kThreads, Traits<kHeadDim>::kSmemBytes, stream);
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool PrefillAttentionSupported(const AttentionArgs& a) {

@@ -140,8 +140,6 @@ using SkinnyTile = Tile<BM, 128 / P, 1, 4,
                                            : 2],
                         P, kCtasPerSm, 1>;
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 cudaError_t LaunchSkinny(const SkinnyArgs& g, cudaStream_t stream) {
   return LaunchSplitK<T, SkinnyGemmKernel<T>>(g, T::kSharedBytes, stream);
@@ -181,7 +179,6 @@ SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_
 }  // namespace
 }  // namespace skinny
 
-using skinny::Aligned16;
 using skinny::kMaxServedTiles;
 using skinny::LaunchByRows;
 using skinny::MakeSkinnyArgs;
@@ -190,8 +187,7 @@ void SetSkinnyWgmmaEnabled(bool enabled) { skinny::wgmma_enabled.store(enabled);
 
 bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                       int64_t ldw) {
-  if (m <= kGemvGemmRows || m > kSkinnyGemmRows || n < 1 || n >= (1 << 30) || k < 8 || k % 8 != 0 ||
-      k >= (1 << 30) || ldx % 8 != 0 || ldw % 8 != 0 || !Aligned16(x) || !Aligned16(w)) {
+  if (m <= kGemvGemmRows || m > kSkinnyGemmRows || !WeightStreamShape(n, k, x, ldx, w, ldw)) {
     return false;
   }
   // Where it measured ahead of cuBLAS (plugins/cuda/NOTES.md, "Dense gemm at M <= 64"): at most
