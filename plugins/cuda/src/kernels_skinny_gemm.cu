@@ -46,69 +46,57 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) SkinnyGemmKernel(S
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t smem = SmemAddress(smem_raw);
   const int lane = threadIdx.x & 31, warp_n = threadIdx.x >> 5;
-  const int split = static_cast<int>(blockIdx.x) % g.splits;
-  const int n0 = static_cast<int>(blockIdx.x) / g.splits * T::BN;
-  const int k_tiles = (g.k + kBK - 1) / kBK;
-  const int kt0 = split * k_tiles / g.splits, tiles = (split + 1) * k_tiles / g.splits - kt0;
-  WaitForPrerequisites();  // x (and out when accumulating)
-  AllowDependents();
   DenseLoader<T> loader;
-  loader.Init(g, n0);
-  moe::Prologue<T>(loader, smem, tiles, false, kt0);
+  const CtaSlice cta = StartCta<T>(g, smem, &loader);
+  const int n0 = cta.n0;
   float acc[T::P][T::kMI][T::kNI][4] = {};
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < cta.tiles; ++t) {
     WaitGroup<T::STAGES - 2>();
     __syncthreads();
     const int next = t + T::STAGES - 1;
-    if (next < tiles) loader.Load(smem, next % T::STAGES, (kt0 + next) * kBK);
+    if (next < cta.tiles) loader.Load(smem, next % T::STAGES, (cta.kt0 + next) * kBK);
     CommitGroup();
     const uint32_t a_smem = smem + (t % T::STAGES) * T::kStageBytes;
     moe::ComputeStage<T>(a_smem, a_smem + T::BM * 128, 0, warp_n, acc);
   }
   WaitGroup<0>();
-  constexpr int kWarpCols = T::BN / T::WN;
-  if (g.splits == 1) {
+  // f(tile row, tile column of part 0, mi, ni, half) for each accumulator pair of the warp.
+  auto each_pair = [&](auto&& f) {
 #pragma unroll
     for (int mi = 0; mi < T::kMI; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < T::kNI; ++ni) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = mi * 16 + (lane >> 2) + half * 8;
-          const int col = n0 + warp_n * kWarpCols + ni * 8 + (lane & 3) * 2;
-          if (row >= g.m) continue;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            if (col + j >= g.n) continue;
-            StoreOut<T::P>(g, row, col + j, acc[0][mi][ni][half * 2 + j],
-                           acc[T::P - 1][mi][ni][half * 2 + j]);
-          }
+          f(mi * 16 + (lane >> 2) + half * 8, warp_n * (T::BN / T::WN) + ni * 8 + (lane & 3) * 2,
+            mi, ni, half);
         }
       }
     }
+  };
+  if (g.splits == 1) {
+    each_pair([&](int row, int col, int mi, int ni, int half) {
+      if (row >= g.m) return;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (n0 + col + j >= g.n) continue;
+        StoreOut<T::P>(g, row, n0 + col + j, acc[0][mi][ni][half * 2 + j],
+                       acc[T::P - 1][mi][ni][half * 2 + j]);
+      }
+    });
     return;
   }
   // Split K: this CTA's partial tile into its (now idle) ring, then its share of the sum.
   __syncthreads();
   float* partial = reinterpret_cast<float*>(smem_raw);
-  constexpr int kLd = kPartialLd<T>;
+  each_pair([&](int row, int col, int mi, int ni, int half) {
 #pragma unroll
-  for (int p = 0; p < T::P; ++p) {
-#pragma unroll
-    for (int mi = 0; mi < T::kMI; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < T::kNI; ++ni) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = mi * 16 + (lane >> 2) + half * 8;
-          const int col = p * T::BN + warp_n * kWarpCols + ni * 8 + (lane & 3) * 2;
-          *reinterpret_cast<float2*>(partial + row * kLd + col) =
-              make_float2(acc[p][mi][ni][half * 2], acc[p][mi][ni][half * 2 + 1]);
-        }
-      }
+    for (int p = 0; p < T::P; ++p) {
+      *reinterpret_cast<float2*>(partial + row * kPartialLd<T> + p * T::BN + col) =
+          make_float2(acc[p][mi][ni][half * 2], acc[p][mi][ni][half * 2 + 1]);
     }
-  }
-  ReduceSplits<T>(g, partial, split, n0);
+  });
+  ReduceSplits<T>(g, partial, cta.split, n0);
 }
 
 // Tiles: 4 warps side by side (each BM rows x BN / 4 columns), kCtasPerSm CTAs per SM with

@@ -35,25 +35,19 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) SkinnyWgmmaKernel(
   const uint32_t base = SmemAddress(smem_raw);
   const uint32_t smem = (base + kAtomBytes - 1) & ~(kAtomBytes - 1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int split = static_cast<int>(blockIdx.x) % g.splits;
-  const int n0 = static_cast<int>(blockIdx.x) / g.splits * T::BN;
-  const int k_tiles = (g.k + kBK - 1) / kBK;
-  const int kt0 = split * k_tiles / g.splits, tiles = (split + 1) * k_tiles / g.splits - kt0;
-  WaitForPrerequisites();  // x (and out when accumulating)
-  AllowDependents();
   DenseLoader<T> loader;
-  loader.Init(g, n0);
-  moe::Prologue<T>(loader, smem, tiles, false, kt0);
+  const CtaSlice cta = StartCta<T>(g, smem, &loader);
+  const int n0 = cta.n0;
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < cta.tiles; ++t) {
     WaitGroup<T::STAGES - 2>();
     FenceProxyAsync();  // the copies (generic proxy) before the wgmma reads (async proxy)
     __syncthreads();
     // The slot refilled here was read by the previous stage's wgmma, already waited for.
     const int next = t + T::STAGES - 1;
-    if (next < tiles) loader.Load(smem, next % T::STAGES, (kt0 + next) * kBK);
+    if (next < cta.tiles) loader.Load(smem, next % T::STAGES, (cta.kt0 + next) * kBK);
     CommitGroup();
     const uint32_t stage = smem + (t % T::STAGES) * T::kStageBytes;
     WgmmaFence();
@@ -101,7 +95,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) SkinnyWgmmaKernel(
           make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
   }
-  ReduceSplits<T>(g, partial, split, n0);
+  ReduceSplits<T>(g, partial, cta.split, n0);
 }
 
 template <typename T>

@@ -114,6 +114,29 @@ template <typename T>
 inline constexpr int kPartialLd =
     T::P* T::BN + 8;  // floats per partial row (+8: no bank conflicts)
 
+// A CTA's share of the grid: column tile n0 and K tiles [kt0, kt0 + tiles) of split `split`
+// (a cluster's CTAs are consecutive, so the split is the CTA's rank in its cluster).
+struct CtaSlice {
+  int split, n0, kt0, tiles;
+};
+
+// How every skinny kernel starts: its slice, then, once the predecessor is done (x, and out
+// when accumulating, may come from it), the loader and the ring's first STAGES - 1 stages.
+template <typename T>
+__device__ CtaSlice StartCta(const SkinnyArgs& g, uint32_t smem, DenseLoader<T>* loader) {
+  CtaSlice c;
+  c.split = static_cast<int>(blockIdx.x) % g.splits;
+  c.n0 = static_cast<int>(blockIdx.x) / g.splits * T::BN;
+  const int k_tiles = (g.k + kBK - 1) / kBK;
+  c.kt0 = c.split * k_tiles / g.splits;
+  c.tiles = (c.split + 1) * k_tiles / g.splits - c.kt0;
+  WaitForPrerequisites();
+  AllowDependents();
+  loader->Init(g, c.n0);
+  moe::Prologue<T>(*loader, smem, c.tiles, false, c.kt0);
+  return c;
+}
+
 // Split K, after every CTA of the cluster has written its BM x P BN fp32 partial tile (rows
 // kPartialLd<T> floats apart) at `partial` in its own shared memory: each CTA sums a 1 / splits
 // share of the tile's outputs over all the partials, read through distributed shared memory in
