@@ -14,9 +14,13 @@
 // 256 MiB rotate over several disjoint block sets so the timing is not served from the L2. Output: a readable line per shape and "CSV," lines that
 // scripts/bench_cuda.sh joins with torch_sdpa_decode.py's.
 //
-//   decode_attention_bench [--quick] [--more-waves]
-//     --quick: batch {1, 32} x context {2k, 32k}
+//   decode_attention_bench [--quick] [--more-waves] [--batches 1,8] [--contexts 2048]
+//                          [--warps 4|8] [--plan-kv N]
+//     --quick: batch {1, 32} x context {2k, 32k}; --batches / --contexts: these instead
 //     --more-waves: also time each shape with splits raised to >= 4 waves of CTAs ("CSV,alt")
+//     --warps: plan every shape with CTAs of this many warps (default: the plan's own choice)
+//     --plan-kv N: plan for max(N, context) keys with block tables that long, as graph replay
+//       plans a decode step for its context bucket (e.g. 4096 for a 2,049-token step)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -46,6 +51,7 @@ constexpr int kLayer = 0;
 constexpr double kRotateBytes = 256.0 * (1 << 20);
 int sm_count_ = 132;
 bool try_more_waves_ = false;
+int plan_kv_ = 0;
 
 struct Model {
   const char* name;
@@ -74,7 +80,7 @@ struct Shape {
 
 struct Result {
   double us = 0, gbs = 0, rel_err = 0, alt_us = 0;
-  int splits = 0, alt_splits = 0;
+  int splits = 0, alt_splits = 0, warps = 0;
 };
 
 int Rotations(const Shape& sh) {
@@ -101,16 +107,23 @@ struct Setup {
 Setup Prepare(const Shape& sh, void* pool, std::mt19937& rng) {
   Setup st;
   const int blocks_per_seq = (sh.ctx + kBlockSize - 1) / kBlockSize;
+  const int plan_kv = std::max(plan_kv_, sh.ctx);
+  const int table_row = (plan_kv + kBlockSize - 1) / kBlockSize;  // entries past ctx: block 0
   const int rotations = Rotations(sh);
   const int64_t num_blocks = int64_t{rotations} * sh.batch * blocks_per_seq;
   std::vector<int32_t> perm(num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  const size_t table_len = size_t{1} * sh.batch * blocks_per_seq;
+  const size_t table_len = size_t{1} * sh.batch * table_row;
   for (int r = 0; r < rotations; ++r) {
+    std::vector<int32_t> rows(table_len, 0);
+    for (int b = 0; b < sh.batch; ++b) {
+      std::copy_n(perm.begin() + (int64_t{r} * sh.batch + b) * blocks_per_seq, blocks_per_seq,
+                  rows.begin() + int64_t{b} * table_row);
+    }
     int32_t* t = nullptr;
     BENCH_CHECK(cudaMalloc(&t, table_len * 4));
-    BENCH_CHECK(cudaMemcpy(t, perm.data() + r * table_len, table_len * 4, cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemcpy(t, rows.data(), table_len * 4, cudaMemcpyHostToDevice));
     st.tables.push_back(t);
   }
   std::vector<int32_t> q_start(sh.batch + 1), kv_len(sh.batch, sh.ctx);
@@ -138,9 +151,9 @@ Setup Prepare(const Shape& sh, void* pool, std::mt19937& rng) {
   a.kv_len = st.kv_len;
   a.block_tables = st.tables[0];
   a.num_seqs = sh.batch;
-  a.max_blocks_per_seq = blocks_per_seq;
+  a.max_blocks_per_seq = table_row;
   a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  BENCH_CHECK(PlanDecodeAttention(a, sh.ctx, &st.plan));
+  BENCH_CHECK(PlanDecodeAttention(a, plan_kv, &st.plan));
   if (st.plan.workspace_bytes > 0) BENCH_CHECK(cudaMalloc(&st.workspace, st.plan.workspace_bytes));
   return st;
 }
@@ -177,6 +190,7 @@ Result Run(const Shape& sh, void* pool, std::mt19937& rng) {
   Setup st = Prepare(sh, pool, rng);
   Result r;
   r.splits = st.plan.splits;
+  r.warps = st.plan.warps;
   r.rel_err = CheckAgainstGeneral(st, size_t{1} * sh.batch * sh.model.q_heads * kHeadDim);
   cudaEvent_t e0, e1;
   BENCH_CHECK(cudaEventCreate(&e0));
@@ -235,9 +249,42 @@ Result Run(const Shape& sh, void* pool, std::mt19937& rng) {
 
 int Main(int argc, char** argv) {
   bool quick = false;
+  std::vector<int> only_batches, only_contexts;
+  auto ints = [](const char* list) {
+    std::vector<int> v;
+    for (const char* p = list; *p != '\0';) {
+      char* end = nullptr;
+      const long x = std::strtol(p, &end, 10);
+      if (end == p || x <= 0) {
+        std::fprintf(stderr, "decode_attention_bench: bad list '%s'\n", list);
+        std::exit(2);
+      }
+      v.push_back(static_cast<int>(x));
+      p = *end == ',' ? end + 1 : end;
+    }
+    return v;
+  };
   for (int i = 1; i < argc; ++i) {
-    quick |= std::strcmp(argv[i], "--quick") == 0;
-    try_more_waves_ |= std::strcmp(argv[i], "--more-waves") == 0;
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--more-waves") {
+      try_more_waves_ = true;
+    } else if (arg == "--batches" && has_value) {
+      only_batches = ints(argv[++i]);
+    } else if (arg == "--contexts" && has_value) {
+      only_contexts = ints(argv[++i]);
+    } else if (arg == "--warps" && has_value) {
+      SetDecodeAttentionWarps(std::atoi(argv[++i]));
+    } else if (arg == "--plan-kv" && has_value) {
+      plan_kv_ = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: decode_attention_bench [--quick] [--more-waves] [--batches 1,8] "
+                   "[--contexts 2048] [--warps 4|8] [--plan-kv N]\n");
+      return 2;
+    }
   }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -252,6 +299,8 @@ int Main(int argc, char** argv) {
     batches = {1, 32};
     contexts = {2048, 32768};
   }
+  if (!only_batches.empty()) batches = only_batches;
+  if (!only_contexts.empty()) contexts = only_contexts;
   std::mt19937 rng(1234);
   size_t pool_bytes = 0;
   for (const Model& m : models) {
@@ -266,8 +315,10 @@ int Main(int argc, char** argv) {
     for (int b : batches) {
       for (int ctx : contexts) {
         const Result r = Run({m, b, ctx}, pool, rng);
-        std::printf("%-14s batch %3d ctx %5d: %9.1f us %7.0f GB/s (%.2f of copy) splits %3d err %.1e\n",
-                    m.name, b, ctx, r.us, r.gbs, r.gbs / copy, r.splits, r.rel_err);
+        std::printf(
+            "%-14s batch %3d ctx %5d: %9.1f us %7.0f GB/s (%.2f of copy) splits %3d warps %d "
+            "err %.1e\n",
+            m.name, b, ctx, r.us, r.gbs, r.gbs / copy, r.splits, r.warps, r.rel_err);
         std::printf("CSV,ours,%s,%d,%d,%.2f,%.1f,%d,%.3e\n", m.name, b, ctx, r.us, r.gbs,
                     r.splits, r.rel_err);
         if (r.alt_splits > 0) {

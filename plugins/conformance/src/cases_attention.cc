@@ -21,6 +21,7 @@ struct AttentionSpec {
   std::vector<SeqLens> seqs;
   int32_t q_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   int32_t sliding_window = 0;
+  int32_t max_kv_hint = 0;  // batch.max_kv_len when > the longest context (a graph bucket)
   float scale = 0;       // 0: 1/sqrt(head_dim)
   bool fused_q = false;  // q is the q slice of a fused [T, (Hq + 2 Hk) * D] QKV buffer
 };
@@ -44,6 +45,8 @@ PagedLayout LayoutFor(const AttentionSpec& s, Rng& rng) {
     layout.max_blocks_per_seq = std::max(layout.max_blocks_per_seq, blocks + 1);
     total += blocks;
   }
+  layout.max_blocks_per_seq = std::max(layout.max_blocks_per_seq,
+                                       (s.max_kv_hint + s.block_size - 1) / s.block_size);
   layout.shape = {total + 3, kLayers, s.block_size, s.kv_heads, s.head_dim};
   const std::vector<int32_t> pool = rng.Permutation(layout.shape.num_blocks);
   int32_t next = 0;
@@ -69,6 +72,7 @@ void AddAttention(uint64_t seed, const char* op, const AttentionSpec& s, CaseLis
     max_q = std::max(max_q, q.q_len);
     max_kv = std::max(max_kv, q.kv_len);
   }
+  max_kv = std::max(max_kv, s.max_kv_hint);
   const int64_t tokens = q_start.back(), q_cols = int64_t{s.q_heads} * s.head_dim;
   const int64_t q_row = s.fused_q ? int64_t{s.q_heads + 2 * s.kv_heads} * s.head_dim : 0;
   // Larger queries than keys make the softmax peaked enough for masking errors to show.
@@ -161,6 +165,17 @@ void AddAttentionDecodeCases(uint64_t seed, CaseList* out) {
   AttentionSpec fused = Decode("batch 2 fused qkv H=4/2 D=64 bs=16", {50, 75}, 4, 2, 64, 16);
   fused.fused_q = true;
   AddAttention(seed, op, fused, out);
+  // Planned for a longer context than any sequence has, as graph replay plans for its context
+  // bucket: each sequence's splits are sized from its own length.
+  AttentionSpec bucket = Decode("batch 4 ctx 1..2049 planned for 4096 H=8/2 D=128 bs=16",
+                                {2049, 1, 700, 1500}, 8, 2, 128, 16);
+  bucket.max_kv_hint = 4096;
+  AddAttention(seed, op, bucket, out);
+  // 128 (sequence, kv head) items: on a 132-SM GPU one wave of unsplit 8-warp CTAs.
+  contexts.clear();
+  for (int i = 0; i < 32; ++i) contexts.push_back(rng.Int(200, 700));
+  AddAttention(seed, op, Decode("batch 32 ctx 200..700 H=8/4 D=128 bs=16", contexts, 8, 4, 128, 16),
+               out);
 }
 
 }  // namespace strata::conformance

@@ -294,6 +294,9 @@ void AddGemmSiluMulCases(uint64_t seed, CaseList* out) {
   AddGemmSiluMul(seed, {.m = 9, .inter = 96, .k = 200, .bias = true, .x_stride = 208}, out);
   AddGemmSiluMul(seed, {.m = 64, .inter = 200, .k = 1024, .bias = true}, out);
   AddGemmSiluMul(seed, {.m = 5, .inter = 40, .k = 64}, out);
+  // 33-64 rows over more than 16 column tiles (a GPU plugin's deep-ring tensor-core path).
+  AddGemmSiluMul(seed, {.m = 40, .inter = 1100, .k = 256, .bias = true}, out);
+  AddGemmSiluMul(seed, {.m = 64, .inter = 2100, .k = 512, .x_stride = 520}, out);
   AddGemmSiluMulNegative(seed, out);
 }
 

@@ -87,6 +87,11 @@ cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int
 // Rows 17-64 run on wgmma where WgmmaAvailable(); false sends them to the mma.sync kernel too
 // (for gemm_bench's same-run comparison).
 void SetSkinnyWgmmaEnabled(bool enabled);
+// gemm_silu_mul's rule: SkinnyGemmServes(m, 2 * inter, ...), or 33-64 rows on wgmma with more
+// tiles (an 8-stage ring at one CTA per SM: the fused silu saves cuBLAS's [M, 2I] round trip
+// and the silu_mul kernel).
+bool SkinnyGemmSiluServes(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
+                          const bf16* w, int64_t ldw);
 cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                                     const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
                                     int64_t ldo, cudaStream_t stream);
@@ -235,7 +240,9 @@ bool DecodeAttentionSupported(const AttentionArgs& args);
 
 struct DecodePlan {
   int32_t splits = 1;          // KV splits per (sequence, kv head)
-  int32_t chunk = 0;           // keys per split (the last split takes the remainder)
+  int32_t chunk = 0;           // keys per split at max_kv_len_hint (the kernel sizes each
+                               // sequence's splits from its own kv_len: ceil(kv_len / splits))
+  int32_t warps = 4;           // warps per CTA: 4, or 8 (one CTA per SM)
   size_t workspace_bytes = 0;  // device scratch LaunchDecodeAttention needs (0: none)
 };
 // max_kv_len_hint <= 0: unknown (the table capacity bounds it). Correct for any kv_len values.
@@ -244,6 +251,8 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& args, int32_t max_kv_len_hi
 // `workspace`: plan.workspace_bytes of device memory, 16-byte aligned, private to `stream`.
 cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& plan,
                                   void* workspace, cudaStream_t stream);
+// Benchmarks: plan every call with 4- or 8-warp CTAs (any other value: the plan's own rule).
+void SetDecodeAttentionWarps(int warps);
 
 // ---- prefill attention, flash (kernels_prefill_attention.cu) -------------------------------
 // Causal paged attention for a batch of variable-length sequences with cached prefixes (the

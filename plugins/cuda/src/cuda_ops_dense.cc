@@ -178,7 +178,7 @@ Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gat
                                            a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
                                            Bf16(a.out), a.out.stride, s.stream));
   }
-  if (SkinnyGemmServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
+  if (SkinnyGemmSiluServes(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
     return Launched(kOp, LaunchSkinnyGemmSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
                                                  a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
                                                  Bf16(a.out), a.out.stride, s.stream));

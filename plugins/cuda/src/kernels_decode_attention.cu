@@ -1,6 +1,6 @@
 // Paged decode attention, v2: split-KV (flash-decoding) on the tensor cores.
 //
-// Grid (sequence, kv head, split). A CTA of kDecodeWarps warps serves the whole GQA group of
+// Grid (sequence, kv head, split). A CTA of 4 or 8 warps serves the whole GQA group of
 // its kv head (G <= 8 query heads), so every K/V byte of the split is read from memory once.
 // The split's keys are cut into tiles of 16 positions, dealt round-robin to the warps; each
 // warp streams its tiles through its own kStages-deep cp.async ring in shared memory (16-byte
@@ -31,7 +31,8 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kDecodeWarps = 4;
+// Warps per CTA: 4 (two CTAs per SM at D = 128), or 8 (one CTA per SM, the same bytes in flight
+// per SM) where one split of such CTAs fills the SMs in one wave (PlanDecodeAttention).
 constexpr int kTileKeys = 16;
 constexpr int kStages = 3;
 // Keys per split below which a CTA is mostly prologue. Only few (sequence, kv head) items (small
@@ -52,8 +53,6 @@ struct Traits {
   static constexpr int kTileBytes = kTileKeys * kRowBytes;  // K (or V) of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kMaskOffset = kDecodeWarps * kWarpBytes;
-  static constexpr int kSmemBytes = kMaskOffset + kDecodeWarps * kStages * 4;
   static constexpr int kKSteps = kHeadDim / 16;       // Q.K mma steps over d
   static constexpr int kNTiles = kHeadDim / 8;        // P.V mma n-tiles over d
   static constexpr int kDimsPerGroup = kHeadDim / 8;  // output dims per lane group
@@ -64,7 +63,15 @@ struct Traits {
   // banks: lanes differ by row (stride D + D / 32 floats) and by 32-column group (+33)), then
   // m and l. Unpadded, each of those 32 stores was a 32-way bank conflict (ncu).
   static constexpr int kMergeRow = kHeadDim + kHeadDim / 32;
-  static_assert(kDecodeWarps * 8 * (kMergeRow + 2) * 4 <= kMaskOffset, "merge buffer");
+};
+
+// Shared memory of a CTA of kWarps warps: the warps' rings, then their tile masks.
+template <int kHeadDim, int kWarps>
+struct Smem {
+  using T = Traits<kHeadDim>;
+  static constexpr int kMaskOffset = kWarps * T::kWarpBytes;
+  static constexpr int kBytes = kMaskOffset + kWarps * kStages * 4;
+  static_assert(kWarps * 8 * (T::kMergeRow + 2) * 4 <= kMaskOffset, "merge buffer");
 };
 
 // XOR applied to the 16-byte chunk index of key k (0..15) of a tile: keys 2i and 2i+1 land in
@@ -213,7 +220,7 @@ __device__ void ComputeTile(const uint32_t (&qf)[Traits<kHeadDim>::kKSteps][2],
 
 // Merges the warps' states through shared memory and writes either bf16 out (one split) or
 // the split's normalized partial O and log2-sum-exp.
-template <int kHeadDim>
+template <int kHeadDim, int kWarps>
 __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>& st,
                               unsigned char* smem, int group, int64_t row, int s, int kvh,
                               int split, int splits, float* part_o, float* part_lse) {
@@ -223,8 +230,8 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   float* red = reinterpret_cast<float*>(smem);  // [warp][8 rows][kMergeRow]
-  float* red_m = red + kDecodeWarps * 8 * T::kMergeRow;
-  float* red_l = red_m + kDecodeWarps * 8;
+  float* red_m = red + kWarps * 8 * T::kMergeRow;
+  float* red_l = red_m + kWarps * 8;
   auto at = [](int w, int r, int d) { return (w * 8 + r) * T::kMergeRow + d + d / 32; };
   __syncthreads();  // every warp is done reading the ring
 #pragma unroll
@@ -240,10 +247,10 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
   for (int idx = threadIdx.x; idx < group * kHeadDim; idx += blockDim.x) {
     const int r = idx / kHeadDim, d = idx % kHeadDim;
     float m_all = -INFINITY;
-    for (int w = 0; w < kDecodeWarps; ++w) m_all = fmaxf(m_all, red_m[w * 8 + r]);
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * 8 + r]);
     float acc = 0.0f, sum = 0.0f;
     if (m_all != -INFINITY) {
-      for (int w = 0; w < kDecodeWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         const float f = exp2f(red_m[w * 8 + r] - m_all);
         acc += f * red[at(w, r, d)];
         sum += f * red_l[w * 8 + r];
@@ -261,11 +268,12 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
   }
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
+template <int kHeadDim, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     DecodeAttentionKernel(AttentionArgs a, int32_t chunk, int32_t splits, float* part_o,
                           float* part_lse) {
   using T = Traits<kHeadDim>;
+  using L = Smem<kHeadDim, kWarps>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, t4 = lane % 4;
   const int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -273,14 +281,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   AllowDependents();
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks_per_seq;
   const int32_t bs = static_cast<int32_t>(a.dims.block_size);
-  // Without a sliding window the split's first position does not depend on kv_len, so the
-  // block ids of the first kStages tiles are looked up now, in parallel with the kv_len load
-  // (bounded by the table row only; masked against kv_len below). Saves one round trip.
+  // Without a sliding window the split's first position does not depend on kv_len when the
+  // sequence fills the plan's chunks (always for split 0), so the block ids of the first
+  // kStages tiles are looked up now, in parallel with the kv_len load (bounded by the table row
+  // only; masked against kv_len below). Saves one round trip.
   const bool speculate = a.sliding_window <= 0;
   int32_t spec[kStages];
 #pragma unroll
   for (int i = 0; i < kStages; ++i) {
-    const int64_t p = int64_t{split} * chunk + int64_t{warp + i * kDecodeWarps} * kTileKeys +
+    const int64_t p = int64_t{split} * chunk + int64_t{warp + i * kWarps} * kTileKeys +
                       (lane & 15);
     spec[i] = speculate && p < int64_t{a.max_blocks_per_seq} * bs
                   ? table[static_cast<int32_t>(p) / bs]
@@ -290,10 +299,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   if (!DecodeRow(a, s, &row, &kv_len)) return;
   const int group = static_cast<int>(a.q_heads / a.dims.num_kv_heads);
   const int64_t first = a.sliding_window > 0 ? max(int64_t{0}, kv_len - a.sliding_window) : 0;
-  const int64_t lo = first + int64_t{split} * chunk;
-  const int64_t hi = split == splits - 1 ? kv_len : min(kv_len, lo + chunk);
+  // The split's keys are sized from this sequence's own length, not the plan's chunk: a plan
+  // made for a longer context (graph replay plans for the context bucket) would otherwise leave
+  // its last splits empty and the first ones full. Not below kMinChunk keys (or the plan's
+  // chunk, if shorter): shorter splits measured slower (their CTAs are mostly fixed cost).
+  // 32-bit: kv_len < 2^31 (DecodeAttentionSupported); one split needs no division at all.
+  const int32_t len = static_cast<int32_t>(kv_len - first);
+  int32_t span = len;
+  if (splits > 1) {
+    span = max(((len + splits - 1) / splits + kTileKeys - 1) / kTileKeys * kTileKeys,
+               min(kMinChunk, chunk));
+  }
+  const bool spec_ok = speculate && (split == 0 || span == chunk);
+  const int64_t lo = first + int64_t{split} * span;
+  const int64_t hi = min(kv_len, lo + span);
   const int n_tiles = hi > lo ? static_cast<int>((hi - lo + kTileKeys - 1) / kTileKeys) : 0;
-  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
 
   // Fragments of k-steps 2c and 2c + 1 are the 8 consecutive dims 32c + 8 t4 .. + 7 of the
   // lane's row: one 16-byte load each (q rows are 16-byte aligned: DecodeAttentionSupported).
@@ -315,11 +336,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   st.m = -INFINITY;
   st.l = 0.0f;
   unsigned char* ring = smem + warp * T::kWarpBytes;
-  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + T::kMaskOffset) + warp * kStages;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L::kMaskOffset) + warp * kStages;
   const int64_t head_off = int64_t{kvh} * kHeadDim;
   const int32_t hi32 = static_cast<int32_t>(hi);
   auto tile_p0 = [&](int i) {
-    return static_cast<int32_t>(lo + int64_t{warp + i * kDecodeWarps} * kTileKeys);
+    return static_cast<int32_t>(lo + int64_t{warp + i * kWarps} * kTileKeys);
   };
   auto block_of = [&](int i) { return i < my_tiles ? TileBlock(table, tile_p0(i), hi32, bs, lane) : -1; };
   auto issue = [&](int i, int32_t block) {
@@ -330,7 +351,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     __pipeline_commit();
   };
   auto first_block_of = [&](int i) {
-    if (!speculate) return block_of(i);
+    if (!spec_ok) return block_of(i);
     return i < my_tiles && tile_p0(i) + (lane & 15) < hi32 ? spec[i] : -1;
   };
   int32_t first_blocks[kStages - 1];
@@ -349,7 +370,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     ComputeTile<kHeadDim>(qf, ring + slot * T::kStageBytes, masks[slot], scale_log2, st, lane);
   }
   __pipeline_wait_prior(0);
-  MergeAndStore<kHeadDim>(a, st, smem, group, row, s, kvh, split, splits, part_o, part_lse);
+  MergeAndStore<kHeadDim, kWarps>(a, st, smem, group, row, s, kvh, split, splits, part_o, part_lse);
 }
 
 // out row of (sequence, head) = sum_i 2^(lse_i - L) O_i over the splits, L = log2-sum-exp.
@@ -411,19 +432,19 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // Raises the kernel's shared-memory limit on `device` (once per device) and returns how many
 // of its CTAs fit on one multiprocessor.
-template <int kHeadDim>
+template <int kHeadDim, int kWarps>
 cudaError_t KernelSlots(int device, int* ctas_per_sm) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // 0: not yet set up on that device
   const int slot = device >= 0 && device < kMaxDevices ? device : 0;
   int n = cached[slot].load(std::memory_order_acquire);
   if (n == 0 || device >= kMaxDevices) {
-    cudaError_t err = cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Traits<kHeadDim>::kSmemBytes);
+    constexpr int kBytes = Smem<kHeadDim, kWarps>::kBytes;
+    cudaError_t err = cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim, kWarps>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (err != cudaSuccess) return err;
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, DecodeAttentionKernel<kHeadDim>, kDecodeWarps * 32, Traits<kHeadDim>::kSmemBytes);
+        &n, DecodeAttentionKernel<kHeadDim, kWarps>, kWarps * 32, kBytes);
     if (err != cudaSuccess) return err;
     n = std::max(n, 1);
     cached[slot].store(n, std::memory_order_release);
@@ -432,14 +453,17 @@ cudaError_t KernelSlots(int device, int* ctas_per_sm) {
   return cudaSuccess;
 }
 
-cudaError_t SlotsFor(int64_t head_dim, int device, int* ctas_per_sm) {
-  return head_dim == 64 ? KernelSlots<64>(device, ctas_per_sm)
-                        : KernelSlots<128>(device, ctas_per_sm);
+// 8-warp CTAs exist for D = 128 only: at D = 64 two of them fit on an SM, like the 4-warp ones.
+cudaError_t SlotsFor(int64_t head_dim, int warps, int device, int* ctas_per_sm) {
+  if (head_dim == 64) return KernelSlots<64, 4>(device, ctas_per_sm);
+  return warps == 8 ? KernelSlots<128, 8>(device, ctas_per_sm)
+                    : KernelSlots<128, 4>(device, ctas_per_sm);
 }
 
 // Splits per (sequence, kv head): the smallest count whose CTAs fill the resident slots in
-// whole waves to >= 90% (or the best fill), each split keeping >= kMinChunk keys.
-int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots) {
+// whole waves to >= 90% (or the best fill), each split keeping >= kMinChunk keys. *fill: the
+// chosen count's fill.
+int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots, double* fill_out) {
   const int64_t max_splits = std::max<int64_t>(1, (max_kv + kMinChunk - 1) / kMinChunk);
   int64_t best = 1;
   double best_fill = 0.0;
@@ -447,14 +471,20 @@ int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots) {
     const int64_t ctas = items * splits;
     const int64_t waves = (ctas + slots - 1) / slots;
     const double fill = static_cast<double>(ctas) / static_cast<double>(waves * slots);
-    if (fill >= 0.9) return static_cast<int32_t>(splits);
+    if (fill >= 0.9) {
+      *fill_out = fill;
+      return static_cast<int32_t>(splits);
+    }
     if (fill > best_fill + 1e-9) {
       best_fill = fill;
       best = splits;
     }
   }
+  *fill_out = best_fill;
   return static_cast<int32_t>(best);
 }
+
+std::atomic<int> forced_warps{0};  // SetDecodeAttentionWarps; 0: the plan's rule
 
 }  // namespace
 
@@ -466,10 +496,13 @@ bool DecodeAttentionSupported(const AttentionArgs& a) {
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
 }
 
+void SetDecodeAttentionWarps(int warps) { forced_warps.store(warps == 4 || warps == 8 ? warps : 0); }
+
 cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint, DecodePlan* plan) {
-  int device = 0, per_sm = 1;
+  int device = 0, per_sm4 = 1, per_sm8 = 1;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
+  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, 4, device, &per_sm4);
+  if (err == cudaSuccess && a.dims.head_dim == 128) err = SlotsFor(128, 8, device, &per_sm8);
   const int sms = SmCount();
   if (err != cudaSuccess) return err;
   int64_t max_kv = int64_t{a.max_blocks_per_seq} * a.dims.block_size;
@@ -477,12 +510,26 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   if (a.sliding_window > 0) max_kv = std::min<int64_t>(max_kv, a.sliding_window);
   max_kv = std::max<int64_t>(max_kv, 1);
   const int64_t items = int64_t{a.num_seqs} * a.dims.num_kv_heads;
-  int32_t splits = ChooseSplits(items, max_kv, int64_t{sms} * per_sm);
-  int64_t chunk = (max_kv + splits - 1) / splits;
-  chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
-  splits = static_cast<int32_t>(
-      std::min<int64_t>(std::max<int64_t>((max_kv + chunk - 1) / chunk, 1), kMaxSplits));
-  chunk = std::max<int64_t>(chunk, (max_kv + splits - 1) / splits);
+  // 4-warp CTAs, unless (D = 128) one wave of unsplit 8-warp CTAs, one per SM, fills >= 90%
+  // of the SMs: the 4-warp plan would then be 2 splits and a combine for the same bytes in
+  // flight per SM.
+  double fill4 = 0.0, fill8 = 0.0;
+  const int64_t slots4 = int64_t{sms} * per_sm4, slots8 = int64_t{sms} * per_sm8;
+  int32_t splits = ChooseSplits(items, max_kv, slots4, &fill4);
+  const int32_t splits8 = ChooseSplits(items, max_kv, slots8, &fill8);
+  const int forced = forced_warps.load();
+  plan->warps = 4;
+  if (a.dims.head_dim == 128 &&
+      (forced == 8 || (forced == 0 && slots8 < slots4 && splits8 == 1 && splits > 1 &&
+                       items <= slots8 && fill8 >= 0.9))) {
+    plan->warps = 8;
+    splits = splits8;
+  }
+  // The kernel's span rule, so that a sequence of max_kv keys gets exactly `chunk` per split.
+  auto span = [&](int64_t n) { return ((max_kv + n - 1) / n + kTileKeys - 1) / kTileKeys * kTileKeys; };
+  splits = static_cast<int32_t>(std::min<int64_t>(
+      std::max<int64_t>((max_kv + span(splits) - 1) / span(splits), 1), kMaxSplits));
+  const int64_t chunk = span(splits);
   plan->splits = splits;
   plan->chunk = static_cast<int32_t>(chunk);
   plan->workspace_bytes =
@@ -500,16 +547,21 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
                                                      plan.splits * a.dims.head_dim;
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.dims.num_kv_heads),
                   static_cast<unsigned>(plan.splits));
+  const int warps = plan.warps == 8 ? 8 : 4;
   int device = 0, per_sm = 0;  // SlotsFor raises the shared-memory limit on first use
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, device, &per_sm);
+  if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, warps, device, &per_sm);
   if (err != cudaSuccess) return err;
-  const dim3 block(kDecodeWarps * 32);
-  err = a.dims.head_dim == 64
-            ? LaunchPdl(DecodeAttentionKernel<64>, grid, block, Traits<64>::kSmemBytes, stream, a,
-                        plan.chunk, plan.splits, part_o, part_lse)
-            : LaunchPdl(DecodeAttentionKernel<128>, grid, block, Traits<128>::kSmemBytes, stream, a,
-                        plan.chunk, plan.splits, part_o, part_lse);
+  auto launch = [&](auto kernel, int smem_bytes) {
+    return LaunchPdl(kernel, grid, dim3(warps * 32), smem_bytes, stream, a, plan.chunk,
+                     plan.splits, part_o, part_lse);
+  };
+  if (a.dims.head_dim == 64) {
+    err = launch(DecodeAttentionKernel<64, 4>, Smem<64, 4>::kBytes);
+  } else {
+    err = warps == 8 ? launch(DecodeAttentionKernel<128, 8>, Smem<128, 8>::kBytes)
+                     : launch(DecodeAttentionKernel<128, 4>, Smem<128, 4>::kBytes);
+  }
   if (err != cudaSuccess || plan.splits == 1) return err;
   const size_t groups = kCombineThreads / (a.dims.head_dim / 4);
   const size_t shared =

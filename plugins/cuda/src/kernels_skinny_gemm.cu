@@ -119,6 +119,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) SkinnyGemmKernel(S
 #endif
 constexpr int kCtasPerSm = STRATA_SKINNY_CTAS;
 constexpr int64_t kMaxServedTiles = 16;  // SkinnyGemmServes
+// gemm_silu_mul at 33-64 rows with more tiles: the deep wgmma ring (SkinnyGemmSiluServes). 0
+// builds the bench variant without it (cuBLAS + silu_mul there, as for gemm).
+#ifndef STRATA_SKINNY_SILU_DEEP
+#define STRATA_SKINNY_SILU_DEEP 1
+#endif
+// gemm_bench (2026-12-01, Llama gate_up): fused 66.9 vs 70.7 us at 64 rows, 65.8 vs 65.2 at 24.
+constexpr int64_t kDeepSiluMinRows = 32;
 constexpr int kStages[3] = {STRATA_SKINNY_STAGES_16, STRATA_SKINNY_STAGES_32,
                             STRATA_SKINNY_STAGES_64};
 template <int BM, int P>
@@ -168,6 +175,16 @@ SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_
 }  // namespace skinny
 
 using skinny::kMaxServedTiles;
+
+bool SkinnyGemmSiluServes(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
+                          const bf16* w, int64_t ldw) {
+  if (SkinnyGemmServes(m, 2 * inter, k, x, ldx, w, ldw)) return true;
+  // The fused silu saves cuBLAS's [M, 2I] write and the silu_mul pass, which is worth the
+  // slower stream where wgmma runs the deep ring (plugins/cuda/NOTES.md).
+  return STRATA_SKINNY_SILU_DEEP != 0 && m > skinny::kDeepSiluMinRows && m <= kSkinnyGemmRows &&
+         skinny::wgmma_enabled.load(std::memory_order_relaxed) && WgmmaAvailable() &&
+         WeightStreamShape(2 * inter, k, x, ldx, w, ldw) && inter < (int64_t{1} << 29);
+}
 using skinny::LaunchByRows;
 using skinny::MakeSkinnyArgs;
 
@@ -197,8 +214,12 @@ cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int
 cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                                     const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
                                     int64_t ldo, cudaStream_t stream) {
-  return LaunchByRows<2>(MakeSkinnyArgs(m, inter, k, x, ldx, w, ldw, bias, false, out, ldo),
-                         stream);
+  const skinny::SkinnyArgs g = MakeSkinnyArgs(m, inter, k, x, ldx, w, ldw, bias, false, out, ldo);
+  if (m > skinny::kDeepSiluMinRows && (2 * inter + 127) / 128 > kMaxServedTiles &&
+      skinny::wgmma_enabled.load(std::memory_order_relaxed) && WgmmaAvailable()) {
+    return skinny::LaunchSkinnyWgmmaDeepSilu(g, stream);
+  }
+  return LaunchByRows<2>(g, stream);
 }
 
 }  // namespace strata::cuda

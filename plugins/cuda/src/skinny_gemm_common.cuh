@@ -240,5 +240,7 @@ cudaError_t LaunchSplitK(SkinnyArgs g, int shared, cudaStream_t stream) {
 
 // The wgmma kernel (kernels_skinny_gemm_sm90a.cu) for BM = 64; only where WgmmaAvailable().
 cudaError_t LaunchSkinnyWgmma(const SkinnyArgs& g, bool silu, cudaStream_t stream);
+// gemm_silu_mul at 33-64 rows with more than kMaxServedTiles tiles: 8 stages, one CTA per SM.
+cudaError_t LaunchSkinnyWgmmaDeepSilu(const SkinnyArgs& g, cudaStream_t stream);
 
 }  // namespace strata::cuda::skinny
