@@ -22,8 +22,8 @@ struct AttentionSpec {
   int32_t q_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   int32_t sliding_window = 0;
   int32_t max_kv_hint = 0;  // batch.max_kv_len when > the longest context (a graph bucket)
-  float scale = 0;       // 0: 1/sqrt(head_dim)
-  bool fused_q = false;  // q is the q slice of a fused [T, (Hq + 2 Hk) * D] QKV buffer
+  float scale = 0;          // 0: 1/sqrt(head_dim)
+  bool fused_q = false;     // q is the q slice of a fused [T, (Hq + 2 Hk) * D] QKV buffer
 };
 
 constexpr int32_t kLayers = 2;  // the cases attend over layer 1, so layer offsets matter
@@ -45,8 +45,8 @@ PagedLayout LayoutFor(const AttentionSpec& s, Rng& rng) {
     layout.max_blocks_per_seq = std::max(layout.max_blocks_per_seq, blocks + 1);
     total += blocks;
   }
-  layout.max_blocks_per_seq = std::max(layout.max_blocks_per_seq,
-                                       (s.max_kv_hint + s.block_size - 1) / s.block_size);
+  layout.max_blocks_per_seq =
+      std::max(layout.max_blocks_per_seq, (s.max_kv_hint + s.block_size - 1) / s.block_size);
   layout.shape = {total + 3, kLayers, s.block_size, s.kv_heads, s.head_dim};
   const std::vector<int32_t> pool = rng.Permutation(layout.shape.num_blocks);
   int32_t next = 0;

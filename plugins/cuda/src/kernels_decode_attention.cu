@@ -289,8 +289,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   int32_t spec[kStages];
 #pragma unroll
   for (int i = 0; i < kStages; ++i) {
-    const int64_t p = int64_t{split} * chunk + int64_t{warp + i * kWarps} * kTileKeys +
-                      (lane & 15);
+    const int64_t p = int64_t{split} * chunk + int64_t{warp + i * kWarps} * kTileKeys + (lane & 15);
     spec[i] = speculate && p < int64_t{a.max_blocks_per_seq} * bs
                   ? table[static_cast<int32_t>(p) / bs]
                   : -1;
@@ -443,8 +442,8 @@ cudaError_t KernelSlots(int device, int* ctas_per_sm) {
     cudaError_t err = cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim, kWarps>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (err != cudaSuccess) return err;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, DecodeAttentionKernel<kHeadDim, kWarps>, kWarps * 32, kBytes);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeAttentionKernel<kHeadDim, kWarps>,
+                                                        kWarps * 32, kBytes);
     if (err != cudaSuccess) return err;
     n = std::max(n, 1);
     cached[slot].store(n, std::memory_order_release);
@@ -496,7 +495,9 @@ bool DecodeAttentionSupported(const AttentionArgs& a) {
          int64_t{a.max_blocks_per_seq} * a.dims.block_size < (int64_t{1} << 31);
 }
 
-void SetDecodeAttentionWarps(int warps) { forced_warps.store(warps == 4 || warps == 8 ? warps : 0); }
+void SetDecodeAttentionWarps(int warps) {
+  forced_warps.store(warps == 4 || warps == 8 ? warps : 0);
+}
 
 cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint, DecodePlan* plan) {
   int device = 0, per_sm4 = 1, per_sm8 = 1;
@@ -519,14 +520,15 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   const int32_t splits8 = ChooseSplits(items, max_kv, slots8, &fill8);
   const int forced = forced_warps.load();
   plan->warps = 4;
-  if (a.dims.head_dim == 128 &&
-      (forced == 8 || (forced == 0 && slots8 < slots4 && splits8 == 1 && splits > 1 &&
-                       items <= slots8 && fill8 >= 0.9))) {
+  if (a.dims.head_dim == 128 && (forced == 8 || (forced == 0 && slots8 < slots4 && splits8 == 1 &&
+                                                 splits > 1 && items <= slots8 && fill8 >= 0.9))) {
     plan->warps = 8;
     splits = splits8;
   }
   // The kernel's span rule, so that a sequence of max_kv keys gets exactly `chunk` per split.
-  auto span = [&](int64_t n) { return ((max_kv + n - 1) / n + kTileKeys - 1) / kTileKeys * kTileKeys; };
+  auto span = [&](int64_t n) {
+    return ((max_kv + n - 1) / n + kTileKeys - 1) / kTileKeys * kTileKeys;
+  };
   splits = static_cast<int32_t>(std::min<int64_t>(
       std::max<int64_t>((max_kv + span(splits) - 1) / span(splits), 1), kMaxSplits));
   const int64_t chunk = span(splits);
@@ -553,8 +555,8 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
   if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, warps, device, &per_sm);
   if (err != cudaSuccess) return err;
   auto launch = [&](auto kernel, int smem_bytes) {
-    return LaunchPdl(kernel, grid, dim3(warps * 32), smem_bytes, stream, a, plan.chunk,
-                     plan.splits, part_o, part_lse);
+    return LaunchPdl(kernel, grid, dim3(warps * 32), smem_bytes, stream, a, plan.chunk, plan.splits,
+                     part_o, part_lse);
   };
   if (a.dims.head_dim == 64) {
     err = launch(DecodeAttentionKernel<64, 4>, Smem<64, 4>::kBytes);
