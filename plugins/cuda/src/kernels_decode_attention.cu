@@ -44,6 +44,7 @@ constexpr int kStages = 3;
 #endif
 constexpr int kMinChunk = STRATA_DECODE_MIN_CHUNK;
 constexpr int64_t kMaxSplits = 1024;  // the combine kernel stages one float per split
+constexpr int64_t kShortContext = 4096;  // PlanDecodeAttention: split plans up to here use 8 warps
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kHeadDim>
@@ -512,16 +513,21 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   max_kv = std::max<int64_t>(max_kv, 1);
   const int64_t items = int64_t{a.num_seqs} * a.dims.num_kv_heads;
   // 4-warp CTAs, unless (D = 128) one wave of unsplit 8-warp CTAs, one per SM, fills >= 90%
-  // of the SMs: the 4-warp plan would then be 2 splits and a combine for the same bytes in
-  // flight per SM.
+  // of the SMs (the 4-warp plan would then be 2 splits and a combine for the same bytes in
+  // flight per SM), or the 4-warp plan splits contexts of at most kShortContext keys: there the
+  // per-warp chain of a few tiles is the time, and 8 warps halve it (decode_attention_bench,
+  // 2026-12-01: Llama / Qwen3 batch 1 at 2k 8-13% faster; at 32k and batch >= 4 8 warps lose
+  // up to 3%).
   double fill4 = 0.0, fill8 = 0.0;
   const int64_t slots4 = int64_t{sms} * per_sm4, slots8 = int64_t{sms} * per_sm8;
   int32_t splits = ChooseSplits(items, max_kv, slots4, &fill4);
   const int32_t splits8 = ChooseSplits(items, max_kv, slots8, &fill8);
   const int forced = forced_warps.load();
   plan->warps = 4;
-  if (a.dims.head_dim == 128 && (forced == 8 || (forced == 0 && slots8 < slots4 && splits8 == 1 &&
-                                                 splits > 1 && items <= slots8 && fill8 >= 0.9))) {
+  const bool one_wave = splits8 == 1 && items <= slots8 && fill8 >= 0.9;
+  const bool short_splits = max_kv <= kShortContext;
+  if (a.dims.head_dim == 128 && (forced == 8 || (forced == 0 && slots8 < slots4 && splits > 1 &&
+                                                 (one_wave || short_splits)))) {
     plan->warps = 8;
     splits = splits8;
   }
