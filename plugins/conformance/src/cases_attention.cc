@@ -171,6 +171,11 @@ void AddAttentionDecodeCases(uint64_t seed, CaseList* out) {
                                 {2049, 1, 700, 1500}, 8, 2, 128, 16);
   bucket.max_kv_hint = 4096;
   AddAttention(seed, op, bucket, out);
+  // Longer than 4,096 keys at a small batch: a GPU plugin's split plan on 4-warp CTAs (shorter
+  // split plans run 8-warp CTAs).
+  AddAttention(seed, op,
+               Decode("batch 2 ctx 4500..6000 H=8/2 D=128 bs=16", {6000, 4500}, 8, 2, 128, 16),
+               out);
   // 128 (sequence, kv head) items: on a 132-SM GPU one wave of unsplit 8-warp CTAs.
   contexts.clear();
   for (int i = 0; i < 32; ++i) contexts.push_back(rng.Int(200, 700));
