@@ -460,27 +460,27 @@ cudaError_t SlotsFor(int64_t head_dim, int warps, int device, int* ctas_per_sm) 
                     : KernelSlots<128, 4>(device, ctas_per_sm);
 }
 
+// The share of `slots` resident-CTA slots that `items` x `splits` CTAs fill, over whole waves.
+double WaveFill(int64_t items, int64_t splits, int64_t slots) {
+  const int64_t ctas = items * splits;
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+}
+
 // Splits per (sequence, kv head): the smallest count whose CTAs fill the resident slots in
-// whole waves to >= 90% (or the best fill), each split keeping >= kMinChunk keys. *fill: the
-// chosen count's fill.
-int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots, double* fill_out) {
+// whole waves to >= 90% (or the best fill), each split keeping >= kMinChunk keys.
+int32_t ChooseSplits(int64_t items, int64_t max_kv, int64_t slots) {
   const int64_t max_splits = std::max<int64_t>(1, (max_kv + kMinChunk - 1) / kMinChunk);
   int64_t best = 1;
   double best_fill = 0.0;
   for (int64_t splits = 1; splits <= std::min<int64_t>(max_splits, 4 * slots); ++splits) {
-    const int64_t ctas = items * splits;
-    const int64_t waves = (ctas + slots - 1) / slots;
-    const double fill = static_cast<double>(ctas) / static_cast<double>(waves * slots);
-    if (fill >= 0.9) {
-      *fill_out = fill;
-      return static_cast<int32_t>(splits);
-    }
+    const double fill = WaveFill(items, splits, slots);
+    if (fill >= 0.9) return static_cast<int32_t>(splits);
     if (fill > best_fill + 1e-9) {
       best_fill = fill;
       best = splits;
     }
   }
-  *fill_out = best_fill;
   return static_cast<int32_t>(best);
 }
 
@@ -518,13 +518,12 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   // per-warp chain of a few tiles is the time, and 8 warps halve it (decode_attention_bench,
   // 2026-12-01: Llama / Qwen3 batch 1 at 2k 8-13% faster; at 32k and batch >= 4 8 warps lose
   // up to 3%).
-  double fill4 = 0.0, fill8 = 0.0;
   const int64_t slots4 = int64_t{sms} * per_sm4, slots8 = int64_t{sms} * per_sm8;
-  int32_t splits = ChooseSplits(items, max_kv, slots4, &fill4);
-  const int32_t splits8 = ChooseSplits(items, max_kv, slots8, &fill8);
+  int32_t splits = ChooseSplits(items, max_kv, slots4);
+  const int32_t splits8 = ChooseSplits(items, max_kv, slots8);
   const int forced = forced_warps.load();
   plan->warps = 4;
-  const bool one_wave = splits8 == 1 && items <= slots8 && fill8 >= 0.9;
+  const bool one_wave = splits8 == 1 && items <= slots8 && WaveFill(items, 1, slots8) >= 0.9;
   const bool short_splits = max_kv <= kShortContext;
   if (a.dims.head_dim == 128 && (forced == 8 || (forced == 0 && slots8 < slots4 && splits > 1 &&
                                                  (one_wave || short_splits)))) {
