@@ -176,14 +176,21 @@ SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_
 
 using skinny::kMaxServedTiles;
 
+namespace skinny {
+// gemm_silu_mul's deep-ring case: 33-64 rows over more tiles than SkinnyGemmServes takes, on
+// wgmma. The fused silu saves cuBLAS's [M, 2I] write and the silu_mul pass, which is worth the
+// slower stream there (plugins/cuda/NOTES.md).
+bool DeepSiluRing(int64_t m, int64_t inter) {
+  return STRATA_SKINNY_SILU_DEEP != 0 && m > kDeepSiluMinRows && m <= kSkinnyGemmRows &&
+         (2 * inter + 127) / 128 > kMaxServedTiles &&
+         wgmma_enabled.load(std::memory_order_relaxed) && WgmmaAvailable();
+}
+}  // namespace skinny
+
 bool SkinnyGemmSiluServes(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                           const bf16* w, int64_t ldw) {
-  if (SkinnyGemmServes(m, 2 * inter, k, x, ldx, w, ldw)) return true;
-  // The fused silu saves cuBLAS's [M, 2I] write and the silu_mul pass, which is worth the
-  // slower stream where wgmma runs the deep ring (plugins/cuda/NOTES.md).
-  return STRATA_SKINNY_SILU_DEEP != 0 && m > skinny::kDeepSiluMinRows && m <= kSkinnyGemmRows &&
-         skinny::wgmma_enabled.load(std::memory_order_relaxed) && WgmmaAvailable() &&
-         WeightStreamShape(2 * inter, k, x, ldx, w, ldw) && inter < (int64_t{1} << 29);
+  return SkinnyGemmServes(m, 2 * inter, k, x, ldx, w, ldw) ||
+         (skinny::DeepSiluRing(m, inter) && WeightStreamShape(2 * inter, k, x, ldx, w, ldw));
 }
 using skinny::LaunchByRows;
 using skinny::MakeSkinnyArgs;
@@ -215,11 +222,8 @@ cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const b
                                     const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
                                     int64_t ldo, cudaStream_t stream) {
   const skinny::SkinnyArgs g = MakeSkinnyArgs(m, inter, k, x, ldx, w, ldw, bias, false, out, ldo);
-  if (m > skinny::kDeepSiluMinRows && (2 * inter + 127) / 128 > kMaxServedTiles &&
-      skinny::wgmma_enabled.load(std::memory_order_relaxed) && WgmmaAvailable()) {
-    return skinny::LaunchSkinnyWgmmaDeepSilu(g, stream);
-  }
-  return LaunchByRows<2>(g, stream);
+  return skinny::DeepSiluRing(m, inter) ? skinny::LaunchSkinnyWgmmaDeepSilu(g, stream)
+                                        : LaunchByRows<2>(g, stream);
 }
 
 }  // namespace strata::cuda
