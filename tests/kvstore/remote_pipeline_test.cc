@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
+#include "remote_raw_client.h"
 #include "remote_test_util.h"
 #include "strata/kvstore/kvstore_server.h"
 #include "strata/kvstore/remote_tier.h"
@@ -199,44 +200,29 @@ TEST(RemotePipelineTest, RegisteredRunOfSeveralPiecesIsByteExact) {
   EXPECT_EQ(tier->path_stats().staged_blocks, 0);
 }
 
-// A raw client of the KvStore service: holds leases and reservations the way other clients
-// of a shared daemon would.
+// Another client of the shared daemon: holds leases and reservations the way other readers
+// and writers would. Acquire / Reserve return how many blocks were found / granted.
 struct RawClient {
-  explicit RawClient(const std::string& address)
-      : stub(v1::KvStore::NewStub(proto::MakeChannel(address))) {
-    grpc::ClientContext ctx;
-    v1::KvHelloRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_block_bytes(kBlock);
+  explicit RawClient(const std::string& address) : raw(address) {
     v1::KvHelloResponse resp;
-    EXPECT_TRUE(stub->Hello(&ctx, req, &resp).ok());
+    EXPECT_TRUE(raw.Hello(kBlock, &resp).ok());
     instance = resp.instance();
   }
   int Acquire(const std::vector<uint64_t>& hashes) {
-    grpc::ClientContext ctx;
-    v1::KvAcquireRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_instance(instance);
-    for (uint64_t h : hashes) req.add_hashes(h);
     v1::KvAcquireResponse resp;
-    EXPECT_TRUE(stub->Acquire(&ctx, req, &resp).ok());
+    EXPECT_TRUE(raw.Acquire(instance, hashes, &resp).ok());
     int found = 0;
     for (const v1::KvLease& l : resp.leases()) found += l.found() ? 1 : 0;
     return found;
   }
   int Reserve(const std::vector<uint64_t>& hashes) {
-    grpc::ClientContext ctx;
-    v1::KvReserveWriteRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_instance(instance);
-    for (uint64_t h : hashes) req.add_blocks()->set_hash(h);
     v1::KvReserveWriteResponse resp;
-    EXPECT_TRUE(stub->ReserveWrite(&ctx, req, &resp).ok());
+    EXPECT_TRUE(raw.Reserve(instance, hashes, &resp).ok());
     int granted = 0;
     for (const v1::KvReservation& r : resp.reservations()) granted += r.code() == 0 ? 1 : 0;
     return granted;
   }
-  std::unique_ptr<v1::KvStore::Stub> stub;
+  testing::RawKvClient raw;
   uint64_t instance = 0;
 };
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "remote_raw_client.h"
 #include "remote_test_util.h"
 #include "strata/kvstore/kvstore_server.h"
 #include "strata/kvstore/remote_tier.h"
@@ -162,20 +164,11 @@ TEST(RemoteRegisteredTest, CorruptCopyReadInPlaceIsAMiss) {
 
 // Leases `hashes` on the daemon and never releases them (a reader that died).
 void LeaseForever(const std::string& address, std::vector<uint64_t> hashes) {
-  auto stub = v1::KvStore::NewStub(proto::MakeChannel(address));
-  grpc::ClientContext hello_ctx;
-  v1::KvHelloRequest hello;
-  hello.set_protocol_version(proto::kProtocolVersion);
-  hello.set_block_bytes(kBlock);
-  v1::KvHelloResponse hello_resp;
-  ASSERT_TRUE(stub->Hello(&hello_ctx, hello, &hello_resp).ok());
-  grpc::ClientContext ctx;
-  v1::KvAcquireRequest req;
-  req.set_protocol_version(proto::kProtocolVersion);
-  req.set_instance(hello_resp.instance());
-  for (uint64_t h : hashes) req.add_hashes(h);
+  testing::RawKvClient raw(address);
+  v1::KvHelloResponse hello;
+  ASSERT_TRUE(raw.Hello(kBlock, &hello).ok());
   v1::KvAcquireResponse resp;
-  ASSERT_TRUE(stub->Acquire(&ctx, req, &resp).ok());
+  ASSERT_TRUE(raw.Acquire(hello.instance(), std::move(hashes), &resp).ok());
 }
 
 // PutBlocks stores scattered blocks (a batch of demotions) and answers per block: stored and

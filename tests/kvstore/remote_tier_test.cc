@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 
+#include "remote_raw_client.h"
 #include "remote_test_util.h"
 #include "strata/kvstore/kvstore_server.h"
 #include "strata/proto/kvstore.grpc.pb.h"
@@ -147,47 +148,7 @@ TEST(RemoteTierTest, CorruptBlockLateInARunEndsTheRunThere) {
   EXPECT_TRUE(tier->Contains(305));
 }
 
-// A raw client of the KvStore service, for what RemoteTier never sends.
-struct RawClient {
-  explicit RawClient(const std::string& address)
-      : stub(v1::KvStore::NewStub(proto::MakeChannel(address))) {}
-  grpc::Status Hello(uint64_t block_bytes, v1::KvHelloResponse* resp, uint32_t version = 0) {
-    grpc::ClientContext ctx;
-    v1::KvHelloRequest req;
-    req.set_protocol_version(version == 0 ? proto::kProtocolVersion : version);
-    req.set_block_bytes(block_bytes);
-    return stub->Hello(&ctx, req, resp);
-  }
-  grpc::Status Acquire(uint64_t instance, std::vector<uint64_t> hashes, v1::KvAcquireResponse* r) {
-    grpc::ClientContext ctx;
-    v1::KvAcquireRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_instance(instance);
-    for (uint64_t h : hashes) req.add_hashes(h);
-    return stub->Acquire(&ctx, req, r);
-  }
-  grpc::Status Reserve(uint64_t instance, std::vector<uint64_t> hashes,
-                       v1::KvReserveWriteResponse* r) {
-    grpc::ClientContext ctx;
-    v1::KvReserveWriteRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_instance(instance);
-    for (uint64_t h : hashes) req.add_blocks()->set_hash(h);
-    return stub->ReserveWrite(&ctx, req, r);
-  }
-  grpc::Status Commit(uint64_t instance, uint64_t reservation, uint64_t checksum,
-                      v1::KvSettleResponse* r) {
-    grpc::ClientContext ctx;
-    v1::KvSettleRequest req;
-    req.set_protocol_version(proto::kProtocolVersion);
-    req.set_instance(instance);
-    v1::KvCommit* c = req.mutable_settle()->add_commits();
-    c->set_reservation_id(reservation);
-    c->set_checksum(checksum);
-    return stub->Settle(&ctx, req, r);
-  }
-  std::unique_ptr<v1::KvStore::Stub> stub;
-};
+using RawClient = testing::RawKvClient;
 
 // The daemon's count of `method` RPCs answered OK, read from its /metrics (0 if none).
 int RpcsOk(const KvStoreServer& server, const std::string& method) {
