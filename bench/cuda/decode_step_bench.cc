@@ -33,9 +33,12 @@
 //
 //     decode_step_bench [--quick] [--steps N] [--model llama3.1-8b|qwen3-30b-a3b]
 //                       [--plugin PATH] [--batches 1,8,64] [--no-prefill] [--cuda-profile]
+//                       [--chain-costs]
 // --cuda-profile brackets the graph-replayed greedy steps (only those) with cudaProfilerStart /
 // cudaProfilerStop, for `nsys profile --capture-range=cudaProfilerApi` or
 // `ncu --profile-from-start off`: a kernel-level view of the step as served.
+// --chain-costs times the graph-replayed step again without each per-layer op call in turn
+// (ChainCosts): what each op costs the step where it sits in the kernel chain.
 // prints one line per point and "CSV,..." lines for scripts/bench_cuda.sh.
 #include <cuda_profiler_api.h>
 
@@ -45,6 +48,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -101,9 +105,11 @@ struct Options {
   std::vector<int> batches;  // empty: 1, 8, 64 (1, 64 with --quick)
   bool prefill = true;
   bool cuda_profile = false;
+  bool chain_costs = false;
 };
 
 bool g_cuda_profile = false;  // --cuda-profile
+bool g_chain_costs = false;   // --chain-costs
 
 [[noreturn]] void Die(const std::string& what, const absl::Status& st) {
   std::fprintf(stderr, "decode_step_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -160,9 +166,9 @@ strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata
 // the step loses to running ops back to back without overlap (or gains from it). Off, each
 // wrapper only forwards.
 constexpr const char* kOpNames[] = {
-    "embedding",         "rms_norm",         "gemm",      "rope",        "silu_mul", "gather_rows",
-    "kv_append",         "attention_decode", "moe_route", "moe_experts", "copy_h2d", "copy_d2h",
-    "attention_prologue", "gemm_silu_mul"};
+    "embedding",          "rms_norm",         "gemm",      "rope",        "silu_mul", "gather_rows",
+    "kv_append",          "attention_decode", "moe_route", "moe_experts", "copy_h2d", "copy_d2h",
+    "attention_prologue", "gemm_silu_mul",    "sample"};
 constexpr int kNumOps = sizeof(kOpNames) / sizeof(kOpNames[0]);
 
 struct OpProfile {
@@ -174,6 +180,41 @@ struct OpProfile {
 };
 OpProfile g_profile;
 
+// --- In-chain cost of an op (--chain-costs) ----------------------------------------------------
+// What a step as replayed would save without one op: the wrappers count each op's calls within a
+// step (the embedding starts a step) and leave out the calls of op `slot` whose index i in
+// [from, limit) has (i - from) % period == phase (e.g. from 0, period 3, phase 1: the second gemm
+// of each layer; from = 3 x layers: the head's gemm after the layers). `stale` makes
+// the next graph_launch answer UNSUPPORTED, so the runner drops the graph and records the step
+// again with the skip applied. Outputs are garbage meanwhile; only the timing is read.
+struct ChainSkip {
+  int slot = -1;  // -1: nothing left out
+  int64_t period = 1, phase = 0, from = 0, limit = 0;
+  int64_t index[kNumOps] = {};  // calls of each op so far in this step
+  int64_t total[kNumOps] = {};  // calls of each op so far
+  bool stale = false;
+};
+ChainSkip g_skip;
+
+// True if this call of op `slot` is to be left out; counts it either way.
+bool SkipCall(int slot) {
+  if (slot == 0) std::fill(std::begin(g_skip.index), std::end(g_skip.index), 0);
+  ++g_skip.total[slot];
+  const int64_t i = g_skip.index[slot]++;
+  return slot == g_skip.slot && i >= g_skip.from && i < g_skip.limit &&
+         (i - g_skip.from) % g_skip.period == g_skip.phase;
+}
+
+strata_status (*g_real_graph_launch)(strata_backend, strata_stream, strata_graph) = nullptr;
+
+strata_status GraphLaunch(strata_backend b, strata_stream s, strata_graph g) {
+  if (g_skip.stale) {
+    g_skip.stale = false;
+    return STRATA_ERR_UNSUPPORTED;  // the runner records the step again
+  }
+  return g_real_graph_launch(b, s, g);
+}
+
 template <auto Member, int Slot>
 struct Timed;
 
@@ -182,6 +223,7 @@ template <typename... A,
           int Slot>
 struct Timed<Member, Slot> {
   static strata_status Call(strata_backend b, strata_stream s, A... args) {
+    if (SkipCall(Slot)) return STRATA_OK;
     if (!g_profile.enabled) return (g_profile.inner.*Member)(b, s, args...);
     const auto t0 = Clock::now();
     strata_status st = (g_profile.inner.*Member)(b, s, args...);
@@ -219,6 +261,11 @@ std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name) {
   Wrap<&Api::copy_d2h, 11>();
   Wrap<&Api::attention_prologue, 12>();
   Wrap<&Api::gemm_silu_mul, 13>();
+  Wrap<&Api::sample, 14>();
+  if (g_profile.inner.graph_launch != nullptr) {
+    g_real_graph_launch = g_profile.inner.graph_launch;
+    g_profile.outer.graph_launch = GraphLaunch;
+  }
   return OrDie(Plugin::FromTable(&g_profile.outer, real->origin() + " (instrumented)"),
                "wrapping plugin");
 }
@@ -454,6 +501,83 @@ double TimeSampledDecode(Setup& s, int batch, int steps, strata_sample_params pa
   return Summarize(ms).median;
 }
 
+// In-chain cost of each op of the graph-replayed greedy step (--chain-costs; see ChainSkip): the
+// step's median without some of an op's calls (one call of each layer, the head's calls, the
+// sampler, the input and output copies) against the whole step timed before and after. Ops the
+// engine calls on other sequences' data (the MoE at batch > 1) route differently on the garbage
+// a skip leaves, so only batch 1 reads cleanly.
+void ChainCosts(const char* name, Setup& s, int batch, int steps) {
+  const int64_t layers = s.config.num_layers;
+  s.runner->set_graph_batches({});  // op by op, so the wrappers count one step's calls
+  (void)GreedyIds(s, batch);
+  int64_t calls[kNumOps];
+  std::copy(std::begin(g_skip.index), std::end(g_skip.index), calls);
+  s.runner->set_graph_batches(RunnerOptions{}.graph_batches);
+  strata_sample_params greedy{};
+  greedy.top_p = 1.0f, greedy.num_logprobs = -1;
+  struct Row {
+    int slot;
+    int64_t from, limit, period, phase;
+    double ms = 0;
+  };
+  auto time_without = [&](const Row& r) {
+    g_skip.slot = r.slot, g_skip.from = r.from, g_skip.limit = r.limit;
+    g_skip.period = r.period, g_skip.phase = r.phase;
+    g_skip.stale = true;  // record the step again with (or without) the skip
+    return TimeSampledDecode(s, batch, steps, greedy);
+  };
+  const Row whole{-1, 0, 0, 1, 0};
+  (void)time_without(whole);  // a graph of the bucket exists before `stale` is used
+  const double before = time_without(whole);
+  // Each per-layer call of an op (its phase within a layer), then its calls after the layers
+  // (the head's), or all its calls where it runs less than once per layer (the sampler). Not the
+  // embedding: it marks a step's start.
+  std::vector<Row> rows;
+  // The copies (step inputs up, ids down) happen outside the graph, before and after the
+  // embedding: all of them are left out, counted over one replayed step.
+  int64_t copies[kNumOps];
+  std::copy(std::begin(g_skip.total), std::end(g_skip.total), copies);
+  (void)time_without(whole);
+  for (int op : {10, 11}) {
+    const int64_t n = (g_skip.total[op] - copies[op]) / (kWarmup + steps);
+    if (n > 0) rows.push_back({op, 0, std::numeric_limits<int64_t>::max(), 1, 0});
+    copies[op] = n;
+  }
+  for (int op = 1; op < kNumOps; ++op) {
+    if (op == 10 || op == 11) continue;
+    const int64_t period = calls[op] / layers, rest = calls[op] - period * layers;
+    for (int64_t phase = 0; phase < period; ++phase) {
+      rows.push_back({op, 0, period * layers, period, phase});
+    }
+    if (rest > 0) rows.push_back({op, period * layers, calls[op], 1, 0});
+  }
+  for (Row& r : rows) r.ms = time_without(r);
+  const double after = time_without(whole);
+  const double base = (before + after) / 2;
+  std::printf("%-14s chain b %2d: whole step %.3f ms (before %.3f, after %.3f)\n", name, batch,
+              base, before, after);
+  for (const Row& r : rows) {
+    const bool per_layer = r.limit == r.period * layers && r.from == 0;
+    const bool copy = r.slot == 10 || r.slot == 11;
+    // calls left out per step
+    const int64_t n = per_layer ? layers : (copy ? copies[r.slot] : r.limit - r.from);
+    const double saved_us = (base - r.ms) * 1e3 / double(n);
+    char what[64];
+    if (per_layer) {
+      std::snprintf(what, sizeof(what), "call %ld of %ld per layer", long(r.phase + 1),
+                    long(r.period));
+    } else {
+      std::snprintf(what, sizeof(what), "%s %ld call(s) %s", r.from == 0 ? "all" : "the", long(n),
+                    r.from == 0 ? "of the step" : "after the layers");
+    }
+    std::printf("%-14s chain b %2d: without %s %s: %.3f ms, %.2f us per call\n", name, batch,
+                kOpNames[r.slot], what, r.ms, saved_us);
+    std::printf("CSV,chain,%s,%d,%s,%ld,%ld,%ld,%.4f,%.4f,%.3f\n", name, batch, kOpNames[r.slot],
+                long(r.from), long(r.phase + 1), long(r.period), r.ms, base, saved_us);
+  }
+  std::fflush(stdout);
+}
+
 // Per-op wall time of a step with a synchronize after every op (see OpProfile), averaged over
 // kProfileSteps steps; printed per op, with the GB/s the GEMMs reach on their weights.
 constexpr int kProfileSteps = 5;
@@ -574,6 +698,7 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
       std::printf("CSV,graph,%s,%d,%.4f,%.3f,%.4f,%.3f,%ld,%ld\n", name, batch, ggm,
                   ggm / r.roof_ms, gtm, gtm / r.roof_ms, long(stats.recordings),
                   long(stats.fallbacks));
+      if (g_chain_costs) ChainCosts(name, s, batch, steps);
     }
     std::fflush(stdout);
   }
@@ -660,10 +785,12 @@ Options ParseArgs(int argc, char** argv) {
       o.prefill = false;
     } else if (a == "--cuda-profile") {
       o.cuda_profile = true;
+    } else if (a == "--chain-costs") {
+      o.chain_costs = true;
     } else {
       std::fprintf(stderr,
                    "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P] "
-                   "[--batches 1,8,64] [--no-prefill] [--cuda-profile]\n");
+                   "[--batches 1,8,64] [--no-prefill] [--cuda-profile] [--chain-costs]\n");
       std::exit(2);
     }
   }
@@ -677,6 +804,7 @@ int main(int argc, char** argv) {
   using namespace strata;
   const Options o = ParseArgs(argc, argv);
   g_cuda_profile = o.cuda_profile;
+  g_chain_costs = o.chain_costs;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);

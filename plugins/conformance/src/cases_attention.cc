@@ -171,6 +171,12 @@ void AddAttentionDecodeCases(uint64_t seed, CaseList* out) {
                                 {2049, 1, 700, 1500}, 8, 2, 128, 16);
   bucket.max_kv_hint = 4096;
   AddAttention(seed, op, bucket, out);
+  // The served batch-1 step at 2k (Qwen3-30B-A3B's heads): a GPU plugin's short split plan,
+  // whose splits may merge in a thread-block cluster instead of a combine kernel.
+  AttentionSpec one =
+      Decode("batch 1 ctx 2049 planned for 4096 H=32/4 D=128 bs=16", {2049}, 32, 4, 128, 16);
+  one.max_kv_hint = 4096;
+  AddAttention(seed, op, one, out);
   // Longer than 4,096 keys at a small batch: a GPU plugin's split plan on 4-warp CTAs (shorter
   // split plans run 8-warp CTAs).
   AddAttention(seed, op,
