@@ -81,7 +81,7 @@ absl::Status ModelRunner::GrowScratch(DeviceBuffer& buf, size_t bytes) {
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows) {
+absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t rows) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   const strata_dtype act = backend_->info().act_dtype;
@@ -102,41 +102,38 @@ absl::Status ModelRunner::EnsureScratch(int64_t tokens, int64_t seqs, int64_t ta
     STRATA_RETURN_IF_ERROR(GrowScratch(s.router, t * std::max(c.num_experts, 1) * a));
     STRATA_RETURN_IF_ERROR(GrowScratch(s.topk_w, t * k * sizeof(float)));
     STRATA_RETURN_IF_ERROR(GrowScratch(s.topk_ids, t * k * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.ids, t * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.positions, t * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.slots, t * sizeof(int32_t)));
-  }
-  if (seqs > s.seqs) {
-    s.seqs = std::max<int64_t>(seqs, 2 * s.seqs);
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.q_start, (s.seqs + 1) * sizeof(int32_t)));
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.kv_len, s.seqs * sizeof(int32_t)));
-  }
-  if (table > s.table) {
-    s.table = std::max<int64_t>(table, 2 * s.table);
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.block_tables, s.table * sizeof(int32_t)));
   }
   if (rows > s.rows) {
     s.rows = std::max<int64_t>(rows, 2 * s.rows);
-    STRATA_RETURN_IF_ERROR(GrowScratch(s.logit_rows, s.rows * sizeof(int32_t)));
     STRATA_RETURN_IF_ERROR(GrowScratch(s.head_in, s.rows * c.hidden_size * a));
     STRATA_RETURN_IF_ERROR(GrowScratch(s.logits, s.rows * c.vocab_size * a));
   }
   return absl::OkStatus();
 }
 
+// One copy for the step's seven index arrays: packed into the host staging block in a fixed
+// order, each part starting 16 bytes aligned, and uploaded into `inputs`; the scratch pointers
+// are set to the parts.
 absl::Status ModelRunner::Upload(const StepInputs& in) {
   Scratch& s = *scratch_;
-  auto up = [&](DeviceBuffer& dst, const std::vector<int32_t>& v) -> absl::Status {
-    if (v.empty()) return absl::OkStatus();
-    return backend_->CopyToDevice(dst.data(), v.data(), v.size() * sizeof(int32_t));
-  };
-  STRATA_RETURN_IF_ERROR(up(s.ids, in.ids));
-  STRATA_RETURN_IF_ERROR(up(s.positions, in.positions));
-  STRATA_RETURN_IF_ERROR(up(s.slots, in.slots));
-  STRATA_RETURN_IF_ERROR(up(s.q_start, in.q_start));
-  STRATA_RETURN_IF_ERROR(up(s.kv_len, in.kv_len));
-  STRATA_RETURN_IF_ERROR(up(s.block_tables, in.block_tables));
-  return up(s.logit_rows, in.logit_rows);
+  const std::vector<int32_t>* parts[] = {&in.ids,    &in.positions,    &in.slots,     &in.q_start,
+                                         &in.kv_len, &in.block_tables, &in.logit_rows};
+  int32_t** dst[] = {&s.ids,    &s.positions,    &s.slots,     &s.q_start,
+                     &s.kv_len, &s.block_tables, &s.logit_rows};
+  auto aligned = [](size_t n) { return (n + 3) / 4 * 4; };  // 4 int32 = 16 bytes
+  size_t total = 0;
+  for (const auto* p : parts) total += aligned(p->size());
+  STRATA_RETURN_IF_ERROR(GrowScratch(s.inputs, std::max<size_t>(total, 1) * sizeof(int32_t)));
+  s.staging.assign(total, 0);
+  auto* base = static_cast<int32_t*>(s.inputs.data());
+  size_t at = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    std::copy(parts[i]->begin(), parts[i]->end(), s.staging.begin() + static_cast<ptrdiff_t>(at));
+    *dst[i] = base + at;
+    at += aligned(parts[i]->size());
+  }
+  if (total == 0) return absl::OkStatus();
+  return backend_->CopyToDevice(base, s.staging.data(), total * sizeof(int32_t));
 }
 
 }  // namespace strata

@@ -62,9 +62,7 @@ absl::Status ModelRunner::RunBody(std::span<const ForwardSeq> seqs, StepInputs& 
 
 // Scratch sized for `in`, and its inputs uploaded.
 absl::Status ModelRunner::PrepareStep(const StepInputs& in) {
-  STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, in.num_seqs,
-                                       static_cast<int64_t>(in.block_tables.size()),
-                                       static_cast<int64_t>(in.logit_rows.size())));
+  STRATA_RETURN_IF_ERROR(EnsureScratch(in.num_tokens, static_cast<int64_t>(in.logit_rows.size())));
   return Upload(in);
 }
 
@@ -76,7 +74,7 @@ absl::Status ModelRunner::EnqueueBody(const StepInputs& in) {
   const int64_t t = in.num_tokens, h = config().hidden_size;
   const strata_dtype wdt = backend_->info().weight_dtype;
   strata_tensor table = MakeTensor(model_->embed().data(), wdt, {config().vocab_size, h});
-  strata_tensor ids = MakeTensor(scratch_->ids.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor ids = MakeTensor(scratch_->ids, STRATA_DTYPE_I32, {t});
   strata_tensor residual = MakeTensor(scratch_->residual.data(), act, {t, h});
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.embedding(backend_->handle(), backend_->stream(), &table, &ids, &residual), "embedding"));
@@ -185,10 +183,10 @@ absl::Status ModelRunner::RunQkv(int layer, const StepInputs& in, strata_tensor*
   strata_tensor qn = MakeTensor(w.q_norm.data(), wdt, {d});
   strata_tensor kn = MakeTensor(w.k_norm.data(), wdt, {d});
   const float eps = static_cast<float>(c.rms_norm_eps);
-  strata_tensor pos = MakeTensor(scratch_->positions.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor pos = MakeTensor(scratch_->positions, STRATA_DTYPE_I32, {t});
   strata_tensor inv_freq =
       MakeTensor(model_->inv_freq().data(), STRATA_DTYPE_F32, {c.rotary_dim() / 2});
-  strata_tensor slots = MakeTensor(scratch_->slots.data(), STRATA_DTYPE_I32, {t});
+  strata_tensor slots = MakeTensor(scratch_->slots, STRATA_DTYPE_I32, {t});
   *q_out = q;
   // The plugin's fused prologue when it has one: the same ops, one call (one kernel on a GPU).
   if (api.attention_prologue != nullptr) {
@@ -222,9 +220,9 @@ absl::Status ModelRunner::RunAttention(int layer, const StepInputs& in) {
   batch.max_blocks_per_seq = in.max_blocks;
   batch.max_q_len = in.max_q;
   batch.max_kv_len = in.max_kv;
-  batch.q_start = static_cast<const int32_t*>(scratch_->q_start.data());
-  batch.kv_len = static_cast<const int32_t*>(scratch_->kv_len.data());
-  batch.block_tables = static_cast<const int32_t*>(scratch_->block_tables.data());
+  batch.q_start = scratch_->q_start;
+  batch.kv_len = scratch_->kv_len;
+  batch.block_tables = scratch_->block_tables;
   strata_attention_params params{layer, 1.0f / std::sqrt(static_cast<float>(d)),
                                  c.SlidingWindow(layer)};
   strata_tensor out = MakeTensor(scratch_->attn.data(), act, {t, hq, d});
@@ -315,10 +313,17 @@ absl::Status ModelRunner::ComputeLogits(const StepInputs& in) {
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.rms_norm(b, s, &hidden, &residual, &norm_w, eps, &normed), "rms_norm(final)"));
   if (rows == 0) return absl::OkStatus();
-  strata_tensor row_ids = MakeTensor(scratch_->logit_rows.data(), STRATA_DTYPE_I32, {rows});
-  strata_tensor head_in = MakeTensor(scratch_->head_in.data(), act, {rows, h});
   strata_tensor head_w = MakeTensor(model_->lm_head().data(), wdt, {v, h});
   strata_tensor logits = MakeTensor(scratch_->logits.data(), act, {rows, v});
+  // Every token's logits in token order (a decode step): the head reads the normed rows as they
+  // are, without a gather.
+  bool in_order = rows == t;
+  for (int64_t r = 0; in_order && r < rows; ++r) in_order = in.logit_rows[r] == r;
+  if (in_order) {
+    return backend_->Check(api.gemm(b, s, &normed, &head_w, nullptr, 0, &logits), "gemm(lm_head)");
+  }
+  strata_tensor row_ids = MakeTensor(scratch_->logit_rows, STRATA_DTYPE_I32, {rows});
+  strata_tensor head_in = MakeTensor(scratch_->head_in.data(), act, {rows, h});
   STRATA_RETURN_IF_ERROR(
       backend_->Check(api.gather_rows(b, s, &normed, &row_ids, &head_in), "gather_rows"));
   return backend_->Check(api.gemm(b, s, &head_in, &head_w, nullptr, 0, &logits), "gemm(lm_head)");

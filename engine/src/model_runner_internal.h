@@ -12,9 +12,15 @@ namespace strata {
 
 // Device buffers reused across steps; grown (never shrunk) when a step needs more.
 struct ModelRunner::Scratch {
-  int64_t tokens = 0, seqs = 0, table = 0, rows = 0;
+  int64_t tokens = 0, rows = 0;  // capacities (rows: of logits)
   DeviceBuffer hidden, residual, normed, qkv, attn, mlp_in, mlp_act, router, topk_w, topk_ids;
-  DeviceBuffer ids, positions, slots, q_start, kv_len, block_tables, logit_rows;
+  // The step's index arrays, packed into `inputs` by Upload (one copy per step) from the host
+  // `staging` block; the pointers are into `inputs`, at offsets fixed by the step's sizes (so
+  // a recorded graph's steps, all of one shape, find theirs in place).
+  DeviceBuffer inputs;
+  std::vector<int32_t> staging;
+  int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr, *q_start = nullptr,
+          *kv_len = nullptr, *block_tables = nullptr, *logit_rows = nullptr;
   DeviceBuffer head_in, logits;
   DeviceBuffer sample_params, sample_tokens, sample_logprobs, sample_top;  // ForwardSampled
   // Bumped whenever a buffer above is reallocated: a recorded graph points into them.

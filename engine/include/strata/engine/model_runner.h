@@ -97,7 +97,7 @@ class ModelRunner {
 
  private:
   ModelRunner();  // out of line: Graphs is complete only in model_runner_graph.cc
-  absl::Status EnsureScratch(int64_t tokens, int64_t seqs, int64_t table, int64_t rows);
+  absl::Status EnsureScratch(int64_t tokens, int64_t rows);
   absl::Status Upload(const StepInputs& in);
   absl::Status RunLayer(int layer, const StepInputs& in);
   absl::Status RunQkv(int layer, const StepInputs& in, strata_tensor* q);
