@@ -29,7 +29,8 @@
 #       against fp32 and SDPA), the same with --kernel mma (v1) and torch_sdpa_prefill.py (SDPA
 #       flash backend), then a TFLOP/s table with ours/SDPA and ours/v1 ratios.
 #
-#   scripts/bench_cuda.sh device-step [--quick]
+#   scripts/bench_cuda.sh device-step [decode_step_bench options: --quick, --batches 1,8,
+#                                      --no-prefill, --chain-costs, ...]
 #       (pack with BASELINE_PLUGIN=<an older libstrata_cuda.so> to time it too, same run)
 #       The end-to-end engine step alone (same call, `device-step`; the log is step.log):
 #       decode_step_bench runs strata's ModelRunner over libstrata_cuda.so with random weights
@@ -37,7 +38,8 @@
 #       against the roofline (weights read + KV read over the measured device-copy bandwidth),
 #       the host's logits copy and sampling time, a per-op profile (synchronized after each
 #       op) and prefill tokens/s (2k and 8k prompts), printed as three markdown tables; with the
-#       plugin's `sample` entry also the step as the engine runs it (ids back, not logits).
+#       plugin's `sample` entry also the step as the engine runs it (ids back, not logits); with
+#       --chain-costs, what each op's calls cost the graph-replayed step (a fourth table).
 #
 #   scripts/bench_cuda.sh device-sample [--quick]
 #       On-device sampling alone: the `sample` conformance cases (seeds 1, 7, 99) with
@@ -241,16 +243,15 @@ moe() {
 
 # End-to-end engine step: decode vs its roofline, and prefill tokens/s.
 step() {
-  local quick=${1:-}
   local work
   unpack
-  echo "== decode_step_bench"
-  "$work/bin/decode_step_bench" $quick | tee "$work/step.txt"
+  echo "== decode_step_bench $*"
+  "$work/bin/decode_step_bench" "$@" | tee "$work/step.txt"
   echo
   step_table "$work/step.txt"
   if [[ -f $work/bin/libstrata_cuda_base.so ]]; then
     echo "== decode_step_bench --plugin libstrata_cuda_base.so (the baseline, same run)"
-    "$work/bin/decode_step_bench" $quick --plugin "$work/bin/libstrata_cuda_base.so" |
+    "$work/bin/decode_step_bench" "$@" --plugin "$work/bin/libstrata_cuda_base.so" |
       tee "$work/step_base.txt"
     echo
     step_compare "$work/step_base.txt" "$work/step.txt"
@@ -307,6 +308,7 @@ step_table() {
                                 opms[k "|" $5] = $7; opcalls[k "|" $5] = $6 }
     $1 == "CSV" && $2 == "opsum" { k = $3 "|" $4; opsum[k] = $5; opstep[k] = $6; gemmbw[k] = $7 }
     $1 == "CSV" && $2 == "sampled" { sampled[nsm++] = $0 }
+    $1 == "CSV" && $2 == "chain" { chain[nch++] = $0 }
     END {
       printf "device copy bandwidth (D2D, read+write): %.0f GB/s\n\n", copy
       print "| model | batch | ctx | step ms (median) | p90 ms | roofline ms | step/roofline | (step - logits D2H)/roofline | weights read GB | KV read GB | experts/layer counted | uniform-routing experts | step/uniform roofline | logits D2H+fp32 ms | host sample greedy ms | host sample top-p ms |"
@@ -347,9 +349,25 @@ step_table() {
           printf "%s %.2f | %.2f | %.0f |\n", row, opsum[k], opstep[k], gemmbw[k]
         }
       }
-      print ""
-      print "| model | prompt tokens | prefill ms | tokens/s |"
-      print "|---|---:|---:|---:|"
+      if (nch) {
+        print ""
+        print "What each op costs the graph-replayed step where it sits in the kernel chain (--chain-costs: the step recorded again without those calls):"
+        print ""
+        print "| model | batch | op | calls left out | step without them ms | whole step ms | us per call |"
+        print "|---|---:|---|---|---:|---:|---:|"
+        for (i = 0; i < nch; ++i) {
+          split(chain[i], f, ",")
+          if (f[6] == "layer") which = sprintf("call %d of %d per layer (%d)", f[8], f[9], f[7])
+          else if (f[6] == "after") which = sprintf("the %d after the layers", f[7])
+          else which = sprintf("all %d of the step", f[7])
+          printf "| %s | %d | %s | %s | %.3f | %.3f | %.2f |\n", f[3], f[4], f[5], which, f[10], f[11], f[12]
+        }
+      }
+      if (np) {
+        print ""
+        print "| model | prompt tokens | prefill ms | tokens/s |"
+        print "|---|---:|---:|---:|"
+      }
       for (i = 0; i < np; ++i) {
         split(prefills[i], f, ",")
         printf "| %s | %d | %.1f | %.0f |\n", f[3], f[4], f[5], f[6]

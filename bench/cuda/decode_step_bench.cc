@@ -572,8 +572,9 @@ void ChainCosts(const char* name, Setup& s, int batch, int steps) {
     }
     std::printf("%-14s chain b %2d: without %s %s: %.3f ms, %.2f us per call\n", name, batch,
                 kOpNames[r.slot], what, r.ms, saved_us);
-    std::printf("CSV,chain,%s,%d,%s,%ld,%ld,%ld,%.4f,%.4f,%.3f\n", name, batch, kOpNames[r.slot],
-                long(r.from), long(r.phase + 1), long(r.period), r.ms, base, saved_us);
+    std::printf("CSV,chain,%s,%d,%s,%s,%ld,%ld,%ld,%.4f,%.4f,%.3f\n", name, batch,
+                kOpNames[r.slot], per_layer ? "layer" : (r.from == 0 ? "all" : "after"), long(n),
+                long(r.phase + 1), long(r.period), r.ms, base, saved_us);
   }
   std::fflush(stdout);
 }
