@@ -515,9 +515,13 @@ void ChainCosts(const char* name, Setup& s, int batch, int steps) {
   s.runner->set_graph_batches(RunnerOptions{}.graph_batches);
   strata_sample_params greedy{};
   greedy.top_p = 1.0f, greedy.num_logprobs = -1;
+  // Which calls a row leaves out: call `phase` of each layer's `period`, the calls after the
+  // layers (the head's), or all of them; `n` per step.
+  enum class Kind { kLayer, kAfter, kAll };
   struct Row {
     int slot;
-    int64_t from, limit, period, phase;
+    Kind kind;
+    int64_t from, limit, period, phase, n;
     double ms = 0;
   };
   auto time_without = [&](const Row& r) {
@@ -526,30 +530,31 @@ void ChainCosts(const char* name, Setup& s, int batch, int steps) {
     g_skip.stale = true;  // record the step again with (or without) the skip
     return TimeSampledDecode(s, batch, steps, greedy);
   };
-  const Row whole{-1, 0, 0, 1, 0};
+  const Row whole{-1, Kind::kAll, 0, 0, 1, 0, 0};
   (void)time_without(whole);  // a graph of the bucket exists before `stale` is used
+  // The copies (step inputs up, ids down) happen outside the graph, before and after the
+  // embedding: all of them are left out, counted over the replayed steps timed here.
+  int64_t totals[kNumOps];
+  std::copy(std::begin(g_skip.total), std::end(g_skip.total), totals);
   const double before = time_without(whole);
+  std::vector<Row> rows;
+  for (int op : {10, 11}) {
+    const int64_t n = (g_skip.total[op] - totals[op]) / (kWarmup + steps);
+    if (n > 0) rows.push_back({op, Kind::kAll, 0, std::numeric_limits<int64_t>::max(), 1, 0, n});
+  }
   // Each per-layer call of an op (its phase within a layer), then its calls after the layers
   // (the head's), or all its calls where it runs less than once per layer (the sampler). Not the
   // embedding: it marks a step's start.
-  std::vector<Row> rows;
-  // The copies (step inputs up, ids down) happen outside the graph, before and after the
-  // embedding: all of them are left out, counted over one replayed step.
-  int64_t copies[kNumOps];
-  std::copy(std::begin(g_skip.total), std::end(g_skip.total), copies);
-  (void)time_without(whole);
-  for (int op : {10, 11}) {
-    const int64_t n = (g_skip.total[op] - copies[op]) / (kWarmup + steps);
-    if (n > 0) rows.push_back({op, 0, std::numeric_limits<int64_t>::max(), 1, 0});
-    copies[op] = n;
-  }
   for (int op = 1; op < kNumOps; ++op) {
     if (op == 10 || op == 11) continue;
     const int64_t period = calls[op] / layers, rest = calls[op] - period * layers;
     for (int64_t phase = 0; phase < period; ++phase) {
-      rows.push_back({op, 0, period * layers, period, phase});
+      rows.push_back({op, Kind::kLayer, 0, period * layers, period, phase, layers});
     }
-    if (rest > 0) rows.push_back({op, period * layers, calls[op], 1, 0});
+    if (rest > 0) {
+      const Kind kind = period > 0 ? Kind::kAfter : Kind::kAll;
+      rows.push_back({op, kind, period * layers, calls[op], 1, 0, rest});
+    }
   }
   for (Row& r : rows) r.ms = time_without(r);
   const double after = time_without(whole);
@@ -557,24 +562,20 @@ void ChainCosts(const char* name, Setup& s, int batch, int steps) {
   std::printf("%-14s chain b %2d: whole step %.3f ms (before %.3f, after %.3f)\n", name, batch,
               base, before, after);
   for (const Row& r : rows) {
-    const bool per_layer = r.limit == r.period * layers && r.from == 0;
-    const bool copy = r.slot == 10 || r.slot == 11;
-    // calls left out per step
-    const int64_t n = per_layer ? layers : (copy ? copies[r.slot] : r.limit - r.from);
-    const double saved_us = (base - r.ms) * 1e3 / double(n);
+    const double saved_us = (base - r.ms) * 1e3 / double(r.n);
     char what[64];
-    if (per_layer) {
+    if (r.kind == Kind::kLayer) {
       std::snprintf(what, sizeof(what), "call %ld of %ld per layer", long(r.phase + 1),
                     long(r.period));
     } else {
-      std::snprintf(what, sizeof(what), "%s %ld call(s) %s", r.from == 0 ? "all" : "the", long(n),
-                    r.from == 0 ? "of the step" : "after the layers");
+      std::snprintf(what, sizeof(what), "%s %ld call(s) %s", r.kind == Kind::kAll ? "all" : "the",
+                    long(r.n), r.kind == Kind::kAll ? "of the step" : "after the layers");
     }
     std::printf("%-14s chain b %2d: without %s %s: %.3f ms, %.2f us per call\n", name, batch,
                 kOpNames[r.slot], what, r.ms, saved_us);
-    std::printf("CSV,chain,%s,%d,%s,%s,%ld,%ld,%ld,%.4f,%.4f,%.3f\n", name, batch,
-                kOpNames[r.slot], per_layer ? "layer" : (r.from == 0 ? "all" : "after"), long(n),
-                long(r.phase + 1), long(r.period), r.ms, base, saved_us);
+    const char* kind = r.kind == Kind::kLayer ? "layer" : (r.kind == Kind::kAll ? "all" : "after");
+    std::printf("CSV,chain,%s,%d,%s,%s,%ld,%ld,%ld,%.4f,%.4f,%.3f\n", name, batch, kOpNames[r.slot],
+                kind, long(r.n), long(r.phase + 1), long(r.period), r.ms, base, saved_us);
   }
   std::fflush(stdout);
 }
