@@ -57,8 +57,9 @@
 #       (bench/cuda/golden_generate.py), with the fp32 top-2 logit margin where they part.
 #
 #   scripts/bench_cuda.sh device-moe [--quick]
-#       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts and
-#       moe_route with more seeds, compute-sanitizer memcheck and racecheck), cuda_plugin_test,
+#       The MoE part alone (same call, `device-moe`): plugin-test (all ops, then moe_experts,
+#       moe_route and moe_route_experts with more seeds, compute-sanitizer memcheck and
+#       racecheck), cuda_plugin_test,
 #       moe_bench, moe_bench --kernel mma (the mma.sync GEMMs) and bench/cuda/torch_moe.py
 #       (torch._grouped_mm, or a per-expert loop), a table of layer times with ours/torch and
 #       mma/ours ratios and, for decode-sized shapes, the GB/s of expert weights touched over
@@ -211,9 +212,9 @@ moe() {
   echo "== strata plugin-test (cuda vs cpu reference)"
   "$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --reference cpu 2>&1 |
     tail -n 15
-  echo "== moe_experts / moe_route: more seeds, verbose; compute-sanitizer memcheck"
+  echo "== moe_experts / moe_route / moe_route_experts: more seeds, verbose; compute-sanitizer"
   local op
-  for op in moe_experts moe_route; do
+  for op in moe_experts moe_route moe_route_experts; do
     local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op $op)
     "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 9
     "${test[@]}" --seed 99 2>&1 | tail -n 1
@@ -381,21 +382,23 @@ moe_table() {
     FNR == 1 { file++ }
     $1 == "CSV" && $2 == "copy" && file == 1 { copy = $3 }
     $1 == "CSV" && $2 == "ours" && file == 1 { k = $3 "|" $4; us[k] = $5; tf[k] = $6; ex[k] = $7;
-                                               gbs[k] = $8; err[k] = $9; order[n++] = k }
+                                               gbs[k] = $8; err[k] = $9; sep[k] = $10; order[n++] = k }
     $1 == "CSV" && $2 == "ours" && file == 3 { mus[$3 "|" $4] = $5 }
     $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6; mode = $7 }
     END {
       printf "device copy bandwidth (D2D, read+write): %.0f GB/s; torch mode: %s\n\n", copy, mode
-      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | torch us | torch TFLOP/s | torch/ours | mma.sync us | mma/ours | ours vs mma |"
-      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      print "| model | tokens | ours us | ours TFLOP/s | experts touched | weights GB/s | of copy | route kernel + experts us | that/ours | torch us | torch TFLOP/s | torch/ours | mma.sync us | mma/ours | ours vs mma |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")
         t = (k in tus) ? tus[k] : 0
         mm = (k in mus) ? mus[k] : 0
         dec = f[2] <= 64
-        printf "| %s | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2],
+        printf "| %s | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2],
           us[k], tf[k], ex[k], (dec ? sprintf("%.0f", gbs[k]) : "-"),
-          (dec ? sprintf("%.2f", gbs[k] / copy) : "-"), (t ? sprintf("%.1f", t) : "-"),
+          (dec ? sprintf("%.2f", gbs[k] / copy) : "-"),
+          (sep[k] != "" ? sprintf("%.1f", sep[k]) : "-"),
+          (sep[k] != "" ? sprintf("%.2f", sep[k] / us[k]) : "-"), (t ? sprintf("%.1f", t) : "-"),
           (t ? sprintf("%.1f", ttf[k]) : "-"), (t ? sprintf("%.2f", t / us[k]) : "-"),
           (mm ? sprintf("%.1f", mm) : "-"), (mm ? sprintf("%.2f", mm / us[k]) : "-"),
           (err[k] != "" && err[k] >= 0 ? sprintf("%.1e", err[k]) : "-")

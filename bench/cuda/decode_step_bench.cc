@@ -14,11 +14,11 @@
 //     denominator of every CUDA table). Weight bytes: all weights but the embedding table (of
 //     which the step reads `batch` rows) and, for MoE layers, only the experts the step routes
 //     to. Those are **counted**: one extra (untimed) step runs with the plugin's moe_experts
-//     wrapped to copy topk_ids to the host and count distinct experts per layer; the expected
-//     count under uniform routing, E (1 - (1 - k/E)^batch), is printed beside it with the
-//     roofline it would give (with a prompt per sequence the two agree; sequences sharing one
-//     KV made random-weight tokens route to a handful of experts: plugins/cuda/NOTES.md).
-//     KV bytes: batch x 2,049 x layers x 2 x kv_heads x head_dim x 2.
+//     (and moe_route_experts) wrapped to copy topk_ids to the host and count distinct experts per
+//     layer; the expected count under uniform routing, E (1 - (1 - k/E)^batch), is printed beside
+//     it with the roofline it would give (with a prompt per sequence the two agree; sequences
+//     sharing one KV made random-weight tokens route to a handful of experts:
+//     plugins/cuda/NOTES.md). KV bytes: batch x 2,049 x layers x 2 x kv_heads x head_dim x 2.
 //   - What the host does with the logits: the runner copies the [batch, vocab] bf16 logits to
 //     the host and converts them to fp32 (timed separately here, same sizes), then the engine
 //     samples each row on the host with strata::Sample (timed here: greedy, and temperature 0.7
@@ -33,7 +33,10 @@
 //
 //     decode_step_bench [--quick] [--steps N] [--model llama3.1-8b|qwen3-30b-a3b]
 //                       [--plugin PATH] [--batches 1,8,64] [--no-prefill] [--cuda-profile]
-//                       [--chain-costs]
+//                       [--chain-costs] [--without ENTRY,...]
+// --without hides optional fused entries of the plugin (attention_prologue, gemm_silu_mul,
+// moe_route_experts), so the engine runs the ops they stand for: a fused entry's effect on the
+// served step, side by side with the same plugin.
 // --cuda-profile brackets the graph-replayed greedy steps (only those) with cudaProfilerStart /
 // cudaProfilerStop, for `nsys profile --capture-range=cudaProfilerApi` or
 // `ncu --profile-from-start off`: a kernel-level view of the step as served.
@@ -106,6 +109,7 @@ struct Options {
   bool prefill = true;
   bool cuda_profile = false;
   bool chain_costs = false;
+  std::vector<std::string> without;  // optional entries hidden from the engine
 };
 
 bool g_cuda_profile = false;  // --cuda-profile
@@ -138,17 +142,14 @@ struct ExpertCounter {
 };
 ExpertCounter g_counter;
 
-strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata_tensor* x,
-                                 const strata_tensor* topk_weights, const strata_tensor* topk_ids,
-                                 const strata_tensor* w_gate_up, const strata_tensor* w_down,
-                                 strata_tensor* out) {
+// Counts the distinct experts of one call's routing (copied to the host) while enabled.
+strata_status CountExperts(strata_backend b, strata_stream s, const strata_tensor* topk_ids) {
+  if (!g_counter.enabled) return STRATA_OK;
   const strata_plugin_api_v1& api = *g_counter.real;
-  strata_status st = api.moe_experts(b, s, x, topk_weights, topk_ids, w_gate_up, w_down, out);
-  if (st != STRATA_OK || !g_counter.enabled) return st;
   const int64_t rows = topk_ids->shape[0], k = topk_ids->shape[1];
   const int64_t stride = topk_ids->row_stride ? topk_ids->row_stride : k;
   std::vector<int32_t> ids(rows * stride);
-  st = api.copy_d2h(b, s, ids.data(), topk_ids->data, ids.size() * sizeof(int32_t));
+  strata_status st = api.copy_d2h(b, s, ids.data(), topk_ids->data, ids.size() * sizeof(int32_t));
   if (st == STRATA_OK) st = api.stream_synchronize(b, s);
   if (st != STRATA_OK) return st;
   std::set<int32_t> distinct;
@@ -156,6 +157,25 @@ strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata
   g_counter.distinct += static_cast<double>(distinct.size());
   ++g_counter.calls;
   return STRATA_OK;
+}
+
+strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata_tensor* x,
+                                 const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                                 const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                                 strata_tensor* out) {
+  const strata_status st =
+      g_counter.real->moe_experts(b, s, x, topk_weights, topk_ids, w_gate_up, w_down, out);
+  return st == STRATA_OK ? CountExperts(b, s, topk_ids) : st;
+}
+
+strata_status CountingMoeRouteExperts(strata_backend b, strata_stream s, const strata_tensor* x,
+                                      const strata_tensor* logits, int32_t top_k,
+                                      int32_t renormalize, strata_tensor* topk_weights,
+                                      strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                                      const strata_tensor* w_down, strata_tensor* out) {
+  const strata_status st = g_counter.real->moe_route_experts(
+      b, s, x, logits, top_k, renormalize, topk_weights, topk_ids, w_gate_up, w_down, out);
+  return st == STRATA_OK ? CountExperts(b, s, topk_ids) : st;
 }
 
 // --- Per-op profile of a step ------------------------------------------------------------------
@@ -166,9 +186,10 @@ strata_status CountingMoeExperts(strata_backend b, strata_stream s, const strata
 // the step loses to running ops back to back without overlap (or gains from it). Off, each
 // wrapper only forwards.
 constexpr const char* kOpNames[] = {
-    "embedding",          "rms_norm",         "gemm",      "rope",        "silu_mul", "gather_rows",
-    "kv_append",          "attention_decode", "moe_route", "moe_experts", "copy_h2d", "copy_d2h",
-    "attention_prologue", "gemm_silu_mul",    "sample"};
+    "embedding",          "rms_norm",      "gemm",      "rope",
+    "silu_mul",           "gather_rows",   "kv_append", "attention_decode",
+    "moe_route",          "moe_experts",   "copy_h2d",  "copy_d2h",
+    "attention_prologue", "gemm_silu_mul", "sample",    "moe_route_experts"};
 constexpr int kNumOps = sizeof(kOpNames) / sizeof(kOpNames[0]);
 
 struct OpProfile {
@@ -239,12 +260,21 @@ void Wrap() {
   if (g_profile.inner.*Member != nullptr) g_profile.outer.*Member = &Timed<Member, Slot>::Call;
 }
 
-std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name) {
+std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name,
+                                               const std::vector<std::string>& without) {
   static std::shared_ptr<Plugin> real;  // keeps the library loaded for the table's lifetime
   real = OrDie(LoadPlugin(name), "loading plugin " + name);
   g_counter.real = &real->api();
   g_profile.inner = real->api();
+  for (const std::string& e : without) {
+    if (e == "attention_prologue") g_profile.inner.attention_prologue = nullptr;
+    if (e == "gemm_silu_mul") g_profile.inner.gemm_silu_mul = nullptr;
+    if (e == "moe_route_experts") g_profile.inner.moe_route_experts = nullptr;
+  }
   if (g_profile.inner.moe_experts != nullptr) g_profile.inner.moe_experts = CountingMoeExperts;
+  if (g_profile.inner.moe_route_experts != nullptr) {
+    g_profile.inner.moe_route_experts = CountingMoeRouteExperts;
+  }
   g_profile.outer = g_profile.inner;
   using Api = strata_plugin_api_v1;
   Wrap<&Api::embedding, 0>();
@@ -262,6 +292,7 @@ std::shared_ptr<Plugin> LoadInstrumentedPlugin(const std::string& name) {
   Wrap<&Api::attention_prologue, 12>();
   Wrap<&Api::gemm_silu_mul, 13>();
   Wrap<&Api::sample, 14>();
+  Wrap<&Api::moe_route_experts, 15>();
   if (g_profile.inner.graph_launch != nullptr) {
     g_real_graph_launch = g_profile.inner.graph_launch;
     g_profile.outer.graph_launch = GraphLaunch;
@@ -789,10 +820,26 @@ Options ParseArgs(int argc, char** argv) {
       o.cuda_profile = true;
     } else if (a == "--chain-costs") {
       o.chain_costs = true;
+    } else if (a == "--without" && has_value) {
+      const std::string list = argv[++i];
+      for (size_t from = 0; from <= list.size();) {
+        const size_t comma = std::min(list.find(',', from), list.size());
+        const std::string e = list.substr(from, comma - from);
+        if (e != "attention_prologue" && e != "gemm_silu_mul" && e != "moe_route_experts") {
+          std::fprintf(stderr,
+                       "decode_step_bench: --without takes attention_prologue, gemm_silu_mul "
+                       "and moe_route_experts, not '%s'\n",
+                       e.c_str());
+          std::exit(2);
+        }
+        o.without.push_back(e);
+        from = comma + 1;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P] "
-                   "[--batches 1,8,64] [--no-prefill] [--cuda-profile] [--chain-costs]\n");
+                   "[--batches 1,8,64] [--no-prefill] [--cuda-profile] [--chain-costs] "
+                   "[--without ENTRY,...]\n");
       std::exit(2);
     }
   }
@@ -812,7 +859,8 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const double copy = cuda::bench::CopyBandwidthGBs();
   std::printf("# device copy (D2D 2 GiB, read+write): %.0f GB/s\nCSV,copy,%.1f\n", copy, copy);
-  const std::shared_ptr<Plugin> plugin = LoadInstrumentedPlugin(o.plugin);
+  const std::shared_ptr<Plugin> plugin = LoadInstrumentedPlugin(o.plugin, o.without);
+  for (const std::string& e : o.without) std::printf("# without the plugin's %s\n", e.c_str());
   for (const ModelShape& m : kModels) {
     if (o.model.empty() || o.model == m.name) RunModel(m, o, plugin, copy);
   }

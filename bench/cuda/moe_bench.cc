@@ -1,12 +1,14 @@
-// MoE layer on one GPU: the CUDA plugin's routing + expert kernels (LaunchMoeRoute, then
-// PlanMoeExperts + LaunchMoeExperts, the launchers the plugin's moe_route / moe_experts call),
+// MoE layer on one GPU: the CUDA plugin's routing + expert kernels (PlanMoeExperts +
+// LaunchMoeRouteExperts, the launchers the plugin's moe_route_experts calls, which the engine
+// uses; at decode sizes the expert kernels route themselves),
 // timed with CUDA events on Qwen3-30B-A3B (128 experts, top-8, hidden 2048, inter 768) and
 // Mixtral-8x7B (8 experts, top-2, hidden 4096, inter 14336) layer shapes at 1, 8, 64, 512 and
 // 4,096 tokens, random bf16 weights. torch_moe.py times PyTorch on the same shapes.
 //
 // Each call routes its own random logits (8 sets, used round robin, so successive calls touch
 // different experts and a small shape is not served from the L2). Figures per shape: median
-// time per call (route + experts; also the experts alone, on routings made earlier);
+// time per call (route + experts; also the route kernel then the experts, as moe_route +
+// moe_experts run them, and the experts alone, on routings made earlier);
 // TFLOP/s = 2 x T x k x 3 x H x I / time; for decode-sized shapes the GB/s of expert weights
 // actually touched (distinct experts per call x 3 x H x I x 2 bytes, averaged over the 8
 // routings) over the device-copy bandwidth measured in the same run (cudaMemcpy D2D of 2 GiB,
@@ -77,7 +79,7 @@ struct Buffers {
 };
 
 struct Result {
-  double us = 0, experts_us = 0, experts_touched = 0;
+  double us = 0, separate_us = 0, experts_us = 0, experts_touched = 0;
   double vs_mma = -1;  // ||ours - mma|| / ||mma|| on one routing, -1 when ours is the mma path
   const char* tiles = "";
 };
@@ -125,18 +127,28 @@ strata::cuda::MoeExpertsArgs ExpertArgs(const Model& m, int64_t tokens, const Bu
   return a;
 }
 
-// One layer call: route logits set r (unless experts_only: its routing from an earlier
-// call is reused), then the experts.
+// One layer call on logits set r: kFused routes and runs the experts as moe_route_experts
+// does; kSeparate launches the route kernel, then the experts (moe_route + moe_experts);
+// kExpertsOnly reuses the routing of an earlier call.
+enum class Mode { kFused, kSeparate, kExpertsOnly };
 void Call(const Model& m, int64_t tokens, Buffers& b, int r, const strata::cuda::MoePlan& plan,
-          cudaStream_t stream, bool experts_only = false) {
-  if (!experts_only) {
+          cudaStream_t stream, Mode mode = Mode::kFused) {
+  const strata::cuda::MoeExpertsArgs args = ExpertArgs(m, tokens, b, r);
+  if (mode == Mode::kFused) {
+    strata::cuda::MoeVectorRouting routing;
+    routing.logits = b.logits + r * tokens * m.experts;
+    routing.logits_stride = m.experts;
+    routing.renormalize = true;
+    BENCH_CHECK(strata::cuda::LaunchMoeRouteExperts(args, plan, routing, b.workspace, stream));
+    return;
+  }
+  if (mode == Mode::kSeparate) {
     BENCH_CHECK(strata::cuda::LaunchMoeRoute(b.logits + r * tokens * m.experts, m.experts, tokens,
                                              m.experts, static_cast<int32_t>(m.top_k), true,
                                              b.weights + r * tokens * m.top_k, m.top_k,
                                              b.ids + r * tokens * m.top_k, m.top_k, stream));
   }
-  BENCH_CHECK(
-      strata::cuda::LaunchMoeExperts(ExpertArgs(m, tokens, b, r), plan, b.workspace, stream));
+  BENCH_CHECK(strata::cuda::LaunchMoeExperts(args, plan, b.workspace, stream));
 }
 
 // Median over 7 repetitions of the time per call of `calls` back-to-back calls.
@@ -182,19 +194,23 @@ Result TimeShape(const Model& m, int64_t tokens, Buffers& b, cudaStream_t stream
   const int calls = tokens >= 512 ? 8 : 32;
   res.us = MedianUs(
       calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream); }, stream);
+  res.separate_us = MedianUs(
+      calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, Mode::kSeparate); },
+      stream);
   res.experts_us = MedianUs(
-      calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, true); }, stream);
+      calls, [&](int i) { Call(m, tokens, b, i % kRoutings, plan, stream, Mode::kExpertsOnly); },
+      stream);
   const bool wgmma = plan.tiles == strata::cuda::MoeTiles::kLarge && strata::cuda::WgmmaAvailable();
   if (wgmma || plan.tiles == strata::cuda::MoeTiles::kVector) {
     // The same routing through the mma.sync tile kernels: the output difference.
-    Call(m, tokens, b, 0, plan, stream, true);
+    Call(m, tokens, b, 0, plan, stream, Mode::kExpertsOnly);
     const std::vector<uint16_t> ours = Output(m, tokens, b, stream);
     strata::cuda::SetWgmmaKernelsEnabled(false);
     strata::cuda::SetMoeVectorKernelsEnabled(false);
     strata::cuda::MoePlan mma_plan;
     BENCH_CHECK(strata::cuda::PlanMoeExperts(ExpertArgs(m, tokens, b, 0), &mma_plan));
     EnsureWorkspace(b, mma_plan.workspace_bytes);
-    Call(m, tokens, b, 0, mma_plan, stream, true);
+    Call(m, tokens, b, 0, mma_plan, stream, Mode::kExpertsOnly);
     const std::vector<uint16_t> ref = Output(m, tokens, b, stream);
     strata::cuda::SetWgmmaKernelsEnabled(true);
     strata::cuda::SetMoeVectorKernelsEnabled(true);
@@ -254,14 +270,14 @@ void RunModel(const Model& m, const std::vector<int64_t>& token_counts, double c
     const double flops = 2.0 * tokens * m.top_k * 3.0 * m.hidden * m.inter;
     const double gbs = r.experts_touched * expert_bytes / (r.us * 1e-6) / 1e9;
     std::printf(
-        "%-14s T %5lld: %9.1f us (experts alone %9.1f) %6.1f TFLOP/s  experts %6.1f  "
-        "weights %6.0f GB/s (%.2f of copy)  tiles %s  vs mma %s\n",
-        m.name, static_cast<long long>(tokens), r.us, r.experts_us, flops / (r.us * 1e-6) / 1e12,
-        r.experts_touched, gbs, gbs / copy, r.tiles,
+        "%-14s T %5lld: %9.1f us (route kernel + experts %9.1f, experts alone %9.1f) %6.1f "
+        "TFLOP/s  experts %6.1f  weights %6.0f GB/s (%.2f of copy)  tiles %s  vs mma %s\n",
+        m.name, static_cast<long long>(tokens), r.us, r.separate_us, r.experts_us,
+        flops / (r.us * 1e-6) / 1e12, r.experts_touched, gbs, gbs / copy, r.tiles,
         r.vs_mma < 0 ? "-" : std::to_string(r.vs_mma).c_str());
-    std::printf("CSV,ours,%s,%lld,%.2f,%.2f,%.1f,%.1f,%.3e\n", m.name,
+    std::printf("CSV,ours,%s,%lld,%.2f,%.2f,%.1f,%.1f,%.3e,%.2f\n", m.name,
                 static_cast<long long>(tokens), r.us, flops / (r.us * 1e-6) / 1e12,
-                r.experts_touched, gbs, r.vs_mma);
+                r.experts_touched, gbs, r.vs_mma, r.separate_us);
   }
   for (void* p : {static_cast<void*>(b.w_gate_up), static_cast<void*>(b.w_down),
                   static_cast<void*>(b.x), static_cast<void*>(b.out), static_cast<void*>(b.logits),

@@ -289,6 +289,11 @@ absl::Status ModelRunner::RunMoe(int layer, const StepInputs& in) {
   strata_tensor wd = MakeTensor(w.down.data(), wdt, {e, h, i});
   STRATA_RETURN_IF_ERROR(
       backend_->Check(api.gemm(b, s, &normed, &wr, nullptr, 0, &logits), "gemm(router)"));
+  if (api.moe_route_experts != nullptr) {  // the same, in one call (the backend may fuse)
+    return backend_->Check(api.moe_route_experts(b, s, &normed, &logits, static_cast<int32_t>(k),
+                                                 renorm ? 1 : 0, &tw, &ti, &wgu, &wd, &hidden),
+                           "moe_route_experts");
+  }
   STRATA_RETURN_IF_ERROR(backend_->Check(
       api.moe_route(b, s, &logits, static_cast<int32_t>(k), renorm ? 1 : 0, &tw, &ti),
       "moe_route"));

@@ -4,8 +4,8 @@
 // at graph_launch. A runner with replay and one without, on the same random-weight models and
 // the same KV layout, must sample the same ids step after step while batches and contexts move
 // between buckets, and the replaying one must really record and launch graphs. Both with the
-// plugin's optional fused entries (attention_prologue, gemm_silu_mul) and without them (the
-// engine's separate-op paths).
+// plugin's optional fused entries (attention_prologue, gemm_silu_mul, moe_route_experts) and
+// without them (the engine's separate-op paths).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -126,6 +126,13 @@ strata_status MoeExperts(strata_backend b, strata_stream s, const Tensor* x, con
     return g_cpu->moe_experts(b, s, &x, &tw, &ti, &gu, &dn, &o);
   });
 }
+strata_status MoeRouteExperts(strata_backend b, strata_stream s, const Tensor* x, const Tensor* lg,
+                              int32_t k, int32_t rn, Tensor* tw, Tensor* ti, const Tensor* gu,
+                              const Tensor* dn, Tensor* out) {
+  return Record([=, x = *x, lg = *lg, tw = *tw, ti = *ti, gu = *gu, dn = *dn, o = *out]() mutable {
+    return g_cpu->moe_route_experts(b, s, &x, &lg, k, rn, &tw, &ti, &gu, &dn, &o);
+  });
+}
 strata_status Sample(strata_backend b, strata_stream s, const Tensor* lg,
                      const strata_sample_params* p, Tensor* tok, Tensor* lp, Tensor* top) {
   return Record([=, lg = *lg, t = *tok, l = Own(lp), tp = Own(top)]() mutable {
@@ -154,7 +161,8 @@ strata_status Launch(strata_backend, strata_stream, strata_graph g) {
 void Destroy(strata_backend, strata_graph g) { delete reinterpret_cast<Recording*>(g); }
 
 // The CPU plugin's table with recording ops and the graph entries; without `fused`, with no
-// attention_prologue and gemm_silu_mul entries (the engine then runs the ops they stand for).
+// attention_prologue, gemm_silu_mul and moe_route_experts entries (the engine then runs the ops
+// they stand for).
 std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu, bool fused) {
   static strata_plugin_api_v1 tables[2];
   strata_plugin_api_v1& table = tables[fused ? 1 : 0];
@@ -162,6 +170,7 @@ std::shared_ptr<Plugin> RecordingPlugin(const std::shared_ptr<Plugin>& cpu, bool
   table = cpu->api();
   table.attention_prologue = fused ? AttentionPrologue : nullptr;
   table.gemm_silu_mul = fused ? GemmSiluMul : nullptr;
+  table.moe_route_experts = fused ? MoeRouteExperts : nullptr;
   table.embedding = Embedding;
   table.rms_norm = RmsNorm;
   table.gemm = Gemm;
@@ -255,13 +264,15 @@ std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab) {
   return out;
 }
 
-// The CPU plugin as loaded, or without its fused entries (attention_prologue, gemm_silu_mul).
+// The CPU plugin as loaded, or without its fused entries (attention_prologue, gemm_silu_mul,
+// moe_route_experts).
 std::shared_ptr<Plugin> PlainPlugin(const std::shared_ptr<Plugin>& cpu, bool fused) {
   if (fused) return cpu;
   static strata_plugin_api_v1 table;
   table = cpu->api();
   table.attention_prologue = nullptr;
   table.gemm_silu_mul = nullptr;
+  table.moe_route_experts = nullptr;
   auto p = Plugin::FromTable(&table, "cpu without its fused entries");
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : nullptr;

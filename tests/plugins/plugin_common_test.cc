@@ -155,6 +155,48 @@ TEST(CheckMoeRouteTest, ChecksTopKAndOutputShapes) {
   EXPECT_FALSE(CheckMoeRoute(STRATA_DTYPE_F32, &tl, 3, &tw, &ti, &a).ok());
 }
 
+TEST(CheckMoeRouteExpertsTest, ChecksBothOpsUnderItsNameAndTheExpertCount) {
+  std::vector<float> logits(3 * 2);
+  MoeRouteArgs r;
+  MoeExpertsArgs e;
+  {
+    MoeTensors m(STRATA_DTYPE_F32);
+    strata_tensor tl = Tensor(logits.data(), STRATA_DTYPE_F32, {3, 2});
+    ASSERT_TRUE(CheckMoeRouteExperts(STRATA_DTYPE_F32, &m.tx, &tl, 2, &m.tw, &m.ti, &m.tgu, &m.tdn,
+                                     &m.tout, &r, &e)
+                    .ok());
+    EXPECT_EQ(r.experts, 2);
+    EXPECT_EQ(e.inter, 4);
+    // top_k past the experts: moe_route's rule, under the fused op's name.
+    EXPECT_EQ(CheckMoeRouteExperts(STRATA_DTYPE_F32, &m.tx, &tl, 3, &m.tw, &m.ti, &m.tgu, &m.tdn,
+                                   &m.tout, &r, &e)
+                  .message(),
+              "moe_route_experts: top_k 3 is out of range [1, 2]");
+    m.tdn.shape[2] = 5;  // moe_experts' rule
+    EXPECT_EQ(CheckMoeRouteExperts(STRATA_DTYPE_F32, &m.tx, &tl, 2, &m.tw, &m.ti, &m.tgu, &m.tdn,
+                                   &m.tout, &r, &e)
+                  .code(),
+              STRATA_ERR_INVALID_ARGUMENT);
+  }
+  {
+    MoeTensors m(STRATA_DTYPE_F32);
+    std::vector<float> wide(3 * 4);
+    strata_tensor tl = Tensor(wide.data(), STRATA_DTYPE_F32, {3, 4});
+    EXPECT_EQ(CheckMoeRouteExperts(STRATA_DTYPE_F32, &m.tx, &tl, 2, &m.tw, &m.ti, &m.tgu, &m.tdn,
+                                   &m.tout, &r, &e)
+                  .message(),
+              "moe_route_experts: router_logits has 4 columns for 2 experts");
+  }
+  {
+    MoeTensors m(STRATA_DTYPE_F32);
+    strata_tensor tl = Tensor(m.out.data(), STRATA_DTYPE_F32, {3, 2});  // inside out
+    EXPECT_EQ(CheckMoeRouteExperts(STRATA_DTYPE_F32, &m.tx, &tl, 2, &m.tw, &m.ti, &m.tgu, &m.tdn,
+                                   &m.tout, &r, &e)
+                  .message(),
+              "moe_route_experts: out overlaps router_logits, topk_weights or topk_ids");
+  }
+}
+
 TEST(CheckKvAppendTest, ChecksLayerHeadsAndSlots) {
   std::vector<float> pool(2 * 2 * 2 * 4 * 2 * 8), k(3 * 2 * 8), v(3 * 2 * 8);
   std::vector<int32_t> slots(3);

@@ -6,10 +6,12 @@
 
 namespace strata::plugin_common {
 
-Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logits, int32_t top_k,
-                     const strata_tensor* topk_weights, const strata_tensor* topk_ids,
-                     MoeRouteArgs* a) {
-  constexpr const char* kOp = "moe_route";
+namespace {
+
+// moe_route's checks, reported under `kOp` (moe_route, or moe_route_experts that stands for it).
+Status CheckRoute(const char* kOp, strata_dtype float_dtype, const strata_tensor* router_logits,
+                  int32_t top_k, const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                  MoeRouteArgs* a) {
   STRATA_PLUGIN_RETURN_IF_ERROR(
       ViewTensor(kOp, "router_logits", router_logits, float_dtype, 2, 2, &a->logits));
   STRATA_PLUGIN_RETURN_IF_ERROR(
@@ -23,6 +25,14 @@ Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logit
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 0, a->logits.rows));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "topk_weights", a->weights, 1, top_k));
   return ExpectShape(kOp, "topk_ids", a->ids, "topk_weights", a->weights);
+}
+
+}  // namespace
+
+Status CheckMoeRoute(strata_dtype float_dtype, const strata_tensor* router_logits, int32_t top_k,
+                     const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                     MoeRouteArgs* a) {
+  return CheckRoute("moe_route", float_dtype, router_logits, top_k, topk_weights, topk_ids, a);
 }
 
 Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
@@ -77,11 +87,10 @@ Status CheckSampleParams(const strata_sample_params& p, int64_t row) {
 
 namespace {
 
-Status ViewExpertTensors(strata_dtype float_dtype, const strata_tensor* x,
+Status ViewExpertTensors(const char* kOp, strata_dtype float_dtype, const strata_tensor* x,
                          const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                          const strata_tensor* w_gate_up, const strata_tensor* w_down,
                          strata_tensor* out, MoeExpertsArgs* a) {
-  constexpr const char* kOp = "moe_experts";
   STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, float_dtype, 2, 2, &a->x));
   STRATA_PLUGIN_RETURN_IF_ERROR(
       ViewTensor(kOp, "topk_weights", topk_weights, STRATA_DTYPE_F32, 2, 2, &a->weights));
@@ -93,15 +102,13 @@ Status ViewExpertTensors(strata_dtype float_dtype, const strata_tensor* x,
   return ViewTensor(kOp, "out", out, float_dtype, 2, 2, &a->out);
 }
 
-}  // namespace
-
-Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
-                       const strata_tensor* topk_weights, const strata_tensor* topk_ids,
-                       const strata_tensor* w_gate_up, const strata_tensor* w_down,
-                       strata_tensor* out, MoeExpertsArgs* a) {
-  constexpr const char* kOp = "moe_experts";
+// moe_experts' checks, reported under `kOp`.
+Status CheckExperts(const char* kOp, strata_dtype float_dtype, const strata_tensor* x,
+                    const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                    const strata_tensor* w_gate_up, const strata_tensor* w_down, strata_tensor* out,
+                    MoeExpertsArgs* a) {
   STRATA_PLUGIN_RETURN_IF_ERROR(
-      ViewExpertTensors(float_dtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, a));
+      ViewExpertTensors(kOp, float_dtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, a));
   a->experts = a->gate_up.shape[0];
   a->hidden = a->x.shape[1];
   a->inter = a->gate_up.shape[1] / 2;
@@ -119,6 +126,37 @@ Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
   if (Overlaps(a->out, a->x)) return InvalidArgument(kOp, "out overlaps x");
   if (a->hidden > INT_MAX || a->gate_up.shape[1] > INT_MAX || a->ids.numel() > INT_MAX) {
     return InvalidArgument(kOp, "a dimension exceeds INT_MAX");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
+                       const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                       const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                       strata_tensor* out, MoeExpertsArgs* a) {
+  return CheckExperts("moe_experts", float_dtype, x, topk_weights, topk_ids, w_gate_up, w_down, out,
+                      a);
+}
+
+Status CheckMoeRouteExperts(strata_dtype float_dtype, const strata_tensor* x,
+                            const strata_tensor* router_logits, int32_t top_k,
+                            const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                            const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                            strata_tensor* out, MoeRouteArgs* route, MoeExpertsArgs* experts) {
+  constexpr const char* kOp = "moe_route_experts";
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      CheckRoute(kOp, float_dtype, router_logits, top_k, topk_weights, topk_ids, route));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      CheckExperts(kOp, float_dtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, experts));
+  if (route->experts != experts->experts) {
+    return InvalidArgument(kOp, "router_logits has ", route->experts, " columns for ",
+                           experts->experts, " experts");
+  }
+  if (Overlaps(experts->out, route->logits) || Overlaps(experts->out, route->weights) ||
+      Overlaps(experts->out, route->ids)) {
+    return InvalidArgument(kOp, "out overlaps router_logits, topk_weights or topk_ids");
   }
   return Status();
 }

@@ -92,6 +92,70 @@ void AddMoeExperts(uint64_t seed, const ExpertsSpec& s, CaseList* out) {
       /*needs_moe=*/true));
 }
 
+// moe_route_experts: the routing (weights, ids) and out are all compared. Each case's logits
+// are distinct enough that the top-k set does not hinge on rounding, or exact ties.
+void AddMoeRouteExperts(uint64_t seed, const ExpertsSpec& s, bool renormalize, Logits kind,
+                        CaseList* out) {
+  std::string name =
+      absl::StrFormat("T=%d H=%d I=%d E=%d k=%d", s.tokens, s.hidden, s.inter, s.experts, s.top_k);
+  if (renormalize) absl::StrAppend(&name, " renormalize");
+  if (kind == Logits::kTies) absl::StrAppend(&name, " ties");
+  CaseBuilder cb(seed, "moe_route_experts", name);
+  const int logits =
+      cb.Values("router_logits", Role::kAct, RouterLogits(cb.rng(), s.tokens, s.experts, kind));
+  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
+  const int tw = cb.Output(cb.Uniform("topk_weights", Role::kF32, s.tokens * s.top_k));
+  const int ti = cb.Output(cb.Ints("topk_ids", std::vector<int32_t>(s.tokens * s.top_k, -1)));
+  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
+  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
+  const int y = cb.Output(cb.Uniform("out", Role::kAct, s.tokens * s.hidden));
+  TestCase c = cb.Build(
+      [=](OpContext& ctx) {
+        strata_tensor lt = ctx.Tensor(logits, {s.tokens, s.experts});
+        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
+        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
+        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
+        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
+        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
+        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
+        return ctx.Check(ctx.api().moe_route_experts(ctx.backend(), ctx.stream(), &xt, &lt, s.top_k,
+                                                     renormalize ? 1 : 0, &wt, &it, &gt, &dt, &ot),
+                         "moe_route_experts");
+      },
+      /*needs_moe=*/true);
+  c.needs_entry = "moe_route_experts";
+  out->push_back(std::move(c));
+}
+
+// Router logits with a column count other than the experts': the op must refuse.
+void AddMoeRouteExpertsNegative(uint64_t seed, CaseList* out) {
+  CaseBuilder cb(seed, "moe_route_experts", "rejects logits for another expert count");
+  const ExpertsSpec s{2, 64, 32, 8, 2};
+  const int logits = cb.Uniform("router_logits", Role::kAct, s.tokens * 16);
+  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
+  const int tw = cb.Uniform("topk_weights", Role::kF32, s.tokens * s.top_k);
+  const int ti = cb.Ints("topk_ids", std::vector<int32_t>(s.tokens * s.top_k, 0));
+  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
+  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
+  const int y = cb.Uniform("out", Role::kAct, s.tokens * s.hidden);
+  TestCase c = cb.BuildNegative(
+      [=](OpContext& ctx) {
+        strata_tensor lt = ctx.Tensor(logits, {s.tokens, 16});
+        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
+        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
+        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
+        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
+        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
+        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
+        return ctx.Check(ctx.api().moe_route_experts(ctx.backend(), ctx.stream(), &xt, &lt, s.top_k,
+                                                     1, &wt, &it, &gt, &dt, &ot),
+                         "moe_route_experts");
+      },
+      STRATA_ERR_INVALID_ARGUMENT);
+  c.needs_entry = "moe_route_experts";
+  out->push_back(std::move(c));
+}
+
 }  // namespace
 
 void AddMoeRouteCases(uint64_t seed, CaseList* out) {
@@ -99,6 +163,11 @@ void AddMoeRouteCases(uint64_t seed, CaseList* out) {
   AddMoeRoute(seed, 33, 64, 8, false, Logits::kDistinct, out);
   AddMoeRoute(seed, 9, 128, 8, true, Logits::kDistinct, out);
   AddMoeRoute(seed, 12, 16, 4, true, Logits::kTies, out);
+  // Experts not a multiple of 32 (some lanes hold fewer), more than 128 (8 per lane), and
+  // top_k past a warp's 32 lanes.
+  AddMoeRoute(seed, 5, 60, 4, true, Logits::kTies, out);
+  AddMoeRoute(seed, 3, 256, 8, true, Logits::kDistinct, out);
+  AddMoeRoute(seed, 4, 96, 40, false, Logits::kTies, out);
 }
 
 void AddMoeExpertsCases(uint64_t seed, CaseList* out) {
@@ -116,6 +185,21 @@ void AddMoeExpertsCases(uint64_t seed, CaseList* out) {
   AddMoeExperts(seed, {8, 256, 96, 128, 8}, out);
   AddMoeExperts(seed, {2, 128, 64, 32, 6}, out);
   AddMoeExperts(seed, {5, 72, 40, 16, 3}, out);
+}
+
+void AddMoeRouteExpertsCases(uint64_t seed, CaseList* out) {
+  // Decode-sized (a GPU plugin may route inside its vector kernels): Qwen3-30B-A3B routing at
+  // one and at eight tokens (64 assignments); one token over 60 experts with ties and over 256;
+  // a partial warp of experts with ties, top-2 of 8.
+  AddMoeRouteExperts(seed, {1, 256, 96, 128, 8}, true, Logits::kDistinct, out);
+  AddMoeRouteExperts(seed, {1, 64, 32, 60, 4}, true, Logits::kTies, out);
+  AddMoeRouteExperts(seed, {1, 128, 64, 256, 8}, false, Logits::kDistinct, out);
+  AddMoeRouteExperts(seed, {8, 128, 64, 128, 8}, true, Logits::kDistinct, out);
+  AddMoeRouteExperts(seed, {3, 72, 40, 60, 4}, false, Logits::kTies, out);
+  AddMoeRouteExperts(seed, {2, 512, 448, 8, 2}, true, Logits::kDistinct, out);
+  // Prefill-sized (routing then the grouped expert GEMMs).
+  AddMoeRouteExperts(seed, {300, 256, 128, 8, 2}, true, Logits::kDistinct, out);
+  AddMoeRouteExpertsNegative(seed, out);
 }
 
 }  // namespace strata::conformance

@@ -41,6 +41,7 @@ constexpr OpEntry kOps[] = {
     {"sample", AddSampleCases},
     {"attention_prologue", AddAttentionPrologueCases},
     {"gemm_silu_mul", AddGemmSiluMulCases},
+    {"moe_route_experts", AddMoeRouteExpertsCases},
 };
 
 strata_dtype DtypeFor(const Backend& backend, Role role) {
@@ -276,6 +277,7 @@ CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
     const strata_plugin_api_v1& api = b.api();
     if (c.needs_entry == "attention_prologue") return api.attention_prologue != nullptr;
     if (c.needs_entry == "gemm_silu_mul") return api.gemm_silu_mul != nullptr;
+    if (c.needs_entry == "moe_route_experts") return api.moe_route_experts != nullptr;
     return c.needs_entry.empty();
   };
   if (!(has_entry(candidate) && has_entry(reference))) {

@@ -135,6 +135,7 @@ void AddKvGatherCases(uint64_t seed, CaseList* out);
 void AddKvScatterCases(uint64_t seed, CaseList* out);
 void AddMoeRouteCases(uint64_t seed, CaseList* out);
 void AddMoeExpertsCases(uint64_t seed, CaseList* out);
+void AddMoeRouteExpertsCases(uint64_t seed, CaseList* out);
 void AddSampleCases(uint64_t seed, CaseList* out);
 void AddAttentionPrologueCases(uint64_t seed, CaseList* out);
 void AddGemmSiluMulCases(uint64_t seed, CaseList* out);

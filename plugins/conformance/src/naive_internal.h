@@ -90,6 +90,11 @@ strata_status MoeExperts(strata_backend b, strata_stream s, const strata_tensor*
                          const strata_tensor* topk_weights, const strata_tensor* topk_ids,
                          const strata_tensor* w_gate_up, const strata_tensor* w_down,
                          strata_tensor* out);
+strata_status MoeRouteExperts(strata_backend b, strata_stream s, const strata_tensor* x,
+                              const strata_tensor* router_logits, int32_t top_k,
+                              int32_t renormalize, strata_tensor* topk_weights,
+                              strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                              const strata_tensor* w_down, strata_tensor* out);
 strata_status Sample(strata_backend b, strata_stream s, const strata_tensor* logits,
                      const strata_sample_params* params, strata_tensor* tokens,
                      strata_tensor* logprobs, strata_tensor* top_ids);

@@ -112,4 +112,18 @@ strata_status MoeExperts(strata_backend b, strata_stream, const strata_tensor* x
   return STRATA_OK;
 }
 
+// The composition the ABI defines: moe_route, then moe_experts on its routing.
+strata_status MoeRouteExperts(strata_backend b, strata_stream s, const strata_tensor* x,
+                              const strata_tensor* router_logits, int32_t top_k,
+                              int32_t renormalize, strata_tensor* topk_weights,
+                              strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                              const strata_tensor* w_down, strata_tensor* out) {
+  STRATA_NAIVE_CHECK(b, ExpectTensor(w_gate_up, "w_gate_up", {-1, -1, -1}, Kind::kFloat));
+  STRATA_NAIVE_CHECK(
+      b, ExpectTensor(router_logits, "router_logits", {-1, w_gate_up->shape[0]}, Kind::kFloat));
+  const strata_status st =
+      MoeRoute(b, s, router_logits, top_k, renormalize, topk_weights, topk_ids);
+  return st == STRATA_OK ? MoeExperts(b, s, x, topk_weights, topk_ids, w_gate_up, w_down, out) : st;
+}
+
 }  // namespace strata::naive

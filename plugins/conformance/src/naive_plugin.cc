@@ -435,6 +435,7 @@ strata_plugin_api_v1 MakeTable() {
   t.moe_experts = MoeExperts;
   t.attention_prologue = AttentionPrologue;
   t.gemm_silu_mul = GemmSiluMul;
+  t.moe_route_experts = MoeRouteExperts;
   return t;
 }
 

@@ -57,6 +57,11 @@ Status MoeRoute(CpuBackend& be, const strata_tensor* router_logits, int32_t top_
 Status MoeExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* topk_weights,
                   const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                   const strata_tensor* w_down, strata_tensor* out);
+// moe_route then moe_experts (abi.h moe_route_experts), all checks first.
+Status MoeRouteExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* router_logits,
+                       int32_t top_k, int32_t renormalize, strata_tensor* topk_weights,
+                       strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                       const strata_tensor* w_down, strata_tensor* out);
 
 // cpu_ops_sample.cc
 Status Sample(CpuBackend& be, const strata_tensor* logits, const strata_sample_params* params,

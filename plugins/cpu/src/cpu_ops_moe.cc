@@ -181,4 +181,18 @@ Status MoeExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* t
   return Status();
 }
 
+Status MoeRouteExperts(CpuBackend& be, const strata_tensor* x, const strata_tensor* router_logits,
+                       int32_t top_k, int32_t renormalize, strata_tensor* topk_weights,
+                       strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                       const strata_tensor* w_down, strata_tensor* out) {
+  plugin_common::MoeRouteArgs route;
+  plugin_common::MoeExpertsArgs experts;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckMoeRouteExperts(kFloatDtype, x, router_logits, top_k, topk_weights,
+                                          topk_ids, w_gate_up, w_down, out, &route, &experts));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      MoeRoute(be, router_logits, top_k, renormalize, topk_weights, topk_ids));
+  return MoeExperts(be, x, topk_weights, topk_ids, w_gate_up, w_down, out);
+}
+
 }  // namespace strata::cpu

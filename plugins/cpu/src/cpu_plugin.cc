@@ -282,6 +282,17 @@ strata_status MoeExpertsEntry(strata_backend b, strata_stream, const strata_tens
   });
 }
 
+strata_status MoeRouteExpertsEntry(strata_backend b, strata_stream, const strata_tensor* x,
+                                   const strata_tensor* router_logits, int32_t top_k,
+                                   int32_t renormalize, strata_tensor* topk_weights,
+                                   strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                                   const strata_tensor* w_down, strata_tensor* out) noexcept {
+  return Guard(b, "moe_route_experts", [&](CpuBackend& be) {
+    return MoeRouteExperts(be, x, router_logits, top_k, renormalize, topk_weights, topk_ids,
+                           w_gate_up, w_down, out);
+  });
+}
+
 strata_status SampleEntry(strata_backend b, strata_stream, const strata_tensor* logits,
                           const strata_sample_params* params, strata_tensor* tokens,
                           strata_tensor* logprobs, strata_tensor* top_ids) noexcept {
@@ -323,6 +334,7 @@ const strata_plugin_api_v1 kApi = {
     .sample = SampleEntry,
     .attention_prologue = AttentionPrologueEntry,
     .gemm_silu_mul = GemmSiluMulEntry,
+    .moe_route_experts = MoeRouteExpertsEntry,
 };
 
 }  // namespace

@@ -187,8 +187,24 @@ inline constexpr int64_t kMoeLargeTileRows = 64;
 enum class MoeTiles { kVector, kSmall, kMedium, kLarge };
 // Benches only: false plans every call on the tiles (the same-run baseline of the vector path).
 void SetMoeVectorKernelsEnabled(bool enabled);
-// The vector path: act is [rows * top_k, inter] bf16 of workspace. Two kernels.
-cudaError_t LaunchMoeVector(const MoeExpertsArgs& args, void* act, cudaStream_t stream);
+// moe_route_experts on the vector path: the gate_up kernel routes each token from its router
+// logits itself (moe_route.cuh, bit for bit moe_route's result) instead of reading topk_ids /
+// topk_weights, and its first CTA writes the routing there (args.topk_ids / args.weights with
+// their strides) for the down kernel. Serves experts <= kMoeVectorRouteMaxExperts and, as
+// measured, single-token calls only: in the served Qwen3-30B-A3B step the fused pair saved
+// 1.4-2% at batch 1, but at batch 8 (a tensor-core router projection before it instead of the
+// GEMV) it cost 11%, 1.3% even launched without programmatic dependent launch (NOTES.md).
+inline constexpr int64_t kMoeVectorRouteMaxExperts = 256;
+inline constexpr int64_t kMoeVectorRouteMaxRows = 1;
+struct MoeVectorRouting {
+  const bf16* logits = nullptr;  // [rows, experts]
+  int64_t logits_stride = 0;
+  bool renormalize = false;
+};
+// The vector path: act is [rows * top_k, inter] bf16 of workspace. Two kernels. `routing`:
+// route in the kernels (see above); nullptr reads the routing from args.
+cudaError_t LaunchMoeVector(const MoeExpertsArgs& args, void* act, cudaStream_t stream,
+                            const MoeVectorRouting* routing = nullptr);
 
 struct MoePlan {
   MoeTiles tiles = MoeTiles::kSmall;
@@ -200,6 +216,13 @@ cudaError_t PlanMoeExperts(const MoeExpertsArgs& args, MoePlan* plan);
 // `workspace`: plan.workspace_bytes of device memory, 256-byte aligned, private to `stream`.
 cudaError_t LaunchMoeExperts(const MoeExpertsArgs& args, const MoePlan& plan, void* workspace,
                              cudaStream_t stream);
+// moe_route_experts: the routing of `routing.logits` (moe_route's rule, written to
+// args.topk_ids / args.weights, which are outputs here), then the experts on it. Where the
+// vector kernels route themselves (above) two kernels; otherwise LaunchMoeRoute, then
+// LaunchMoeExperts.
+cudaError_t LaunchMoeRouteExperts(const MoeExpertsArgs& args, const MoePlan& plan,
+                                  const MoeVectorRouting& routing, void* workspace,
+                                  cudaStream_t stream);
 
 // ---- attention (kernels_attention.cu) -------------------------------------------------------
 

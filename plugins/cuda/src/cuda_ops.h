@@ -43,6 +43,11 @@ Status MoeRoute(Stream& s, const strata_tensor* router_logits, int32_t top_k, in
 Status MoeExperts(Stream& s, const strata_tensor* x, const strata_tensor* topk_weights,
                   const strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                   const strata_tensor* w_down, strata_tensor* out);
+// abi.h moe_route_experts: decode-sized calls route inside the vector expert kernels.
+Status MoeRouteExperts(Stream& s, const strata_tensor* x, const strata_tensor* router_logits,
+                       int32_t top_k, int32_t renormalize, strata_tensor* topk_weights,
+                       strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                       const strata_tensor* w_down, strata_tensor* out);
 
 Status Sample(Stream& s, const strata_tensor* logits, const strata_sample_params* params,
               strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);

@@ -336,6 +336,17 @@ strata_status MoeExpertsEntry(strata_backend b, strata_stream st, const strata_t
   });
 }
 
+strata_status MoeRouteExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
+                                   const strata_tensor* router_logits, int32_t top_k,
+                                   int32_t renormalize, strata_tensor* topk_weights,
+                                   strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                                   const strata_tensor* w_down, strata_tensor* out) noexcept {
+  return GuardOp(b, st, "moe_route_experts", [&](Stream& s) {
+    return MoeRouteExperts(s, x, router_logits, top_k, renormalize, topk_weights, topk_ids,
+                           w_gate_up, w_down, out);
+  });
+}
+
 const strata_plugin_api_v1 kApi = {
     .api_version = STRATA_PLUGIN_API_VERSION,
     .struct_size = sizeof(strata_plugin_api_v1),
@@ -375,6 +386,7 @@ const strata_plugin_api_v1 kApi = {
     .host_register = HostRegister,
     .host_unregister = HostUnregister,
     .gemm_silu_mul = GemmSiluMulEntry,
+    .moe_route_experts = MoeRouteExpertsEntry,
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "cuda_kernels.h"
 #include "device_util.cuh"
+#include "moe_route.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -130,79 +131,27 @@ __global__ void MoeRouteKernel(const bf16* logits, int64_t logits_stride, int64_
   }
 }
 
-// The same rule with the row in registers, for rows of up to 32 * V experts and top_k <= 64
-// (every model's router): lane l holds experts l + 32 i. Each of the k rounds is one warp
-// argmax over (key, id) carrying the probability; the winner's owner lane marks it taken. The
-// arithmetic is the shared-memory kernel's, in the same order, so the two agree bit for bit.
-constexpr int kRouteMaxK = 64;
-
+// The same rule with the row in registers (moe_route.cuh), for rows of up to 32 * V experts
+// and top_k <= kRouteMaxK: one warp per row. The arithmetic is the shared-memory kernel's, in
+// the same order, so the two agree bit for bit.
 template <int V>
 __global__ void MoeRouteRegistersKernel(const bf16* logits, int64_t logits_stride, int64_t rows,
                                         int32_t experts, int32_t top_k, bool renormalize,
                                         float* weights, int64_t weights_stride, int32_t* ids,
                                         int64_t ids_stride) {
   constexpr int kWarps = 4;
-  __shared__ float chosen_prob[kWarps][kRouteMaxK];
+  __shared__ float chosen_weight[kWarps][kRouteMaxK];
   __shared__ int chosen_id[kWarps][kRouteMaxK];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = blockIdx.x * int64_t{kWarps} + warp;
   if (t >= rows) return;
   WaitForPrerequisites();  // the router logits, and the previous call's readers of ids
   AllowDependents();
-  const bf16* row = logits + t * logits_stride;
-  float prob[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int e = lane + 32 * i;
-    prob[i] = e < experts ? __bfloat162float(row[e]) : -INFINITY;
-  }
-  float max = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < V; ++i) max = fmaxf(max, prob[i]);
-  for (int o = 16; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if (lane + 32 * i < experts) {
-      prob[i] = expf(prob[i] - max);
-      sum += prob[i];
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll
-  for (int i = 0; i < V; ++i) prob[i] /= sum;
-  unsigned taken = 0;  // bit i: expert lane + 32 i is chosen (or does not exist)
-#pragma unroll
-  for (int i = 0; i < V; ++i) taken |= lane + 32 * i < experts ? 0u : 1u << i;
-  float kept = 0.0f;
-  for (int32_t j = 0; j < top_k; ++j) {
-    float best_key = -INFINITY, best_prob = 0.0f;
-    int best = -1;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if ((taken >> i) & 1u) continue;
-      const float key = isnan(prob[i]) ? -INFINITY : prob[i];
-      if (Better(key, lane + 32 * i, best_key, best)) {
-        best_key = key, best = lane + 32 * i, best_prob = prob[i];
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float other_key = __shfl_xor_sync(0xffffffffu, best_key, o);
-      const int other = __shfl_xor_sync(0xffffffffu, best, o);
-      const float other_prob = __shfl_xor_sync(0xffffffffu, best_prob, o);
-      if (Better(other_key, other, best_key, best)) {
-        best_key = other_key, best = other, best_prob = other_prob;
-      }
-    }
-    if (best >= 0 && best % 32 == lane) taken |= 1u << (best / 32);
-    if (lane == 0) chosen_prob[warp][j] = best_prob, chosen_id[warp][j] = best;
-    kept += best_prob;
-  }
-  __syncwarp();
-  const float norm = renormalize && kept > 0.0f ? 1.0f / kept : 1.0f;
+  RouteRowWarp<V>(logits + t * logits_stride, experts, top_k, renormalize, chosen_id[warp],
+                  chosen_weight[warp]);
   for (int32_t j = lane; j < top_k; j += 32) {
     ids[t * ids_stride + j] = chosen_id[warp][j];
-    weights[t * weights_stride + j] = chosen_prob[warp][j] * norm;
+    weights[t * weights_stride + j] = chosen_weight[warp][j];
   }
 }
 

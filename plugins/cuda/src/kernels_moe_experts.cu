@@ -428,6 +428,21 @@ cudaError_t PlanMoeExperts(const MoeExpertsArgs& m, MoePlan* plan) {
   return cudaSuccess;
 }
 
+cudaError_t LaunchMoeRouteExperts(const MoeExpertsArgs& m, const MoePlan& plan,
+                                  const MoeVectorRouting& routing, void* workspace,
+                                  cudaStream_t stream) {
+  if (m.rows == 0) return cudaSuccess;
+  if (plan.tiles == MoeTiles::kVector && m.experts <= kMoeVectorRouteMaxExperts &&
+      m.rows <= kMoeVectorRouteMaxRows) {
+    return LaunchMoeVector(m, workspace, stream, &routing);
+  }
+  const cudaError_t err = LaunchMoeRoute(routing.logits, routing.logits_stride, m.rows, m.experts,
+                                         static_cast<int32_t>(m.top_k), routing.renormalize,
+                                         const_cast<float*>(m.weights), m.weights_stride,
+                                         const_cast<int32_t*>(m.topk_ids), m.ids_stride, stream);
+  return err != cudaSuccess ? err : LaunchMoeExperts(m, plan, workspace, stream);
+}
+
 cudaError_t LaunchMoeExperts(const MoeExpertsArgs& m, const MoePlan& plan, void* workspace,
                              cudaStream_t stream) {
   if (m.rows == 0) return cudaSuccess;

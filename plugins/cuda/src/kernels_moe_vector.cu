@@ -23,11 +23,19 @@
 // assignments) is staged in shared memory. An id outside [0, E) contributes nothing. Both
 // kernels use programmatic dependent launch; the down kernel reads the routing and prefetches
 // its first unit's weight rows into the L2 before waiting for the gate_up kernel.
+//
+// moe_route_experts (single-token calls, cuda_kernels.h) runs the same two kernels with the
+// router logits instead of a routing: each gate_up CTA routes the call's tokens itself (a warp
+// per token, moe_route.cuh), so the layer has no route kernel of its own on its critical path;
+// the first CTA writes the routing out, and the down kernel reads it once the gate_up kernel
+// is done.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda_kernels.h"
 #include "moe_gemm_common.cuh"
+#include "moe_route.cuh"
 #include "warp_dot.cuh"
 
 namespace strata::cuda {
@@ -75,8 +83,21 @@ struct Routing {
   float weight[kMoeVectorMaxAssignments];
 };
 
-__device__ void LoadRouting(const VectorArgs& a, Routing* s) {
+// Computes the routing from r.logits when set (one warp per token, V experts per lane), or
+// reads it from a.ids / a.weights. (The routing's arguments are a kernel parameter of their
+// own: in VectorArgs they made the down kernel spill.)
+template <int V = 1>
+__device__ __forceinline__ void LoadRouting(const VectorArgs& a, const MoeVectorRouting& r,
+                                            Routing* s) {
   const int n = a.rows * a.top_k;
+  if (r.logits != nullptr) {
+    for (int t = threadIdx.x / 32; t < a.rows; t += kWarpsPerCta) {
+      RouteRowWarp<V>(r.logits + t * r.logits_stride, a.experts, a.top_k, r.renormalize,
+                      s->id + t * a.top_k, s->weight + t * a.top_k);
+    }
+    __syncthreads();
+    return;
+  }
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int t = i / a.top_k, j = i - t * a.top_k;
     const int32_t e = a.ids[t * a.ids_stride + j];
@@ -86,11 +107,28 @@ __device__ void LoadRouting(const VectorArgs& a, Routing* s) {
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads, 2) MoeVectorGateUpKernel(VectorArgs a) {
+// The routing computed in the kernels goes out to topk_ids / topk_weights (one CTA writes it).
+__device__ __forceinline__ void StoreRouting(const VectorArgs& a, const MoeVectorRouting& r,
+                                             const Routing& s) {
+  if (r.logits == nullptr || blockIdx.x != 0) return;
+  int32_t* ids = const_cast<int32_t*>(a.ids);
+  float* weights = const_cast<float*>(a.weights);
+  for (int i = threadIdx.x; i < a.rows * a.top_k; i += kThreads) {
+    const int t = i / a.top_k, j = i - t * a.top_k;
+    ids[t * a.ids_stride + j] = s.id[i];
+    weights[t * a.weights_stride + j] = s.weight[i];
+  }
+}
+
+// V: experts per lane when routing (32 V >= experts).
+template <int V>
+__global__ void __launch_bounds__(kThreads, 2)
+    MoeVectorGateUpKernel(VectorArgs a, MoeVectorRouting r) {
   __shared__ Routing routing;
-  WaitForPrerequisites();  // x, topk_ids, and the previous call's readers of act
+  WaitForPrerequisites();  // x, the routing (or logits), and the previous call's readers of act
   AllowDependents();
-  LoadRouting(a, &routing);
+  LoadRouting<V>(a, r, &routing);
+  StoreRouting(a, r, routing);
   const int lane = threadIdx.x & 31;
   const int n = a.rows * a.top_k, units = n * a.inter;
   const int warps = gridDim.x * kWarpsPerCta;
@@ -110,8 +148,9 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorGateUpKernel(VectorArgs 
   }
 }
 
-// R experts per pass (R >= top_k where it can), KP chunks of each.
-template <int R>
+// R experts per pass (R >= top_k where it can), KP chunks of each. kRoutedByGateUp: the gate_up
+// kernel computed the routing (moe_route_experts) and wrote it to ids / weights.
+template <int R, bool kRoutedByGateUp>
 __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a) {
   constexpr int KP = kLoads / R > 0 ? kLoads / R : 1;
   __shared__ Routing routing;
@@ -119,24 +158,29 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   const int units = a.rows * a.hidden;
   const int warps = gridDim.x * kWarpsPerCta;
   const int first = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
-  // The routing was final before the gate_up kernel started: read it, and fetch this warp's
-  // first weight rows into the L2 while that kernel finishes.
-  LoadRouting(a, &routing);
-  if (first < units) {
-    const int nc = first / a.rows, t = first - nc * a.rows;
-    const int row_bytes = a.inter * 2;
-    for (int j = 0; j < a.top_k; ++j) {
-      const int32_t e = routing.id[t * a.top_k + j];
-      if (e < 0) continue;
-      const char* row = reinterpret_cast<const char*>(a.w_down + e * a.down_expert_stride +
-                                                      int64_t{nc} * a.inter);
-      for (int off = lane * 128; off < row_bytes; off += 32 * 128) {
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + off));
+  // A given routing was final before the gate_up kernel started: read it, and fetch this
+  // warp's first weight rows into the L2 while that kernel finishes. One the gate_up kernel
+  // computed is read once that kernel is done (computing it here again, before the wait, was
+  // slower: this grid's CTAs become resident only as the gate_up grid's leave).
+  if (!kRoutedByGateUp) {
+    LoadRouting(a, MoeVectorRouting{}, &routing);
+    if (first < units) {
+      const int nc = first / a.rows, t = first - nc * a.rows;
+      const int row_bytes = a.inter * 2;
+      for (int j = 0; j < a.top_k; ++j) {
+        const int32_t e = routing.id[t * a.top_k + j];
+        if (e < 0) continue;
+        const char* row = reinterpret_cast<const char*>(a.w_down + e * a.down_expert_stride +
+                                                        int64_t{nc} * a.inter);
+        for (int off = lane * 128; off < row_bytes; off += 32 * 128) {
+          asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + off));
+        }
       }
     }
   }
-  WaitForPrerequisites();  // act
+  WaitForPrerequisites();  // act (and the routing the gate_up kernel wrote)
   AllowDependents();
+  if (kRoutedByGateUp) LoadRouting(a, MoeVectorRouting{}, &routing);
   for (int u = first; u < units; u += warps) {
     const int nc = u / a.rows, t = u - nc * a.rows;
     float total = 0.0f;
@@ -161,15 +205,17 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   }
 }
 
-template <auto kKernel>
-cudaError_t Launch(int64_t units, int ctas_per_sm, const VectorArgs& a, cudaStream_t stream) {
+template <auto kKernel, typename... Args>
+cudaError_t Launch(int64_t units, int ctas_per_sm, cudaStream_t stream, const Args&... args) {
   return LaunchPdl(kKernel, PersistentGrid(units, kWarpsPerCta, ctas_per_sm), dim3(kThreads), 0,
-                   stream, a);
+                   stream, args...);
 }
 
 }  // namespace
 
-cudaError_t LaunchMoeVector(const MoeExpertsArgs& m, void* act, cudaStream_t stream) {
+cudaError_t LaunchMoeVector(const MoeExpertsArgs& m, void* act, cudaStream_t stream,
+                            const MoeVectorRouting* routing) {
+  if (routing != nullptr && m.experts > kMoeVectorRouteMaxExperts) return cudaErrorInvalidValue;
   VectorArgs a{};
   a.x = m.x;
   a.x_stride = m.x_stride;
@@ -189,13 +235,26 @@ cudaError_t LaunchMoeVector(const MoeExpertsArgs& m, void* act, cudaStream_t str
   a.act = static_cast<bf16*>(act);
   a.out = m.out;
   a.out_stride = m.out_stride;
+  static_assert(kMoeVectorRouteMaxExperts <= 32 * 8);
+  const MoeVectorRouting r = routing != nullptr ? *routing : MoeVectorRouting{};
+  const int64_t gate_up_units = m.rows * m.top_k * m.inter;
   cudaError_t err =
-      Launch<MoeVectorGateUpKernel>(m.rows * m.top_k * m.inter, kGateUpCtasPerSm, a, stream);
+      m.experts <= 128
+          ? Launch<MoeVectorGateUpKernel<4>>(gate_up_units, kGateUpCtasPerSm, stream, a, r)
+          : Launch<MoeVectorGateUpKernel<8>>(gate_up_units, kGateUpCtasPerSm, stream, a, r);
   if (err != cudaSuccess) return err;
   const int64_t units = m.rows * m.hidden;
-  if (m.top_k <= 2) return Launch<MoeVectorDownKernel<2>>(units, kDownCtasPerSm, a, stream);
-  if (m.top_k <= 4) return Launch<MoeVectorDownKernel<4>>(units, kDownCtasPerSm, a, stream);
-  return Launch<MoeVectorDownKernel<8>>(units, kDownCtasPerSm, a, stream);
+  auto down = [&](auto routed) {
+    constexpr bool kRouted = decltype(routed)::value;
+    if (m.top_k <= 2) {
+      return Launch<MoeVectorDownKernel<2, kRouted>>(units, kDownCtasPerSm, stream, a);
+    }
+    if (m.top_k <= 4) {
+      return Launch<MoeVectorDownKernel<4, kRouted>>(units, kDownCtasPerSm, stream, a);
+    }
+    return Launch<MoeVectorDownKernel<8, kRouted>>(units, kDownCtasPerSm, stream, a);
+  };
+  return routing != nullptr ? down(std::true_type{}) : down(std::false_type{});
 }
 
 }  // namespace strata::cuda

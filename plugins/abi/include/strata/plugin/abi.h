@@ -314,6 +314,21 @@ typedef struct strata_plugin_api_v1 {
   strata_status (*gemm_silu_mul)(strata_backend b, strata_stream s, const strata_tensor* x,
                                  const strata_tensor* w_gate_up, const strata_tensor* bias,
                                  strata_tensor* scratch, strata_tensor* out);
+
+  /* --- routed experts in one call (optional: NULL when absent; the host then calls the ops) ---
+   * Exactly
+   *     moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
+   *     moe_experts(x, topk_weights, topk_ids, w_gate_up, w_down, out);
+   * with those ops' arguments, rules and roundings; router_logits [T, E] has one column per
+   * expert of w_gate_up, and out overlaps none of x, router_logits, topk_weights and
+   * topk_ids. topk_weights and topk_ids
+   * get the routing, as moe_route writes it. A failing call writes nothing. (A backend can
+   * then route inside its expert kernels instead of in a kernel of its own.) */
+  strata_status (*moe_route_experts)(strata_backend b, strata_stream s, const strata_tensor* x,
+                                     const strata_tensor* router_logits, int32_t top_k,
+                                     int32_t renormalize, strata_tensor* topk_weights,
+                                     strata_tensor* topk_ids, const strata_tensor* w_gate_up,
+                                     const strata_tensor* w_down, strata_tensor* out);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

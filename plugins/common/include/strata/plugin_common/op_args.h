@@ -31,6 +31,14 @@ Status CheckMoeExperts(strata_dtype float_dtype, const strata_tensor* x,
                        const strata_tensor* w_gate_up, const strata_tensor* w_down,
                        strata_tensor* out, MoeExpertsArgs* args);
 
+// moe_route_experts: moe_route's and moe_experts' checks (reported under the fused op's name),
+// router_logits with one column per expert, and out overlapping none of the other tensors.
+Status CheckMoeRouteExperts(strata_dtype float_dtype, const strata_tensor* x,
+                            const strata_tensor* router_logits, int32_t top_k,
+                            const strata_tensor* topk_weights, const strata_tensor* topk_ids,
+                            const strata_tensor* w_gate_up, const strata_tensor* w_down,
+                            strata_tensor* out, MoeRouteArgs* route, MoeExpertsArgs* experts);
+
 // kv_append: layer in range, k and v [T, Hk, D] matching the pool, slots I32 [T].
 struct KvAppendArgs {
   CacheView cache;
