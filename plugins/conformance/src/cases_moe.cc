@@ -55,6 +55,23 @@ struct ExpertsSpec {
   int32_t experts, top_k;
 };
 
+// The case values of moe_experts' tensors (x, topk_weights, topk_ids, w_gate_up, w_down, out)
+// and their views in a run.
+struct ExpertIds {
+  int x, tw, ti, gu, dn, y;
+};
+struct ExpertViews {
+  strata_tensor x, tw, ti, gu, dn, y;
+};
+ExpertViews ViewExperts(OpContext& ctx, const ExpertIds& v, const ExpertsSpec& s) {
+  return {ctx.Tensor(v.x, {s.tokens, s.hidden}),
+          ctx.Tensor(v.tw, {s.tokens, s.top_k}),
+          ctx.Tensor(v.ti, {s.tokens, s.top_k}),
+          ctx.Tensor(v.gu, {s.experts, 2 * s.inter, s.hidden}),
+          ctx.Tensor(v.dn, {s.experts, s.hidden, s.inter}),
+          ctx.Tensor(v.y, {s.tokens, s.hidden})};
+}
+
 void AddMoeExperts(uint64_t seed, const ExpertsSpec& s, CaseList* out) {
   CaseBuilder cb(
       seed, "moe_experts",
@@ -71,29 +88,49 @@ void AddMoeExperts(uint64_t seed, const ExpertsSpec& s, CaseList* out) {
       weights.push_back(static_cast<float>(w[j] / sum));
     }
   }
-  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
-  const int tw = cb.Values("topk_weights", Role::kF32, weights);
-  const int ti = cb.Ints("topk_ids", ids);
-  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
-  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
-  const int y = cb.Output(cb.Uniform("out", Role::kAct, s.tokens * s.hidden));
+  ExpertIds v;
+  v.x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
+  v.tw = cb.Values("topk_weights", Role::kF32, weights);
+  v.ti = cb.Ints("topk_ids", ids);
+  v.gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
+  v.dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
+  v.y = cb.Output(cb.Uniform("out", Role::kAct, s.tokens * s.hidden));
   out->push_back(cb.Build(
       [=](OpContext& ctx) {
-        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
-        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
-        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
-        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
-        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
-        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
-        return ctx.Check(
-            ctx.api().moe_experts(ctx.backend(), ctx.stream(), &xt, &wt, &it, &gt, &dt, &ot),
-            "moe_experts");
+        ExpertViews t = ViewExperts(ctx, v, s);
+        return ctx.Check(ctx.api().moe_experts(ctx.backend(), ctx.stream(), &t.x, &t.tw, &t.ti,
+                                               &t.gu, &t.dn, &t.y),
+                         "moe_experts");
       },
       /*needs_moe=*/true));
 }
 
-// moe_route_experts: the routing (weights, ids) and out are all compared. Each case's logits
-// are distinct enough that the top-k set does not hinge on rounding, or exact ties.
+// The tensors of one moe_route_experts call with router logits [s.tokens, logit_cols] and the
+// call on them; `compared`: the routing (weights, ids) and out are the case's outputs.
+RunFn RouteExpertsCall(CaseBuilder& cb, const ExpertsSpec& s, int32_t logit_cols, Logits kind,
+                       bool renormalize, bool compared) {
+  const int logits =
+      cb.Values("router_logits", Role::kAct, RouterLogits(cb.rng(), s.tokens, logit_cols, kind));
+  ExpertIds v;
+  v.x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
+  v.tw = cb.Uniform("topk_weights", Role::kF32, s.tokens * s.top_k);
+  v.ti = cb.Ints("topk_ids", std::vector<int32_t>(s.tokens * s.top_k, -1));
+  v.gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
+  v.dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
+  v.y = cb.Uniform("out", Role::kAct, s.tokens * s.hidden);
+  if (compared) v.tw = cb.Output(v.tw), v.ti = cb.Output(v.ti), v.y = cb.Output(v.y);
+  return [=](OpContext& ctx) {
+    strata_tensor lt = ctx.Tensor(logits, {s.tokens, logit_cols});
+    ExpertViews t = ViewExperts(ctx, v, s);
+    return ctx.Check(
+        ctx.api().moe_route_experts(ctx.backend(), ctx.stream(), &t.x, &lt, s.top_k,
+                                    renormalize ? 1 : 0, &t.tw, &t.ti, &t.gu, &t.dn, &t.y),
+        "moe_route_experts");
+  };
+}
+
+// Each case's logits are distinct enough that the top-k set does not hinge on rounding, or
+// exact ties.
 void AddMoeRouteExperts(uint64_t seed, const ExpertsSpec& s, bool renormalize, Logits kind,
                         CaseList* out) {
   std::string name =
@@ -101,28 +138,8 @@ void AddMoeRouteExperts(uint64_t seed, const ExpertsSpec& s, bool renormalize, L
   if (renormalize) absl::StrAppend(&name, " renormalize");
   if (kind == Logits::kTies) absl::StrAppend(&name, " ties");
   CaseBuilder cb(seed, "moe_route_experts", name);
-  const int logits =
-      cb.Values("router_logits", Role::kAct, RouterLogits(cb.rng(), s.tokens, s.experts, kind));
-  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
-  const int tw = cb.Output(cb.Uniform("topk_weights", Role::kF32, s.tokens * s.top_k));
-  const int ti = cb.Output(cb.Ints("topk_ids", std::vector<int32_t>(s.tokens * s.top_k, -1)));
-  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
-  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
-  const int y = cb.Output(cb.Uniform("out", Role::kAct, s.tokens * s.hidden));
-  TestCase c = cb.Build(
-      [=](OpContext& ctx) {
-        strata_tensor lt = ctx.Tensor(logits, {s.tokens, s.experts});
-        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
-        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
-        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
-        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
-        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
-        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
-        return ctx.Check(ctx.api().moe_route_experts(ctx.backend(), ctx.stream(), &xt, &lt, s.top_k,
-                                                     renormalize ? 1 : 0, &wt, &it, &gt, &dt, &ot),
-                         "moe_route_experts");
-      },
-      /*needs_moe=*/true);
+  TestCase c =
+      cb.Build(RouteExpertsCall(cb, s, s.experts, kind, renormalize, true), /*needs_moe=*/true);
   c.needs_entry = "moe_route_experts";
   out->push_back(std::move(c));
 }
@@ -130,28 +147,9 @@ void AddMoeRouteExperts(uint64_t seed, const ExpertsSpec& s, bool renormalize, L
 // Router logits with a column count other than the experts': the op must refuse.
 void AddMoeRouteExpertsNegative(uint64_t seed, CaseList* out) {
   CaseBuilder cb(seed, "moe_route_experts", "rejects logits for another expert count");
-  const ExpertsSpec s{2, 64, 32, 8, 2};
-  const int logits = cb.Uniform("router_logits", Role::kAct, s.tokens * 16);
-  const int x = cb.Uniform("x", Role::kAct, s.tokens * s.hidden);
-  const int tw = cb.Uniform("topk_weights", Role::kF32, s.tokens * s.top_k);
-  const int ti = cb.Ints("topk_ids", std::vector<int32_t>(s.tokens * s.top_k, 0));
-  const int gu = cb.Uniform("w_gate_up", Role::kWeight, s.experts * 2 * s.inter * s.hidden);
-  const int dn = cb.Uniform("w_down", Role::kWeight, s.experts * s.hidden * s.inter);
-  const int y = cb.Uniform("out", Role::kAct, s.tokens * s.hidden);
-  TestCase c = cb.BuildNegative(
-      [=](OpContext& ctx) {
-        strata_tensor lt = ctx.Tensor(logits, {s.tokens, 16});
-        strata_tensor xt = ctx.Tensor(x, {s.tokens, s.hidden});
-        strata_tensor wt = ctx.Tensor(tw, {s.tokens, s.top_k});
-        strata_tensor it = ctx.Tensor(ti, {s.tokens, s.top_k});
-        strata_tensor gt = ctx.Tensor(gu, {s.experts, 2 * s.inter, s.hidden});
-        strata_tensor dt = ctx.Tensor(dn, {s.experts, s.hidden, s.inter});
-        strata_tensor ot = ctx.Tensor(y, {s.tokens, s.hidden});
-        return ctx.Check(ctx.api().moe_route_experts(ctx.backend(), ctx.stream(), &xt, &lt, s.top_k,
-                                                     1, &wt, &it, &gt, &dt, &ot),
-                         "moe_route_experts");
-      },
-      STRATA_ERR_INVALID_ARGUMENT);
+  TestCase c =
+      cb.BuildNegative(RouteExpertsCall(cb, {2, 64, 32, 8, 2}, 16, Logits::kDistinct, true, false),
+                       STRATA_ERR_INVALID_ARGUMENT);
   c.needs_entry = "moe_route_experts";
   out->push_back(std::move(c));
 }
