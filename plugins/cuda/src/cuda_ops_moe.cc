@@ -1,5 +1,5 @@
-// Mixture of experts: moe_route (one kernel), moe_experts, and moe_route_experts (both; at
-// decode sizes the routing is computed inside the expert kernels).
+// Mixture of experts: moe_route (one kernel), moe_experts, and moe_route_experts (both; for a
+// single token the routing is computed inside the vector expert kernels).
 //
 // moe_experts, v1: everything on the device (kernels_moe_experts.cu): a counting sort of the
 // (token, k) assignments by expert, grouped gate_up GEMM with the row gather and silu * up
@@ -64,13 +64,11 @@ Status RunExperts(Stream& st, const char* op, const plugin_common::MoeExpertsArg
                        "16-byte aligned tensors with row strides that are multiples of 8, ",
                        "fewer than 12288 experts and T * k <= 2^30");
   }
-  MoePlan plan;
-  void* workspace = nullptr;
   if (!empty) {
+    MoePlan plan;
+    void* workspace = nullptr;
     STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(op, PlanMoeExperts(m, &plan), "PlanMoeExperts"));
     STRATA_PLUGIN_RETURN_IF_ERROR(st.Workspace(op, plan.workspace_bytes, &workspace));
-  }
-  if (!empty) {
     if (route == nullptr) return Launched(op, LaunchMoeExperts(m, plan, workspace, st.stream));
     MoeVectorRouting r;
     r.logits = static_cast<const bf16*>(route->logits.data);
