@@ -74,10 +74,13 @@ class HostTierImpl final : public HostTier {
   void Release(uint64_t lease_id) override;
   absl::StatusOr<Reservation> ReserveWrite(const BlockMeta& meta) override;
   absl::Status CommitWrite(uint64_t reservation_id, uint64_t checksum) override {
-    return Commit(reservation_id, checksum, /*verify=*/true);
+    return Commit(reservation_id, checksum, CommitMode::kVerify);
   }
   absl::Status CommitWriteUnverified(uint64_t reservation_id, uint64_t checksum) override {
-    return Commit(reservation_id, checksum, /*verify=*/false);
+    return Commit(reservation_id, checksum, CommitMode::kTrust);
+  }
+  absl::Status CommitLocalWrite(uint64_t reservation_id) override {
+    return Commit(reservation_id, 0, CommitMode::kCompute);
   }
   void AbortWrite(uint64_t reservation_id) override;
   int64_t expired_leases() const override;
@@ -100,7 +103,10 @@ class HostTierImpl final : public HostTier {
   std::span<std::byte> SlotSpan(int32_t slot) const { return {SlotData(slot), block_bytes_}; }
   size_t SlotOffset(int32_t slot) const { return static_cast<size_t>(slot) * block_bytes_; }
 
-  absl::Status Commit(uint64_t reservation_id, uint64_t checksum, bool verify);
+  // kVerify: the slot must match `checksum`; kTrust: publish with `checksum`; kCompute: publish
+  // with the checksum of the slot's bytes.
+  enum class CommitMode { kVerify, kTrust, kCompute };
+  absl::Status Commit(uint64_t reservation_id, uint64_t checksum, CommitMode mode);
   absl::StatusOr<int32_t> AllocateSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReclaimExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(int32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -300,7 +306,7 @@ absl::StatusOr<HostTier::Reservation> HostTierImpl::ReserveWrite(const BlockMeta
   return Reservation{.id = id, .offset = SlotOffset(*slot)};
 }
 
-absl::Status HostTierImpl::Commit(uint64_t reservation_id, uint64_t checksum, bool verify) {
+absl::Status HostTierImpl::Commit(uint64_t reservation_id, uint64_t checksum, CommitMode mode) {
   ReservationInfo res;
   {
     absl::MutexLock lock(&mu_);
@@ -310,7 +316,7 @@ absl::Status HostTierImpl::Commit(uint64_t reservation_id, uint64_t checksum, bo
     }
     res = it->second;
     reservations_.erase(it);
-    if (!verify) {
+    if (mode == CommitMode::kTrust) {
       PublishLocked(res.slot, res.meta, checksum);
       return absl::OkStatus();
     }
@@ -318,7 +324,7 @@ absl::Status HostTierImpl::Commit(uint64_t reservation_id, uint64_t checksum, bo
   }
   const uint64_t actual = BlockChecksum(SlotSpan(res.slot));
   absl::MutexLock lock(&mu_);
-  if (actual != checksum) {
+  if (mode == CommitMode::kVerify && actual != checksum) {
     ++stats_.checksum_failures;
     FreeSlotLocked(res.slot);
     return absl::DataLossError(

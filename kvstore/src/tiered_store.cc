@@ -41,6 +41,12 @@ class TieredStoreImpl final : public TieredStore {
   Tier* tier(TierKind kind) override { return tiers_[static_cast<int>(kind)]; }
 
   absl::Status Offload(const BlockMeta& meta, std::span<const std::byte> data) override;
+  absl::StatusOr<OffloadSlot> ReserveOffload(const BlockMeta& meta) override;
+  absl::Status CommitOffload(uint64_t id) override { return host_->CommitLocalWrite(id); }
+  void AbortOffload(uint64_t id) override { host_->AbortWrite(id); }
+  std::span<std::byte> host_pool() const override {
+    return {static_cast<std::byte*>(host_->pool_base()), host_->pool_bytes()};
+  }
   void NoteUse(std::span<const BlockHash> hashes) override;
   std::vector<TierKind> Locate(std::span<const BlockHash> hashes) const override;
   void Prefetch(std::vector<BlockMeta> blocks, PrefetchDone done) override;
@@ -185,6 +191,15 @@ absl::Status TieredStoreImpl::Offload(const BlockMeta& meta, std::span<const std
     sketch_.Add(meta.hash);
   }
   return host_->Put(meta, data);
+}
+
+absl::StatusOr<TieredStore::OffloadSlot> TieredStoreImpl::ReserveOffload(const BlockMeta& meta) {
+  {
+    absl::MutexLock lock(&sketch_mu_);
+    sketch_.Add(meta.hash);
+  }
+  STRATA_ASSIGN_OR_RETURN(const HostTier::Reservation r, host_->ReserveWrite(meta));
+  return OffloadSlot{.id = r.id, .bytes = host_pool().subspan(r.offset, host_->block_bytes())};
 }
 
 void TieredStoreImpl::NoteUse(std::span<const BlockHash> hashes) {

@@ -314,6 +314,23 @@ TEST(HostTierTest, DirectWriteReserveCommitAbort) {
   EXPECT_EQ(log.events[0].parent, 4u);
 }
 
+// A local writer's commit: the checksum comes from the slot, and readers verify against it.
+TEST(HostTierTest, LocalWriteCommitComputesTheChecksum) {
+  auto tier = MakeTier(2);
+  auto* base = static_cast<std::byte*>(tier->pool_base());
+  auto res = tier->ReserveWrite({.hash = 5});
+  ASSERT_TRUE(res.ok());
+  const auto data = BlockData(5);
+  std::memcpy(base + res->offset, data.data(), kBlock);
+  ASSERT_TRUE(tier->CommitLocalWrite(res->id).ok());
+  EXPECT_TRUE(GetBlock(*tier, 5).ok());  // the bytes, verified
+  EXPECT_EQ(tier->CommitLocalWrite(res->id).code(), absl::StatusCode::kNotFound);
+  // A bit flipped in the slot after the commit is caught on read.
+  base[res->offset + 17] ^= std::byte{1};
+  EXPECT_EQ(GetBlock(*tier, 5).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+}
+
 TEST(HostTierTest, ExpiredReservationIsReclaimed) {
   auto tier = MakeTier(1, "lru", absl::Milliseconds(50));
   auto res = tier->ReserveWrite({.hash = 1});

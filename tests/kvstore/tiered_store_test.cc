@@ -197,6 +197,41 @@ TEST(TieredStoreTest, WriteThroughAndWriteBackOffloadIntoHost) {
   }
 }
 
+// The offload without the extra copy: the caller fills a reserved G2 slot and commits it.
+TEST(TieredStoreTest, ReservedOffloadSlotIsFilledInPlaceAndCommitted) {
+  Fixture f({}, 2, false, false);
+  const std::span<std::byte> pool = f.store->host_pool();
+  auto slot = f.store->ReserveOffload({.hash = 1});
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  ASSERT_EQ(slot->bytes.size(), kBlock);
+  EXPECT_GE(slot->bytes.data(), pool.data());
+  EXPECT_LE(slot->bytes.data() + kBlock, pool.data() + pool.size());
+  const auto data = BlockData(1);
+  std::copy(data.begin(), data.end(), slot->bytes.begin());
+  EXPECT_TRUE(f.store->Locate(std::vector<BlockHash>{1}).empty());  // not before the commit
+  ASSERT_TRUE(f.store->CommitOffload(slot->id).ok());
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(f.store->ReadHost(1, out).ok());
+  EXPECT_EQ(out, data);
+  // Present: nothing to write. Aborted: the slot is free again and nothing is stored.
+  EXPECT_EQ(f.store->ReserveOffload({.hash = 1}).status().code(), absl::StatusCode::kAlreadyExists);
+  auto aborted = f.store->ReserveOffload({.hash = 2});
+  ASSERT_TRUE(aborted.ok());
+  f.store->AbortOffload(aborted->id);
+  EXPECT_EQ(f.store->ReadHost(2, out).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.store->tier(TierKind::kHost)->usage().blocks, 1);
+  // A reservation evicts a stored block for room; with every slot reserved there is none.
+  auto a = f.store->ReserveOffload({.hash = 3});
+  ASSERT_TRUE(a.ok());
+  auto b = f.store->ReserveOffload({.hash = 4});  // evicts 1
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(f.store->ReadHost(1, out).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.store->ReserveOffload({.hash = 5}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  f.store->AbortOffload(a->id);
+  f.store->AbortOffload(b->id);
+}
+
 // Dynamo's filter: a block used once is not worth a disk write; used twice it is.
 TEST(TieredStoreTest, FrequencyFilterAdmitsToDiskOnlyReusedBlocks) {
   TieredStoreOptions options;  // disk_admit_min_uses = 2

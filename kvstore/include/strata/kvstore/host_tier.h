@@ -13,9 +13,9 @@
 // forever (expired leases are reclaimed lazily when room is needed, and counted).
 //
 // Direct writes: ReserveWrite() hands out a free slot for a block that a peer will write into
-// the pool's memory (UCX put); CommitWrite() verifies the checksum the writer sent and publishes
-// the block (CommitWriteUnverified() trusts it), AbortWrite() gives the slot back. An uncommitted
-// reservation also expires.
+// the pool's memory (UCX put) or a local device copy; CommitWrite() verifies the checksum the
+// writer sent and publishes the block (CommitWriteUnverified() trusts it, CommitLocalWrite()
+// computes it), AbortWrite() gives the slot back. An uncommitted reservation also expires.
 //
 // Put and Get copy outside the lock (the slot is held by an internal pin meanwhile) and compute
 // the checksum on the fly, chunk by chunk, so the copy is one pass over memory and concurrent
@@ -86,6 +86,10 @@ class HostTier : public Tier {
   // expired reservation.
   [[nodiscard]] virtual absl::Status CommitWriteUnverified(uint64_t reservation_id,
                                                            uint64_t checksum) = 0;
+  // For a writer in this process that filled the slot itself (a device-to-host copy straight
+  // into it): publishes the block with the checksum of the slot's bytes (one read of the slot;
+  // every reader verifies against it). NotFound for an unknown or expired reservation.
+  [[nodiscard]] virtual absl::Status CommitLocalWrite(uint64_t reservation_id) = 0;
   virtual void AbortWrite(uint64_t reservation_id) = 0;
 
   // Leases and reservations that expired without being released (monotonic).

@@ -81,6 +81,20 @@ class TieredStore {
   // Copies a G1 block into G2 (see the data flow above). Never blocks on disk or network.
   [[nodiscard]] virtual absl::Status Offload(const BlockMeta& meta,
                                              std::span<const std::byte> data) = 0;
+  // Offload without the extra host copy: a G2 slot (block_bytes of the host pool) that the
+  // caller fills itself, e.g. by a device-to-host copy, then publishes with CommitOffload (the
+  // checksum is computed from the slot) or gives back with AbortOffload; an uncommitted slot is
+  // reclaimed after the host tier's lease timeout. AlreadyExists when G2 holds the block
+  // (nothing to write), ResourceExhausted when no slot can be freed.
+  struct OffloadSlot {
+    uint64_t id = 0;
+    std::span<std::byte> bytes;
+  };
+  virtual absl::StatusOr<OffloadSlot> ReserveOffload(const BlockMeta& meta) = 0;
+  [[nodiscard]] virtual absl::Status CommitOffload(uint64_t id) = 0;
+  virtual void AbortOffload(uint64_t id) = 0;
+  // The G2 pool that ReserveOffload's slots lie in (e.g. to register it with a device).
+  virtual std::span<std::byte> host_pool() const = 0;
   // Records a use of each block (e.g. a G1 prefix-cache hit) for the G3 frequency filter.
   virtual void NoteUse(std::span<const BlockHash> hashes) = 0;
 
