@@ -32,11 +32,13 @@ absl::StatusOr<std::string> ModelIdentity(const std::string& dir) {
 }  // namespace
 
 Engine::~Engine() {
-  // Staged copies may still be in flight into staging_, which is unregistered and freed before
-  // runner_ goes; they are not handed on (the offload function's target may be gone already).
-  if (staging_used_ > 0 && !runner_->backend().Synchronize().ok()) {
+  // Copies may still be in flight into staging_ (unregistered and freed before runner_ goes) or
+  // into an offload target's memory (unregistered here); they are not handed on (the offload
+  // function or target may be gone already: a target's reservations expire on their own).
+  if ((staging_used_ > 0 || !pending_direct_.empty()) && !runner_->backend().Synchronize().ok()) {
     STRATA_LOG(Warning) << "KV staging: device synchronize failed at shutdown";
   }
+  DropOffloadTarget();
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir,

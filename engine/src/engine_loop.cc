@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/synchronization/notification.h"
 #include "strata/common/logging.h"
 
 namespace strata {
@@ -111,7 +112,29 @@ EngineLoad EngineLoop::load() const {
   return load_;
 }
 
+void EngineLoop::RunOnEngine(std::function<void(Engine&)> fn) {
+  absl::MutexLock stop(&stop_mu_);  // the loop cannot stop meanwhile
+  absl::Notification done;
+  bool posted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      posted_.push_back([&](Engine& e) {
+        fn(e);
+        done.Notify();
+      });
+      posted = true;
+    }
+  }
+  if (!posted) {
+    fn(*engine_);  // stopped: Stop() joined the thread while it held stop_mu_
+    return;
+  }
+  done.WaitForNotification();
+}
+
 void EngineLoop::Stop() {
+  absl::MutexLock stop(&stop_mu_);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kv_staging.h"
 #include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
 #include "strata/engine/engine.h"
 
 namespace strata {
@@ -38,12 +39,39 @@ KvStaging::~KvStaging() {
 
 void Engine::SetBlockOffload(OffloadOn when, BlockOffloadFn fn) {
   FlushKvOffloads();  // pending blocks go to the function they were staged for
+  DropOffloadTarget();
   offload_on_ = when;
   offload_ = std::move(fn);
 }
 
+absl::Status Engine::SetBlockOffloadTarget(OffloadOn when, BlockOffloadTarget target,
+                                           std::span<std::byte> memory) {
+  if (!target.reserve || !target.finish) {
+    return absl::InvalidArgumentError("KV offload target: reserve and finish are both needed");
+  }
+  FlushKvOffloads();
+  DropOffloadTarget();
+  Backend& backend = runner_->backend();
+  if (backend.plugin().has_host_register() && !memory.empty()) {
+    STRATA_RETURN_IF_ERROR(backend.RegisterHost(memory.data(), memory.size()));
+    target_registered_ = true;
+  }
+  target_memory_ = memory;
+  offload_on_ = when;
+  offload_ = nullptr;
+  target_ = std::move(target);
+  return absl::OkStatus();
+}
+
+void Engine::DropOffloadTarget() {
+  if (target_registered_) runner_->backend().UnregisterHost(target_memory_.data());
+  target_registered_ = false;
+  target_memory_ = {};
+  target_ = {};
+}
+
 void Engine::OnKvEvent(const KvCacheEvent& event) {
-  if (offload_) {
+  if (offload_ || target_.reserve) {
     const bool evicted = event.kind == KvCacheEvent::Kind::kRemoved;
     if (evicted == (offload_on_ == OffloadOn::kEvict)) OffloadBlock(event);
   }
@@ -69,11 +97,31 @@ void Engine::OffloadBlock(const KvCacheEvent& event) {
   // ReservePrompt flushes before it returns the blocks).
   const size_t bytes = runner_->kv_block_bytes();
   const auto* base = static_cast<const std::byte*>(runner_->kv_cache().data);
+  const std::byte* src = base + static_cast<size_t>(event.block) * bytes;
+  if (target_.reserve) {
+    absl::StatusOr<BlockOffloadSlot> slot = target_.reserve(event.hash, event.parent);
+    if (!slot.ok()) {
+      if (!absl::IsAlreadyExists(slot.status()) && !absl::IsResourceExhausted(slot.status())) {
+        STRATA_LOG(Warning) << "KV offload of block " << event.block << ": " << slot.status();
+      }
+      return;
+    }
+    absl::Status s = slot->bytes.size() == bytes
+                         ? runner_->backend().CopyToHostAsync(slot->bytes.data(), src, bytes)
+                         : absl::InternalError(
+                               absl::StrCat("the target reserved ", slot->bytes.size(), " bytes"));
+    if (!s.ok()) {
+      STRATA_LOG(Warning) << "KV offload of block " << event.block << " failed: " << s;
+      target_.finish(slot->id, false);
+      return;
+    }
+    pending_direct_.push_back(slot->id);
+    return;
+  }
   absl::StatusOr<std::span<std::byte>> dst = AcquireStagingSlot();
   absl::Status s = dst.status();
   if (s.ok()) {
-    s = runner_->backend().CopyToHostAsync(dst->data(),
-                                           base + static_cast<size_t>(event.block) * bytes, bytes);
+    s = runner_->backend().CopyToHostAsync(dst->data(), src, bytes);
   }
   if (!s.ok()) {
     STRATA_LOG(Warning) << "KV offload of block " << event.block << " failed: " << s;
@@ -83,17 +131,20 @@ void Engine::OffloadBlock(const KvCacheEvent& event) {
 }
 
 void Engine::FlushKvOffloads() {
-  if (staging_used_ == 0) return;
+  if (staging_used_ == 0 && pending_direct_.empty()) return;
   const absl::Status s = runner_->backend().Synchronize();
   if (!s.ok()) {
-    STRATA_LOG(Warning) << "KV offload: device synchronize failed, " << pending_offloads_.size()
+    STRATA_LOG(Warning) << "KV offload: device synchronize failed, "
+                        << pending_offloads_.size() + pending_direct_.size()
                         << " staged blocks dropped: " << s;
   } else if (offload_) {
     for (const PendingOffload& p : pending_offloads_) {
       offload_(p.hash, p.parent, staging_->slot(p.slot));
     }
   }
+  for (uint64_t id : pending_direct_) target_.finish(id, s.ok());
   pending_offloads_.clear();
+  pending_direct_.clear();
   staging_used_ = 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "strata/engine/presets.h"
@@ -115,6 +116,25 @@ TEST_F(EngineLoopTest, StopFailsOutstandingRequestsWithUnavailable) {
   loop->Stop();
   ASSERT_TRUE(c.done.HasBeenNotified());
   EXPECT_EQ(c.status.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EngineLoopTest, RunOnEngineRunsOnTheEngineThreadThenInlineOnceStopped) {
+  auto loop = Make();
+  std::thread::id ran_on;
+  int calls = 0;
+  loop->RunOnEngine([&](Engine&) {
+    ran_on = std::this_thread::get_id();
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);  // done when RunOnEngine returns
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  loop->Stop();
+  loop->RunOnEngine([&](Engine&) {
+    ran_on = std::this_thread::get_id();
+    ++calls;
+  });
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
 }  // namespace

@@ -95,6 +95,80 @@ std::pair<std::vector<int32_t>, int> RunToEnd(Engine& e, const std::string& id,
   return {tokens, cached};
 }
 
+// An offload target: the engine copies each evicted block straight into the slot the target
+// reserves; the blocks it receives are those the staged path hands out, byte for byte. Blocks
+// the target already holds (AlreadyExists) or has no room for are not copied.
+TEST_F(EngineTieringTest, OffloadTargetReceivesWhatTheStagedPathHandsOut) {
+  auto staged = Make(12);
+  std::map<BlockHash, Saved> expected;
+  staged->SetBlockOffload(Engine::OffloadOn::kEvict,
+                          [&](BlockHash h, BlockHash parent, std::span<const std::byte> data) {
+                            expected[h] = {parent, {data.begin(), data.end()}};
+                          });
+  auto direct = Make(12);
+  const size_t bytes = direct->kv_block_bytes();
+  constexpr size_t kSlots = 64;
+  std::vector<std::byte> memory(kSlots * bytes);
+  struct Reserved {
+    BlockHash hash, parent;
+    size_t slot;
+  };
+  std::map<uint64_t, Reserved> reserved;
+  std::map<BlockHash, Saved> received;
+  std::set<BlockHash> refused = {HashBlockChain(direct->block_hash_seed(), Prompt(41, 50), 8)[0]};
+  size_t next_slot = 0, refusals = 0, aborted = 0;
+  uint64_t next_id = 1;
+  Engine::BlockOffloadTarget target;
+  target.reserve = [&](BlockHash h, BlockHash parent) -> absl::StatusOr<Engine::BlockOffloadSlot> {
+    if (received.contains(h) || refused.contains(h)) {
+      ++refusals;
+      return absl::AlreadyExistsError("held");
+    }
+    if (next_slot == kSlots) return absl::ResourceExhaustedError("full");
+    const uint64_t id = next_id++;
+    reserved[id] = {h, parent, next_slot};
+    return Engine::BlockOffloadSlot{
+        .id = id, .bytes = std::span<std::byte>(memory).subspan(next_slot++ * bytes, bytes)};
+  };
+  target.finish = [&](uint64_t id, bool copied) {
+    ASSERT_TRUE(reserved.contains(id));
+    const Reserved r = reserved[id];
+    reserved.erase(id);
+    if (!copied) {
+      ++aborted;
+      return;
+    }
+    const auto first = memory.begin() + static_cast<std::ptrdiff_t>(r.slot * bytes);
+    received[r.hash] = {r.parent, {first, first + static_cast<std::ptrdiff_t>(bytes)}};
+  };
+  ASSERT_TRUE(direct->SetBlockOffloadTarget(Engine::OffloadOn::kEvict, target, memory).ok());
+  for (const auto& [id, first] : std::vector<std::pair<std::string, int>>{
+           {"a", 3}, {"b", 50}, {"c", 90}, {"d", 130}, {"e", 170}}) {
+    const auto s = RunToEnd(*staged, id, Prompt(41, first));
+    const auto d = RunToEnd(*direct, id, Prompt(41, first));
+    EXPECT_EQ(s.first, d.first) << id;
+  }
+  direct->FlushKvOffloads();
+  EXPECT_TRUE(reserved.empty());  // every reservation finished at a flush
+  EXPECT_EQ(aborted, 0u);
+  EXPECT_EQ(refusals, 1u);  // b's first block, when evicted
+  ASSERT_GE(received.size(), 10u);
+  EXPECT_EQ(received.size() + refusals, expected.size());
+  for (const auto& [h, saved] : received) {
+    ASSERT_TRUE(expected.contains(h)) << h;
+    EXPECT_EQ(saved.parent, expected[h].parent);
+    EXPECT_TRUE(saved.bytes == expected[h].bytes) << "block " << h;
+  }
+  // Back to a function: the target is dropped (and its memory unregistered).
+  direct->SetBlockOffload(Engine::OffloadOn::kEvict, nullptr);
+  RunToEnd(*direct, "f", Prompt(41, 7));
+  EXPECT_EQ(direct->pending_kv_offloads(), 0u);
+  EXPECT_FALSE(
+      direct->SetBlockOffloadTarget(Engine::OffloadOn::kEvict, Engine::BlockOffloadTarget{},
+                                    memory)
+          .ok());  // reserve and finish are required
+}
+
 TEST_F(EngineTieringTest, EvictedBlocksComeBackByteIdenticalAndGiveTheSameTokens) {
   auto engine = Make(12);
   std::map<BlockHash, Saved> store;

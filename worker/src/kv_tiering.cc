@@ -34,7 +34,15 @@ KvTiering::KvTiering(const KvTieringOptions& options, std::unique_ptr<kvstore::T
   hash_seed_ = e.block_hash_seed();
 }
 
-KvTiering::~KvTiering() = default;
+KvTiering::~KvTiering() {
+  // Pending offloads are handed to the store (it is still here) and the engine gives up the
+  // pool's registration before the pool goes; on the calling thread once the loop is stopped.
+  if (store_ == nullptr) return;
+  const Engine::OffloadOn on = store_->offload_mode() == kvstore::OffloadMode::kWriteThrough
+                                   ? Engine::OffloadOn::kCommit
+                                   : Engine::OffloadOn::kEvict;
+  loop_->RunOnEngine([on](Engine& e) { e.SetBlockOffload(on, nullptr); });
+}
 
 absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions& t,
                                                             const std::string& worker_id,
@@ -104,7 +112,26 @@ void KvTiering::Install(metrics::Registry* registry) {
   const Engine::OffloadOn on = store_->offload_mode() == kvstore::OffloadMode::kWriteThrough
                                    ? Engine::OffloadOn::kCommit
                                    : Engine::OffloadOn::kEvict;
+  // Offloaded blocks are copied from the device straight into reserved G2 slots (the pool is
+  // registered with the backend for that); the staged path (a copy through the engine's ring)
+  // is the fallback where registering fails.
   loop_->Post([store, on](Engine& e) {
+    Engine::BlockOffloadTarget target;
+    target.reserve = [store](BlockHash hash,
+                             BlockHash parent) -> absl::StatusOr<Engine::BlockOffloadSlot> {
+      STRATA_ASSIGN_OR_RETURN(kvstore::TieredStore::OffloadSlot slot,
+                              store->ReserveOffload({.hash = hash, .parent = parent}));
+      return Engine::BlockOffloadSlot{.id = slot.id, .bytes = slot.bytes};
+    };
+    target.finish = [store](uint64_t id, bool copied) {
+      if (!copied) return store->AbortOffload(id);
+      const absl::Status s = store->CommitOffload(id);
+      if (!s.ok()) STRATA_LOG(Warning) << "KV offload to host tier failed: " << s;
+    };
+    const absl::Status s = e.SetBlockOffloadTarget(on, std::move(target), store->host_pool());
+    if (s.ok()) return;
+    STRATA_LOG(Warning) << "KV offload: the host tier's pool cannot take device copies directly ("
+                        << s << "); staging them instead";
     e.SetBlockOffload(on,
                       [store](BlockHash hash, BlockHash parent, std::span<const std::byte> data) {
                         absl::Status s = store->Offload({.hash = hash, .parent = parent}, data);

@@ -163,6 +163,26 @@ class Engine {
   using BlockOffloadFn =
       std::function<void(BlockHash hash, BlockHash parent, std::span<const std::byte> data)>;
   void SetBlockOffload(OffloadOn when, BlockOffloadFn fn);
+  // The same hand-out without the staging copy: the block's bytes are copied from the device
+  // straight into host memory the target reserves for it. `reserve(hash, parent)` returns
+  // kv_block_bytes of memory inside `memory` and an id, or an error (the block is then not
+  // offloaded: AlreadyExists when the target holds it, ResourceExhausted when it has no room,
+  // anything else is logged); the copy is enqueued at once, and `finish(id, copied)` runs at
+  // the next flush (copied false when the copy or the synchronize failed: the target frees the
+  // memory). The engine registers `memory` with the backend where the plugin can (asynchronous
+  // copies into it) and unregisters it when the offload is set again or the engine goes: it
+  // must outlive both (or be given up through SetBlockOffload first). Replaces SetBlockOffload's
+  // function; an error (registration failed) leaves the previous offload in place.
+  struct BlockOffloadSlot {
+    uint64_t id = 0;
+    std::span<std::byte> bytes;
+  };
+  struct BlockOffloadTarget {
+    std::function<absl::StatusOr<BlockOffloadSlot>(BlockHash hash, BlockHash parent)> reserve;
+    std::function<void(uint64_t id, bool copied)> finish;
+  };
+  absl::Status SetBlockOffloadTarget(OffloadOn when, BlockOffloadTarget target,
+                                     std::span<std::byte> memory);
   // Fills `dst` (kv_block_bytes of host memory) with block i's bytes; an error stops the import.
   using BlockFillFn = std::function<absl::Status(size_t i, std::span<std::byte> dst)>;
   struct ImportedBlock {
@@ -218,8 +238,15 @@ class Engine {
 
   EngineOptions options_;
   std::function<void(const KvCacheEvent&)> kv_listener_;
+  // Gives up the target's memory registration (after a flush).
+  void DropOffloadTarget();
+
   OffloadOn offload_on_ = OffloadOn::kEvict;
   BlockOffloadFn offload_;
+  BlockOffloadTarget target_;
+  std::span<std::byte> target_memory_;
+  bool target_registered_ = false;
+  std::vector<uint64_t> pending_direct_;  // reserved slots being copied into
   struct PendingOffload {
     BlockHash hash = 0;
     BlockHash parent = kRootBlockHash;

@@ -65,6 +65,9 @@ class EngineLoop {
 
   // Runs `fn` on the engine thread before the next step.
   void Post(std::function<void(Engine&)> fn);
+  // Runs `fn` on the engine thread and returns when it has run; once the loop is stopped, runs
+  // it on the calling thread (the engine is idle then). Not from the engine thread.
+  void RunOnEngine(std::function<void(Engine&)> fn);
   // Runs `fn` on the engine thread after every step that ran (e.g. posting KV transfers for
   // newly computed blocks). Set before the first request.
   void SetAfterStep(std::function<void(Engine&)> fn);
@@ -112,6 +115,7 @@ class EngineLoop {
   void AbortOnEngineThread(Engine& e, const std::string& id);
 
   std::unique_ptr<Engine> engine_;
+  absl::Mutex stop_mu_;  // held by Stop() and RunOnEngine(): neither runs during the other
   mutable absl::Mutex mu_;
   std::vector<std::function<void(Engine&)>> posted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
