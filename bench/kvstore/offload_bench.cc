@@ -5,7 +5,12 @@
 //              its own (what the engine did before the staging ring);
 //   batched    the default ring (EngineOptions::kv_staging_bytes, 64 MiB): a step's blocks
 //              are copied out without waiting and handed over at the next flush point.
-// The offload function copies each block into a host buffer (what the G2 put does with it).
+//   G2 staged  the default ring, each block then put into a real G2 host tier
+//              (TieredStore::Offload: a copy into the slot with the checksum computed on the way);
+//   G2 direct  no ring: each block copied from the device straight into a reserved G2 slot
+//              (Engine::SetBlockOffloadTarget; the pool registered with the backend where the
+//              plugin can), its checksum computed from the slot at the flush.
+// per-block and batched copy each block into a plain host buffer (what the G2 put does with it).
 // Model: the llama-100m preset in bf16 (12 layers, 4 kv heads x 64: 192 KiB per 16-token
 // block), distinct 1,000-token prompts, one token generated each, after one warm-up prompt;
 // one after another, or with --together all submitted at once (a continuous batch: chunked
@@ -24,6 +29,8 @@
 
 #include "strata/engine/engine.h"
 #include "strata/engine/presets.h"
+#include "strata/kvstore/host_tier.h"
+#include "strata/kvstore/tiered_store.h"
 #include "strata/plugin/plugin.h"
 
 namespace strata {
@@ -40,9 +47,35 @@ struct Options {
   std::exit(1);
 }
 
-enum class Mode { kNone, kPerBlock, kBatched };
+enum class Mode { kNone, kPerBlock, kBatched, kG2Staged, kG2Direct };
 const char* Name(Mode m) {
-  return m == Mode::kNone ? "none" : m == Mode::kPerBlock ? "per-block" : "batched";
+  switch (m) {
+    case Mode::kNone:
+      return "none";
+    case Mode::kPerBlock:
+      return "per-block";
+    case Mode::kBatched:
+      return "batched";
+    case Mode::kG2Staged:
+      return "G2 staged";
+    case Mode::kG2Direct:
+      return "G2 direct";
+  }
+  return "?";
+}
+
+// A G2-only store big enough for every block the run offloads.
+std::unique_ptr<kvstore::TieredStore> MakeStore(size_t block_bytes) {
+  kvstore::HostTierOptions ho;
+  ho.block_bytes = block_bytes;
+  ho.capacity_bytes = int64_t{512} << 20;
+  auto host = kvstore::HostTier::Create(ho);
+  if (!host.ok()) Die(std::string(host.status().message()));
+  kvstore::TieredStoreOptions so;
+  so.offload = kvstore::OffloadMode::kWriteThrough;
+  auto store = kvstore::TieredStore::Create(so, std::move(*host), nullptr, nullptr);
+  if (!store.ok()) Die(std::string(store.status().message()));
+  return std::move(*store);
 }
 
 struct Result {
@@ -86,7 +119,35 @@ Result Run(const std::string& dir, const Options& o, Mode mode, size_t block_byt
   Result r;
   std::vector<std::byte> sink(size_t{256} << 20);
   size_t at = 0;
-  if (mode != Mode::kNone) {
+  std::unique_ptr<kvstore::TieredStore> store;
+  if (mode == Mode::kG2Staged || mode == Mode::kG2Direct) store = MakeStore(block_bytes);
+  if (mode == Mode::kG2Staged) {
+    e.SetBlockOffload(Engine::OffloadOn::kCommit,
+                      [&](BlockHash h, BlockHash parent, std::span<const std::byte> data) {
+                        if (!store->Offload({.hash = h, .parent = parent}, data).ok()) return;
+                        ++r.blocks;
+                        r.bytes += data.size();
+                      });
+  } else if (mode == Mode::kG2Direct) {
+    Engine::BlockOffloadTarget target;
+    target.reserve = [&](BlockHash h,
+                         BlockHash parent) -> absl::StatusOr<Engine::BlockOffloadSlot> {
+      auto slot = store->ReserveOffload({.hash = h, .parent = parent});
+      if (!slot.ok()) return slot.status();
+      return Engine::BlockOffloadSlot{.id = slot->id, .bytes = slot->bytes};
+    };
+    target.finish = [&](uint64_t id, bool copied) {
+      if (!copied) return store->AbortOffload(id);
+      if (!store->CommitOffload(id).ok()) return;
+      ++r.blocks;
+      r.bytes += block_bytes;
+    };
+    if (absl::Status s = e.SetBlockOffloadTarget(Engine::OffloadOn::kCommit, std::move(target),
+                                                 store->host_pool());
+        !s.ok()) {
+      Die(std::string(s.message()));
+    }
+  } else if (mode != Mode::kNone) {
     e.SetBlockOffload(Engine::OffloadOn::kCommit,
                       [&](BlockHash, BlockHash, std::span<const std::byte> data) {
                         if (at + data.size() > sink.size()) at = 0;
@@ -165,10 +226,14 @@ int main(int argc, char** argv) {
   const Result none = Run(dir, o, Mode::kNone, block_bytes);
   const Result per_block = Run(dir, o, Mode::kPerBlock, block_bytes);
   const Result batched = Run(dir, o, Mode::kBatched, block_bytes);
+  const Result g2_staged = Run(dir, o, Mode::kG2Staged, block_bytes);
+  const Result g2_direct = Run(dir, o, Mode::kG2Direct, block_bytes);
   std::printf("| offload | seconds | blocks offloaded | GB offloaded | time / none |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
-  for (const auto& [m, r] : {std::pair{Mode::kNone, none}, std::pair{Mode::kPerBlock, per_block},
-                             std::pair{Mode::kBatched, batched}}) {
+  for (const auto& [m, r] :
+       {std::pair{Mode::kNone, none}, std::pair{Mode::kPerBlock, per_block},
+        std::pair{Mode::kBatched, batched}, std::pair{Mode::kG2Staged, g2_staged},
+        std::pair{Mode::kG2Direct, g2_direct}}) {
     std::printf("| %s | %.3f | %zu | %.3f | %.3f |\n", Name(m), r.seconds, r.blocks, r.bytes / 1e9,
                 r.seconds / none.seconds);
     std::printf("CSV,offload,%s,%.4f,%zu,%zu,%.4f\n", Name(m), r.seconds, r.blocks, r.bytes,
