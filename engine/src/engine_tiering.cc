@@ -54,9 +54,8 @@ absl::Status Engine::SetBlockOffloadTarget(OffloadOn when, BlockOffloadTarget ta
   Backend& backend = runner_->backend();
   if (backend.plugin().has_host_register() && !memory.empty()) {
     STRATA_RETURN_IF_ERROR(backend.RegisterHost(memory.data(), memory.size()));
-    target_registered_ = true;
+    target_registered_ = memory.data();
   }
-  target_memory_ = memory;
   offload_on_ = when;
   offload_ = nullptr;
   target_ = std::move(target);
@@ -64,9 +63,8 @@ absl::Status Engine::SetBlockOffloadTarget(OffloadOn when, BlockOffloadTarget ta
 }
 
 void Engine::DropOffloadTarget() {
-  if (target_registered_) runner_->backend().UnregisterHost(target_memory_.data());
-  target_registered_ = false;
-  target_memory_ = {};
+  if (target_registered_ != nullptr) runner_->backend().UnregisterHost(target_registered_);
+  target_registered_ = nullptr;
   target_ = {};
 }
 

@@ -186,18 +186,12 @@ TieredStoreImpl::~TieredStoreImpl() {
 // ---- offload, use counting, demotion ---------------------------------------------------------
 
 absl::Status TieredStoreImpl::Offload(const BlockMeta& meta, std::span<const std::byte> data) {
-  {
-    absl::MutexLock lock(&sketch_mu_);
-    sketch_.Add(meta.hash);
-  }
+  NoteUse({&meta.hash, 1});
   return host_->Put(meta, data);
 }
 
 absl::StatusOr<TieredStore::OffloadSlot> TieredStoreImpl::ReserveOffload(const BlockMeta& meta) {
-  {
-    absl::MutexLock lock(&sketch_mu_);
-    sketch_.Add(meta.hash);
-  }
+  NoteUse({&meta.hash, 1});
   STRATA_ASSIGN_OR_RETURN(const HostTier::Reservation r, host_->ReserveWrite(meta));
   return OffloadSlot{.id = r.id, .bytes = host_pool().subspan(r.offset, host_->block_bytes())};
 }

@@ -34,13 +34,21 @@ KvTiering::KvTiering(const KvTieringOptions& options, std::unique_ptr<kvstore::T
   hash_seed_ = e.block_hash_seed();
 }
 
+namespace {
+
+// When the engine hands a block to the store: on commit (write-through) or on eviction.
+Engine::OffloadOn OffloadPoint(const kvstore::TieredStore& store) {
+  return store.offload_mode() == kvstore::OffloadMode::kWriteThrough ? Engine::OffloadOn::kCommit
+                                                                     : Engine::OffloadOn::kEvict;
+}
+
+}  // namespace
+
 KvTiering::~KvTiering() {
   // Pending offloads are handed to the store (it is still here) and the engine gives up the
   // pool's registration before the pool goes; on the calling thread once the loop is stopped.
   if (store_ == nullptr) return;
-  const Engine::OffloadOn on = store_->offload_mode() == kvstore::OffloadMode::kWriteThrough
-                                   ? Engine::OffloadOn::kCommit
-                                   : Engine::OffloadOn::kEvict;
+  const Engine::OffloadOn on = OffloadPoint(*store_);
   loop_->RunOnEngine([on](Engine& e) { e.SetBlockOffload(on, nullptr); });
 }
 
@@ -109,9 +117,7 @@ void KvTiering::Install(metrics::Registry* registry) {
     }
   });
   kvstore::TieredStore* store = store_.get();
-  const Engine::OffloadOn on = store_->offload_mode() == kvstore::OffloadMode::kWriteThrough
-                                   ? Engine::OffloadOn::kCommit
-                                   : Engine::OffloadOn::kEvict;
+  const Engine::OffloadOn on = OffloadPoint(*store_);
   // Offloaded blocks are copied from the device straight into reserved G2 slots (the pool is
   // registered with the backend for that); the staged path (a copy through the engine's ring)
   // is the fallback where registering fails.
@@ -126,7 +132,9 @@ void KvTiering::Install(metrics::Registry* registry) {
     target.finish = [store](uint64_t id, bool copied) {
       if (!copied) return store->AbortOffload(id);
       const absl::Status s = store->CommitOffload(id);
-      if (!s.ok()) STRATA_LOG(Warning) << "KV offload to host tier failed: " << s;
+      if (!s.ok()) {
+        STRATA_LOG(Warning) << "KV offload to host tier failed: " << s;
+      }
     };
     const absl::Status s = e.SetBlockOffloadTarget(on, std::move(target), store->host_pool());
     if (s.ok()) return;

@@ -53,7 +53,7 @@ Status RouteUnsupported(const char* op, int64_t experts) {
 // inside the vector kernels where they serve the call). The checks that can fail run before
 // anything is enqueued.
 Status RunExperts(Stream& st, const char* op, const plugin_common::MoeExpertsArgs& s,
-                  const plugin_common::MoeRouteArgs* route, int32_t top_k, bool renormalize) {
+                  const plugin_common::MoeRouteArgs* route, bool renormalize) {
   if (s.x.rows == 0) return Status();
   const MoeExpertsArgs m = KernelArgs(s);
   // No expert contributes (no hidden columns, or no intermediate ones): out = 0, after the
@@ -77,7 +77,8 @@ Status RunExperts(Stream& st, const char* op, const plugin_common::MoeExpertsArg
     return Launched(op, LaunchMoeRouteExperts(m, plan, r, workspace, st.stream));
   }
   if (route != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(Launched(op, LaunchRoute(*route, top_k, renormalize, st.stream)));
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        Launched(op, LaunchRoute(*route, static_cast<int32_t>(s.top_k), renormalize, st.stream)));
   }
   if (s.hidden == 0) return Status();
   return Launched(op, LaunchBiasEpilogue(static_cast<bf16*>(s.out.data), s.out.stride, s.out.rows,
@@ -103,7 +104,7 @@ Status MoeExperts(Stream& st, const strata_tensor* x, const strata_tensor* topk_
   plugin_common::MoeExpertsArgs s;
   STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckMoeExperts(
       kStorageDtype, x, topk_weights, topk_ids, w_gate_up, w_down, out, &s));
-  return RunExperts(st, kOp, s, nullptr, 0, false);
+  return RunExperts(st, kOp, s, nullptr, false);
 }
 
 Status MoeRouteExperts(Stream& st, const strata_tensor* x, const strata_tensor* router_logits,
@@ -117,7 +118,7 @@ Status MoeRouteExperts(Stream& st, const strata_tensor* x, const strata_tensor* 
       plugin_common::CheckMoeRouteExperts(kStorageDtype, x, router_logits, top_k, topk_weights,
                                           topk_ids, w_gate_up, w_down, out, &r, &s));
   if (r.experts > 4096) return RouteUnsupported(kOp, r.experts);
-  return RunExperts(st, kOp, s, &r, top_k, renormalize != 0);
+  return RunExperts(st, kOp, s, &r, renormalize != 0);
 }
 
 }  // namespace strata::cuda

@@ -83,21 +83,22 @@ struct Routing {
   float weight[kMoeVectorMaxAssignments];
 };
 
-// Computes the routing from r.logits when set (one warp per token, V experts per lane), or
-// reads it from a.ids / a.weights. (The routing's arguments are a kernel parameter of their
-// own: in VectorArgs they made the down kernel spill.)
-template <int V = 1>
-__device__ __forceinline__ void LoadRouting(const VectorArgs& a, const MoeVectorRouting& r,
+// Computes the routing from r.logits: one warp per token, V experts per lane. (The routing's
+// arguments are a kernel parameter of their own: in VectorArgs they made the down kernel
+// spill.)
+template <int V>
+__device__ __forceinline__ void RouteTokens(const VectorArgs& a, const MoeVectorRouting& r,
                                             Routing* s) {
-  const int n = a.rows * a.top_k;
-  if (r.logits != nullptr) {
-    for (int t = threadIdx.x / 32; t < a.rows; t += kWarpsPerCta) {
-      RouteRowWarp<V>(r.logits + t * r.logits_stride, a.experts, a.top_k, r.renormalize,
-                      s->id + t * a.top_k, s->weight + t * a.top_k);
-    }
-    __syncthreads();
-    return;
+  for (int t = threadIdx.x / 32; t < a.rows; t += kWarpsPerCta) {
+    RouteRowWarp<V>(r.logits + t * r.logits_stride, a.experts, a.top_k, r.renormalize,
+                    s->id + t * a.top_k, s->weight + t * a.top_k);
   }
+  __syncthreads();
+}
+
+// Reads the routing from a.ids / a.weights.
+__device__ __forceinline__ void LoadRouting(const VectorArgs& a, Routing* s) {
+  const int n = a.rows * a.top_k;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int t = i / a.top_k, j = i - t * a.top_k;
     const int32_t e = a.ids[t * a.ids_stride + j];
@@ -108,9 +109,8 @@ __device__ __forceinline__ void LoadRouting(const VectorArgs& a, const MoeVector
 }
 
 // The routing computed in the kernels goes out to topk_ids / topk_weights (one CTA writes it).
-__device__ __forceinline__ void StoreRouting(const VectorArgs& a, const MoeVectorRouting& r,
-                                             const Routing& s) {
-  if (r.logits == nullptr || blockIdx.x != 0) return;
+__device__ __forceinline__ void StoreRouting(const VectorArgs& a, const Routing& s) {
+  if (blockIdx.x != 0) return;
   int32_t* ids = const_cast<int32_t*>(a.ids);
   float* weights = const_cast<float*>(a.weights);
   for (int i = threadIdx.x; i < a.rows * a.top_k; i += kThreads) {
@@ -127,8 +127,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ Routing routing;
   WaitForPrerequisites();  // x, the routing (or logits), and the previous call's readers of act
   AllowDependents();
-  LoadRouting<V>(a, r, &routing);
-  StoreRouting(a, r, routing);
+  if (r.logits != nullptr) {
+    RouteTokens<V>(a, r, &routing);
+    StoreRouting(a, routing);
+  } else {
+    LoadRouting(a, &routing);
+  }
   const int lane = threadIdx.x & 31;
   const int n = a.rows * a.top_k, units = n * a.inter;
   const int warps = gridDim.x * kWarpsPerCta;
@@ -163,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   // computed is read once that kernel is done (computing it here again, before the wait, was
   // slower: this grid's CTAs become resident only as the gate_up grid's leave).
   if (!kRoutedByGateUp) {
-    LoadRouting(a, MoeVectorRouting{}, &routing);
+    LoadRouting(a, &routing);
     if (first < units) {
       const int nc = first / a.rows, t = first - nc * a.rows;
       const int row_bytes = a.inter * 2;
@@ -180,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   }
   WaitForPrerequisites();  // act (and the routing the gate_up kernel wrote)
   AllowDependents();
-  if (kRoutedByGateUp) LoadRouting(a, MoeVectorRouting{}, &routing);
+  if (kRoutedByGateUp) LoadRouting(a, &routing);
   for (int u = first; u < units; u += warps) {
     const int nc = u / a.rows, t = u - nc * a.rows;
     float total = 0.0f;

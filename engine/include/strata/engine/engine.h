@@ -244,8 +244,7 @@ class Engine {
   OffloadOn offload_on_ = OffloadOn::kEvict;
   BlockOffloadFn offload_;
   BlockOffloadTarget target_;
-  std::span<std::byte> target_memory_;
-  bool target_registered_ = false;
+  void* target_registered_ = nullptr;  // the target's memory, while registered with the backend
   std::vector<uint64_t> pending_direct_;  // reserved slots being copied into
   struct PendingOffload {
     BlockHash hash = 0;
