@@ -191,7 +191,8 @@ int Main(int argc, char** argv) {
       };
       if (m <= kGemvMaxRows) {
         gemv = time_ours([&](const bf16* wb) {
-          return LaunchGemv(m, sh.n, sh.k, xb, sh.k, wb, sh.k, nullptr, false, ob, sh.n, nullptr);
+          return LaunchGemv(m, sh.n, sh.k, xb, sh.k, wb, sh.k, nullptr, false, ob, sh.n,
+                            /*early_weights=*/true, nullptr);
         });
       }
       // (The plugin's `gemm` takes it where SkinnyGemmServes: marked "skinny*".)
@@ -200,7 +201,7 @@ int Main(int argc, char** argv) {
       if (one_wave && m <= kSkinnyGemmRows) {
         auto launch = [&](const bf16* wb) {
           return LaunchSkinnyGemm(m, sh.n, sh.k, xb, sh.k, wb, sh.k, nullptr, false, ob, sh.n,
-                                  nullptr);
+                                  /*early_weights=*/true, nullptr);
         };
         skinny = time_ours(launch);
         if (m > 16) {  // wgmma above 16 rows: the mma.sync kernel on the same rows
@@ -219,7 +220,8 @@ int Main(int argc, char** argv) {
             [&](int i) {
               BENCH_CHECK(LaunchSkinnyGemmSiluMul(m, inter, sh.k, xb, sh.k,
                                                   static_cast<const bf16*>(w[i % copies]), sh.k,
-                                                  nullptr, silu_out, inter, nullptr));
+                                                  nullptr, silu_out, inter,
+                                                  /*early_weights=*/true, nullptr));
             },
             kBatchMs, 4, 400, 5);
         cublas_silu_ms = MedianMsPerCall(

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "strata/common/half.h"
 #include "strata/plugin/conformance.h"
 #include "strata/plugin/plugin.h"
 
@@ -104,6 +106,54 @@ TEST_F(CudaPluginTest, BadArgumentsReturnInvalidArgumentAndLeaveTheBackendUsable
       << api.last_error(cuda_->handle());
   EXPECT_TRUE(cuda_->Synchronize().ok());
   for (void* p : {*x, *w, *w2, *y}) cuda_->Free(p);
+}
+
+// A gemm whose weights the op just before it computes reads them only once that op is done:
+// the decode-sized GEMM kernels read their first weights before waiting for their predecessor
+// (programmatic dependent launch) only where the plugin knows that the ops before did not write
+// them. Here rms_norm writes w: one row of 2^20 values, a long kernel (one CTA, two passes over
+// the row) that writes w's first values only in its second pass, while the one-warp gemm would
+// read exactly those first (v is zero past them) if it read early. w holds zeros before, so a
+// stale read gives 0. A build that reads early regardless fails this test (checked on the H200).
+TEST_F(CudaPluginTest, AGemmReadsWeightsThatTheOpBeforeItWroteAfterThatOp) {
+  const strata_plugin_api_v1& api = cuda_->api();
+  constexpr int64_t kD = int64_t{1} << 20, kUsed = 2048;
+  constexpr size_t kRow = kD * 2;
+  auto x = DeviceBuffer::Allocate(cuda_.get(), kRow);
+  auto norm_w = DeviceBuffer::Allocate(cuda_.get(), kRow);
+  auto w = DeviceBuffer::Allocate(cuda_.get(), kRow);  // the gemm's weights: rms_norm's out
+  auto v = DeviceBuffer::Allocate(cuda_.get(), kRow);
+  auto y = DeviceBuffer::Allocate(cuda_.get(), 2);
+  ASSERT_TRUE(x.ok() && norm_w.ok() && w.ok() && v.ok() && y.ok());
+  std::vector<uint16_t> xs(kD), ones(kD, FloatToBf16(1.0f)), vs(kD, 0), zeros(kD, 0), ws(kD);
+  for (int64_t i = 0; i < kD; ++i) {
+    xs[i] = FloatToBf16(static_cast<float>((i * 37) % 101) / 50.0f - 1.0f);
+    if (i < kUsed) vs[i] = xs[i];
+  }
+  ASSERT_TRUE(cuda_->CopyToDevice(x->data(), xs.data(), kRow).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(norm_w->data(), ones.data(), kRow).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(v->data(), vs.data(), kRow).ok());
+  strata_tensor xt{x->data(), STRATA_DTYPE_BF16, 2, {1, kD}, 0};
+  strata_tensor nt{norm_w->data(), STRATA_DTYPE_BF16, 1, {kD}, 0};
+  strata_tensor wt{w->data(), STRATA_DTYPE_BF16, 2, {1, kD}, 0};
+  strata_tensor vt{v->data(), STRATA_DTYPE_BF16, 2, {1, kD}, 0};
+  strata_tensor yt{y->data(), STRATA_DTYPE_BF16, 2, {1, 1}, 0};
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE(cuda_->CopyToDevice(w->data(), zeros.data(), kRow).ok());
+    ASSERT_TRUE(cuda_->Synchronize().ok());
+    ASSERT_EQ(api.rms_norm(cuda_->handle(), cuda_->stream(), &xt, nullptr, &nt, 1e-6f, &wt),
+              STRATA_OK)
+        << api.last_error(cuda_->handle());
+    ASSERT_EQ(api.gemm(cuda_->handle(), cuda_->stream(), &vt, &wt, nullptr, 0, &yt), STRATA_OK)
+        << api.last_error(cuda_->handle());
+    uint16_t got = 0;
+    ASSERT_TRUE(cuda_->CopyToHost(&got, y->data(), 2).ok());
+    ASSERT_TRUE(cuda_->CopyToHost(ws.data(), w->data(), kUsed * 2).ok());
+    double expected = 0;
+    for (int64_t i = 0; i < kUsed; ++i) expected += Bf16ToFloat(ws[i]) * Bf16ToFloat(vs[i]);
+    ASSERT_GT(expected, 100.0) << "w = x / rms(x) and v = x: a clearly positive dot product";
+    EXPECT_NEAR(Bf16ToFloat(got), expected, 0.02 * expected) << "round " << round;
+  }
 }
 
 // host_register page-locks a host buffer: copies to and from it are enqueued without waiting

@@ -15,6 +15,7 @@
 
 #include "cuda_common.h"
 #include "strata/plugin/abi.h"
+#include "write_history.h"
 
 namespace strata::cuda {
 
@@ -34,6 +35,10 @@ struct Stream {
   // Between graph_capture_begin and graph_capture_end: Workspace may not grow (a recorded
   // free of the old buffer would run again on every replay), it fails instead.
   bool capturing = false;
+
+  // What the last ops enqueued on this stream wrote (write_history.h): GuardOp calls
+  // writes.BeginOp() before every entry; ops narrow it with writes.Wrote(...).
+  WriteHistory writes;
 
   // Creates a non-blocking stream and its cuBLAS handle on the current device.
   static Status Create(const char* op, std::unique_ptr<Stream>* out);

@@ -58,19 +58,21 @@ bool WeightStreamShape(int64_t n, int64_t k, const bf16* x, int64_t ldx, const b
 // kGemvMaxRows: warps streaming weight rows, every weight byte read once, fp32 sums rounded
 // once. GemvServes says whether `gemm` takes it: m <= kGemvGemmRows (where gemm_bench measured
 // it ahead of cuBLAS), k and the row strides multiples of 8, x and w 16-byte aligned; other
-// calls go to cuBLAS.
+// calls go to cuBLAS. early_weights (here and in the skinny launchers below): w is not written
+// by the kernel enqueued just before on the stream, so the kernel may start reading it before
+// that kernel is done (programmatic dependent launch; x and out are read after it).
 inline constexpr int64_t kGemvMaxRows = 4;
 inline constexpr int64_t kGemvGemmRows = 2;
 bool GemvServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                 int64_t ldw);
 cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx, const bf16* w,
                        int64_t ldw, const bf16* bias, bool accumulate, bf16* out, int64_t ldo,
-                       cudaStream_t stream);
+                       bool early_weights, cudaStream_t stream);
 // gemm_silu_mul for m <= kGemvGemmRows where GemvServes(m, 2 * inter, k, ...): out[m, c] =
 // silu(g) * u with g, u the rounded projections of gate row c and up row c + inter (+ bias).
 cudaError_t LaunchGemvSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
-                              const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
-                              int64_t ldo, cudaStream_t stream);
+                              const bf16* w, int64_t ldw, const bf16* bias, bf16* out, int64_t ldo,
+                              bool early_weights, cudaStream_t stream);
 
 // ---- gemm at M up to 64 (kernels_skinny_gemm.cu) -------------------------------------------
 // The same contract as LaunchGemv / LaunchGemvSiluMul for kGemvGemmRows < m <= kSkinnyGemmRows:
@@ -83,7 +85,7 @@ bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ld
                       int64_t ldw);
 cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx,
                              const bf16* w, int64_t ldw, const bf16* bias, bool accumulate,
-                             bf16* out, int64_t ldo, cudaStream_t stream);
+                             bf16* out, int64_t ldo, bool early_weights, cudaStream_t stream);
 // Rows 17-64 run on wgmma where WgmmaAvailable(); false sends them to the mma.sync kernel too
 // (for gemm_bench's same-run comparison).
 void SetSkinnyWgmmaEnabled(bool enabled);
@@ -94,7 +96,7 @@ bool SkinnyGemmSiluServes(int64_t m, int64_t inter, int64_t k, const bf16* x, in
                           const bf16* w, int64_t ldw);
 cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                                     const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
-                                    int64_t ldo, cudaStream_t stream);
+                                    int64_t ldo, bool early_weights, cudaStream_t stream);
 
 // ---- KV cache and MoE routing (kernels_kv_moe.cu)
 // -------------------------------------------------

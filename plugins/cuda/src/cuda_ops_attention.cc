@@ -65,6 +65,7 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   a.max_blocks_per_seq = batch->max_blocks_per_seq;
   a.scale = params->scale;
   a.sliding_window = params->sliding_window;
+  s.writes.Wrote({ByteRange::Of(ov)});
   if (!decode) {
     return CudaStatus(op,
                       PrefillAttentionSupported(a) ? LaunchPrefillAttention(a, s.stream)

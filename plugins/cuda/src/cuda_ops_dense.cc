@@ -25,6 +25,7 @@ Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids
   STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
   STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
+  s.writes.Wrote({ByteRange::Of(ov)});
   return Launched(kOp, LaunchGatherRows(Bf16(tv), tv.stride, tv.rows, Ints(iv), iv.rows, tv.cols,
                                         Bf16(ov), ov.stride, s.stream));
 }
@@ -61,6 +62,8 @@ Status RmsNorm(Stream& s, const strata_tensor* x, strata_tensor* residual,
   }
   if (!(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
   if (d == 0) return Status();
+  s.writes.Wrote({ByteRange::Of(ov)});
+  if (residual != nullptr) s.writes.Wrote({ByteRange::Of(rv)});
   return Launched(
       kOp, LaunchRmsNorm(Bf16(xv), xv.stride, residual != nullptr ? Bf16(rv) : nullptr, rv.stride,
                          Bf16(wv), eps, xv.rows, xv.cols / d, d, Bf16(ov), ov.stride, s.stream));
@@ -103,6 +106,10 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
   if (Overlaps(ov, wv)) return InvalidArgument(kOp, "out overlaps w");
   if (m == 0 || n == 0) return Status();
   const bf16* b = bias != nullptr ? Bf16(bv) : nullptr;
+  // The weights may be read before the kernel enqueued just before is done, unless an op just
+  // before may have written them.
+  const bool early_weights = !s.writes.WrittenJustBefore(ByteRange::Of(wv));
+  s.writes.Wrote({ByteRange::Of(ov)});
   if (k == 0) {  // out = (accumulate ? out : 0) + bias, without asking cuBLAS about K = 0
     return Launched(kOp,
                     LaunchBiasEpilogue(Bf16(ov), ov.stride, m, n, b, accumulate == 0, s.stream));
@@ -110,11 +117,12 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
   // Decode-sized M: the weight-streaming kernel (bias and accumulation fused).
   if (GemvServes(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride)) {
     return Launched(kOp, LaunchGemv(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b,
-                                    accumulate != 0, Bf16(ov), ov.stride, s.stream));
+                                    accumulate != 0, Bf16(ov), ov.stride, early_weights, s.stream));
   }
   if (SkinnyGemmServes(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride)) {
-    return Launched(kOp, LaunchSkinnyGemm(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b,
-                                          accumulate != 0, Bf16(ov), ov.stride, s.stream));
+    return Launched(
+        kOp, LaunchSkinnyGemm(m, n, k, Bf16(xv), xv.stride, Bf16(wv), wv.stride, b, accumulate != 0,
+                              Bf16(ov), ov.stride, early_weights, s.stream));
   }
   STRATA_PLUGIN_RETURN_IF_ERROR(GemmNT(kOp, s, m, n, k, xv.data, xv.stride, wv.data, wv.stride,
                                        ov.data, CUDA_R_16BF, ov.stride, accumulate ? 1.0f : 0.0f));
@@ -173,15 +181,18 @@ Status GemmSiluMul(Stream& s, const strata_tensor* x, const strata_tensor* w_gat
       plugin_common::CheckGemmSiluMul(kStorageDtype, x, w_gate_up, bias, scratch, out, &a));
   const int64_t m = a.x.rows, k = a.x.cols, inter = a.inter;
   if (m == 0 || inter == 0) return Status();
+  const bool early_weights = !s.writes.WrittenJustBefore(ByteRange::Of(a.w));
+  s.writes.Wrote({ByteRange::Of(a.out), ByteRange::Of(a.scratch)});
   if (GemvServes(m, 2 * inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
     return Launched(kOp, LaunchGemvSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
                                            a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
-                                           Bf16(a.out), a.out.stride, s.stream));
+                                           Bf16(a.out), a.out.stride, early_weights, s.stream));
   }
   if (SkinnyGemmSiluServes(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride)) {
-    return Launched(kOp, LaunchSkinnyGemmSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w),
-                                                 a.w.stride, a.has_bias ? Bf16(a.bias) : nullptr,
-                                                 Bf16(a.out), a.out.stride, s.stream));
+    return Launched(
+        kOp, LaunchSkinnyGemmSiluMul(m, inter, k, Bf16(a.x), a.x.stride, Bf16(a.w), a.w.stride,
+                                     a.has_bias ? Bf16(a.bias) : nullptr, Bf16(a.out), a.out.stride,
+                                     early_weights, s.stream));
   }
   STRATA_PLUGIN_RETURN_IF_ERROR(Gemm(s, x, w_gate_up, bias, 0, scratch));
   return SiluMul(s, scratch, out);

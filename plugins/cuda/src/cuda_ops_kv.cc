@@ -18,6 +18,11 @@ int64_t BlockBytes(const CacheView& c) {
 
 Status Launched(const char* op, cudaError_t err) { return CudaStatus(op, err, "kernel launch"); }
 
+// The whole pool, for WriteHistory::Wrote.
+ByteRange Pool(const CacheView& c) {
+  return {c.data, static_cast<size_t>(BlockBytes(c) * c.num_blocks)};
+}
+
 }  // namespace
 
 Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const strata_tensor* k,
@@ -28,6 +33,7 @@ Status KvAppend(Stream& s, const strata_kv_cache* cache, int32_t layer, const st
       plugin_common::CheckKvAppend(kStorageDtype, cache, layer, k, v, slots, &args));
   const CacheView& cv = args.cache;
   const TensorView &kv = args.k, &vv = args.v, &sv = args.slots;
+  s.writes.Wrote({Pool(cv)});
   return Launched(kOp, LaunchKvAppend(static_cast<bf16*>(cv.data), Dims(cv), layer,
                                       static_cast<const bf16*>(kv.data), kv.stride,
                                       static_cast<const bf16*>(vv.data), vv.stride,
@@ -46,6 +52,7 @@ Status AttentionPrologue(Stream& s, strata_tensor* q, strata_tensor* k, const st
   if (a.norms && !(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
   const int64_t d = a.kv.cache.head_dim, r = a.inv_freq.rows;
   if (a.q.rows == 0 || d == 0) return Status();
+  s.writes.Wrote({ByteRange::Of(a.q), ByteRange::Of(a.kv.k), Pool(a.kv.cache)});
   if (!AttentionPrologueFused(d, r)) {  // other shapes: the separate kernels, same results
     if (a.norms) {
       STRATA_PLUGIN_RETURN_IF_ERROR(RmsNorm(s, q, nullptr, q_norm, eps, q));

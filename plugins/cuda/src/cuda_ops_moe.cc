@@ -56,6 +56,8 @@ Status RunExperts(Stream& st, const char* op, const plugin_common::MoeExpertsArg
                   const plugin_common::MoeRouteArgs* route, bool renormalize) {
   if (s.x.rows == 0) return Status();
   const MoeExpertsArgs m = KernelArgs(s);
+  st.writes.Wrote({ByteRange::Of(s.out)});
+  if (route != nullptr) st.writes.Wrote({ByteRange::Of(route->weights), ByteRange::Of(route->ids)});
   // No expert contributes (no hidden columns, or no intermediate ones): out = 0, after the
   // routing is written.
   const bool empty = s.hidden == 0 || s.top_k == 0 || s.inter == 0 || s.experts == 0;
@@ -94,6 +96,7 @@ Status MoeRoute(Stream& s, const strata_tensor* router_logits, int32_t top_k, in
   STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckMoeRoute(kStorageDtype, router_logits, top_k,
                                                              topk_weights, topk_ids, &a));
   if (a.experts > 4096) return RouteUnsupported(kOp, a.experts);
+  s.writes.Wrote({ByteRange::Of(a.weights), ByteRange::Of(a.ids)});
   return Launched(kOp, LaunchRoute(a, top_k, renormalize != 0, s.stream));
 }
 

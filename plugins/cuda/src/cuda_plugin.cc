@@ -60,6 +60,7 @@ strata_status GuardOp(strata_backend handle, strata_stream stream, const char* o
     if (s == nullptr || s->magic != Stream::kMagic) {
       return InvalidArgument(op, "not a stream of this plugin");
     }
+    s->writes.BeginOp();
     return body(*s);
   });
 }

@@ -154,7 +154,7 @@ cudaError_t LaunchByRows(const SkinnyArgs& g, cudaStream_t stream) {
 
 SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx,
                           const bf16* w, int64_t ldw, const bf16* bias, bool accumulate, bf16* out,
-                          int64_t ldo) {
+                          int64_t ldo, bool early_weights) {
   SkinnyArgs g{};
   g.x = x;
   g.ldx = ldx;
@@ -168,6 +168,7 @@ SkinnyArgs MakeSkinnyArgs(int64_t m, int64_t n, int64_t k, const bf16* x, int64_
   g.out = out;
   g.ldo = ldo;
   g.splits = 1;
+  g.early_weights = early_weights;
   return g;
 }
 
@@ -213,15 +214,16 @@ bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ld
 
 cudaError_t LaunchSkinnyGemm(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ldx,
                              const bf16* w, int64_t ldw, const bf16* bias, bool accumulate,
-                             bf16* out, int64_t ldo, cudaStream_t stream) {
-  return LaunchByRows<1>(MakeSkinnyArgs(m, n, k, x, ldx, w, ldw, bias, accumulate, out, ldo),
-                         stream);
+                             bf16* out, int64_t ldo, bool early_weights, cudaStream_t stream) {
+  return LaunchByRows<1>(
+      MakeSkinnyArgs(m, n, k, x, ldx, w, ldw, bias, accumulate, out, ldo, early_weights), stream);
 }
 
 cudaError_t LaunchSkinnyGemmSiluMul(int64_t m, int64_t inter, int64_t k, const bf16* x, int64_t ldx,
                                     const bf16* w, int64_t ldw, const bf16* bias, bf16* out,
-                                    int64_t ldo, cudaStream_t stream) {
-  const skinny::SkinnyArgs g = MakeSkinnyArgs(m, inter, k, x, ldx, w, ldw, bias, false, out, ldo);
+                                    int64_t ldo, bool early_weights, cudaStream_t stream) {
+  const skinny::SkinnyArgs g =
+      MakeSkinnyArgs(m, inter, k, x, ldx, w, ldw, bias, false, out, ldo, early_weights);
   return skinny::DeepSiluRing(m, inter) ? skinny::LaunchSkinnyWgmmaDeepSilu(g, stream)
                                         : LaunchByRows<2>(g, stream);
 }

@@ -35,7 +35,8 @@ struct SkinnyArgs {
   bool accumulate;   // P = 1 only
   bf16* out;
   int64_t ldo;
-  int splits;  // CTAs per cluster along K
+  int splits;          // CTAs per cluster along K
+  bool early_weights;  // w is not written by the predecessor: its first stages stream early
 };
 
 // A CTA's copy sources: thread t copies 16-byte chunk (t & 7) of tile rows (t >> 3) + i *
@@ -120,8 +121,9 @@ struct CtaSlice {
   int split, n0, kt0, tiles;
 };
 
-// How every skinny kernel starts: its slice, then, once the predecessor is done (x, and out
-// when accumulating, may come from it), the loader and the ring's first STAGES - 1 stages.
+// How every skinny kernel starts: its slice, the loader, then the ring's first STAGES - 1
+// stages: x (and out when accumulating) may come from the predecessor, so their copies wait for
+// it; the weights' copies too unless early_weights (moe::Prologue).
 template <typename T>
 __device__ CtaSlice StartCta(const SkinnyArgs& g, uint32_t smem, DenseLoader<T>* loader) {
   CtaSlice c;
@@ -130,10 +132,12 @@ __device__ CtaSlice StartCta(const SkinnyArgs& g, uint32_t smem, DenseLoader<T>*
   const int k_tiles = (g.k + kBK - 1) / kBK;
   c.kt0 = c.split * k_tiles / g.splits;
   c.tiles = (c.split + 1) * k_tiles / g.splits - c.kt0;
-  WaitForPrerequisites();
-  AllowDependents();
   loader->Init(g, c.n0);
-  moe::Prologue<T>(*loader, smem, c.tiles, false, c.kt0);
+  if (!g.early_weights) {
+    WaitForPrerequisites();
+    AllowDependents();
+  }
+  moe::Prologue<T>(*loader, smem, c.tiles, g.early_weights, c.kt0);
   return c;
 }
 

@@ -39,6 +39,58 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// One pass of a warp over R weight rows: KP 16-byte chunks of each row per lane (chunks base,
+// base + 32, ...), all loaded before any is used. kOrdered: the loads are volatile asm, so the
+// compiler keeps them ahead of a later griddepcontrol.wait (weights read before the
+// predecessor's grid is done).
+template <int R, int KP>
+struct WeightPass {
+  uint4 w[R][KP];
+};
+
+template <bool kOrdered = false, int R, int KP>
+__device__ __forceinline__ void LoadPass(const __nv_bfloat16* const (&w)[R], int base, int chunks,
+                                         WeightPass<R, KP>& pass) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int p = 0; p < KP; ++p) {
+      const int q = base + 32 * p;
+      uint4& d = pass.w[r][p];
+      d = uint4{0, 0, 0, 0};
+      if (w[r] == nullptr || q >= chunks) continue;
+      if constexpr (kOrdered) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(d.x), "=r"(d.y), "=r"(d.z), "=r"(d.w)
+                     : "l"(w[r] + q * 8));
+      } else {
+        d = LoadWeights(w[r] + q * 8);
+      }
+    }
+  }
+}
+
+// acc[r][m] += the pass's chunks . the vectors' chunks (see DotRows).
+template <int R, int M, int KP>
+__device__ __forceinline__ void AccumulatePass(const WeightPass<R, KP>& pass,
+                                               const __nv_bfloat16* v, int v_stride, int v_rows,
+                                               int m_stride, int base, int chunks,
+                                               float (&acc)[R][M]) {
+#pragma unroll
+  for (int p = 0; p < KP; ++p) {
+    const int q = min(base + 32 * p, chunks - 1);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const __nv_bfloat16* row = v + min(r, v_rows - 1) * v_stride + q * 8;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + m * m_stride));
+        acc[r][m] = Dot8(pass.w[r][p], x, acc[r][m]);
+      }
+    }
+  }
+}
+
 // acc[r][m] = w[r] . (v + min(r, v_rows - 1) * v_stride + m * m_stride) over `chunks` 16-byte
 // chunks (8 bf16), summed over the warp (every lane gets the sums). Rows with w[r] == nullptr
 // count as zeros. Each pass loads KP chunks of all R rows before using any. The arithmetic is
@@ -55,28 +107,34 @@ __device__ __forceinline__ void DotRows(const __nv_bfloat16* const (&w)[R], cons
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
   for (int base = lane; base < chunks; base += 32 * KP) {
-    uint4 wr[R][KP];
+    WeightPass<R, KP> pass;
+    LoadPass(w, base, chunks, pass);
+    AccumulatePass(pass, v, v_stride, v_rows, m_stride, base, chunks, acc);
+  }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int p = 0; p < KP; ++p) {
-        const int q = base + 32 * p;
-        wr[r][p] = w[r] != nullptr && q < chunks ? LoadWeights(w[r] + q * 8) : uint4{0, 0, 0, 0};
-      }
-    }
+    for (int m = 0; m < M; ++m) acc[r][m] = WarpSum(acc[r][m]);
+  }
+}
+
+// DotRows whose first pass (LoadPass at base = lane) is already in `first`: the same sums.
+template <int R, int M, int KP>
+__device__ __forceinline__ void DotRowsFrom(const WeightPass<R, KP>& first,
+                                            const __nv_bfloat16* const (&w)[R],
+                                            const __nv_bfloat16* v, int v_stride, int v_rows,
+                                            int m_stride, int chunks, float (&acc)[R][M]) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int p = 0; p < KP; ++p) {
-      const int q = min(base + 32 * p, chunks - 1);
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const __nv_bfloat16* row = v + min(r, v_rows - 1) * v_stride + q * 8;
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + m * m_stride));
-          acc[r][m] = Dot8(wr[r][p], x, acc[r][m]);
-        }
-      }
-    }
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+  }
+  if (lane < chunks) AccumulatePass(first, v, v_stride, v_rows, m_stride, lane, chunks, acc);
+  for (int base = lane + 32 * KP; base < chunks; base += 32 * KP) {
+    WeightPass<R, KP> pass;
+    LoadPass(w, base, chunks, pass);
+    AccumulatePass(pass, v, v_stride, v_rows, m_stride, base, chunks, acc);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
