@@ -17,8 +17,13 @@
 // prefill, each step commits blocks of several requests and the engine never goes idle).
 //
 //     kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N] [--together]
+//     kv_offload_bench --plugin cuda --pool-startup 1,4,16
+// The second form times what a worker pays at start-up for a G2 pool of each size (GiB): the
+// host tier's mmap + MAP_POPULATE + mlock, then the backend's host_register (the offload target
+// registers the pool), and host_unregister.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "strata/engine/engine.h"
 #include "strata/engine/presets.h"
 #include "strata/kvstore/host_tier.h"
@@ -40,6 +46,7 @@ struct Options {
   std::string plugin = "cpu";
   int prompts = 16;
   bool together = false;
+  std::vector<double> pool_gib;  // --pool-startup
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -177,6 +184,56 @@ Result Run(const std::string& dir, const Options& o, Mode mode, size_t block_byt
   return r;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// --pool-startup: a G2 pool of each size created (mmap, populate, mlock) and registered with
+// the backend (where the plugin can), each phase timed.
+void PoolStartup(const Options& o) {
+  auto plugin = LoadPlugin(o.plugin);
+  if (!plugin.ok()) Die(std::string(plugin.status().message()));
+  auto backend = Backend::Create(*plugin);
+  if (!backend.ok()) Die(std::string(backend.status().message()));
+  const bool can_register = (*plugin)->has_host_register();
+  std::printf(
+      "| G2 pool GiB | create (mmap + populate + mlock) s | GB/s created | pinned | "
+      "host_register s | GB/s registered | host_unregister s |\n"
+      "|---:|---:|---:|---|---:|---:|---:|\n");
+  for (const double gib : o.pool_gib) {
+    kvstore::HostTierOptions t;
+    t.block_bytes = size_t{1} << 20;
+    t.capacity_bytes = static_cast<int64_t>(gib * (1 << 30));
+    std::fprintf(stderr, "pool %.1f GiB: creating\n", gib);
+    auto t0 = std::chrono::steady_clock::now();
+    auto tier = kvstore::HostTier::Create(t);
+    if (!tier.ok()) Die(std::string(tier.status().message()));
+    const double create_s = SecondsSince(t0);
+    const double gb = (*tier)->pool_bytes() / 1e9;
+    double register_s = 0, unregister_s = 0;
+    if (can_register) {
+      std::fprintf(stderr, "pool %.1f GiB: registering\n", gib);
+      t0 = std::chrono::steady_clock::now();
+      if (absl::Status s = (*backend)->RegisterHost((*tier)->pool_base(), (*tier)->pool_bytes());
+          !s.ok()) {
+        Die(std::string(s.message()));
+      }
+      register_s = SecondsSince(t0);
+      t0 = std::chrono::steady_clock::now();
+      (*backend)->UnregisterHost((*tier)->pool_base());
+      unregister_s = SecondsSince(t0);
+    }
+    const std::string reg = can_register ? absl::StrFormat("%.3f | %.1f | %.3f", register_s,
+                                                           gb / register_s, unregister_s)
+                                         : std::string("- | - | -");
+    std::printf("| %.1f | %.3f | %.1f | %s | %s |\n", gib, create_s, gb / create_s,
+                (*tier)->pinned() ? "yes" : "no", reg.c_str());
+    std::printf("CSV,pool_startup,%.1f,%.4f,%d,%.4f,%.4f\n", gib, create_s, (*tier)->pinned(),
+                register_s, unregister_s);
+    std::fflush(stdout);
+  }
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -188,8 +245,18 @@ Options ParseArgs(int argc, char** argv) {
     } else if (a == "--prompts" && i + 1 < argc) {
       o.prompts = std::atoi(argv[++i]);
       if (o.prompts < 1) Die("--prompts wants a positive number");
+    } else if (a == "--pool-startup" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t pos = 0; pos <= list.size();) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        const double gib = std::atof(list.substr(pos, comma - pos).c_str());
+        if (!(gib > 0)) Die("--pool-startup wants sizes in GiB, e.g. 1,4,16");
+        o.pool_gib.push_back(gib);
+        pos = comma + 1;
+      }
     } else {
-      Die("usage: kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N] [--together]");
+      Die("usage: kv_offload_bench [--plugin cpu|cuda|PATH] [--prompts N] [--together] "
+          "[--pool-startup GiB,...]");
     }
   }
   return o;
@@ -201,6 +268,10 @@ Options ParseArgs(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace strata;
   const Options o = ParseArgs(argc, argv);
+  if (!o.pool_gib.empty()) {
+    PoolStartup(o);
+    return 0;
+  }
   const std::string dir = std::filesystem::temp_directory_path().string() +
                           "/strata_kv_offload_bench_" + std::to_string(::getpid());
   if (absl::Status s = WritePreset("llama-100m", dir, "bfloat16"); !s.ok()) {
