@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -54,7 +55,13 @@ void Populate(std::byte* p, size_t bytes) {
     }
   };
   std::vector<std::thread> workers;
-  for (size_t begin = slice; begin < bytes; begin += slice) workers.emplace_back(populate, begin);
+  for (size_t begin = slice; begin < bytes; begin += slice) {
+    try {
+      workers.emplace_back(populate, begin);
+    } catch (const std::system_error&) {  // no thread to be had: this one does the slice
+      populate(begin);
+    }
+  }
   populate(0);
   for (std::thread& t : workers) t.join();
 }

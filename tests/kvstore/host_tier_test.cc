@@ -75,6 +75,25 @@ struct EventLog {
   }
 };
 
+// The pool's own memory (no `allocate`): any size, mapped at a 2 MiB boundary (so huge pages
+// can back it), every byte faulted in, zero and writable; a pool large enough to be populated
+// by several threads too.
+TEST(HostPoolTest, OwnMemoryOfAnySizeIsAlignedZeroedAndWritable) {
+  for (const size_t bytes : {size_t{7000}, size_t{3} << 20, (size_t{520} << 20) + 12345}) {
+    auto pool = internal::HostPool::Create(bytes, nullptr);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    ASSERT_NE(pool->base(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pool->base()) % (size_t{2} << 20), 0u) << bytes;
+    EXPECT_EQ(pool->bytes(), bytes);
+    std::byte* p = pool->base();
+    for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], std::byte{0}) << i;
+    ASSERT_EQ(p[bytes - 1], std::byte{0});
+    std::memset(p, 0x5a, bytes);
+    EXPECT_EQ(p[bytes / 2], std::byte{0x5a});
+    EXPECT_EQ(p[bytes - 1], std::byte{0x5a});
+  }
+}
+
 TEST(HostTierTest, CreateValidatesOptions) {
   HostTierOptions options;
   options.block_bytes = 0;

@@ -8,7 +8,8 @@
 // streams them with warp_dot.cuh's DotRows (16
 // loads of 16 bytes per lane issued before any is used; x stays in L1), for all M rows of x at
 // once, so every weight byte is read once. Persistent grid (2 CTAs of 8 warps per SM, warps
-// striding over the units), programmatic dependent launch. Deterministic: fixed summation order,
+// striding over the units), programmatic dependent launch; with early_weights (the ops before
+// did not write w) each warp's first pass is loaded before waiting for the predecessor. Deterministic: fixed summation order,
 // no atomics. The bias and the accumulation are fused (cuBLAS plus the bias epilogue round
 // twice).
 #include <algorithm>
