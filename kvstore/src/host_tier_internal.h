@@ -7,6 +7,10 @@
 
 namespace strata::kvstore::internal {
 
+// Faults every page of [p, p + bytes) in for writing now, contents kept, so that serving never
+// pays a first-touch fault: the host tier's own pools and the kvstore daemon's transport memory.
+void PopulatePages(std::byte* p, size_t bytes);
+
 // The pool's memory: caller-supplied or an mmap'ed region this object unmaps.
 class HostPool {
  public:

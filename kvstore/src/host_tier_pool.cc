@@ -38,11 +38,13 @@ void* MapAligned(size_t bytes) {
   return reinterpret_cast<void*>(aligned);
 }
 
-// Faults every page of [p, p + bytes) in now, so serving never pays a first-touch fault: the
-// kernel's MADV_POPULATE_WRITE (Linux 5.14) over slices on a few threads (the pages are zeroed
-// as they are faulted, which is the whole cost: 0.43 s per GiB with MAP_POPULATE's 4 KiB pages
-// on an H200 host, docs/BENCHMARKS.md), or one write per page where the kernel lacks it.
-void Populate(std::byte* p, size_t bytes) {
+}  // namespace
+
+// The kernel's MADV_POPULATE_WRITE (Linux 5.14) over slices on a few threads (the pages are
+// zeroed as they are faulted, which is the whole cost: 0.43 s per GiB with MAP_POPULATE's 4 KiB
+// pages on an H200 host, docs/BENCHMARKS.md), or one write per page where the kernel lacks it
+// (or refuses the range).
+void PopulatePages(std::byte* p, size_t bytes) {
   constexpr size_t kMinSlice = size_t{256} << 20;
   const size_t threads = std::clamp<size_t>(
       std::min<size_t>(std::thread::hardware_concurrency(), bytes / kMinSlice), 1, 8);
@@ -50,9 +52,8 @@ void Populate(std::byte* p, size_t bytes) {
   auto populate = [&](size_t begin) {
     const size_t len = std::min(slice, bytes - begin);
     if (madvise(p + begin, len, MADV_POPULATE_WRITE) == 0) return;
-    for (size_t i = 0; i < len; i += kPage) {
-      reinterpret_cast<volatile std::byte*>(p)[begin + i] = std::byte{0};
-    }
+    volatile std::byte* v = p + begin;
+    for (size_t i = 0; i < len; i += kPage) v[i] = v[i];  // a write fault, contents kept
   };
   std::vector<std::thread> workers;
   for (size_t begin = slice; begin < bytes; begin += slice) {
@@ -65,8 +66,6 @@ void Populate(std::byte* p, size_t bytes) {
   populate(0);
   for (std::thread& t : workers) t.join();
 }
-
-}  // namespace
 
 absl::StatusOr<HostPool> HostPool::Create(
     size_t bytes, const std::function<absl::StatusOr<void*>(size_t)>& allocate) {
@@ -84,7 +83,7 @@ absl::StatusOr<HostPool> HostPool::Create(
   // Huge pages before the pages exist: fewer TLB misses on big copies, and faulting the pool in
   // is several times faster (advisory: without THP the pool gets 4 KiB pages).
   madvise(p, bytes, MADV_HUGEPAGE);
-  Populate(static_cast<std::byte*>(p), bytes);
+  PopulatePages(static_cast<std::byte*>(p), bytes);
   bool pinned = mlock(p, bytes) == 0;
   if (!pinned) {
     STRATA_LOG(Warning) << "host tier: mlock of " << bytes << " bytes failed ("
