@@ -13,11 +13,19 @@
 namespace strata::cuda {
 
 // 16 bytes of a weight row: read once per call, so not kept in L1 (the activations are).
+// kOrdered: volatile asm, so the compiler keeps the load ahead of a later griddepcontrol.wait.
+template <bool kOrdered = false>
 __device__ __forceinline__ uint4 LoadWeights(const __nv_bfloat16* p) {
   uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
+  if constexpr (kOrdered) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+  }
   return r;
 }
 
@@ -40,9 +48,8 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 // One pass of a warp over R weight rows: KP 16-byte chunks of each row per lane (chunks base,
-// base + 32, ...), all loaded before any is used. kOrdered: the loads are volatile asm, so the
-// compiler keeps them ahead of a later griddepcontrol.wait (weights read before the
-// predecessor's grid is done).
+// base + 32, ...), all loaded before any is used. kOrdered: LoadWeights<true>, for weights read
+// before the predecessor's grid is done.
 template <int R, int KP>
 struct WeightPass {
   uint4 w[R][KP];
@@ -58,14 +65,7 @@ __device__ __forceinline__ void LoadPass(const __nv_bfloat16* const (&w)[R], int
       const int q = base + 32 * p;
       uint4& d = pass.w[r][p];
       d = uint4{0, 0, 0, 0};
-      if (w[r] == nullptr || q >= chunks) continue;
-      if constexpr (kOrdered) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(d.x), "=r"(d.y), "=r"(d.z), "=r"(d.w)
-                     : "l"(w[r] + q * 8));
-      } else {
-        d = LoadWeights(w[r] + q * 8);
-      }
+      if (w[r] != nullptr && q < chunks) d = LoadWeights<kOrdered>(w[r] + q * 8);
     }
   }
 }
