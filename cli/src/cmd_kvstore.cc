@@ -73,6 +73,10 @@ int RunKvstore(const Args& args) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Faulting in a pool of several GiB takes seconds: say what the wait is for.
+  std::printf("kvstore %s: allocating a pool of %lld MiB\n", o.id.c_str(),
+              static_cast<long long>(capacity >> 20));
+  std::fflush(stdout);
   auto server = kvstore::KvStoreServer::Create(o);
   if (!server.ok()) return Fail("kvstore", std::string(server.status().message()), 1);
   if (auto s = (*server)->Start(); !s.ok()) return Fail("kvstore", std::string(s.message()), 1);

@@ -40,6 +40,7 @@ class KvStoreServerImpl final : public KvStoreServer {
                                    {"method", "code"});
     service_ = server::MakeService(options_, instance_, pool_.get(), rpcs_);
     AddTierMetrics();
+    STRATA_RETURN_IF_ERROR(pool_->Reserve());
     if (options_.block_bytes != 0) {
       STRATA_RETURN_IF_ERROR(pool_->Ensure(options_.block_bytes).status());
     }

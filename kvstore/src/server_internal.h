@@ -38,13 +38,17 @@ class EventLog {
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The daemon's transport agent and block pool. The pool is created once, for the first block
-// size that is asked for (options or the first Hello), in memory the agent allocated.
+// The daemon's transport agent and block pool. The pool's memory (capacity_bytes, from the
+// agent) is allocated and faulted in by Reserve(), before any block size is known; its slots are
+// laid over it once, for the first block size that is asked for (options or the first Hello).
 class Pool {
  public:
   Pool(const KvStoreServerOptions& options, transport::Agent* agent, EventLog* events)
       : options_(options), agent_(agent), events_(events) {}
 
+  // Allocates the pool's memory now (a no-op once done), so that the first Hello only lays out
+  // slots: faulting in a pool of several GiB takes seconds, longer than a client's RPC deadline.
+  absl::Status Reserve() ABSL_LOCKS_EXCLUDED(mu_);
   // The pool for `block_bytes` (created now if needed); FailedPrecondition if it exists with
   // another block size or `block_bytes` is 0 before it exists.
   absl::StatusOr<HostTier*> Ensure(size_t block_bytes) ABSL_LOCKS_EXCLUDED(mu_);
@@ -57,6 +61,9 @@ class Pool {
   transport::Agent* const agent_;
   EventLog* const events_;
   absl::Mutex mu_;
+  absl::Status ReserveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  transport::AllocatedRegion memory_ ABSL_GUARDED_BY(mu_);  // addr null until reserved
   std::unique_ptr<HostTier> tier_ ABSL_GUARDED_BY(mu_);
   std::atomic<HostTier*> tier_ptr_{nullptr};
   std::string region_blob_;  // written once under mu_ before tier_ptr_ is published

@@ -52,6 +52,22 @@ void EventLog::Resync() {
   overflowed_ = true;  // Take() rebuilds the queue from the held set
 }
 
+absl::Status Pool::Reserve() {
+  absl::MutexLock lock(&mu_);
+  return ReserveLocked();
+}
+
+absl::Status Pool::ReserveLocked() {
+  if (memory_.addr != nullptr) return absl::OkStatus();
+  STRATA_ASSIGN_OR_RETURN(memory_,
+                          agent_->AllocateMemory(static_cast<size_t>(options_.capacity_bytes)));
+  // Fault the pool in now, as the host tier does with its own memory: otherwise the first
+  // commit into every page pays page faults inside a client's put (perf showed them next to
+  // the checksum in the daemon's profile).
+  internal::PopulatePages(static_cast<std::byte*>(memory_.addr), memory_.length);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HostTier*> Pool::Ensure(size_t block_bytes) {
   absl::MutexLock lock(&mu_);
   if (tier_ != nullptr) {
@@ -66,25 +82,24 @@ absl::StatusOr<HostTier*> Pool::Ensure(size_t block_bytes) {
     return absl::FailedPreconditionError(
         "the block size is not known yet: the first Hello must name it");
   }
-  uint64_t region = 0;
+  STRATA_RETURN_IF_ERROR(ReserveLocked());
   HostTierOptions o;
   o.block_bytes = block_bytes;
   o.capacity_bytes = options_.capacity_bytes;
   o.policy = options_.policy;
   o.lease_timeout = options_.lease_timeout;
   o.kind = TierKind::kRemote;
-  // Agent-allocated memory: a client on this host maps it and copies straight into slots.
-  o.allocate = [this, &region](size_t bytes) -> absl::StatusOr<void*> {
-    STRATA_ASSIGN_OR_RETURN(transport::AllocatedRegion r, agent_->AllocateMemory(bytes));
-    region = r.region;
-    // Fault the pool in now, as the host tier does with its own memory: otherwise the first
-    // commit into every page pays page faults inside a client's put (perf showed them next to
-    // the checksum in the daemon's profile).
-    internal::PopulatePages(static_cast<std::byte*>(r.addr), bytes);
-    return r.addr;
+  // The agent's memory: a client on this host maps it and copies straight into slots. The
+  // slots (capacity rounded down to whole blocks) always fit in it.
+  o.allocate = [memory = memory_](size_t bytes) -> absl::StatusOr<void*> {
+    if (bytes > memory.length) {
+      return absl::InternalError(
+          absl::StrCat("kvstore pool of ", memory.length, " bytes cannot hold ", bytes));
+    }
+    return memory.addr;
   };
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> tier, HostTier::Create(o));
-  STRATA_ASSIGN_OR_RETURN(region_blob_, agent_->ExportRegion(region));
+  STRATA_ASSIGN_OR_RETURN(region_blob_, agent_->ExportRegion(memory_.region));
   tier->SetEventListener([events = events_](const TierEvent& e) { events->OnEvent(e); });
   tier_ = std::move(tier);
   tier_ptr_.store(tier_.get(), std::memory_order_release);

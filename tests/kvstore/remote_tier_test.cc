@@ -5,8 +5,10 @@
 #include "strata/kvstore/remote_tier.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "remote_raw_client.h"
@@ -417,6 +419,34 @@ TEST(RemoteTierTest, FirstHelloFixesTheBlockSize) {
   std::vector<std::byte> out(kBlock);
   ASSERT_TRUE(tier->Get(42, out).ok());
   EXPECT_EQ(out, MakeBlock(kBlock, 42));
+}
+
+// Resident pages of this process (/proc/self/statm), in bytes.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+TEST(RemoteTierTest, ThePoolIsFaultedInBeforeTheFirstHello) {
+  // A daemon that learns its block size from the first Hello still allocates and faults in
+  // its whole pool at start: the Hello only lays slots over it (a pool of several GiB takes
+  // seconds to fault in, longer than a client's RPC deadline).
+  constexpr int64_t kPool = 64 << 20;
+  const int64_t before = ResidentBytes();
+  auto server = testing::StartTestServer("kvs-reserved", kPool, /*block_bytes=*/0);
+  ASSERT_NE(server, nullptr);
+  EXPECT_GE(ResidentBytes() - before, kPool * 9 / 10);
+  // The first Hello's block size need not divide the pool: slots are its whole blocks.
+  constexpr size_t kOdd = 3 * kBlock;
+  auto tier = testing::ConnectTestTier({server->address()}, kOdd);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(tier->connected_daemons(), 1);
+  ASSERT_TRUE(tier->Put({.hash = 7}, MakeBlock(kOdd, 7)).ok());
+  std::vector<std::byte> out(kOdd);
+  ASSERT_TRUE(tier->Get(7, out).ok());
+  EXPECT_EQ(out, MakeBlock(kOdd, 7));
 }
 
 TEST(RemoteTierTest, MetricsAndHealthOverHttp) {

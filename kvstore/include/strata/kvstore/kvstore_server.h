@@ -8,8 +8,9 @@
 // (proto/kvstore.proto) hands out slots, leases and checksums, and takes commits (trusting the
 // writer's checksum: the slot is not read back) and releases.
 //
-// The pool is created at Start() when `block_bytes` is set, or else by the first client's Hello
-// (which fixes the block size; later clients must match it).
+// Create() allocates the pool's memory (capacity_bytes) and faults it in; its slots are laid out
+// then when `block_bytes` is set, or else at the first client's Hello (which fixes the block
+// size; later clients must match it). Either way no Hello waits for the memory.
 //
 // With a router address it registers with the router's Registry as ROLE_KVSTORE and heartbeats
 // its pool's store/remove events (tier 3), so the router's KV index knows which daemon holds
@@ -56,12 +57,13 @@ struct KvStoreServerOptions {
 
 class KvStoreServer {
  public:
-  // InvalidArgument for bad options (no capacity, unknown policy).
+  // InvalidArgument for bad options (no capacity, unknown policy); the agent's error when the
+  // pool's memory cannot be allocated.
   static absl::StatusOr<std::unique_ptr<KvStoreServer>> Create(const KvStoreServerOptions& options);
   virtual ~KvStoreServer() = default;  // Shutdown()
 
-  // Binds the gRPC (and HTTP) ports, creates the pool if block_bytes is known, starts
-  // registering with the router. Unavailable if a port is taken.
+  // Binds the gRPC (and HTTP) ports, starts registering with the router. Unavailable if a port
+  // is taken.
   [[nodiscard]] virtual absl::Status Start() = 0;
   // Deregisters, stops serving, frees the pool. Idempotent.
   virtual void Shutdown() = 0;
