@@ -150,6 +150,7 @@ Setup Prepare(const Shape& sh, void* pool, std::mt19937& rng) {
   a.q_start = st.q_start;
   a.kv_len = st.kv_len;
   a.block_tables = st.tables[0];
+  a.early_batch = true;  // as the plugin sets it in a decode step: nothing here writes them
   a.num_seqs = sh.batch;
   a.max_blocks_per_seq = table_row;
   a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));

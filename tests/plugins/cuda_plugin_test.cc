@@ -156,6 +156,72 @@ TEST_F(CudaPluginTest, AGemmReadsWeightsThatTheOpBeforeItWroteAfterThatOp) {
   }
 }
 
+// Decode attention reads kv_len only once the op before it, which wrote it, is done: the
+// decode kernel reads its batch arrays before waiting for its predecessor only where the plugin
+// knows that the ops before did not write them (a step's arrays come from copies made ops
+// earlier). Here a greedy `sample` over one long row (hundreds of microseconds in one thread
+// block) writes its token (5) where attention then finds its kv_len; a kernel that read it
+// early would find the 0 left before each round and skip the sequence, leaving out at its NaN
+// sentinel.
+TEST_F(CudaPluginTest, DecodeAttentionReadsAKvLenThatTheOpBeforeItWroteAfterThatOp) {
+  const strata_plugin_api_v1& api = cuda_->api();
+  constexpr int64_t kVocab = int64_t{1} << 23, kD = 128, kBlock = 16;
+  constexpr int32_t kChosen = 5;
+  auto logits = DeviceBuffer::Allocate(cuda_.get(), kVocab * 4);
+  auto token = DeviceBuffer::Allocate(cuda_.get(), 4);  // attention's kv_len
+  auto params = DeviceBuffer::Allocate(cuda_.get(), sizeof(strata_sample_params));
+  auto pool = DeviceBuffer::Allocate(cuda_.get(), 2 * kBlock * kD * 2);  // 1 block, K then V
+  auto q = DeviceBuffer::Allocate(cuda_.get(), kD * 2);
+  auto out = DeviceBuffer::Allocate(cuda_.get(), kD * 2);
+  auto arrays = DeviceBuffer::Allocate(cuda_.get(), 3 * 4);  // q_start [0, 1], table [0]
+  ASSERT_TRUE(logits.ok() && token.ok() && params.ok() && pool.ok() && q.ok() && out.ok() &&
+              arrays.ok());
+  std::vector<float> ls(kVocab, 0.0f);
+  ls[kChosen] = 10.0f;
+  const strata_sample_params greedy{0.0f, 0, 1.0f, 0.0f, 0.5, -1, 0};
+  // K anything, every V row 1.0: the output is 1.0 in every dim over any positive kv_len.
+  std::vector<uint16_t> kv(2 * kBlock * kD, FloatToBf16(0.5f)), qs(kD, FloatToBf16(0.25f));
+  for (int64_t i = kBlock * kD; i < 2 * kBlock * kD; ++i) kv[i] = FloatToBf16(1.0f);
+  const int32_t host_arrays[3] = {0, 1, 0};
+  const int32_t zero = 0;
+  const std::vector<uint16_t> nans(kD, 0x7fc0);
+  ASSERT_TRUE(cuda_->CopyToDevice(logits->data(), ls.data(), kVocab * 4).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(params->data(), &greedy, sizeof(greedy)).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(pool->data(), kv.data(), kv.size() * 2).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(q->data(), qs.data(), kD * 2).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(arrays->data(), host_arrays, sizeof(host_arrays)).ok());
+  strata_tensor lt{logits->data(), STRATA_DTYPE_F32, 2, {1, kVocab}, 0};
+  strata_tensor tt{token->data(), STRATA_DTYPE_I32, 1, {1}, 0};
+  strata_tensor qt{q->data(), STRATA_DTYPE_BF16, 3, {1, 1, kD}, 0};
+  strata_tensor ot{out->data(), STRATA_DTYPE_BF16, 3, {1, 1, kD}, 0};
+  const strata_kv_cache cache{pool->data(), STRATA_DTYPE_BF16, 1, 1, kBlock, 1, kD};
+  const auto* a = static_cast<const int32_t*>(arrays->data());
+  const strata_attention_batch batch{
+      1, 1, 1, kBlock, a, static_cast<const int32_t*>(token->data()), a + 2};
+  const strata_attention_params attention{0, 1.0f / std::sqrt(float{kD}), 0};
+  const auto* sample_params = static_cast<const strata_sample_params*>(params->data());
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE(cuda_->CopyToDevice(token->data(), &zero, 4).ok());
+    ASSERT_TRUE(cuda_->CopyToDevice(out->data(), nans.data(), kD * 2).ok());
+    ASSERT_TRUE(cuda_->Synchronize().ok());
+    ASSERT_EQ(
+        api.sample(cuda_->handle(), cuda_->stream(), &lt, sample_params, &tt, nullptr, nullptr),
+        STRATA_OK)
+        << api.last_error(cuda_->handle());
+    ASSERT_EQ(api.attention_decode(cuda_->handle(), cuda_->stream(), &cache, &batch, &attention,
+                                   &qt, &ot),
+              STRATA_OK)
+        << api.last_error(cuda_->handle());
+    std::vector<uint16_t> got(kD);
+    ASSERT_TRUE(cuda_->CopyToHost(got.data(), out->data(), kD * 2).ok());
+    int32_t id = -1;
+    ASSERT_TRUE(cuda_->CopyToHost(&id, token->data(), 4).ok());
+    ASSERT_EQ(id, kChosen);
+    EXPECT_FLOAT_EQ(Bf16ToFloat(got[0]), 1.0f) << "round " << round;
+    EXPECT_FLOAT_EQ(Bf16ToFloat(got[kD - 1]), 1.0f) << "round " << round;
+  }
+}
+
 // host_register page-locks a host buffer: copies to and from it are enqueued without waiting
 // (CopyToHostAsync returns before the bytes land; Synchronize makes them visible) and round
 // trip exactly; bad arguments are refused with the op's name.

@@ -245,6 +245,10 @@ struct AttentionArgs {
   int32_t max_blocks_per_seq = 0;
   float scale = 1.0f;
   int32_t sliding_window = 0;
+  // Decode attention only: no op still running may write q_start, kv_len or block_tables, so
+  // the kernel reads them before it waits for its predecessor (the plugin decides from the
+  // stream's write history, as for a GEMM's weights).
+  bool early_batch = false;
 };
 
 // Causal paged attention over every (query row, head); head_dim <= kMaxAttentionHeadDim.

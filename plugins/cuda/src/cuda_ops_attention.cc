@@ -65,6 +65,15 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   a.max_blocks_per_seq = batch->max_blocks_per_seq;
   a.scale = params->scale;
   a.sliding_window = params->sliding_window;
+  // The batch arrays early where neither op before may have written them (an engine uploads
+  // them with copies at the start of a step, several ops before any attention).
+  const auto array = [](const int32_t* p, int64_t n) {
+    return ByteRange{p, static_cast<size_t>(n) * sizeof(int32_t)};
+  };
+  a.early_batch = !s.writes.WrittenJustBefore(array(a.q_start, int64_t{a.num_seqs} + 1)) &&
+                  !s.writes.WrittenJustBefore(array(a.kv_len, a.num_seqs)) &&
+                  !s.writes.WrittenJustBefore(
+                      array(a.block_tables, int64_t{a.num_seqs} * a.max_blocks_per_seq));
   s.writes.Wrote({ByteRange::Of(ov)});
   if (!decode) {
     return CudaStatus(op,
