@@ -400,7 +400,9 @@ void HostTierImpl::ReclaimExpiredLocked(absl::Time now) {
 }
 
 void HostTierImpl::EvictLocked(int32_t slot) {
-  if (eviction_hook_) eviction_hook_(slots_[slot].meta, SlotSpan(slot));
+  if (eviction_hook_ && !eviction_hook_(slots_[slot].meta, SlotSpan(slot), slots_[slot].checksum)) {
+    ++stats_.checksum_failures;
+  }
   ++stats_.evictions;
   RemoveLocked(slot);
 }

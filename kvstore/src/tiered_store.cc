@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -58,7 +59,7 @@ class TieredStoreImpl final : public TieredStore {
  private:
   struct Demotion {
     BlockMeta meta;
-    std::vector<std::byte> data;
+    std::unique_ptr<std::byte[]> data;  // block_bytes(), copied out of G2
     bool to_disk = false;
     bool to_remote = false;
   };
@@ -73,7 +74,7 @@ class TieredStoreImpl final : public TieredStore {
   };
 
   void Emit(const TierEvent& event);
-  void OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes);
+  bool OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes, uint64_t checksum);
   void DemotionLoop();
   void Demote(const std::vector<Demotion>& batch);
   void FetchLoop();
@@ -152,9 +153,10 @@ absl::Status TieredStoreImpl::Init() {
       STRATA_LOG(Warning) << "tiered store: remote fetches go through staging: " << r.status();
     }
   }
-  host_->SetEvictionHook([this](const BlockMeta& meta, std::span<const std::byte> bytes) {
-    OnHostEviction(meta, bytes);
-  });
+  host_->SetEvictionHook(
+      [this](const BlockMeta& meta, std::span<const std::byte> bytes, uint64_t checksum) {
+        return OnHostEviction(meta, bytes, checksum);
+      });
   demoter_ = std::thread([this] { DemotionLoop(); });
   for (int i = 0; i < std::max(1, options_.fetch_threads); ++i) {
     fetchers_.emplace_back([this] { FetchLoop(); });
@@ -202,23 +204,28 @@ void TieredStoreImpl::NoteUse(std::span<const BlockHash> hashes) {
 }
 
 // Runs inside HostTier's eviction path with its lock held: decide, copy, queue; never block.
-void TieredStoreImpl::OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes) {
+// The copy verifies the bytes against the checksum G2 stored with them (the same pass): a block
+// corrupted in G2's memory is dropped here (false: G2 counts it), not demoted under a checksum
+// computed from the corrupt bytes, which G3 and G4 would then serve as intact.
+bool TieredStoreImpl::OnHostEviction(const BlockMeta& meta, std::span<const std::byte> bytes,
+                                     uint64_t checksum) {
   bool to_disk = false;
   if (disk_ != nullptr) {
     absl::MutexLock lock(&sketch_mu_);
     to_disk = sketch_.Estimate(meta.hash) >= options_.disk_admit_min_uses;
   }
   const bool to_remote = remote_ != nullptr && options_.demote_to_remote;
-  if (!to_disk && !to_remote) return;
+  if (!to_disk && !to_remote) return true;
   absl::MutexLock lock(&demote_mu_);
   if (demotions_.size() >= options_.max_pending_demotions) {
     metrics_->DemotionDropped();
-    return;
+    return true;
   }
-  demotions_.push_back(Demotion{.meta = meta,
-                                .data = std::vector<std::byte>(bytes.begin(), bytes.end()),
-                                .to_disk = to_disk,
-                                .to_remote = to_remote});
+  auto data = std::make_unique_for_overwrite<std::byte[]>(bytes.size());
+  if (CopyWithBlockChecksum({data.get(), bytes.size()}, bytes) != checksum) return false;
+  demotions_.push_back(
+      Demotion{.meta = meta, .data = std::move(data), .to_disk = to_disk, .to_remote = to_remote});
+  return true;
 }
 
 // Takes every queued demotion (up to kDemotionBatch) at once: the remote tier can store a
@@ -259,10 +266,10 @@ void TieredStoreImpl::Demote(const std::vector<Demotion>& batch) {
   std::vector<BlockMeta> metas;
   std::vector<const std::byte*> srcs;
   for (const Demotion& d : batch) {
-    if (d.to_disk) record(disk_.get(), d.meta, disk_->Put(d.meta, d.data));
+    if (d.to_disk) record(disk_.get(), d.meta, disk_->Put(d.meta, {d.data.get(), block_bytes()}));
     if (d.to_remote) {
       metas.push_back(d.meta);
-      srcs.push_back(d.data.data());
+      srcs.push_back(d.data.get());
     }
   }
   if (metas.size() > 1 && remote_direct_ != nullptr) {

@@ -201,10 +201,13 @@ TEST(HostTierTest, PutGetRoundTripWithStatsUsageAndEvents) {
 TEST(HostTierTest, EvictsByPolicyThroughTheHook) {
   auto tier = MakeTier(3);
   std::vector<std::pair<BlockHash, bool>> hooked;  // hash, bytes intact
-  tier->SetEvictionHook([&](const BlockMeta& meta, std::span<const std::byte> bytes) {
-    hooked.emplace_back(meta.hash,
-                        std::vector<std::byte>(bytes.begin(), bytes.end()) == BlockData(meta.hash));
-  });
+  tier->SetEvictionHook(
+      [&](const BlockMeta& meta, std::span<const std::byte> bytes, uint64_t checksum) {
+        EXPECT_EQ(checksum, BlockChecksum(BlockData(meta.hash)));
+        hooked.emplace_back(
+            meta.hash, std::vector<std::byte>(bytes.begin(), bytes.end()) == BlockData(meta.hash));
+        return true;
+      });
   for (BlockHash h : {1, 2, 3}) ASSERT_TRUE(PutBlock(*tier, h).ok());
   ASSERT_TRUE(GetBlock(*tier, 1).ok());  // 2 is now least recently used
   ASSERT_TRUE(PutBlock(*tier, 4).ok());
@@ -213,7 +216,22 @@ TEST(HostTierTest, EvictsByPolicyThroughTheHook) {
   ASSERT_TRUE(PutBlock(*tier, 5).ok());
   EXPECT_THAT(hooked, ::testing::ElementsAre(std::pair<BlockHash, bool>(2, true)));
   EXPECT_EQ(tier->stats().evictions, 1);
+  EXPECT_EQ(tier->stats().checksum_failures, 0);
   for (BlockHash h : {1, 4, 5}) EXPECT_TRUE(GetBlock(*tier, h).ok()) << h;
+}
+
+// A hook that finds the evicted bytes no longer match their checksum says so; the tier counts
+// a checksum failure and still frees the slot.
+TEST(HostTierTest, AHookThatFindsCorruptBytesCountsAChecksumFailure) {
+  auto tier = MakeTier(1);
+  tier->SetEvictionHook(
+      [](const BlockMeta&, std::span<const std::byte>, uint64_t) { return false; });
+  ASSERT_TRUE(PutBlock(*tier, 1).ok());
+  ASSERT_TRUE(PutBlock(*tier, 2).ok());
+  EXPECT_FALSE(tier->Contains(1));
+  EXPECT_EQ(tier->stats().evictions, 1);
+  EXPECT_EQ(tier->stats().checksum_failures, 1);
+  EXPECT_TRUE(GetBlock(*tier, 2).ok());
 }
 
 // The fault test: a byte flipped in pool memory is detected, never served, erased and counted.

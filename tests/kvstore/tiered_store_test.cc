@@ -271,6 +271,25 @@ TEST(TieredStoreTest, DemotesToRemoteWhenConfigured) {
   EXPECT_FALSE(Fixture::Holds(*off.remote, 1));
 }
 
+// A block whose bytes changed in G2's memory after it was stored is not demoted when it is
+// evicted: the eviction copy checks it against G2's checksum, so G3 and G4 never store it under
+// a checksum of the corrupt bytes (which their reads would then accept). G2 counts the failure.
+TEST(TieredStoreTest, CorruptHostBlockIsNotDemoted) {
+  TieredStoreOptions options;
+  options.disk_admit_min_uses = 1;
+  Fixture f(options, 1, /*disk=*/true, /*remote=*/true);
+  ASSERT_TRUE(f.Offload(1).ok());
+  f.store->host_pool()[100] ^= std::byte{0x01};  // the pool's only slot holds block 1
+  ASSERT_TRUE(f.Offload(2).ok());                // evicts 1
+  ASSERT_TRUE(f.Offload(3).ok());                // evicts 2, intact
+  f.store->Flush();
+  EXPECT_FALSE(Fixture::Holds(*f.disk, 1));
+  EXPECT_FALSE(Fixture::Holds(*f.remote, 1));
+  EXPECT_TRUE(Fixture::Holds(*f.disk, 2));
+  EXPECT_TRUE(Fixture::Holds(*f.remote, 2));
+  EXPECT_EQ(f.store->tier(TierKind::kHost)->stats().checksum_failures, 1);
+}
+
 // A chain spread over the tiers: Locate names the fastest holder of each block, and Prefetch
 // brings the run into G2 up to the first block nobody holds.
 TEST(TieredStoreTest, LocateAndPrefetchFromDiskAndRemote) {

@@ -96,10 +96,14 @@ class HostTier : public Tier {
   virtual int64_t expired_leases() const = 0;
 
   // Called for each block evicted to make room (not for Erase or a corrupt block), with its
-  // bytes, before its slot is reused; TieredStore demotes from here. It runs on the thread that
-  // needed room with the tier's lock held: copy what is needed and return, never call into the
-  // tier. Null clears it.
-  using EvictionHook = std::function<void(const BlockMeta&, std::span<const std::byte>)>;
+  // bytes and the checksum stored with them, before its slot is reused; TieredStore demotes from
+  // here. It runs on the thread that needed room with the tier's lock held: copy what is needed
+  // and return, never call into the tier. A hook that reads the bytes verifies them in the same
+  // pass (CopyWithBlockChecksum against `checksum`) and returns false when they no longer match:
+  // the tier counts a checksum failure, and the hook must not pass the bytes on (a block
+  // corrupted in memory is never demoted with a fresh checksum). Null clears it.
+  using EvictionHook =
+      std::function<bool(const BlockMeta&, std::span<const std::byte>, uint64_t checksum)>;
   virtual void SetEvictionHook(EvictionHook hook) = 0;
 };
 
