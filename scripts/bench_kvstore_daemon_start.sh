@@ -24,12 +24,10 @@ start_seconds() {  # binary GiB
   UCX_TLS=${UCX_TLS:-sm,self} "$1" kvstore --id "start$$" --host 127.0.0.1 --port 0 \
     --http-port -1 --capacity-bytes $(($2 << 30)) "${block[@]}" >"$out" 2>&1 &
   pid=$!
+  # The daemon died: say why (its output) and give up on this point.
+  exited() { echo "$1 exited: $(cat "$out")" >&2; rm -f "$out"; }
   while ! grep -q "grpc" "$out"; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "$1 exited: $(cat "$out")" >&2
-      rm -f "$out"
-      return 1
-    fi
+    kill -0 "$pid" 2>/dev/null || { exited "$1"; return 1; }
     sleep 0.01
   done
   t1=$(date +%s.%N)
@@ -37,7 +35,7 @@ start_seconds() {  # binary GiB
     address=$(sed -n 's/.*: grpc \([^, ]*\).*/\1/p' "$out" | head -1)
     attempts=1
     until UCX_TLS=${UCX_TLS:-sm,self} "$FIRST_CLIENT" "$address" 1048576 0.05 >/dev/null 2>&1; do
-      kill -0 "$pid" 2>/dev/null || { echo "$1 exited: $(cat "$out")" >&2; rm -f "$out"; return 1; }
+      kill -0 "$pid" 2>/dev/null || { exited "$1"; return 1; }
       attempts=$((attempts + 1))
     done
     t2=$(date +%s.%N)
