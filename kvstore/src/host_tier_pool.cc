@@ -9,11 +9,17 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "host_tier_internal.h"
 #include "strata/common/logging.h"
 
@@ -38,7 +44,102 @@ void* MapAligned(size_t bytes) {
   return reinterpret_cast<void*>(aligned);
 }
 
+// The file's first line without surrounding whitespace, or "" if it cannot be read.
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return std::string(absl::StripAsciiWhitespace(line));
+}
+
+// A byte count from a cgroup file; -1 for "max", absent files and v1's "no limit" (a page-rounded
+// INT64_MAX, anything from 2^60 up here).
+int64_t CgroupBytes(const std::string& path) {
+  int64_t v = -1;
+  if (!absl::SimpleAtoi(FirstLine(path), &v) || v < 0 || v >= (int64_t{1} << 60)) return -1;
+  return v;
+}
+
+// Walks from `dir` up to `root` (both included), keeping the least limit - usage.
+void LeastRoom(const std::string& root, std::string dir, const char* limit_file,
+               const char* usage_file, MemoryRoom* room) {
+  while (true) {
+    const int64_t limit = CgroupBytes(dir + "/" + limit_file);
+    const int64_t usage = CgroupBytes(dir + "/" + usage_file);
+    if (limit >= 0 && usage >= 0) {
+      const int64_t left = std::max<int64_t>(limit - usage, 0);
+      if (room->cgroup_room < 0 || left < room->cgroup_room) {
+        room->cgroup_room = left;
+        room->cgroup = dir;
+      }
+    }
+    if (dir.size() <= root.size()) return;
+    dir.resize(std::max(dir.rfind('/'), root.size()));
+  }
+}
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
+}
+
 }  // namespace
+
+MemoryRoom ReadMemoryRoom(absl::string_view proc_root, absl::string_view cgroup_root) {
+  MemoryRoom room;
+  {
+    std::ifstream in(absl::StrCat(proc_root, "/meminfo"));
+    std::string line;
+    while (std::getline(in, line)) {
+      absl::string_view rest = line;
+      if (!absl::ConsumePrefix(&rest, "MemAvailable:")) continue;
+      rest = absl::StripAsciiWhitespace(rest);
+      int64_t kib = 0;
+      if (absl::ConsumeSuffix(&rest, "kB") &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib) && kib >= 0) {
+        room.available = kib * 1024;
+      }
+      break;
+    }
+  }
+  // "0::/path" for cgroup v2; "N:controllers:/path" for v1, whose memory controller is mounted
+  // at <root>/memory.
+  std::ifstream in(absl::StrCat(proc_root, "/self/cgroup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    std::string path = parts[2] == "/" ? "" : parts[2];
+    if (parts[0] == "0" && parts[1].empty()) {
+      const std::string root(cgroup_root);
+      LeastRoom(root, root + path, "memory.max", "memory.current", &room);
+    } else {
+      const std::vector<absl::string_view> controllers = absl::StrSplit(parts[1], ',');
+      if (std::find(controllers.begin(), controllers.end(), "memory") == controllers.end()) {
+        continue;
+      }
+      const std::string root = absl::StrCat(cgroup_root, "/memory");
+      LeastRoom(root, root + path, "memory.limit_in_bytes", "memory.usage_in_bytes", &room);
+    }
+  }
+  return room;
+}
+
+absl::Status CheckMemoryFits(size_t bytes, absl::string_view what, const MemoryRoom& room) {
+  const int64_t need =
+      static_cast<int64_t>(std::min<size_t>(bytes, std::numeric_limits<int64_t>::max()));
+  if (room.cgroup_room >= 0 && need > room.cgroup_room &&
+      (room.available < 0 || room.cgroup_room <= room.available)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " of ", GiB(need), " does not fit in memory: the cgroup ", room.cgroup,
+                     " has ", GiB(room.cgroup_room), " left under its limit"));
+  }
+  if (room.available >= 0 && need > room.available) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, " of ", GiB(need),
+                                                     " does not fit in memory: this machine has ",
+                                                     GiB(room.available), " available"));
+  }
+  return absl::OkStatus();
+}
 
 // The kernel's MADV_POPULATE_WRITE (Linux 5.14) over slices on a few threads (the pages are
 // zeroed as they are faulted, which is the whole cost: 0.43 s per GiB with MAP_POPULATE's 4 KiB
@@ -75,6 +176,7 @@ absl::StatusOr<HostPool> HostPool::Create(
     if (*memory == nullptr) return absl::InternalError("host tier: allocate returned null");
     return HostPool(static_cast<std::byte*>(*memory), bytes, /*pinned=*/true, /*owned=*/false);
   }
+  if (absl::Status fits = CheckMemoryFits(bytes, "host tier pool"); !fits.ok()) return fits;
   void* p = MapAligned(bytes);
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(

@@ -59,6 +59,10 @@ absl::Status Pool::Reserve() {
 
 absl::Status Pool::ReserveLocked() {
   if (memory_.addr != nullptr) return absl::OkStatus();
+  // Refused here rather than OOM-killed while faulting in; a transport that falls back to a
+  // file in /dev/shm would also leave that file behind, filling the tmpfs for everyone.
+  STRATA_RETURN_IF_ERROR(internal::CheckMemoryFits(static_cast<size_t>(options_.capacity_bytes),
+                                                   absl::StrCat("kvstore ", options_.id, " pool")));
   STRATA_ASSIGN_OR_RETURN(memory_,
                           agent_->AllocateMemory(static_cast<size_t>(options_.capacity_bytes)));
   // Fault the pool in now, as the host tier does with its own memory: otherwise the first

@@ -2,10 +2,15 @@
 // and their timeouts, direct writes, caller-supplied memory, and a multi-threaded smoke test.
 #include "strata/kvstore/host_tier.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <thread>
 #include <vector>
@@ -455,6 +460,107 @@ TEST(HostTierTest, ConcurrentSmoke) {
     for (const BlockMeta& m : tier->Contents()) EXPECT_TRUE(GetBlock(*tier, m.hash).ok());
     EXPECT_EQ(tier->stats().checksum_failures, 0);
   }
+}
+
+// Writes `text` to `path`, creating its folders.
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+class MemoryRoomTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::path(::testing::TempDir()) /
+            ("memory_room_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+    WriteFile(root_ / "proc/meminfo",
+              "MemTotal:       24000000 kB\nMemFree:         1000000 kB\n"
+              "MemAvailable:    8388608 kB\nBuffers:          1000 kB\n");
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  internal::MemoryRoom Read() {
+    return internal::ReadMemoryRoom((root_ / "proc").string(), (root_ / "cg").string());
+  }
+  std::filesystem::path root_;
+};
+
+TEST_F(MemoryRoomTest, MachineOnlyWithoutACgroupLimit) {
+  WriteFile(root_ / "proc/self/cgroup", "0::/user.slice/session-1.scope\n");
+  WriteFile(root_ / "cg/user.slice/session-1.scope/memory.max", "max\n");
+  WriteFile(root_ / "cg/user.slice/session-1.scope/memory.current", "123456\n");
+  const internal::MemoryRoom room = Read();
+  EXPECT_EQ(room.available, int64_t{8} << 30);
+  EXPECT_EQ(room.cgroup_room, -1);
+  EXPECT_TRUE(internal::CheckMemoryFits(size_t{8} << 30, "pool", room).ok());
+  const absl::Status s = internal::CheckMemoryFits((size_t{8} << 30) + 1, "pool", room);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "pool of 8.0 GiB does not fit in memory: this machine has 8.0 GiB available");
+}
+
+TEST_F(MemoryRoomTest, TheTightestAncestorOfACgroupV2Counts) {
+  WriteFile(root_ / "proc/self/cgroup", "0::/kubepods/pod1/ctr\n");
+  WriteFile(root_ / "cg/kubepods/pod1/ctr/memory.max", "max\n");
+  WriteFile(root_ / "cg/kubepods/pod1/ctr/memory.current", "1000\n");
+  // The pod: 3 GiB limit, 1 GiB used -> 2 GiB left, tighter than the container and the machine.
+  WriteFile(root_ / "cg/kubepods/pod1/memory.max", std::to_string(int64_t{3} << 30) + "\n");
+  WriteFile(root_ / "cg/kubepods/pod1/memory.current", std::to_string(int64_t{1} << 30) + "\n");
+  WriteFile(root_ / "cg/kubepods/memory.max", std::to_string(int64_t{16} << 30) + "\n");
+  WriteFile(root_ / "cg/kubepods/memory.current", "0\n");
+  const internal::MemoryRoom room = Read();
+  EXPECT_EQ(room.cgroup_room, int64_t{2} << 30);
+  EXPECT_EQ(room.cgroup, (root_ / "cg/kubepods/pod1").string());
+  EXPECT_TRUE(internal::CheckMemoryFits(size_t{2} << 30, "pool", room).ok());
+  const absl::Status s = internal::CheckMemoryFits(size_t{3} << 30, "kvstore k pool", room);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      std::string(s.message()),
+      ::testing::HasSubstr("kvstore k pool of 3.0 GiB does not fit in memory: the cgroup "));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("pod1 has 2.0 GiB left"));
+}
+
+TEST_F(MemoryRoomTest, CgroupV1MemoryControllerCounts) {
+  WriteFile(root_ / "proc/self/cgroup", "12:cpu,cpuacct:/docker/abc\n9:memory:/docker/abc\n");
+  WriteFile(root_ / "cg/memory/docker/abc/memory.limit_in_bytes",
+            std::to_string(int64_t{4} << 30) + "\n");
+  WriteFile(root_ / "cg/memory/docker/abc/memory.usage_in_bytes",
+            std::to_string(int64_t{3} << 30) + "\n");
+  WriteFile(root_ / "cg/memory/memory.limit_in_bytes", "9223372036854771712\n");  // no limit
+  WriteFile(root_ / "cg/memory/memory.usage_in_bytes", "5\n");
+  const internal::MemoryRoom room = Read();
+  EXPECT_EQ(room.cgroup_room, int64_t{1} << 30);
+  EXPECT_FALSE(internal::CheckMemoryFits((size_t{1} << 30) + 4096, "pool", room).ok());
+}
+
+TEST_F(MemoryRoomTest, NothingKnownRefusesNothing) {
+  std::filesystem::remove(root_ / "proc/meminfo");
+  const internal::MemoryRoom room = Read();
+  EXPECT_EQ(room.available, -1);
+  EXPECT_EQ(room.cgroup_room, -1);
+  EXPECT_TRUE(internal::CheckMemoryFits(size_t{1} << 50, "pool", room).ok());
+}
+
+// The real reading of this machine: some memory is available, and a petabyte is refused by
+// HostTier::Create before anything is mapped. (An address-space limit for the duration makes
+// sure that a broken check fails the mmap instead of faulting the machine's memory away.)
+TEST(HostTierTest, APoolLargerThanTheMachineIsRefused) {
+  EXPECT_GT(internal::ReadMemoryRoom().available, 0);
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &before), 0);
+  rlimit guard = before;
+  guard.rlim_cur = std::min<rlim_t>(before.rlim_cur, rlim_t{1} << 40);
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &guard), 0);
+  HostTierOptions o;
+  o.block_bytes = size_t{1} << 30;
+  o.capacity_bytes = int64_t{1} << 50;
+  auto tier = HostTier::Create(o);
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &before), 0);
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(tier.status().message()),
+              ::testing::HasSubstr("host tier pool of 1048576.0 GiB does not fit in memory"));
 }
 
 }  // namespace

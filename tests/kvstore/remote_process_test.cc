@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,7 +40,9 @@ struct Child {
     return *this;
   }
 
-  static Child Spawn(const std::vector<std::string>& args) {
+  // `guard`: the child runs with at most 64 GiB of address space and 1 GiB files, so that a
+  // pool it should refuse cannot fill the machine's memory or its /dev/shm if it does not.
+  static Child Spawn(const std::vector<std::string>& args, bool guard = false) {
     int fds[2];
     EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
     Child c;
@@ -47,6 +50,12 @@ struct Child {
     if (c.pid == 0) {
       ::dup2(fds[1], 1);
       ::dup2(fds[1], 2);
+      if (guard) {
+        const rlimit as{.rlim_cur = rlim_t{64} << 30, .rlim_max = rlim_t{64} << 30};
+        const rlimit fsize{.rlim_cur = rlim_t{1} << 30, .rlim_max = rlim_t{1} << 30};
+        if (::setrlimit(RLIMIT_AS, &as) != 0 || ::setrlimit(RLIMIT_FSIZE, &fsize) != 0)
+          ::_exit(126);
+      }
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(kStrata));
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -176,6 +185,25 @@ TEST(RemoteProcessTest, BadFlagsExitTwoWithOneLine) {
     EXPECT_EQ(c.Stop(0), 2) << line;
     EXPECT_EQ(line.rfind("strata kvstore: ", 0), 0u) << line;
   }
+}
+
+// A pool larger than the machine's memory is refused at start with one line naming what there
+// is, instead of the daemon being OOM-killed while faulting it in.
+TEST(RemoteProcessTest, APoolLargerThanMemoryIsRefusedAtStart) {
+  Child c = Child::Spawn({"kvstore", "--id", "kvs-huge", "--port", "0", "--http-port", "0",
+                          "--capacity-bytes", std::to_string(int64_t{1} << 50)},
+                         /*guard=*/true);
+  std::string line;
+  for (int i = 0; i < 50; ++i) {
+    line = c.ReadLine();
+    if (line.empty() || line.rfind("strata kvstore: ", 0) == 0) break;
+  }
+  EXPECT_EQ(c.Stop(0), 1) << line;
+  EXPECT_EQ(line.rfind("strata kvstore: kvstore kvs-huge pool of 1048576.0 GiB does not fit in "
+                       "memory: ",
+                       0),
+            0u)
+      << line;
 }
 
 }  // namespace
