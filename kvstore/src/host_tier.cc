@@ -465,7 +465,9 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
   }
   const int64_t slots = options.capacity_bytes / static_cast<int64_t>(options.block_bytes);
   if (slots > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError("host tier: more than 2^31 slots");
+    return absl::InvalidArgumentError(absl::StrCat("host tier: capacity ", options.capacity_bytes,
+                                                   " bytes makes ", slots, " slots of ",
+                                                   options.block_bytes, " bytes, more than 2^31"));
   }
   if (options.kind != TierKind::kHost && options.kind != TierKind::kRemote) {
     return absl::InvalidArgumentError("host tier: kind must be host or remote");

@@ -110,6 +110,15 @@ TEST(HostTierTest, CreateValidatesOptions) {
   options.capacity_bytes = kBlock;
   options.policy = "nope";
   EXPECT_EQ(HostTier::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  // More slots than an int32 indexes: refused, naming the numbers, before anything is mapped.
+  options.policy = "lru";
+  options.block_bytes = 4096;
+  options.capacity_bytes = (int64_t{1} << 31) * 4096;
+  const absl::Status many = HostTier::Create(options).status();
+  EXPECT_EQ(many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(many.message(),
+            "host tier: capacity 8796093022208 bytes makes 2147483648 slots of 4096 bytes, more "
+            "than 2^31");
 }
 
 TEST(HostTierTest, CopyChecksumEqualsBlockChecksumOnEveryPath) {
