@@ -16,10 +16,11 @@ void PopulatePages(std::byte* p, size_t bytes);
 
 // How much memory this process could still fault in: the kernel's estimate for the machine and
 // the room left under every memory limit of its cgroup and the cgroup's ancestors (v2, or v1's
-// memory controller). -1 where a figure is not known.
+// memory controller), where the file page cache charged to a cgroup counts as room (it is
+// reclaimed before anything is OOM-killed). -1 where a figure is not known.
 struct MemoryRoom {
   int64_t available = -1;    // MemAvailable of /proc/meminfo
-  int64_t cgroup_room = -1;  // the least (limit - usage) over the cgroup and its ancestors
+  int64_t cgroup_room = -1;  // the least limit - (usage - file cache), cgroup and ancestors
   std::string cgroup;        // the cgroup holding that least room, for the message
 };
 // Reads /proc/meminfo, /proc/self/cgroup and the cgroup files under `proc_root` and

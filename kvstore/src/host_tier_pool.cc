@@ -60,14 +60,41 @@ int64_t CgroupBytes(const std::string& path) {
   return v;
 }
 
-// Walks from `dir` up to `root` (both included), keeping the least limit - usage.
-void LeastRoom(const std::string& root, std::string dir, const char* limit_file,
-               const char* usage_file, MemoryRoom* room) {
+// The page cache of file data in a cgroup's memory.stat: the sum of the keys named (v2
+// "active_file" / "inactive_file", v1 "total_active_file" / "total_inactive_file"); 0 if absent.
+// The kernel reclaims it before it OOM-kills, so it is room too (as Kubernetes' working set
+// leaves out inactive_file). Shared memory and tmpfs pages are not in it: they sit on the
+// anonymous lists.
+int64_t FileCacheBytes(const std::string& path, const char* active, const char* inactive) {
+  std::ifstream in(path);
+  std::string key;
+  int64_t value = 0, sum = 0;
+  while (in >> key >> value) {
+    if (key == active || key == inactive) sum += std::max<int64_t>(value, 0);
+  }
+  return sum;
+}
+
+struct CgroupFiles {
+  const char* limit;
+  const char* usage;
+  const char* active_file;
+  const char* inactive_file;
+};
+constexpr CgroupFiles kV2 = {"memory.max", "memory.current", "active_file", "inactive_file"};
+constexpr CgroupFiles kV1 = {"memory.limit_in_bytes", "memory.usage_in_bytes", "total_active_file",
+                             "total_inactive_file"};
+
+// Walks from `dir` up to `root` (both included), keeping the least limit - (usage - file cache).
+void LeastRoom(const std::string& root, std::string dir, const CgroupFiles& files,
+               MemoryRoom* room) {
   while (true) {
-    const int64_t limit = CgroupBytes(dir + "/" + limit_file);
-    const int64_t usage = CgroupBytes(dir + "/" + usage_file);
+    const int64_t limit = CgroupBytes(dir + "/" + files.limit);
+    const int64_t usage = CgroupBytes(dir + "/" + files.usage);
     if (limit >= 0 && usage >= 0) {
-      const int64_t left = std::max<int64_t>(limit - usage, 0);
+      const int64_t cache =
+          FileCacheBytes(dir + "/memory.stat", files.active_file, files.inactive_file);
+      const int64_t left = std::max<int64_t>(limit - std::max<int64_t>(usage - cache, 0), 0);
       if (room->cgroup_room < 0 || left < room->cgroup_room) {
         room->cgroup_room = left;
         room->cgroup = dir;
@@ -111,14 +138,14 @@ MemoryRoom ReadMemoryRoom(absl::string_view proc_root, absl::string_view cgroup_
     std::string path = parts[2] == "/" ? "" : parts[2];
     if (parts[0] == "0" && parts[1].empty()) {
       const std::string root(cgroup_root);
-      LeastRoom(root, root + path, "memory.max", "memory.current", &room);
+      LeastRoom(root, root + path, kV2, &room);
     } else {
       const std::vector<absl::string_view> controllers = absl::StrSplit(parts[1], ',');
       if (std::find(controllers.begin(), controllers.end(), "memory") == controllers.end()) {
         continue;
       }
       const std::string root = absl::StrCat(cgroup_root, "/memory");
-      LeastRoom(root, root + path, "memory.limit_in_bytes", "memory.usage_in_bytes", &room);
+      LeastRoom(root, root + path, kV1, &room);
     }
   }
   return room;

@@ -543,6 +543,28 @@ TEST_F(MemoryRoomTest, CgroupV1MemoryControllerCounts) {
   EXPECT_FALSE(internal::CheckMemoryFits((size_t{1} << 30) + 4096, "pool", room).ok());
 }
 
+// Page cache of files counts as room (the kernel reclaims it first); shared memory does not.
+TEST_F(MemoryRoomTest, FileCacheIsRoomButSharedMemoryIsNot) {
+  WriteFile(root_ / "proc/self/cgroup", "0::/pod\n");
+  WriteFile(root_ / "cg/pod/memory.max", std::to_string(int64_t{8} << 30) + "\n");
+  WriteFile(root_ / "cg/pod/memory.current", std::to_string(int64_t{7} << 30) + "\n");
+  // 7 GiB used: 3 GiB of it file cache (1 active, 2 inactive), 2 GiB shmem.
+  WriteFile(root_ / "cg/pod/memory.stat",
+            "anon 2147483648\nfile 5368709120\nshmem 2147483648\nactive_file 1073741824\n"
+            "inactive_file 2147483648\nactive_anon 3221225472\n");
+  internal::MemoryRoom room = Read();
+  EXPECT_EQ(room.cgroup_room, int64_t{4} << 30);  // 8 - (7 - 3)
+  // v1 names its hierarchical totals total_*.
+  WriteFile(root_ / "proc/self/cgroup", "4:memory:/pod\n");
+  WriteFile(root_ / "cg/memory/pod/memory.limit_in_bytes", std::to_string(int64_t{8} << 30));
+  WriteFile(root_ / "cg/memory/pod/memory.usage_in_bytes", std::to_string(int64_t{7} << 30));
+  WriteFile(root_ / "cg/memory/pod/memory.stat",
+            "cache 3221225472\nactive_file 1\ntotal_active_file 1073741824\n"
+            "total_inactive_file 1073741824\n");
+  room = Read();
+  EXPECT_EQ(room.cgroup_room, int64_t{3} << 30);  // 8 - (7 - 2)
+}
+
 TEST_F(MemoryRoomTest, NothingKnownRefusesNothing) {
   std::filesystem::remove(root_ / "proc/meminfo");
   const internal::MemoryRoom room = Read();
