@@ -148,7 +148,8 @@ def lint_termination(obj):
 
 
 def lint_worker(obj):
-  """Workers must listen on and advertise an address other pods reach: the pod IP."""
+  """Workers and kvstore daemons must listen on and advertise an address other pods reach: the
+  pod IP."""
   problems = []
   for c in pod_spec(obj)["containers"]:
     env = {e["name"]: e for e in c.get("env", [])}
@@ -157,6 +158,30 @@ def lint_worker(obj):
       problems.append(f"{name_of(obj)}: worker must run with --host=$(POD_IP) from status.podIP")
     if not (flag(c, "router") or "").startswith("strata-router-registry."):
       problems.append(f"{name_of(obj)}: worker must register at strata-router-registry")
+  return problems
+
+
+def lint_kv_remote(obj, objects):
+  """Every --kv-remote of a worker names a pod of the kvstore StatefulSet through its governing
+  Service (strata-kvstore-N.strata-kvstore), N below its replica count, and all are listed:
+  workers spread blocks over exactly that list."""
+  problems = []
+  stores = [o for o in objects if o["kind"] == "StatefulSet" and
+            o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") ==
+            "kvstore"]
+  for c in pod_spec(obj)["containers"]:
+    remotes = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith("--kv-remote=")]
+    if not remotes:
+      continue
+    if len(stores) != 1:
+      problems.append(f"{name_of(obj)}: --kv-remote without one kvstore StatefulSet")
+      continue
+    s = stores[0]
+    name, service, replicas = s["metadata"]["name"], s["spec"]["serviceName"], s["spec"]["replicas"]
+    want = {f"{name}-{i}.{service}.$(POD_NAMESPACE).svc:7400" for i in range(replicas)}
+    if set(remotes) != want or len(remotes) != replicas:
+      problems.append(f"{name_of(obj)}: --kv-remote {sorted(remotes)} is not the "
+                      f"{replicas} pods of {name_of(s)}: {sorted(want)}")
   return problems
 
 
@@ -171,9 +196,11 @@ def lint_objects(objects):
     for c in containers(o):
       problems += lint_container(o, c) + lint_args(o, c, objects)
     problems += lint_termination(o)
-    if o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") in (
-        "prefill", "decode"):
+    component = o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+    if component in ("prefill", "decode", "kvstore"):
       problems += lint_worker(o)
+    if component in ("prefill", "decode"):
+      problems += lint_kv_remote(o, objects)
     pod_labels = o["spec"]["template"]["metadata"]["labels"]
     if not any(p["kind"] == "PodDisruptionBudget" and
                selects(p["spec"]["selector"]["matchLabels"], pod_labels) for p in objects):
@@ -257,8 +284,9 @@ class RenderAndValidate(unittest.TestCase):
     ports = {e["port"] for e in monitor["spec"]["endpoints"]}
     scraped = {s["metadata"]["name"] for s in selected
                if ports & {p["name"] for p in s["spec"]["ports"]}}
-    # The job label is the Service name; the rules expect exactly these jobs.
-    self.assertEqual(scraped, {"strata-router", "strata-prefill", "strata-decode"})
+    # The job label is the Service name; the rules expect these jobs, and the kvstore's.
+    self.assertEqual(scraped,
+                     {"strata-router", "strata-prefill", "strata-decode", "strata-kvstore"})
 
   def test_dashboard_uses_recorded_series(self):
     with open(os.path.join(ARGS.source, "deploy", "prometheus", "strata-rules.yaml")) as f:
@@ -314,9 +342,10 @@ class Lint(unittest.TestCase):
     lo, hi = map(int, config["data"]["UCX_TCP_PORT_RANGE"].split("-"))
     self.assertIn((lo, hi), open_ports, "the UCX port range must be open between workers")
     for o in objects:
-      if o["kind"] == "Deployment":
-        for port in pod_spec(o)["containers"][0]["ports"]:
-          self.assertIn((port["containerPort"], None), open_ports, f"{name_of(o)} {port}")
+      if o["kind"] in WORKLOAD_KINDS:
+        for port in pod_spec(o)["containers"][0]["ports"]:  # by number, or by name
+          self.assertTrue({(port["containerPort"], None), (port.get("name"), None)} & open_ports,
+                          f"{name_of(o)} {port}")
 
   # The lint must catch what it claims to: break a good rendering one way at a time.
   def test_lint_rejects_broken_pods(self):
@@ -345,6 +374,11 @@ class Lint(unittest.TestCase):
         "no PDB": lambda d, c, o: o.remove(next(x for x in o if x["kind"] == "PodDisruptionBudget"
                                                 and x["metadata"]["name"] == "strata-decode")),
         "missing secret": lambda d, c, o: o.remove(next(x for x in o if x["kind"] == "Secret")),
+        "kv-remote past the replicas": lambda d, c, o: c["args"].append(
+            "--kv-remote=strata-kvstore-2.strata-kvstore.$(POD_NAMESPACE).svc:7400"),
+        "kvstore on loopback": lambda d, c, o: (lambda k: k["args"].__setitem__(
+            k["args"].index("--host=$(POD_IP)"), "--host=127.0.0.1"))(pod_spec(next(
+                x for x in o if x["kind"] == "StatefulSet"))["containers"][0]),
     }
     for what, mutate in mutations.items():
       with self.subTest(what):
