@@ -2,8 +2,8 @@
 
 Starts a cluster with `strata up`, points copies of deploy/prometheus/prometheus.yaml (scrape
 and evaluation intervals shortened to 1 s) and strata-rules.yaml at its processes, sends
-traffic, and asks Prometheus's HTTP API that every target is up and that the SLO recording
-rules return values.
+traffic, and asks Prometheus's HTTP API that every target is up (router, prefill, decode and a
+kvstore daemon) and that the SLO and KV-tier recording rules return values.
 
 Usage: prometheus_e2e_test.py STRATA PROMETHEUS SOURCE_DIR
 """
@@ -64,7 +64,8 @@ class PrometheusE2ETest(unittest.TestCase):
             config = os.path.join(tmp, "cluster.yaml")
             with open(config, "w") as f:
                 f.write(f"prefill: {{count: 1}}\ndecode: {{count: 1}}\nrouter: {{http_port: 0}}\n"
-                        f"engine: {{num_kv_blocks: 256}}\nlog_dir: {tmp}/logs\n")
+                        f"engine: {{num_kv_blocks: 256}}\nlog_dir: {tmp}/logs\n"
+                        f"kv_tiers: {{host_mb: 16, kvstore_count: 1, kvstore_mb: 32}}\n")
             up_log = open(os.path.join(tmp, "up.out"), "w+")
             up = subprocess.Popen([STRATA, "up", "--config", config], stdout=up_log,
                                   stderr=subprocess.STDOUT)
@@ -76,7 +77,7 @@ class PrometheusE2ETest(unittest.TestCase):
                 return text if "strata is serving at" in text else None
             text = wait_until(read_up, 120, "strata up")
             urls = dict(re.findall(r"^\s+(\S+): (http://\S+)/metrics$", text, re.M))
-            self.assertEqual(sorted(urls), ["decode-0", "prefill-0", "router"], text)
+            self.assertEqual(sorted(urls), ["decode-0", "kvstore-0", "prefill-0", "router"], text)
             hostport = {k: urllib.parse.urlparse(v).netloc for k, v in urls.items()}
 
             prom_dir = os.path.join(tmp, "prometheus")
@@ -89,7 +90,7 @@ class PrometheusE2ETest(unittest.TestCase):
             with open(cfg, "w") as f:
                 f.write(text)
             for job, name in [("router", "router"), ("prefill", "prefill-0"),
-                              ("decode", "decode-0")]:
+                              ("decode", "decode-0"), ("kvstore", "kvstore-0")]:
                 with open(os.path.join(prom_dir, "targets", f"{job}.yaml"), "w") as f:
                     f.write(f'- targets: ["{hostport[name]}"]\n')
             port = free_port()
@@ -109,7 +110,7 @@ class PrometheusE2ETest(unittest.TestCase):
             def all_up():
                 targets = get_json(f"{api}/targets")["data"]["activeTargets"]
                 jobs = {t["labels"]["job"]: t["health"] for t in targets}
-                return jobs if len(jobs) == 3 and set(jobs.values()) == {"up"} else None
+                return jobs if len(jobs) == 4 and set(jobs.values()) == {"up"} else None
             wait_until(all_up, 60, "every target up")
 
             def has_value(expr):
@@ -120,7 +121,8 @@ class PrometheusE2ETest(unittest.TestCase):
                 return check
             # Keep traffic flowing while the 5m-rate rules get their second sample.
             for expr in ["strata:ttft_seconds:p50_5m", "strata:ttft_slo_attainment:ratio_rate5m",
-                         "strata:requests:rate5m", "job:strata_worker_kv_blocks:utilization"]:
+                         "strata:requests:rate5m", "job:strata_worker_kv_blocks:utilization",
+                         "job_tier:strata_kvstore_usage:ratio"]:
                 def poke_and_check(expr=expr):
                     post_json(f"{router}/v1/completions", {"model": "tiny-llama", "prompt": "hi",
                                                            "max_tokens": 2})
