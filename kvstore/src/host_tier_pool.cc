@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "host_tier_internal.h"
+#include "strata/common/file_util.h"
 #include "strata/common/logging.h"
 
 namespace strata::kvstore::internal {
@@ -44,19 +45,15 @@ void* MapAligned(size_t bytes) {
   return reinterpret_cast<void*>(aligned);
 }
 
-// The file's first line without surrounding whitespace, or "" if it cannot be read.
-std::string FirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return std::string(absl::StripAsciiWhitespace(line));
-}
-
 // A byte count from a cgroup file; -1 for "max", absent files and v1's "no limit" (a page-rounded
 // INT64_MAX, anything from 2^60 up here).
 int64_t CgroupBytes(const std::string& path) {
+  const absl::StatusOr<std::string> text = ReadFileToString(path);
   int64_t v = -1;
-  if (!absl::SimpleAtoi(FirstLine(path), &v) || v < 0 || v >= (int64_t{1} << 60)) return -1;
+  if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v) || v < 0 ||
+      v >= (int64_t{1} << 60)) {
+    return -1;
+  }
   return v;
 }
 
