@@ -146,6 +146,9 @@ int RunWorker(const Args& args) {
   p.AddInt("--kv-disk-admit-uses", &t.disk_admit_uses,
            "G2 -> G3 only for blocks used at least this many times");
   p.AddRepeated("--kv-remote", &t.remote, "G4 `strata kvstore` daemon host:port (repeatable)");
+  p.AddBool("--kv-remote-from-router", &t.remote_from_router,
+            "G4 on the `strata kvstore` daemons registered with the router (followed as they "
+            "come and go) instead of a --kv-remote list");
   p.AddBool("--kv-no-demote-remote", &no_demote_remote,
             "do not write blocks evicted from G2/G3 to the remote tier (read it only)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("worker", std::string(s.message()), 2);
@@ -158,8 +161,12 @@ int RunWorker(const Args& args) {
                 "--kv-disk-admit-uses >= 1",
                 2);
   }
-  if (t.host_bytes == 0 && (t.disk_bytes > 0 || !t.remote.empty())) {
-    return Fail("worker", "--kv-disk-mb and --kv-remote need --kv-host-mb > 0", 2);
+  if (t.host_bytes == 0 && (t.disk_bytes > 0 || !t.remote.empty() || t.remote_from_router)) {
+    return Fail("worker",
+                "--kv-disk-mb, --kv-remote and --kv-remote-from-router need --kv-host-mb > 0", 2);
+  }
+  if (t.remote_from_router && !t.remote.empty()) {
+    return Fail("worker", "--kv-remote-from-router and --kv-remote exclude each other", 2);
   }
   if (t.disk_bytes > 0 && t.disk_path.empty()) {
     return Fail("worker", "--kv-disk-mb needs --kv-disk-path", 2);
@@ -173,6 +180,9 @@ int RunWorker(const Args& args) {
   }
   if (o.role != v1::ROLE_MIXED && o.router_address.empty()) {
     return Fail("worker", "a " + role + " worker needs --router", 2);
+  }
+  if (t.remote_from_router && o.router_address.empty()) {
+    return Fail("worker", "--kv-remote-from-router needs --router", 2);
   }
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);

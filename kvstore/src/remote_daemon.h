@@ -57,6 +57,10 @@ class Daemon {
  public:
   Daemon(std::string address, transport::Agent* agent, const RemoteTierOptions& options,
          CommitsSettled on_commits);
+  // Flushes what is still owed (a daemon that left the tier while an operation held it).
+  ~Daemon() { Flush(); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
 
   const std::string& address() const { return address_; }
   // The transport peer name of this daemon in our agent (its address: unique per tier).

@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <atomic>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "remote_tier_impl.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/kvstore/kvstore_server.h"
-#include "remote_tier_impl.h"
 
 namespace strata::kvstore {
 namespace remote {
@@ -53,18 +54,68 @@ absl::Status RemoteTierImpl::Init() {
   staging_region_ = r.region;
   staging_ = static_cast<std::byte*>(r.addr);
   lanes_ = std::make_unique<remote::Lanes>(options_.lanes, lane_blocks_ * bb());
-  for (const std::string& address : options_.daemons) {
-    seeds_.push_back(DaemonSeed(address));
-    daemons_.push_back(std::make_unique<Daemon>(
-        address, agent_.get(), options_,
-        [this, address](std::span<const OwedCommit> commits, std::span<const uint32_t> codes,
-                        const absl::Status& error) {
-          OnCommitsSettled(address, commits, codes, error);
-        }));
+  {
+    absl::MutexLock lock(&members_mu_);
+    members_ = std::make_shared<const Membership>();
   }
-  for (auto& d : daemons_) (void)d->Connect();  // one that is down now is retried later
+  SetDaemons(options_.daemons);
   flusher_ = std::thread([this] { FlushLoop(); });
   return absl::OkStatus();
+}
+
+std::shared_ptr<Daemon> RemoteTierImpl::NewDaemon(const std::string& address) {
+  return std::make_shared<Daemon>(
+      address, agent_.get(), options_,
+      [this, address](std::span<const OwedCommit> commits, std::span<const uint32_t> codes,
+                      const absl::Status& error) {
+        OnCommitsSettled(address, commits, codes, error);
+      });
+}
+
+std::shared_ptr<const Membership> RemoteTierImpl::Members() const {
+  absl::MutexLock lock(&members_mu_);
+  return members_;
+}
+
+std::vector<std::string> RemoteTierImpl::daemons() const {
+  std::vector<std::string> out;
+  for (const auto& d : Members()->daemons) out.push_back(d->address());
+  return out;
+}
+
+void RemoteTierImpl::SetDaemons(std::vector<std::string> addresses) {
+  absl::MutexLock set_lock(&set_mu_);
+  const std::shared_ptr<const Membership> old = Members();
+  auto next = std::make_shared<Membership>();
+  std::vector<std::shared_ptr<Daemon>> joined;
+  absl::flat_hash_set<std::string> listed;
+  for (const std::string& address : addresses) {
+    if (!listed.insert(address).second) continue;  // listed twice
+    std::shared_ptr<Daemon> d;
+    for (const auto& kept : old->daemons) {
+      if (kept->address() == address) d = kept;
+    }
+    if (d == nullptr) {
+      d = NewDaemon(address);
+      joined.push_back(d);
+    }
+    next->seeds.push_back(DaemonSeed(address));
+    next->daemons.push_back(std::move(d));
+  }
+  {
+    absl::MutexLock lock(&members_mu_);
+    members_ = next;
+  }
+  for (const auto& d : joined) {
+    STRATA_LOG(Info) << "kvstore " << d->address() << " joined the remote tier";
+    (void)d->Connect();  // one that is down now is retried later
+  }
+  for (const auto& d : old->daemons) {
+    if (std::find(next->daemons.begin(), next->daemons.end(), d) != next->daemons.end()) continue;
+    STRATA_LOG(Info) << "kvstore " << d->address() << " left the remote tier";
+    d->Flush();
+    agent_->RemovePeer(d->peer());
+  }
 }
 
 RemoteTierImpl::~RemoteTierImpl() {
@@ -88,7 +139,7 @@ void RemoteTierImpl::Owe(Daemon& d, const Session& session, Owed owed) {
 }
 
 void RemoteTierImpl::Flush() {
-  for (auto& d : daemons_) d->Flush();
+  for (const auto& d : Members()->daemons) d->Flush();
 }
 
 // Sleeps while nothing is owed; else until the oldest owed entry is settle_delay old, then
@@ -96,8 +147,11 @@ void RemoteTierImpl::Flush() {
 void RemoteTierImpl::FlushLoop() {
   absl::MutexLock lock(&flush_mu_);
   while (!stopping_) {
+    const std::shared_ptr<const Membership> members = Members();
     absl::Time due = absl::InfiniteFuture();
-    for (const auto& d : daemons_) due = std::min(due, d->OwedSince() + options_.settle_delay);
+    for (const auto& d : members->daemons) {
+      due = std::min(due, d->OwedSince() + options_.settle_delay);
+    }
     if (due == absl::InfiniteFuture()) {
       flusher_idle_ = true;
       flush_mu_.Await(absl::Condition(this, &RemoteTierImpl::FlusherWanted));
@@ -111,7 +165,7 @@ void RemoteTierImpl::FlushLoop() {
     }
     flush_mu_.Unlock();
     const absl::Time now = absl::Now();
-    for (auto& d : daemons_) {
+    for (const auto& d : members->daemons) {
       if (d->OwedSince() + options_.settle_delay <= now) d->Flush();
     }
     flush_mu_.Lock();
@@ -180,15 +234,23 @@ absl::Status RemoteTierImpl::PutItems(std::span<const PutItem> all,
                                       const std::optional<RegisteredRegion>& direct,
                                       std::span<absl::Status> results) {
   constexpr size_t kPiecesInFlight = 2;
-  std::vector<std::vector<PutItem>> groups(daemons_.size());
-  for (const PutItem& it : all) groups[DaemonFor(it.meta.hash)].push_back(it);
+  const std::shared_ptr<const Membership> members = Members();
+  if (members->daemons.empty()) {
+    const absl::Status none = NoDaemon();
+    counters_.rejected += static_cast<int64_t>(all.size());
+    for (const PutItem& it : all) results[it.index] = none;
+    return all.empty() ? absl::OkStatus() : none;
+  }
+  std::vector<std::vector<PutItem>> groups(members->daemons.size());
+  for (const PutItem& it : all) groups[members->For(it.meta.hash)].push_back(it);
   const size_t piece = PieceBlocks(direct.has_value());
   PutPipeline pipe{.results = results};
   for (size_t d = 0; d < groups.size(); ++d) {
     std::span<const PutItem> items = groups[d];
     for (size_t at = 0; at < items.size(); at += piece) {
       if (pipe.started.size() == kPiecesInFlight) FinishOldest(pipe);
-      StartPiece(pipe, *daemons_[d], items.subspan(at, std::min(piece, items.size() - at)), direct);
+      StartPiece(pipe, *members->daemons[d], items.subspan(at, std::min(piece, items.size() - at)),
+                 direct);
     }
   }
   while (!pipe.started.empty()) FinishOldest(pipe);
@@ -429,7 +491,6 @@ int RendezvousPick(BlockHash hash, std::span<const std::string> daemons) {
 }
 
 absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierOptions& options) {
-  if (options.daemons.empty()) return absl::InvalidArgumentError("no kvstore daemon given");
   if (options.block_bytes == 0) return absl::InvalidArgumentError("block_bytes must be > 0");
   if (options.lanes < 1) return absl::InvalidArgumentError("lanes must be >= 1");
   if (options.agent_name.empty()) return absl::InvalidArgumentError("agent_name is empty");

@@ -81,6 +81,15 @@ struct Counters {
   std::atomic<int64_t> direct_blocks{0}, staged_blocks{0};
 };
 
+// The daemons the tier places blocks on, as of one moment: an operation takes a snapshot when
+// it starts and uses it throughout (a membership change meanwhile does not touch it; a daemon
+// that left stays alive until the last operation holding it is done).
+struct Membership {
+  std::vector<std::shared_ptr<Daemon>> daemons;
+  std::vector<uint64_t> seeds;  // DaemonSeed of each daemon's address
+  int For(BlockHash hash) const { return PickBySeeds(hash, seeds); }
+};
+
 // A caller buffer registered with RegisterRegion.
 struct RegisteredRegion {
   uint64_t region = 0;  // the agent's local region id (also the caller's handle)
@@ -126,7 +135,9 @@ class RemoteTierImpl final : public RemoteTier {
                               std::span<uint64_t> checksums) override;
   std::vector<absl::Status> PutBlocks(std::span<const BlockMeta> metas,
                                       std::span<const std::byte* const> srcs) override;
-  int DaemonFor(BlockHash hash) const override { return PickBySeeds(hash, seeds_); }
+  int DaemonFor(BlockHash hash) const override { return Members()->For(hash); }
+  std::vector<std::string> daemons() const override;
+  void SetDaemons(std::vector<std::string> addresses) override ABSL_LOCKS_EXCLUDED(set_mu_);
   int connected_daemons() const override;
   void Flush() override;
   absl::StatusOr<uint64_t> RegisterRegion(void* addr, size_t bytes) override;
@@ -220,7 +231,13 @@ class RemoteTierImpl final : public RemoteTier {
     }
   }
   size_t bb() const { return options_.block_bytes; }
+  static absl::Status NoDaemon() {
+    return absl::UnavailableError("the remote tier knows no kvstore daemon");
+  }
   DaemonTotals Totals() const ABSL_LOCKS_EXCLUDED(totals_mu_);
+  // The current membership (never null).
+  std::shared_ptr<const Membership> Members() const ABSL_LOCKS_EXCLUDED(members_mu_);
+  std::shared_ptr<Daemon> NewDaemon(const std::string& address);
 
   const RemoteTierOptions options_;
   std::unique_ptr<transport::Agent> agent_;
@@ -228,8 +245,9 @@ class RemoteTierImpl final : public RemoteTier {
   std::byte* staging_ = nullptr;
   std::unique_ptr<remote::Lanes> lanes_;
   size_t lane_blocks_ = 1;
-  std::vector<uint64_t> seeds_;
-  std::vector<std::unique_ptr<Daemon>> daemons_;
+  absl::Mutex set_mu_;  // one membership change at a time
+  mutable absl::Mutex members_mu_;
+  std::shared_ptr<const Membership> members_ ABSL_GUARDED_BY(members_mu_);
   mutable Counters counters_;
   TierEventListener listener_;
   mutable absl::Mutex regions_mu_;

@@ -60,15 +60,20 @@ ReadResult RemoteTierImpl::GetRunImpl(std::span<const BlockHash> hashes,
                                       const std::optional<RegisteredRegion>& direct,
                                       std::span<uint64_t> checksums) {
   const int n = static_cast<int>(hashes.size());
-  std::vector<std::vector<GetItem>> groups(daemons_.size());
-  for (int i = 0; i < n; ++i) groups[DaemonFor(hashes[i])].push_back({hashes[i], dsts[i], i});
+  const std::shared_ptr<const Membership> members = Members();
+  if (members->daemons.empty()) {
+    if (n > 0) ++counters_.misses;
+    return {0, n > 0 ? NoDaemon() : absl::OkStatus()};
+  }
+  std::vector<std::vector<GetItem>> groups(members->daemons.size());
+  for (int i = 0; i < n; ++i) groups[members->For(hashes[i])].push_back({hashes[i], dsts[i], i});
   const size_t blocks = PieceBlocks(direct.has_value());
   ReadResult out{.read = n};
   for (size_t d = 0; d < groups.size(); ++d) {
     std::span<const GetItem> items = groups[d];
     for (size_t at = 0; at < items.size() && items[at].index < out.read; at += blocks) {
       std::span<const GetItem> piece = items.subspan(at, std::min(blocks, items.size() - at));
-      const ReadResult r = GetPiece(*daemons_[d], piece, direct, checksums);
+      const ReadResult r = GetPiece(*members->daemons[d], piece, direct, checksums);
       if (r.read == static_cast<int>(piece.size())) continue;
       if (piece[r.read].index < out.read) out = {piece[r.read].index, r.why};
       break;
@@ -158,18 +163,21 @@ bool RemoteTierImpl::Contains(BlockHash hash) const {
 }
 
 int RemoteTierImpl::CountPrefix(std::span<const BlockHash> hashes) const {
+  const std::shared_ptr<const Membership> members = Members();
+  if (members->daemons.empty()) return 0;
   std::vector<bool> present(hashes.size(), false);
-  std::vector<std::vector<int>> groups(daemons_.size());
-  for (size_t i = 0; i < hashes.size(); ++i) groups[DaemonFor(hashes[i])].push_back(int(i));
+  std::vector<std::vector<int>> groups(members->daemons.size());
+  for (size_t i = 0; i < hashes.size(); ++i) groups[members->For(hashes[i])].push_back(int(i));
   for (size_t d = 0; d < groups.size(); ++d) {
     if (groups[d].empty()) continue;
-    auto session = daemons_[d]->Connect();
+    Daemon& daemon = *members->daemons[d];
+    auto session = daemon.Connect();
     if (!session.ok()) continue;  // an unreachable daemon holds nothing we can read
     for (size_t at = 0; at < groups[d].size(); at += kMaxKvBlocksPerRequest) {
       const size_t end = std::min(groups[d].size(), at + kMaxKvBlocksPerRequest);
       v1::KvLookupRequest req;
       for (size_t j = at; j < end; ++j) req.add_hashes(hashes[groups[d][j]]);
-      auto resp = daemons_[d]->Call(*session, &v1::KvStore::Stub::Lookup, std::move(req));
+      auto resp = daemon.Call(*session, &v1::KvStore::Stub::Lookup, std::move(req));
       if (!resp.ok() || resp->present_size() != static_cast<int>(end - at)) break;
       for (size_t j = at; j < end; ++j) present[groups[d][j]] = resp->present(int(j - at));
     }
@@ -180,7 +188,9 @@ int RemoteTierImpl::CountPrefix(std::span<const BlockHash> hashes) const {
 }
 
 absl::Status RemoteTierImpl::Erase(BlockHash hash) {
-  Daemon& d = *daemons_[DaemonFor(hash)];
+  const std::shared_ptr<const Membership> members = Members();
+  if (members->daemons.empty()) return NoDaemon();
+  Daemon& d = *members->daemons[members->For(hash)];
   auto session = d.Connect();
   if (!session.ok()) return session.status();
   v1::KvEraseRequest req;
@@ -200,7 +210,7 @@ DaemonTotals RemoteTierImpl::Totals() const {
   const absl::Time now = absl::Now();
   if (now - totals_at_ < kStatsRefresh) return totals_;
   DaemonTotals t;
-  for (const auto& d : daemons_) {
+  for (const auto& d : Members()->daemons) {
     if (!d->connected()) continue;
     auto s = d->Stats();
     if (!s.ok()) continue;
@@ -231,7 +241,7 @@ TierStats RemoteTierImpl::stats() const {
 
 int RemoteTierImpl::connected_daemons() const {
   int n = 0;
-  for (const auto& d : daemons_) n += d->connected() ? 1 : 0;
+  for (const auto& d : Members()->daemons) n += d->connected() ? 1 : 0;
   return n;
 }
 

@@ -61,6 +61,9 @@ bool RegistryClient::Register() {
   if (hooks_.resync) hooks_.resync();
   registered_ = true;
   STRATA_LOG(Info) << "registered with the router as " << info_.id();
+  if (hooks_.kvstores) {
+    hooks_.kvstores({resp.kvstore_addresses().begin(), resp.kvstore_addresses().end()});
+  }
   return true;
 }
 
@@ -83,7 +86,11 @@ bool RegistryClient::Beat() {
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) return true;  // keep the events; the router may be briefly busy or restarting
   unsent_.clear();
-  return !resp.reregister();
+  if (resp.reregister()) return false;
+  if (hooks_.kvstores) {
+    hooks_.kvstores({resp.kvstore_addresses().begin(), resp.kvstore_addresses().end()});
+  }
+  return true;
 }
 
 }  // namespace strata::proto

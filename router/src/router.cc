@@ -33,6 +33,7 @@ class RegistryService final : public v1::Registry::Service {
     auto epoch = pool_->Register(req->worker());
     if (!epoch.ok()) return proto::ToGrpc(epoch.status());
     resp->set_epoch(*epoch);
+    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
@@ -40,7 +41,10 @@ class RegistryService final : public v1::Registry::Service {
     if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
     const bool known = pool_->Heartbeat(*req).ok();
     resp->set_reregister(!known);
-    if (known) on_heartbeat_();
+    if (known) {
+      for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
+      on_heartbeat_();
+    }
     return grpc::Status::OK;
   }
   grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,

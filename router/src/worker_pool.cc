@@ -123,6 +123,19 @@ std::vector<WorkerView> WorkerPool::Snapshot() const {
   return out;
 }
 
+std::vector<std::string> WorkerPool::KvstoreAddresses() const {
+  std::vector<std::string> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, v] : workers_) {
+      if (v.info.role() == v1::ROLE_KVSTORE) out.push_back(v.info.grpc_address());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void WorkerPool::AddInflight(const std::string& worker_id, int64_t delta) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);

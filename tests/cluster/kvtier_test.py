@@ -3,8 +3,9 @@ with a small device pool (G1), a small pinned host tier (G2), a RocksDB disk tie
 remote `strata kvstore` daemon (G4). A long prompt is evicted down the tiers by other prompts,
 sent again from another decode worker, and served from each tier in turn: the tier's hit
 counters move, the prefill worker computes fewer prompt tokens than from scratch, and the greedy
-tokens are identical to the first, computed-from-scratch answer. Then the G3 holder is SIGKILLed
-and restarted on the same disk path and serves the prompt from disk again.
+tokens are identical to the first, computed-from-scratch answer (the worker that reads G4 finds
+the daemon through the router's registry, `--kv-remote-from-router`). Then the G3 holder is
+SIGKILLed and restarted on the same disk path and serves the prompt from disk again.
 
 Usage: kvtier_test.py STRATA_BINARY
 """
@@ -89,13 +90,15 @@ class KvTierTest(unittest.TestCase):
         assert cu.wait_until(lambda: cu.request(cls.http, "GET", "/ready")[0] == 200)
 
     @classmethod
-    def start_prefill(cls, wid, disk=None):
+    def start_prefill(cls, wid, disk=None, discover=False):
         # G1 48 blocks (1.5 prompts), G2 2 MiB = 64 blocks (two prompts; a fetched run may use
-        # half of it), G3 16 MiB, G4 remote.
+        # half of it), G3 16 MiB, G4 remote: the daemon named, or (discover) the daemons the
+        # router lists.
+        remote = (["--kv-remote-from-router"] if discover
+                  else ["--kv-remote", f"127.0.0.1:{cls.kv_grpc}"])
         argv = ["--num-kv-blocks", "48", "--kv-host-mb", "2",
                 "--kv-disk-path", disk or os.path.join(cls.tmp, "disk-" + wid),
-                "--kv-disk-mb", "16", "--kv-disk-admit-uses", "1",
-                "--kv-remote", f"127.0.0.1:{cls.kv_grpc}"]
+                "--kv-disk-mb", "16", "--kv-disk-admit-uses", "1"] + remote
         # start_worker passes --num-kv-blocks 512 first; the later flag wins.
         w = cu.start_worker(STRATA, cls.model, cls.tmp, "prefill", wid, cls.grpc, cls.name + argv)
         w.http = int(w.match.group(1))
@@ -106,6 +109,10 @@ class KvTierTest(unittest.TestCase):
         grpc = re.search(r"grpc 127\.0\.0\.1:(\d+)", w.match.string).group(1)
         registered = f"worker {wid} registered (ROLE_PREFILL at 127.0.0.1:{grpc})"
         assert cu.wait_until(lambda: registered in cls.router.tail_all(), timeout=30), registered
+        # G4 is up: connected to the daemon (a discovering worker first hears of it from the
+        # router, in its registration's answer).
+        assert cu.wait_until(lambda: cu.metric(w.http, "strata_worker_kv_remote_daemons",
+                                               {"state": "connected"}) == 1, timeout=30)
         return w
 
     @classmethod
@@ -158,10 +165,13 @@ class KvTierTest(unittest.TestCase):
         wait_settled(self.prefill.http, "disk", 32)
         self.served_from(self.prefill, "disk", reference)
 
-        # G4: another prefill worker with empty G1-G3 reads the daemon's copy.
+        # G4: another prefill worker with empty G1-G3 reads the daemon's copy; it knows the
+        # daemon only from the router's registry, not from its flags.
         self.flush_down([6, 7, 8, 9])
         wait_settled(self.kv_http, "remote", 64)
-        other = self.start_prefill("prefill-1")
+        other = self.start_prefill("prefill-1", discover=True)
+        self.assertEqual(cu.metric(other.http, "strata_worker_kv_remote_daemons",
+                                   {"state": "known"}), 1)
         self.prefill.stop()
         assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
                                                {"role": "prefill"}) == 1, timeout=30)

@@ -162,26 +162,28 @@ def lint_worker(obj):
 
 
 def lint_kv_remote(obj, objects):
-  """Every --kv-remote of a worker names a pod of the kvstore StatefulSet through its governing
-  Service (strata-kvstore-N.strata-kvstore), N below its replica count, and all are listed:
-  workers spread blocks over exactly that list."""
+  """A worker with a remote KV tier finds its daemons through the router
+  (--kv-remote-from-router): a fixed --kv-remote list would have to follow every change of the
+  kvstore StatefulSet's replicas, and pod IPs change with restarts. So there must be one kvstore
+  StatefulSet, and its daemons must register with the router (lint_worker checks the address
+  they advertise)."""
   problems = []
   stores = [o for o in objects if o["kind"] == "StatefulSet" and
             o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") ==
             "kvstore"]
   for c in pod_spec(obj)["containers"]:
-    remotes = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith("--kv-remote=")]
-    if not remotes:
+    args = c.get("args", [])
+    if any(a.startswith("--kv-remote=") or a == "--kv-remote" for a in args):
+      problems.append(f"{name_of(obj)}: a fixed --kv-remote list; use --kv-remote-from-router")
+    if "--kv-remote-from-router" not in args:
       continue
     if len(stores) != 1:
-      problems.append(f"{name_of(obj)}: --kv-remote without one kvstore StatefulSet")
+      problems.append(f"{name_of(obj)}: --kv-remote-from-router without one kvstore StatefulSet")
       continue
-    s = stores[0]
-    name, service, replicas = s["metadata"]["name"], s["spec"]["serviceName"], s["spec"]["replicas"]
-    want = {f"{name}-{i}.{service}.$(POD_NAMESPACE).svc:7400" for i in range(replicas)}
-    if set(remotes) != want or len(remotes) != replicas:
-      problems.append(f"{name_of(obj)}: --kv-remote {sorted(remotes)} is not the "
-                      f"{replicas} pods of {name_of(s)}: {sorted(want)}")
+    for k in pod_spec(stores[0])["containers"]:
+      if not (flag(k, "router") or "").startswith("strata-router-registry."):
+        problems.append(f"{name_of(stores[0])}: kvstore daemons must register at "
+                        "strata-router-registry, where the workers learn of them")
   return problems
 
 
@@ -374,8 +376,13 @@ class Lint(unittest.TestCase):
         "no PDB": lambda d, c, o: o.remove(next(x for x in o if x["kind"] == "PodDisruptionBudget"
                                                 and x["metadata"]["name"] == "strata-decode")),
         "missing secret": lambda d, c, o: o.remove(next(x for x in o if x["kind"] == "Secret")),
-        "kv-remote past the replicas": lambda d, c, o: c["args"].append(
-            "--kv-remote=strata-kvstore-2.strata-kvstore.$(POD_NAMESPACE).svc:7400"),
+        "fixed kv-remote list": lambda d, c, o: c["args"].append(
+            "--kv-remote=strata-kvstore-0.strata-kvstore.$(POD_NAMESPACE).svc:7400"),
+        "kvstore unregistered": lambda d, c, o: (lambda k: k["args"].remove(next(
+            a for a in k["args"] if a.startswith("--router="))))(pod_spec(next(
+                x for x in o if x["kind"] == "StatefulSet"))["containers"][0]),
+        "kvstore StatefulSet gone": lambda d, c, o: o.remove(next(
+            x for x in o if x["kind"] == "StatefulSet")),
         "kvstore on loopback": lambda d, c, o: (lambda k: k["args"].__setitem__(
             k["args"].index("--host=$(POD_IP)"), "--host=127.0.0.1"))(pod_spec(next(
                 x for x in o if x["kind"] == "StatefulSet"))["containers"][0]),

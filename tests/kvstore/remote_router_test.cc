@@ -1,7 +1,7 @@
 // A kvstore daemon registers with a router's registry (a real WorkerPool behind a real gRPC
 // Registry service, in process) as ROLE_KVSTORE; the blocks clients store into it, and the ones
 // they erase, reach the router's KV index at tier 3 (remote) through its heartbeats; it is never
-// a placement candidate.
+// a placement candidate. The registry names it to workers that follow the router.
 #include <gtest/gtest.h>
 
 #include "grpcpp/grpcpp.h"
@@ -9,6 +9,7 @@
 #include "strata/kvstore/kvstore_server.h"
 #include "strata/kvstore/remote_tier.h"
 #include "strata/proto/protocol.h"
+#include "strata/proto/registry_client.h"
 #include "strata/router/placement.h"
 #include "strata/router/worker_pool.h"
 
@@ -31,11 +32,13 @@ class Registry final : public v1::Registry::Service {
     auto epoch = pool_->Register(req->worker());
     if (!epoch.ok()) return proto::ToGrpc(epoch.status());
     resp->set_epoch(*epoch);
+    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     resp->set_reregister(!pool_->Heartbeat(*req).ok());
+    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
     return grpc::Status::OK;
   }
   grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
@@ -115,7 +118,39 @@ TEST(RemoteRouterTest, DaemonEventsReachTheKvIndexAtTierThree) {
   const std::vector<BlockHash> tail = {103};
   EXPECT_TRUE(WaitFor([&] { return pool.MatchPrefix(tail).size() == 1; }, absl::Seconds(10)));
 
+  // A worker that follows the router hears of the daemon in its registration's answer and
+  // in every heartbeat's.
+  EXPECT_EQ(pool.KvstoreAddresses(), std::vector<std::string>{(*server)->address()});
+  absl::Mutex mu;
+  std::vector<std::vector<std::string>> heard;
+  v1::WorkerInfo worker;
+  worker.set_id("decode-0");
+  worker.set_role(v1::ROLE_DECODE);
+  worker.set_grpc_address("127.0.0.1:1");
+  worker.set_model_identity("m");
+  worker.set_block_size(16);
+  proto::RegistryHooks hooks;
+  hooks.kvstores = [&](std::vector<std::string> listed) {
+    absl::MutexLock lock(&mu);
+    heard.push_back(std::move(listed));
+  };
+  proto::RegistryClient client(o.router_address, worker, std::move(hooks), absl::Milliseconds(50));
+  client.Start();
+  auto last_heard = [&] {
+    absl::MutexLock lock(&mu);
+    return heard.size() >= 2 ? std::optional(heard.back()) : std::nullopt;
+  };
+  EXPECT_TRUE(
+      WaitFor([&] { return last_heard() == std::vector<std::string>{(*server)->address()}; },
+              absl::Seconds(10)));
+  EXPECT_EQ(pool.KvstoreAddresses().size(), 1u) << "a worker is not a kvstore";
+
   (*server)->Shutdown();  // deregisters
+  EXPECT_EQ(pool.num_workers(), 1);
+  EXPECT_TRUE(pool.KvstoreAddresses().empty());
+  EXPECT_TRUE(
+      WaitFor([&] { return last_heard() == std::vector<std::string>{}; }, absl::Seconds(10)));
+  client.Stop();
   EXPECT_EQ(pool.num_workers(), 0);
   registry->Shutdown();
 }

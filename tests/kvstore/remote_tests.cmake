@@ -39,3 +39,8 @@ strata_cc_test(NAME kvstore_remote_pipeline_test
   SRCS remote_pipeline_test.cc
   DEPS strata::kvstore_remote
   LABELS kvstore)
+# Daemons joining and leaving a client's remote tier at run time.
+strata_cc_test(NAME kvstore_remote_membership_test
+  SRCS remote_membership_test.cc
+  DEPS strata::kvstore_remote
+  LABELS kvstore)

@@ -9,8 +9,10 @@
 #include <filesystem>
 
 #include "absl/synchronization/notification.h"
+#include "remote_test_util.h"
 #include "strata/engine/presets.h"
 #include "strata/kvstore/host_tier.h"
+#include "strata/kvstore/remote_tier.h"
 
 namespace strata::worker {
 namespace {
@@ -132,6 +134,82 @@ TEST_F(KvTieringTest, MismatchedBlockSizeIsRejected) {
   ASSERT_TRUE(store.ok());
   auto t = KvTiering::Create({}, std::move(*store), loop_.get(), nullptr);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvstoreDiscoveryTest, FollowsTheRouterWithAGracePeriod) {
+  KvstoreDiscovery d(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  // The first answer always comes, even when the router lists nothing yet.
+  EXPECT_EQ(d.Update({}, t0), std::vector<std::string>{});
+  EXPECT_EQ(d.Update({}, t0), std::nullopt);
+  EXPECT_EQ(d.Update({"b:1", "a:1"}, t0), (std::vector<std::string>{"a:1", "b:1"}));
+  EXPECT_EQ(d.Update({"a:1", "b:1"}, t0 + absl::Seconds(1)), std::nullopt) << "same set";
+  // b drops out of the list (missed heartbeats, or the router restarted): kept for the grace.
+  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(2)), std::nullopt);
+  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(3)), std::nullopt);
+  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(6)), std::nullopt) << "b listed 5 s ago";
+  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(7)), std::vector<std::string>{"a:1"});
+  // A new daemon joins at once.
+  EXPECT_EQ(d.Update({"c:1", "a:1"}, t0 + absl::Seconds(8)),
+            (std::vector<std::string>{"a:1", "c:1"}));
+  // The router lists none for longer than the grace: all go.
+  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(12)), std::nullopt);
+  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(14)), std::vector<std::string>{});
+}
+
+TEST_F(KvTieringTest, RemoteDaemonsFromTheRouterFollowItsList) {
+  KvTierOptions t;
+  t.host_bytes = 1 << 20;
+  t.remote_from_router = true;
+  t.remote_grace = absl::ZeroDuration();
+  Start(t);
+  ASSERT_TRUE(tiering_->discovers_kvstores());
+  auto* remote =
+      dynamic_cast<kvstore::RemoteTier*>(tiering_->store().tier(kvstore::TierKind::kRemote));
+  ASSERT_NE(remote, nullptr) << "G4 exists before the router names a daemon";
+  EXPECT_TRUE(remote->daemons().empty());
+  auto server = kvstore::testing::StartTestServer("kvs-discovered", 64 * 16384, 16384);
+  ASSERT_NE(server, nullptr);
+  tiering_->OnKvstoresListed({server->address()});
+  EXPECT_EQ(remote->daemons(), std::vector<std::string>{server->address()});
+  EXPECT_EQ(remote->connected_daemons(), 1);
+  const std::string text = registry_.Serialize();
+  EXPECT_NE(text.find("strata_worker_kv_remote_daemons{state=\"known\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("strata_worker_kv_remote_daemons{state=\"connected\"} 1"), std::string::npos);
+  tiering_->OnKvstoresListed({});
+  EXPECT_TRUE(remote->daemons().empty());
+
+  // A worker with a fixed list never follows the router.
+  TearDown();
+  KvTierOptions fixed;
+  fixed.host_bytes = 1 << 20;
+  fixed.remote = {server->address()};
+  Start(fixed);
+  EXPECT_FALSE(tiering_->discovers_kvstores());
+  tiering_->OnKvstoresListed({});
+  EXPECT_EQ(dynamic_cast<kvstore::RemoteTier*>(tiering_->store().tier(kvstore::TierKind::kRemote))
+                ->daemons(),
+            std::vector<std::string>{server->address()});
+}
+
+TEST(KvTieringBuildTest, AListAndTheRouterExcludeEachOther) {
+  KvTierOptions t;
+  t.host_bytes = 1 << 20;
+  t.remote = {"127.0.0.1:1"};
+  t.remote_from_router = true;
+  EngineOptions opts;
+  opts.runner.block_size = 8;
+  opts.runner.num_kv_blocks = 12;
+  const std::string dir = ::testing::TempDir() + "/strata_kv_build_" + std::to_string(::getpid());
+  ASSERT_TRUE(WritePreset("tiny-llama", dir).ok());
+  auto e = Engine::Create(dir, opts);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EngineLoop loop(std::move(*e));
+  auto built = KvTiering::Build(t, "w", &loop, nullptr);
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  loop.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

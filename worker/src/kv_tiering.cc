@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "strata/common/block_hash.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
@@ -75,9 +76,13 @@ absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions&
     d.policy = t.disk_policy;
     STRATA_ASSIGN_OR_RETURN(disk, kvstore::DiskTier::Create(d));
   }
-  if (!t.remote.empty()) {
+  if (!t.remote.empty() && t.remote_from_router) {
+    return absl::InvalidArgumentError(
+        "G4's kvstore daemons come either from a list or from the router, not both");
+  }
+  if (!t.remote.empty() || t.remote_from_router) {
     kvstore::RemoteTierOptions r;
-    r.daemons = t.remote;
+    r.daemons = t.remote;  // none yet when they come from the router
     r.block_bytes = block_bytes;
     r.agent_name = absl::StrCat(worker_id, "-kv");
     STRATA_ASSIGN_OR_RETURN(remote, kvstore::RemoteTier::Create(r));
@@ -89,7 +94,45 @@ absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions&
   so.metrics = registry;
   STRATA_ASSIGN_OR_RETURN(auto store, kvstore::TieredStore::Create(
                                           so, std::move(host), std::move(disk), std::move(remote)));
-  return Create(KvTieringOptions{}, std::move(store), loop, registry);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<KvTiering> tiering,
+                          Create(KvTieringOptions{}, std::move(store), loop, registry));
+  if (t.remote_from_router) {
+    absl::MutexLock lock(&tiering->discovery_mu_);
+    tiering->discovery_.emplace(t.remote_grace);
+  }
+  return tiering;
+}
+
+std::optional<std::vector<std::string>> KvstoreDiscovery::Update(
+    const std::vector<std::string>& listed, absl::Time now) {
+  for (const std::string& address : listed) last_listed_[address] = now;
+  std::vector<std::string> use;
+  for (auto it = last_listed_.begin(); it != last_listed_.end();) {
+    if (now - it->second > grace_) {
+      it = last_listed_.erase(it);
+      continue;
+    }
+    use.push_back(it->first);
+    ++it;
+  }
+  if (current_ == use) return std::nullopt;
+  current_ = use;
+  return use;
+}
+
+bool KvTiering::discovers_kvstores() const {
+  absl::MutexLock lock(&discovery_mu_);
+  return remote_ != nullptr && discovery_.has_value();
+}
+
+void KvTiering::OnKvstoresListed(const std::vector<std::string>& listed) {
+  absl::MutexLock lock(&discovery_mu_);
+  if (remote_ == nullptr || !discovery_) return;
+  std::optional<std::vector<std::string>> use = discovery_->Update(listed, absl::Now());
+  if (!use) return;
+  STRATA_LOG(Info) << "G4 kvstore daemons from the router: "
+                   << (use->empty() ? "none" : absl::StrJoin(*use, ", "));
+  remote_->SetDaemons(std::move(*use));
 }
 
 absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Create(
@@ -149,7 +192,19 @@ void KvTiering::Install(metrics::Registry* registry) {
                       });
   });
   loop_->SetPromptStager(this);
+  remote_ = dynamic_cast<kvstore::RemoteTier*>(store_->tier(kvstore::TierKind::kRemote));
   if (registry == nullptr) return;
+  if (remote_ != nullptr) {
+    auto& daemons = registry->GaugeOrDie(
+        "strata_worker_kv_remote_daemons",
+        "kvstore daemons the remote tier (G4) places blocks on (known), and how many of them it "
+        "is connected to (connected)",
+        {"state"});
+    callbacks_.push_back(
+        daemons.AddCallback({"known"}, [this] { return double(remote_->daemons().size()); }));
+    callbacks_.push_back(daemons.AddCallback(
+        {"connected"}, [this] { return double(remote_->connected_daemons()); }));
+  }
   auto& counter = registry->CounterOrDie(
       "strata_worker_kv_stage_total",
       "Prompts staged against the lower KV tiers, by outcome: none (nothing cached below the "

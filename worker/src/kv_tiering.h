@@ -8,7 +8,9 @@
 //
 // Thread-safety: every public method is thread-safe.
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,13 +19,36 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "strata/common/metrics.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/kvstore/tiered_store.h"
 #include "strata/proto/protocol.h"
 #include "strata/worker/worker.h"
 
+namespace strata::kvstore {
+class RemoteTier;
+}  // namespace strata::kvstore
+
 namespace strata::worker {
+
+// Which kvstore daemons a worker that discovers them from the router places G4 blocks on: the
+// ones the router lists now, plus, for `grace`, each one it listed before and lists no more (a
+// router that just restarted lists none until the daemons register again; a daemon that
+// missed its heartbeats may come back). Sorted by address.
+class KvstoreDiscovery {
+ public:
+  explicit KvstoreDiscovery(absl::Duration grace) : grace_(grace) {}
+  // The daemons to use after the router listed `listed` at `now`; nullopt when that is the
+  // same set as the previous answer (the first call always answers).
+  std::optional<std::vector<std::string>> Update(const std::vector<std::string>& listed,
+                                                 absl::Time now);
+
+ private:
+  const absl::Duration grace_;
+  std::map<std::string, absl::Time> last_listed_;
+  std::optional<std::vector<std::string>> current_;
+};
 
 struct KvTieringOptions {
   kvstore::OffloadMode offload = kvstore::OffloadMode::kWriteBack;
@@ -57,6 +82,12 @@ class KvTiering final : public PromptStager {
   void Resync();
   kvstore::TieredStore& store() { return *store_; }
 
+  // Whether G4's daemons come from the router (KvTierOptions::remote_from_router).
+  bool discovers_kvstores() const ABSL_LOCKS_EXCLUDED(discovery_mu_);
+  // The kvstore daemons the router lists now (from a registration or heartbeat answer): G4's
+  // membership follows them (see KvstoreDiscovery). A no-op unless discovers_kvstores().
+  void OnKvstoresListed(const std::vector<std::string>& listed) ABSL_LOCKS_EXCLUDED(discovery_mu_);
+
   struct Stats {
     int64_t staged = 0;               // prompts staged
     int64_t fetch_runs = 0;           // prompts that fetched a run from a lower tier
@@ -87,6 +118,10 @@ class KvTiering final : public PromptStager {
   std::vector<v1::KvEvent> events_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<metrics::CallbackHandle> callbacks_;
+  kvstore::RemoteTier* remote_ = nullptr;  // G4 (owned by store_), if any
+  // What decides G4's daemons when they come from the router.
+  mutable absl::Mutex discovery_mu_;
+  std::optional<KvstoreDiscovery> discovery_ ABSL_GUARDED_BY(discovery_mu_);
 };
 
 }  // namespace strata::worker

@@ -51,6 +51,11 @@ std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v
     loop->ResyncKvEvents();
     if (tiering != nullptr) tiering->Resync();
   };
+  if (tiering != nullptr && tiering->discovers_kvstores()) {
+    hooks.kvstores = [tiering](std::vector<std::string> listed) {
+      tiering->OnKvstoresListed(listed);
+    };
+  }
   return std::make_unique<RegistryClient>(std::move(router_address), std::move(info),
                                           std::move(hooks), interval);
 }

@@ -94,6 +94,9 @@ class WorkerImpl final : public Worker {
     if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
     metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
                                                prefill_.get(), decode_.get());
+    if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
+      return absl::InvalidArgumentError("G4 daemons from the router need a router address");
+    }
     if (options_.kv_tiers.host_bytes > 0) {
       STRATA_ASSIGN_OR_RETURN(tiering_, KvTiering::Build(options_.kv_tiers, options_.id,
                                                          loop_.get(), &metrics_->registry()));

@@ -28,9 +28,17 @@
 // round of RPCs for a batch) are in remote_direct.h.
 //
 // Placement: each block lives on exactly one daemon, chosen by rendezvous (highest-random-weight)
-// hashing of the block hash over the configured daemon addresses, so every client that lists the
-// same daemons (by the same address strings) agrees where a block lives without asking anyone,
-// and removing a daemon moves only its own blocks.
+// hashing of the block hash over the daemon addresses, so every client that lists the same
+// daemons (by the same address strings) agrees where a block lives without asking anyone, and
+// removing a daemon moves only its own blocks.
+//
+// Membership: the daemons are options.daemons at first and may be replaced at run time with
+// SetDaemons (a worker that discovers them from the router's registry does so on every
+// heartbeat). A daemon that joins takes over the blocks that now hash to it (until they are
+// written again there, reads of them miss); one that leaves is flushed (what is owed to it is
+// sent) and forgotten, and its blocks are no longer read. An operation already under way
+// finishes on the daemons it started with. With no daemon at all, puts are rejected with
+// Unavailable and reads miss.
 //
 // Presence (Contains, CountPrefix) is always asked of the daemons: nothing is cached, so an
 // answer is never staler than one round trip.
@@ -63,7 +71,8 @@
 namespace strata::kvstore {
 
 struct RemoteTierOptions {
-  std::vector<std::string> daemons;  // host:port of each daemon's KvStore service
+  // host:port of each daemon's KvStore service; may be empty when SetDaemons supplies them later
+  std::vector<std::string> daemons;
   size_t block_bytes = 0;
   std::string agent_name = "kv-client";  // this client's transport agent name (unique per process)
   absl::Duration rpc_timeout = absl::Seconds(2);
@@ -109,8 +118,14 @@ class RemoteTier : public Tier, public DirectTransferTier {
   [[nodiscard]] virtual absl::StatusOr<int> GetRun(std::span<const BlockHash> hashes,
                                                    std::span<std::byte> dst) = 0;
 
-  // The daemon that holds (or would hold) `hash`: an index into options.daemons.
+  // The daemon that holds (or would hold) `hash`: an index into daemons(); -1 with none.
   virtual int DaemonFor(BlockHash hash) const = 0;
+  // The current daemons' addresses, in the order given.
+  virtual std::vector<std::string> daemons() const = 0;
+  // Replaces the daemons (see "Membership" above). Duplicates are dropped; the addresses kept
+  // from the current list keep their connections. Daemons that join are connected to now (one
+  // that is down is retried later); ones that leave are flushed first. Blocks until done.
+  virtual void SetDaemons(std::vector<std::string> addresses) = 0;
   // Daemons connected right now (Hello done, region imported).
   virtual int connected_daemons() const = 0;
   virtual RemotePathStats path_stats() const = 0;

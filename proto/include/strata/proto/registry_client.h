@@ -10,6 +10,8 @@
 //   take_events  KV events since the previous call, in order (called on the client's thread)
 //   resync       called after every successful (re-)registration: the router's index of this
 //                process starts empty, so the next take_events must describe everything held
+//   kvstores     the kvstore daemons registered with the router (their KvStore addresses,
+//                sorted), after every successful registration and accepted heartbeat
 // Events a heartbeat could not deliver are kept and resent (bounded).
 //
 // Thread-safety: Start/Stop from one owner thread; registered() from any thread. The hooks run
@@ -31,6 +33,7 @@ struct RegistryHooks {
   std::function<v1::WorkerLoad()> load;
   std::function<std::vector<v1::KvEvent>()> take_events;
   std::function<void()> resync;
+  std::function<void(std::vector<std::string>)> kvstores;
 };
 
 class RegistryClient {

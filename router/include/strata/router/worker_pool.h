@@ -43,6 +43,9 @@ class WorkerPool {
   std::vector<std::string> ExpireStale();
 
   std::vector<WorkerView> Snapshot() const;
+  // The gRPC (KvStore service) addresses of the registered kvstore daemons, sorted: what the
+  // Registry tells workers that discover their remote tier.
+  std::vector<std::string> KvstoreAddresses() const;
   std::vector<WorkerMatch> MatchPrefix(std::span<const BlockHash> chain) const {
     return index_.MatchPrefix(chain);
   }

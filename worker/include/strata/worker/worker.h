@@ -28,7 +28,11 @@ struct KvTierOptions {
   int64_t disk_bytes = 0;
   std::string disk_policy = "lru";
   int disk_admit_uses = 2;            // G2 -> G3 frequency filter
-  std::vector<std::string> remote;    // kvstore daemons, host:port; empty: no G4
+  std::vector<std::string> remote;    // kvstore daemons, host:port; empty: no G4 (unless below)
+  // G4 on the kvstore daemons registered with the router (told with every heartbeat) instead of
+  // a fixed list; needs a router. A daemon the router stops listing is kept for remote_grace.
+  bool remote_from_router = false;
+  absl::Duration remote_grace = absl::Seconds(5);
   bool demote_to_remote = true;       // G2 (and G3) evictions go to G4
 };
 
