@@ -43,8 +43,10 @@
 #
 #   scripts/bench_cuda.sh device-sample [--quick]
 #       On-device sampling alone: the `sample` conformance cases (seeds 1, 7, 99) with
-#       compute-sanitizer memcheck and racecheck, then sample_bench (the kernel vs copying the
-#       logits back and sampling on the host, batch 1-64, vocab 128,256 and 151,936).
+#       compute-sanitizer memcheck and racecheck, then sample_bench (the kernel, its one-block
+#       predecessor, and copying the logits back and sampling on the host, batch 1-64, vocab
+#       128,256 and 151,936), bench/cuda/torch_sample.py (PyTorch's sort-based sampling, same
+#       shapes) and a table of the two side by side.
 #
 #   scripts/bench_cuda.sh device-gemm [--quick]
 #       Decode-shaped dense GEMMs (Llama-3.1-8B and Qwen3-30B-A3B projections at M = 1, 8, 64):
@@ -296,6 +298,22 @@ sample() {
   fi
   echo "== sample_bench"
   "$work/bin/sample_bench" $quick | tee "$work/sample.txt" | grep -v '^CSV'
+  echo "== torch_sample.py"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sample.py" $quick | tee "$work/sample_torch.txt" |
+    grep -v '^CSV'
+  echo "== the sample kernel against PyTorch's sort-based sampling (same shapes, same call)"
+  awk -F, '
+    FNR == NR && /^CSV,/ { torch[$2 "," $3 "," $4] = $5; next }
+    /^CSV,/ {
+      if (!header++) {
+        print "| batch | vocab | mode | cluster us | one-block us | torch us | torch / cluster |"
+        print "|---:|---:|---|---:|---:|---:|---:|"
+      }
+      k = $2 "," $3 "," $4
+      printf "| %s | %s | %s | %.1f | %.1f | %s | %s |\n", $2, $3, $4, $5, $6,
+        (k in torch) ? sprintf("%.1f", torch[k]) : "-",
+        (k in torch) ? sprintf("%.2f", torch[k] / $5) : "-"
+    }' "$work/sample_torch.txt" "$work/sample.txt"
 }
 
 # Decode step vs roofline (one row per model x batch), then prefill tokens/s.

@@ -1,12 +1,13 @@
-// Sampling a decode step's logits: on the device (the CUDA plugin's `sample` kernel,
-// LaunchSample) against what the engine does without it (copy the bf16 logits rows to the host,
+// Sampling a decode step's logits: on the device (the CUDA plugin's `sample` kernel, LaunchSample:
+// a cluster of 8 blocks per row; and LaunchSampleOneBlock, the one-block-per-row kernel it
+// replaced) against what the engine does without it (copy the bf16 logits rows to the host,
 // widen them to float, and run the host rule, plugin_common::SampleRow, row after row on one
 // thread), same rows, same parameters, same run. Vocabularies of Llama 3 (128,256) and Qwen3
 // (151,936) at batch 1, 8, 64; modes: greedy, temperature + top-p, top-k + top-p + min-p, and
 // top-p with 5 logprobs.
 //
 // Device: median of 30 launches (CUDA events). Host: median of 5 (steady_clock), from the start
-// of the copy to the last id. The device ids are checked against the host rule's on every row
+// of the copy to the last id. Both kernels' ids are checked against the host rule's on every row
 // (a mismatch is printed and fails the run).
 //
 //     sample_bench [--quick]        prints a table and "CSV,..." lines
@@ -66,7 +67,7 @@ double Median(std::vector<double> v) {
 }
 
 struct Result {
-  double device_us = 0, host_us = 0;
+  double device_us = 0, one_block_us = 0, host_us = 0;
   int mismatches = 0;
 };
 
@@ -85,8 +86,10 @@ Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, std::mt19937
   BENCH_CHECK(cudaMemcpy(d_logits, host_logits.data(), logit_bytes, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_params, params.data(), rows * sizeof(strata_sample_params),
                          cudaMemcpyHostToDevice));
+  bool one_block = false;
   auto launch = [&] {
-    BENCH_CHECK(strata::cuda::LaunchSample(
+    auto* kernel = one_block ? strata::cuda::LaunchSampleOneBlock : strata::cuda::LaunchSample;
+    BENCH_CHECK(kernel(
         d_logits, false, vocab, rows, vocab, static_cast<const strata_sample_params*>(d_params),
         static_cast<int32_t*>(d_tokens), static_cast<float*>(d_lp), 1 + STRATA_MAX_LOGPROBS,
         static_cast<int32_t*>(d_top), STRATA_MAX_LOGPROBS, nullptr));
@@ -94,20 +97,27 @@ Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, std::mt19937
   cudaEvent_t e0, e1;
   BENCH_CHECK(cudaEventCreate(&e0));
   BENCH_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<double> dev;
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CHECK(cudaEventRecord(e0));
-    launch();
-    BENCH_CHECK(cudaEventRecord(e1));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    dev.push_back(ms * 1e3);
-  }
-  std::vector<int32_t> device_ids(rows);
-  BENCH_CHECK(cudaMemcpy(device_ids.data(), d_tokens, rows * sizeof(int32_t),
-                         cudaMemcpyDeviceToHost));
+  // Each kernel's median time and its ids (the cluster path first, then the one-block one).
+  auto time = [&](std::vector<int32_t>* ids) {
+    for (int i = 0; i < 3; ++i) launch();
+    std::vector<double> dev;
+    for (int i = 0; i < reps; ++i) {
+      BENCH_CHECK(cudaEventRecord(e0));
+      launch();
+      BENCH_CHECK(cudaEventRecord(e1));
+      BENCH_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      dev.push_back(ms * 1e3);
+    }
+    ids->resize(rows);
+    BENCH_CHECK(cudaMemcpy(ids->data(), d_tokens, rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    return Median(dev);
+  };
+  std::vector<int32_t> device_ids, one_block_ids;
+  const double device_us = time(&device_ids);
+  one_block = true;
+  const double one_block_us = time(&one_block_ids);
   // The engine's path without the entry: logits to a host vector, widened, sampled row by row.
   std::vector<double> host;
   std::vector<int32_t> host_ids(rows);
@@ -133,14 +143,16 @@ Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, std::mt19937
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   Result res;
-  res.device_us = Median(dev);
+  res.device_us = device_us;
+  res.one_block_us = one_block_us;
   res.host_us = Median(host);
   for (int64_t r = 0; r < rows; ++r) {
-    if (device_ids[r] != host_ids[r]) {
+    if (device_ids[r] != host_ids[r] || one_block_ids[r] != host_ids[r]) {
       ++res.mismatches;
-      std::fprintf(stderr, "MISMATCH rows=%ld vocab=%ld mode=%s row %ld: device %d host %d\n",
+      std::fprintf(stderr,
+                   "MISMATCH rows=%ld vocab=%ld mode=%s row %ld: cluster %d one-block %d host %d\n",
                    static_cast<long>(rows), static_cast<long>(vocab), mode.name,
-                   static_cast<long>(r), device_ids[r], host_ids[r]);
+                   static_cast<long>(r), device_ids[r], one_block_ids[r], host_ids[r]);
     }
   }
   for (void* p : {d_logits, d_params, d_tokens, d_lp, d_top}) BENCH_CHECK(cudaFree(p));
@@ -155,10 +167,12 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("sample_bench on %s: device `sample` kernel vs logits copy + host rule\n\n",
-              prop.name);
-  std::printf("%6s %7s  %-28s %11s %11s %9s\n", "batch", "vocab", "mode", "device us",
-              "host us", "host/dev");
+  std::printf(
+      "sample_bench on %s: device `sample` kernel (cluster per row; one block per row) vs logits "
+      "copy + host rule\n\n",
+      prop.name);
+  std::printf("%6s %7s  %-28s %11s %12s %11s %11s %9s\n", "batch", "vocab", "mode", "device us",
+              "one-block us", "one-blk/dev", "host us", "host/dev");
   std::mt19937 rng(1234);
   int mismatches = 0;
   for (int64_t vocab : {int64_t{128256}, int64_t{151936}}) {
@@ -166,14 +180,14 @@ int main(int argc, char** argv) {
       for (const Mode& mode : kModes) {
         const Result r = Run(rows, vocab, mode, quick ? 10 : 30, rng);
         mismatches += r.mismatches;
-        std::printf("%6ld %7ld  %-28s %11.1f %11.1f %9.1f\n", static_cast<long>(rows),
-                    static_cast<long>(vocab), mode.name, r.device_us, r.host_us,
-                    r.host_us / r.device_us);
-        std::printf("CSV,%ld,%ld,%s,%.2f,%.2f\n", static_cast<long>(rows),
-                    static_cast<long>(vocab), mode.name, r.device_us, r.host_us);
+        std::printf("%6ld %7ld  %-28s %11.1f %12.1f %11.2f %11.1f %9.1f\n", static_cast<long>(rows),
+                    static_cast<long>(vocab), mode.name, r.device_us, r.one_block_us,
+                    r.one_block_us / r.device_us, r.host_us, r.host_us / r.device_us);
+        std::printf("CSV,%ld,%ld,%s,%.2f,%.2f,%.2f\n", static_cast<long>(rows),
+                    static_cast<long>(vocab), mode.name, r.device_us, r.one_block_us, r.host_us);
       }
     }
   }
-  std::printf("\nid mismatches between the kernel and the host rule: %d\n", mismatches);
+  std::printf("\nid mismatches between the kernels and the host rule: %d\n", mismatches);
   return mismatches == 0 ? 0 : 1;
 }

@@ -311,12 +311,19 @@ bool WgmmaAvailable();
 void SetWgmmaKernelsEnabled(bool enabled);
 
 // ---- sampling (kernels_sample.cu) ------------------------------------------------------------
-// abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one thread block
-// per row; params (device) values outside their ranges are clamped. logprobs / top_ids may be
-// NULL (then no row writes them).
+// abi.h `sample` for rows of logits [rows, vocab] (bf16, or f32 when `f32`), one cluster of 8
+// thread blocks per row (each keeps an eighth of the row in shared memory; rows wider than
+// ~393k ids take LaunchSampleOneBlock's path); params (device) values outside their ranges are
+// clamped. logprobs / top_ids may be NULL (then no row writes them).
 cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows, int64_t vocab,
                          const strata_sample_params* params, int32_t* tokens, float* logprobs,
                          int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
                          cudaStream_t stream);
+// The same with one 1,024-thread block per row reading the row from global memory on every
+// pass (any width; sample_bench times it beside the cluster path).
+cudaError_t LaunchSampleOneBlock(const void* logits, bool f32, int64_t stride, int64_t rows,
+                                 int64_t vocab, const strata_sample_params* params, int32_t* tokens,
+                                 float* logprobs, int64_t lp_stride, int32_t* top_ids,
+                                 int64_t top_stride, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -1,5 +1,6 @@
-// sample: the ABI's sampling rule on the device (kernels_sample.cu), one block per row, so
-// the engine copies back N token ids instead of N x vocab logits. Parameter values live in
+// sample: the ABI's sampling rule on the device (kernels_sample.cu: greedy rows on one block,
+// the others on a cluster of 8 blocks per row), so the engine copies back N token ids instead of
+// N x vocab logits. Parameter values live in
 // device memory and are not read back: the kernel clamps out-of-range values (the engine
 // validates them before they get here); the CPU plugin rejects them instead.
 #include "cuda_kernels.h"

@@ -1,4 +1,7 @@
-// On-device sampling (abi.h strata_sample_params): one thread block per logits row, no sort.
+// On-device sampling (abi.h strata_sample_params), no sort. Two kernels per call: plain greedy
+// rows on one thread block each (one pass over the row); rows that draw or want logprobs on a
+// cluster of 8 blocks each that keeps the row in shared memory ("The cluster path" below).
+// Rows wider than the cluster's shared memory holds take the one-block kernel for everything.
 //
 // The rule orders a row's candidates by descending scaled logit, ties by ascending id, and
 // every truncation keeps a prefix of that order, so each step is "find the element where a
@@ -10,6 +13,7 @@
 // Mass is exp(double(x) - max) in double, as the host rule computes it; sums are taken in a
 // different order than the host's sequential loop, so a draw within ~1e-15 of a boundary may
 // fall on the other side (abi.h allows it).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -19,6 +23,10 @@
 
 #include "cuda_kernels.h"
 #include "device_util.cuh"
+
+#ifndef STRATA_SAMPLE_CLUSTER
+#define STRATA_SAMPLE_CLUSTER 1
+#endif
 
 namespace strata::cuda {
 namespace {
@@ -145,10 +153,18 @@ __device__ double BlockExclusiveSum(double v, Shared& sh) {
   return sh.warp_d[warp] + incl - v;
 }
 
-// hist[bin] += w for every active lane of the warp: one atomic per distinct bin. Called by
-// every lane of the warp.
+// hist[bin] += w for every active lane of the warp: one atomic per distinct bin. A lane alone
+// in its bin adds directly; the lanes sharing a bin are summed with shuffles first, one bin per
+// round (a row's keys crowd into a few bins on a radix select's first digit, and every thread
+// adding to one double serializes; on later digits most active lanes have bins of their own).
+// Called by every lane of the warp.
 __device__ __forceinline__ void AddToBins(double* hist, bool active, uint32_t bin, double w) {
-  unsigned todo = __ballot_sync(0xffffffffu, active);
+  if (__ballot_sync(0xffffffffu, active) == 0) return;  // the usual case on later digits
+  const unsigned peers = __match_any_sync(0xffffffffu, active ? bin : 0xffffffffu);
+  const bool alone = active && __popc(peers) == 1;
+  if (alone) atomicAdd(&hist[bin], w);
+  unsigned todo = __ballot_sync(0xffffffffu, active && !alone);
+  active = active && !alone;
   const int lane = threadIdx.x & 31;
   while (todo != 0) {
     const int src = __ffs(todo) - 1;
@@ -401,22 +417,35 @@ __device__ void Logprobs(const T* data, int64_t vocab, int32_t token, int n, flo
   }
 }
 
+// Out-of-range values are clamped (the host validated them; device memory is not read back).
+__device__ __forceinline__ strata_sample_params Clamped(strata_sample_params p) {
+  p.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
+  p.top_p = p.top_p > 0.0f ? fminf(p.top_p, 1.0f) : 1.0f;
+  p.min_p = fminf(fmaxf(p.min_p, 0.0f), 1.0f);
+  p.uniform = fmin(fmax(p.uniform, 0.0), 1.0);
+  return p;
+}
+
+// Rows that draw (temperature > 0) or want logprobs take the cluster path where it exists; plain
+// greedy rows (one pass, ~12-15 us) stay on one block: its single CTA becomes resident at once,
+// where a cluster waits for eight free SMs of one GPC.
+__device__ __forceinline__ bool ClusterRow(const strata_sample_params& p, bool logprobs) {
+  return p.temperature > 0.0f || (p.num_logprobs >= 0 && logprobs);
+}
+
+// `plain_only`: the rows ClusterRow picks are left to the cluster kernel launched after this one.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    SampleKernel(const T* logits, int64_t stride, int64_t vocab,
-                 const strata_sample_params* params, int32_t* tokens, float* logprobs,
-                 int64_t lp_stride, int32_t* top_ids, int64_t top_stride) {
+    SampleKernel(const T* logits, int64_t stride, int64_t vocab, const strata_sample_params* params,
+                 int32_t* tokens, float* logprobs, int64_t lp_stride, int32_t* top_ids,
+                 int64_t top_stride, bool plain_only) {
   __shared__ Shared sh;
   WaitForPrerequisites();  // the logits (programmatic dependent launch)
   AllowDependents();
   const int64_t r = blockIdx.x;
   const T* data = logits + r * stride;
-  strata_sample_params p = params[r];
-  // Out-of-range values are clamped (the host validated them; device memory is not read back).
-  p.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
-  p.top_p = p.top_p > 0.0f ? fminf(p.top_p, 1.0f) : 1.0f;
-  p.min_p = fminf(fmaxf(p.min_p, 0.0f), 1.0f);
-  p.uniform = fmin(fmax(p.uniform, 0.0), 1.0);
+  const strata_sample_params p = Clamped(params[r]);
+  if (plain_only && ClusterRow(p, logprobs != nullptr && top_ids != nullptr)) return;
   int32_t token;
   if (p.temperature == 0.0f) {
     token = Greedy(data, vocab, sh);
@@ -430,23 +459,473 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-}  // namespace
+// ---------------------------------------------------------------------------------------------
+// The cluster path: one row per thread-block cluster of kCtas CTAs. CTA `rank` owns ids
+// [rank * slice, (rank + 1) * slice) and keeps their orderable keys in shared memory, loaded
+// once; every pass of the rule above (the radix selects, the mass sums, the extremes) then reads
+// shared memory only, over 1/kCtas of the row, and the CTAs combine their parts through
+// distributed shared memory. The rule, the order of the candidates and the passes are the same
+// as the one-block kernel's; only the order in which doubles are summed differs (rank by rank).
+//
+// Exchange: a CTA's part goes into one of two alternating slots of its own shared memory, one
+// cluster barrier publishes it, and every CTA combines all the parts in rank order (so all get
+// the same bits). A slot is written again only two exchanges later, after a barrier that every
+// reader of its previous value has passed.
+namespace cl {
 
-cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows,
-                         int64_t vocab, const strata_sample_params* params, int32_t* tokens,
-                         float* logprobs, int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
-                         cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+namespace cg = cooperative_groups;
+
+constexpr int kCtas = 8;  // the portable cluster size
+#ifndef STRATA_SAMPLE_THREADS
+#define STRATA_SAMPLE_THREADS 512
+#endif
+// 512 threads at <= 64 registers: two CTAs per SM (a batch of rows fills the GPU); the define
+// is for timing other sizes.
+constexpr int kThreads = STRATA_SAMPLE_THREADS;
+constexpr int kWarps = kThreads / 32;
+// Keys one CTA keeps (4 bytes each, 192 KiB): rows up to kCtas * kMaxSlice wide use this path.
+constexpr int64_t kMaxSlice = 48 * 1024;
+
+struct Shared {
+  double hist[2][256];  // this CTA's radix histogram (alternating slots)
+  double total[256];    // the cluster's
+  double warp_d[kWarps];
+  float warp_f[kWarps];
+  int32_t warp_i[kWarps];
+  double part_d[2];  // this CTA's part of an exchange (alternating slots)
+  float part_f[2];
+  int32_t part_i[2];
+  double before;
+  uint32_t prefix;
+  int found;
+};
+
+__device__ __forceinline__ float FromKey(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// One row's slice as this CTA sees it. keys[j] is the key of id lo + j (scaled by the
+// temperature while drawing; raw for greedy and logprobs).
+struct Slice {
+  cg::cluster_group cluster;
+  Shared& sh;
+  uint32_t* keys;
+  int rank;
+  int32_t lo;
+  int n;           // ids this CTA owns (0 past the row's end)
+  double max = 0;  // mass of x: exp(double(x) - max)
+  int slot_d = 0, slot_h = 0;
+
+  __device__ double Mass(float x) const { return exp(static_cast<double>(x) - max); }
+
+  // The sum over the cluster of every thread's `v` (identical in every thread of every CTA).
+  __device__ double Sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh.warp_d[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      double t = lane < kWarps ? sh.warp_d[lane] : 0.0;
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+      if (lane == 0) sh.part_d[slot_d] = t;
+    }
+    cluster.sync();
+    double total = 0;
+    for (int r = 0; r < kCtas; ++r) total += cluster.map_shared_rank(sh.part_d, r)[slot_d];
+    slot_d ^= 1;
+    return total;
+  }
+
+  // The sum over the ranks below this CTA's of each CTA's `cta_total` (given by its last
+  // thread).
+  __device__ double RanksBelow(double cta_total) {
+    if (threadIdx.x == kThreads - 1) sh.part_d[slot_d] = cta_total;
+    cluster.sync();
+    double below = 0;
+    for (int r = 0; r < rank; ++r) below += cluster.map_shared_rank(sh.part_d, r)[slot_d];
+    slot_d ^= 1;
+    return below;
+  }
+
+  __device__ uint32_t Min(uint32_t v) {
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_down_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh.warp_i[warp] = static_cast<int32_t>(v);
+    __syncthreads();
+    if (warp == 0) {
+      uint32_t t = lane < kWarps ? static_cast<uint32_t>(sh.warp_i[lane]) : UINT32_MAX;
+      for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
+      if (lane == 0) sh.part_i[slot_d] = static_cast<int32_t>(t);
+    }
+    cluster.sync();
+    uint32_t m = UINT32_MAX;
+    for (int r = 0; r < kCtas; ++r) {
+      m = min(m, static_cast<uint32_t>(cluster.map_shared_rank(sh.part_i, r)[slot_d]));
+    }
+    slot_d ^= 1;
+    return m;
+  }
+
+  // The first in candidate order of the (value, id) every thread offers.
+  __device__ void First(float& v, int32_t& id) {
+    WarpFirst(v, id);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh.warp_f[warp] = v, sh.warp_i[warp] = id;
+    __syncthreads();
+    if (warp == 0) {
+      float t = lane < kWarps ? sh.warp_f[lane] : -INFINITY;
+      int32_t ti = lane < kWarps ? sh.warp_i[lane] : INT_MAX;
+      WarpFirst(t, ti);
+      if (lane == 0) sh.part_f[slot_d] = t, sh.part_i[slot_d] = ti;
+    }
+    cluster.sync();
+    v = -INFINITY, id = INT_MAX;
+    for (int r = 0; r < kCtas; ++r) {
+      const float ov = cluster.map_shared_rank(sh.part_f, r)[slot_d];
+      const int32_t oi = cluster.map_shared_rank(sh.part_i, r)[slot_d];
+      if (Before(ov, oi, v, id)) v = ov, id = oi;
+    }
+    slot_d ^= 1;
+  }
+
+  // The first (with `last`, the last) element of `c` in candidate order; its value in *value.
+  __device__ int32_t Extreme(const Cut& c, bool last, float* value = nullptr) {
+    float v = last ? INFINITY : -INFINITY;
+    int32_t id = last ? -1 : INT_MAX;
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      const uint32_t k = keys[j];
+      const int32_t i = lo + j;
+      if (!In(k, i, c)) continue;
+      const float x = FromKey(k);
+      if (last ? Before(-x, -i, -v, -id) : Before(x, i, v, id)) v = x, id = i;
+    }
+    if (last) {
+      float nv = -v;
+      int32_t nid = -id;
+      First(nv, nid);
+      if (value != nullptr) *value = -nv;
+      return -nid;
+    }
+    First(v, id);
+    if (value != nullptr) *value = v;
+    return id;
+  }
+
+  __device__ double MassIn(const Cut& c) {
+    double s = 0;
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      const uint32_t k = keys[j];
+      if (In(k, lo + j, c)) s += Mass(FromKey(k));
+    }
+    return Sum(s);
+  }
+
+  // Select of the one-block kernel over the cluster's slices.
+  __device__ bool Select(const Cut& within, bool count, double target, bool strict, Cut* out) {
+    auto crosses = [&](double acc) { return strict ? acc > target : acc >= target; };
+    if (threadIdx.x == 0) sh.before = 0, sh.prefix = 0;
+    uint32_t mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      double* hist = sh.hist[slot_h];
+      for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+      __syncthreads();
+      const uint32_t prefix = sh.prefix;
+      for (int base = 0; base < n; base += kThreads) {
+        const int j = base + threadIdx.x;
+        bool active = false;
+        uint32_t bin = 0;
+        double w = 0;
+        if (j < n) {
+          const uint32_t k = keys[j];
+          if ((k & mask) == prefix && In(k, lo + j, within)) {
+            active = true;
+            bin = (k >> shift) & 255u;
+            w = count ? 1.0 : Mass(FromKey(k));
+          }
+        }
+        AddToBins(hist, active, bin, w);
+      }
+      cluster.sync();  // every CTA's histogram is complete
+      for (int b = threadIdx.x; b < 256; b += kThreads) {
+        double t = 0;
+        for (int r = 0; r < kCtas; ++r) t += cluster.map_shared_rank(sh.hist[slot_h], r)[b];
+        sh.total[b] = t;
+      }
+      slot_h ^= 1;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        double acc = sh.before;
+        int bin = -1;
+        for (int b = 255; b >= 0; --b) {
+          if (crosses(acc + sh.total[b])) {
+            bin = b;
+            break;
+          }
+          acc += sh.total[b];
+        }
+        sh.found = bin >= 0;
+        if (bin >= 0) {
+          sh.before = acc;
+          sh.prefix = prefix | (static_cast<uint32_t>(bin) << shift);
+        }
+      }
+      __syncthreads();
+      if (!sh.found) return false;  // the same in every CTA: they summed the same totals
+      mask |= 255u << shift;
+    }
+    // Ties at the key found, in id order: each thread sums one contiguous chunk of the slice,
+    // the CTAs' sums follow in rank order.
+    const uint32_t key = sh.prefix;
+    const double before = sh.before;
+    const int chunk = (n + kThreads - 1) / kThreads;
+    const int jlo = threadIdx.x * chunk, jhi = min(n, jlo + chunk);
+    double mine = 0;
+    for (int j = jlo; j < jhi; ++j) {
+      if (keys[j] == key && In(key, lo + j, within)) mine += count ? 1.0 : Mass(FromKey(key));
+    }
+    const double in_cta = BlockExclusive(mine);
+    double acc = before + RanksBelow(in_cta + mine) + in_cta;
+    int32_t tie = INT_MAX;
+    if (!crosses(acc) && crosses(acc + mine)) {
+      for (int j = jlo; j < jhi; ++j) {
+        if (keys[j] != key || !In(key, lo + j, within)) continue;
+        acc += count ? 1.0 : Mass(FromKey(key));
+        if (crosses(acc)) {
+          tie = lo + j;
+          break;
+        }
+      }
+    }
+    const uint32_t found = Min(static_cast<uint32_t>(tie));
+    if (found == static_cast<uint32_t>(INT_MAX)) return false;  // rounding: no crossing
+    *out = Cut{key, static_cast<int32_t>(found)};
+    return true;
+  }
+
+  // Exclusive prefix sum of `v` over this CTA in thread order.
+  __device__ double BlockExclusive(double v) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double up = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += up;
+    }
+    __syncthreads();  // warp_d may still be read by an earlier reduction's warp 0
+    if (lane == 31) sh.warp_d[warp] = incl;
+    __syncthreads();
+    double below = 0;
+    for (int w = 0; w < warp; ++w) below += sh.warp_d[w];
+    return below + incl - v;
+  }
+};
+
+// Loads ids [lo, lo + n) of a row as keys: of x / temperature (temperature > 0) or of x.
+template <typename T>
+__device__ void LoadKeys(const T* data, float temperature, Slice& s) {
+  auto key = [temperature](float v) {
+    return Key(temperature > 0.0f ? __fdiv_rn(v, temperature) : v);
+  };
+  int j0 = 0;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (reinterpret_cast<uintptr_t>(data + s.lo) % 16 == 0) {
+      const uint4* p = reinterpret_cast<const uint4*>(data + s.lo);
+      const int chunks = s.n / 8;
+      constexpr int kLoads = 2;
+      for (int base = threadIdx.x; base < chunks; base += kThreads * kLoads) {
+        uint4 w[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int c = base + u * kThreads;
+          w[u] = c < chunks ? p[c] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int c = base + u * kThreads;
+          if (c >= chunks) break;
+          const bf16* e = reinterpret_cast<const bf16*>(&w[u]);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) s.keys[c * 8 + k] = key(__bfloat162float(e[k]));
+        }
+      }
+      j0 = chunks * 8;
+    }
+  }
+  for (int j = j0 + threadIdx.x; j < s.n; j += kThreads) s.keys[j] = key(Load(data, s.lo + j));
+  __syncthreads();
+}
+
+// Draw of the one-block kernel, over the slices (keys of x / temperature loaded).
+__device__ int32_t Draw(const strata_sample_params& p, int64_t vocab, Slice& s) {
+  const Cut all;
+  float max = 0;
+  s.Extreme(all, false, &max);
+  s.max = max;
+  Cut keep = all;
+  if (p.top_k > 0 && p.top_k < vocab) s.Select(all, true, p.top_k, false, &keep);
+  const double total = s.MassIn(keep);
+  if (p.top_p < 1.0f) {
+    Cut c;
+    if (s.Select(keep, false, static_cast<double>(p.top_p) * total, false, &c)) keep = c;
+  }
+  if (p.min_p > 0.0f) {
+    const double threshold = static_cast<double>(p.min_p) * (1.0 / total);
+    uint32_t lowest = UINT32_MAX;
+    for (int j = threadIdx.x; j < s.n; j += kThreads) {
+      const uint32_t k = s.keys[j];
+      if (In(k, s.lo + j, keep) && s.Mass(FromKey(k)) / total >= threshold) lowest = min(lowest, k);
+    }
+    lowest = s.Min(lowest);
+    if (lowest > keep.key) keep = Cut{lowest, INT_MAX};
+  }
+  const double kept = s.MassIn(keep);
+  Cut at;
+  if (s.Select(keep, false, p.uniform * kept, true, &at)) return at.id;
+  return s.Extreme(keep, true);
+}
+
+// Logprobs of the one-block kernel over the slices (raw keys loaded); rank 0 writes.
+template <typename T>
+__device__ void Logprobs(const T* data, int32_t token, int count, float* lp, int32_t* top,
+                         Slice& s) {
+  float max = 0;
+  s.Extreme(Cut{}, false, &max);
+  double e = 0;
+  for (int j = threadIdx.x; j < s.n; j += kThreads) {
+    e += exp(static_cast<double>(FromKey(s.keys[j]) - max));
+  }
+  const double sum = s.Sum(e);
+  const float log_z = max + static_cast<float>(log(sum));
+  const bool writer = s.rank == 0 && threadIdx.x == 0;
+  if (writer) lp[0] = Load(data, token) - log_z;
+  float pv = INFINITY;
+  int32_t pid = -1;
+  for (int q = 0; q < count; ++q) {
+    float v = -INFINITY;
+    int32_t id = INT_MAX;
+    for (int j = threadIdx.x; j < s.n; j += kThreads) {
+      const float x = FromKey(s.keys[j]);
+      const int32_t i = s.lo + j;
+      if (Before(pv, pid, x, i) && Before(x, i, v, id)) v = x, id = i;
+    }
+    s.First(v, id);
+    if (writer) lp[1 + q] = v - log_z, top[q] = id;
+    pv = v, pid = id;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(cl::kThreads, cl::kThreads >= 1024 ? 1 : 2)
+    SampleClusterKernel(const T* logits, int64_t stride, int64_t vocab, int slice,
+                        const strata_sample_params* params, int32_t* tokens, float* logprobs,
+                        int64_t lp_stride, int32_t* top_ids, int64_t top_stride) {
+  __shared__ Shared sh;
+  extern __shared__ uint32_t keys[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / kCtas;
+  const int32_t lo = rank * slice;
+  const int64_t left = vocab - lo;
+  Slice s{cluster, sh, keys,
+          rank,    lo, static_cast<int>(left < 0 ? 0 : (left < slice ? left : slice))};
+  WaitForPrerequisites();  // the logits (programmatic dependent launch)
+  AllowDependents();
+  const T* data = logits + r * stride;
+  const strata_sample_params p = Clamped(params[r]);
+  const bool want_logprobs = logprobs != nullptr && top_ids != nullptr;
+  // The one-block kernel before this one took the plain greedy rows (the same in every CTA of
+  // the cluster: they leave together, before any exchange).
+  if (!ClusterRow(p, want_logprobs)) return;
+  LoadKeys(data, p.temperature, s);
+  const int32_t token = p.temperature == 0.0f ? s.Extreme(Cut{}, false) : Draw(p, vocab, s);
+  if (rank == 0 && threadIdx.x == 0) tokens[r] = token;
+  if (p.num_logprobs >= 0 && want_logprobs) {
+    if (p.temperature > 0.0f) {
+      __syncthreads();  // (the draw's last exchange already kept its readers of keys apart)
+      LoadKeys(data, 0.0f, s);
+    }
+    const int64_t count = min(p.num_logprobs, STRATA_MAX_LOGPROBS);
+    Logprobs(data, token, static_cast<int>(count < vocab ? count : vocab), logprobs + r * lp_stride,
+             top_ids + r * top_stride, s);
+  }
+  cluster.sync();  // no CTA leaves while another may still read its shared memory
+}
+
+}  // namespace cl
+
+// The one-block kernel over every row (`plain_only`: the plain greedy rows), with programmatic
+// dependent launch: its CTAs are scheduled while the LM head's GEMM drains.
+cudaError_t LaunchOneBlock(const void* logits, bool f32, int64_t stride, int64_t rows,
+                           int64_t vocab, const strata_sample_params* params, int32_t* tokens,
+                           float* logprobs, int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+                           bool plain_only, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(rows));
-  // Programmatic dependent launch: scheduled while the LM head's GEMM drains.
   if (f32) {
     return LaunchPdl(SampleKernel<float>, grid, dim3(kThreads), 0, stream,
                      static_cast<const float*>(logits), stride, vocab, params, tokens, logprobs,
-                     lp_stride, top_ids, top_stride);
+                     lp_stride, top_ids, top_stride, plain_only);
   }
   return LaunchPdl(SampleKernel<bf16>, grid, dim3(kThreads), 0, stream,
                    static_cast<const bf16*>(logits), stride, vocab, params, tokens, logprobs,
-                   lp_stride, top_ids, top_stride);
+                   lp_stride, top_ids, top_stride, plain_only);
+}
+
+}  // namespace
+
+cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows, int64_t vocab,
+                         const strata_sample_params* params, int32_t* tokens, float* logprobs,
+                         int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+                         cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  // Rows that draw or want logprobs: a cluster per row while its slices' keys fit in shared
+  // memory (every vocabulary in use), after the one-block kernel has taken the plain greedy
+  // rows. -DSTRATA_SAMPLE_CLUSTER=0 builds the plugin without it, to time the step both ways.
+  const int64_t slice = ((vocab + cl::kCtas - 1) / cl::kCtas + 7) / 8 * 8;
+  if (STRATA_SAMPLE_CLUSTER && slice <= cl::kMaxSlice && rows <= INT32_MAX / cl::kCtas) {
+    cudaError_t err = LaunchOneBlock(logits, f32, stride, rows, vocab, params, tokens, logprobs,
+                                     lp_stride, top_ids, top_stride, /*plain_only=*/true, stream);
+    if (err != cudaSuccess) return err;
+    // One limit for every launch (the attribute is set once per kernel).
+    constexpr int kSmemLimit = static_cast<int>(cl::kMaxSlice * sizeof(uint32_t));
+    const int smem = static_cast<int>(slice * sizeof(uint32_t));
+    auto launch = [&](auto kernel, auto typed_logits) {
+      cudaLaunchAttribute attrs[2];
+      attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[0].val.programmaticStreamSerializationAllowed = 1;
+      attrs[1].id = cudaLaunchAttributeClusterDimension;
+      attrs[1].val.clusterDim.x = cl::kCtas;
+      attrs[1].val.clusterDim.y = 1;
+      attrs[1].val.clusterDim.z = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(static_cast<unsigned>(rows * cl::kCtas));
+      config.blockDim = dim3(cl::kThreads);
+      config.dynamicSmemBytes = static_cast<size_t>(smem);
+      config.stream = stream;
+      config.attrs = attrs;
+      config.numAttrs = 2;
+      return cudaLaunchKernelEx(&config, kernel, typed_logits, stride, vocab,
+                                static_cast<int>(slice), params, tokens, logprobs, lp_stride,
+                                top_ids, top_stride);
+    };
+    if (f32) {
+      err = AllowDynamicSmem<cl::SampleClusterKernel<float>>(kSmemLimit);
+      if (err != cudaSuccess) return err;
+      return launch(cl::SampleClusterKernel<float>, static_cast<const float*>(logits));
+    }
+    err = AllowDynamicSmem<cl::SampleClusterKernel<bf16>>(kSmemLimit);
+    if (err != cudaSuccess) return err;
+    return launch(cl::SampleClusterKernel<bf16>, static_cast<const bf16*>(logits));
+  }
+  return LaunchSampleOneBlock(logits, f32, stride, rows, vocab, params, tokens, logprobs, lp_stride,
+                              top_ids, top_stride, stream);
+}
+
+cudaError_t LaunchSampleOneBlock(const void* logits, bool f32, int64_t stride, int64_t rows,
+                                 int64_t vocab, const strata_sample_params* params, int32_t* tokens,
+                                 float* logprobs, int64_t lp_stride, int32_t* top_ids,
+                                 int64_t top_stride, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return LaunchOneBlock(logits, f32, stride, rows, vocab, params, tokens, logprobs, lp_stride,
+                        top_ids, top_stride, /*plain_only=*/false, stream);
 }
 
 }  // namespace strata::cuda
