@@ -6,9 +6,9 @@
 // (151,936) at batch 1, 8, 64; modes: greedy, temperature + top-p, top-k + top-p + min-p, and
 // top-p with 5 logprobs.
 //
-// Device: median of 30 launches (CUDA events). Host: median of 5 (steady_clock), from the start
-// of the copy to the last id. Both kernels' ids are checked against the host rule's on every row
-// (a mismatch is printed and fails the run).
+// Device: median of 30 launches (10 with --quick; CUDA events). Host: median of 5 (1 with
+// --quick; steady_clock), from the start of the copy to the last id. Both kernels' ids are
+// checked against the host rule's on every row (a mismatch is printed and fails the run).
 //
 //     sample_bench [--quick]        prints a table and "CSV,..." lines
 #include <cuda_runtime.h>
@@ -71,7 +71,8 @@ struct Result {
   int mismatches = 0;
 };
 
-Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, std::mt19937& rng) {
+Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, int host_reps,
+           std::mt19937& rng) {
   const std::vector<uint16_t> host_logits = Logits(rows, vocab, rng);
   std::vector<strata_sample_params> params(rows, mode.params);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
@@ -121,7 +122,7 @@ Result Run(int64_t rows, int64_t vocab, const Mode& mode, int reps, std::mt19937
   // The engine's path without the entry: logits to a host vector, widened, sampled row by row.
   std::vector<double> host;
   std::vector<int32_t> host_ids(rows);
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < host_reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<uint16_t> half(host_logits.size());
     BENCH_CHECK(cudaMemcpy(half.data(), d_logits, logit_bytes, cudaMemcpyDeviceToHost));
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
   for (int64_t vocab : {int64_t{128256}, int64_t{151936}}) {
     for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}}) {
       for (const Mode& mode : kModes) {
-        const Result r = Run(rows, vocab, mode, quick ? 10 : 30, rng);
+        const Result r = Run(rows, vocab, mode, quick ? 10 : 30, quick ? 1 : 5, rng);
         mismatches += r.mismatches;
         std::printf("%6ld %7ld  %-28s %11.1f %12.1f %11.2f %11.1f %9.1f\n", static_cast<long>(rows),
                     static_cast<long>(vocab), mode.name, r.device_us, r.one_block_us,
