@@ -170,7 +170,10 @@ TEST_F(KvTieringTest, RemoteDaemonsFromTheRouterFollowItsList) {
   EXPECT_TRUE(remote->daemons().empty());
   auto server = kvstore::testing::StartTestServer("kvs-discovered", 64 * 16384, 16384);
   ASSERT_NE(server, nullptr);
+  // Applied on the tiering's own thread: the caller (the registry client) does not wait.
   tiering_->OnKvstoresListed({server->address()});
+  ASSERT_TRUE(kvstore::testing::WaitFor([&] { return tiering_->membership_changes_applied() == 1; },
+                                        absl::Seconds(10)));
   EXPECT_EQ(remote->daemons(), std::vector<std::string>{server->address()});
   EXPECT_EQ(remote->connected_daemons(), 1);
   const std::string text = registry_.Serialize();
@@ -178,7 +181,13 @@ TEST_F(KvTieringTest, RemoteDaemonsFromTheRouterFollowItsList) {
       << text;
   EXPECT_NE(text.find("strata_worker_kv_remote_daemons{state=\"connected\"} 1"), std::string::npos);
   tiering_->OnKvstoresListed({});
+  ASSERT_TRUE(kvstore::testing::WaitFor([&] { return tiering_->membership_changes_applied() == 2; },
+                                        absl::Seconds(10)));
   EXPECT_TRUE(remote->daemons().empty());
+  // Listing a daemon that does not answer returns at once (its Hello waits on the applier).
+  const absl::Time before = absl::Now();
+  tiering_->OnKvstoresListed({"10.255.255.1:7400"});
+  EXPECT_LT(absl::Now() - before, absl::Milliseconds(500));
 
   // A worker with a fixed list never follows the router.
   TearDown();

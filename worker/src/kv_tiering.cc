@@ -46,6 +46,13 @@ Engine::OffloadOn OffloadPoint(const kvstore::TieredStore& store) {
 }  // namespace
 
 KvTiering::~KvTiering() {
+  if (applier_.joinable()) {
+    {
+      absl::MutexLock lock(&discovery_mu_);
+      stopping_ = true;
+    }
+    applier_.join();
+  }
   // Pending offloads are handed to the store (it is still here) and the engine gives up the
   // pool's registration before the pool goes; on the calling thread once the loop is stopped.
   if (store_ == nullptr) return;
@@ -97,8 +104,12 @@ absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions&
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<KvTiering> tiering,
                           Create(KvTieringOptions{}, std::move(store), loop, registry));
   if (t.remote_from_router) {
-    absl::MutexLock lock(&tiering->discovery_mu_);
-    tiering->discovery_.emplace(t.remote_grace);
+    {
+      absl::MutexLock lock(&tiering->discovery_mu_);
+      tiering->discovery_.emplace(t.remote_grace);
+    }
+    KvTiering* self = tiering.get();
+    tiering->applier_ = std::thread([self] { self->ApplyMembership(); });
   }
   return tiering;
 }
@@ -132,7 +143,34 @@ void KvTiering::OnKvstoresListed(const std::vector<std::string>& listed) {
   if (!use) return;
   STRATA_LOG(Info) << "G4 kvstore daemons from the router: "
                    << (use->empty() ? "none" : absl::StrJoin(*use, ", "));
-  remote_->SetDaemons(std::move(*use));
+  pending_ = std::move(use);  // replaces one not applied yet: only the latest matters
+}
+
+// Connecting to a daemon that joined (a Hello) or flushing one that left (a Settle) can take
+// an RPC deadline when the daemon is gone; the registry client's thread, which reports the
+// list, must not wait for that or the worker would miss its own heartbeats.
+void KvTiering::ApplyMembership() {
+  for (;;) {
+    std::vector<std::string> daemons;
+    {
+      absl::MutexLock lock(&discovery_mu_);
+      discovery_mu_.Await(absl::Condition(
+          +[](KvTiering* t)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->stopping_ || t->pending_.has_value(); },
+          this));
+      if (stopping_) return;
+      daemons = std::move(*pending_);
+      pending_.reset();
+    }
+    remote_->SetDaemons(std::move(daemons));
+    absl::MutexLock lock(&discovery_mu_);
+    ++applied_;
+  }
+}
+
+int64_t KvTiering::membership_changes_applied() const {
+  absl::MutexLock lock(&discovery_mu_);
+  return applied_;
 }
 
 absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Create(

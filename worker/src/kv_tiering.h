@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -85,8 +86,11 @@ class KvTiering final : public PromptStager {
   // Whether G4's daemons come from the router (KvTierOptions::remote_from_router).
   bool discovers_kvstores() const ABSL_LOCKS_EXCLUDED(discovery_mu_);
   // The kvstore daemons the router lists now (from a registration or heartbeat answer): G4's
-  // membership follows them (see KvstoreDiscovery). A no-op unless discovers_kvstores().
+  // membership follows them (see KvstoreDiscovery), applied on a thread of the tiering's own,
+  // so the caller never waits for a daemon. A no-op unless discovers_kvstores().
   void OnKvstoresListed(const std::vector<std::string>& listed) ABSL_LOCKS_EXCLUDED(discovery_mu_);
+  // How many membership changes that thread has applied (for tests).
+  int64_t membership_changes_applied() const ABSL_LOCKS_EXCLUDED(discovery_mu_);
 
   struct Stats {
     int64_t staged = 0;               // prompts staged
@@ -106,6 +110,8 @@ class KvTiering final : public PromptStager {
   int PlanFetch(const std::vector<kvstore::TierKind>& located) const;
   EngineTask ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched,
                         kvstore::TieredStore::PrefetchPins pins = nullptr);
+  // The applier thread: hands each new membership to G4 (SetDaemons) until the destructor.
+  void ApplyMembership() ABSL_LOCKS_EXCLUDED(discovery_mu_);
   void OnTierEvent(const kvstore::TierEvent& event);
 
   const KvTieringOptions options_;
@@ -122,6 +128,10 @@ class KvTiering final : public PromptStager {
   // What decides G4's daemons when they come from the router.
   mutable absl::Mutex discovery_mu_;
   std::optional<KvstoreDiscovery> discovery_ ABSL_GUARDED_BY(discovery_mu_);
+  std::optional<std::vector<std::string>> pending_ ABSL_GUARDED_BY(discovery_mu_);
+  int64_t applied_ ABSL_GUARDED_BY(discovery_mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(discovery_mu_) = false;
+  std::thread applier_;  // ApplyMembership, when the daemons come from the router
 };
 
 }  // namespace strata::worker
