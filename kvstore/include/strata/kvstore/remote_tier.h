@@ -37,7 +37,8 @@
 // heartbeat). A daemon that joins takes over the blocks that now hash to it (until they are
 // written again there, reads of them miss); one that leaves is flushed (what is owed to it is
 // sent) and forgotten, and its blocks are no longer read. An operation already under way
-// finishes on the daemons it started with. With no daemon at all, puts are rejected with
+// finishes on the daemons it started with (a transfer to one that left may then fail: a miss,
+// or a rejected put, never wrong data). With no daemon at all, puts are rejected with
 // Unavailable and reads miss.
 //
 // Presence (Contains, CountPrefix) is always asked of the daemons: nothing is cached, so an
