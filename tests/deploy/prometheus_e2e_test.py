@@ -122,7 +122,8 @@ class PrometheusE2ETest(unittest.TestCase):
             # Keep traffic flowing while the 5m-rate rules get their second sample.
             for expr in ["strata:ttft_seconds:p50_5m", "strata:ttft_slo_attainment:ratio_rate5m",
                          "strata:requests:rate5m", "job:strata_worker_kv_blocks:utilization",
-                         "job_tier:strata_kvstore_usage:ratio"]:
+                         "job_tier:strata_kvstore_usage:ratio",
+                         'job_state:strata_worker_kv_remote_daemons:min{state="connected"}']:
                 def poke_and_check(expr=expr):
                     post_json(f"{router}/v1/completions", {"model": "tiny-llama", "prompt": "hi",
                                                            "max_tokens": 2})
