@@ -177,6 +177,25 @@ __device__ __forceinline__ void AddToBins(double* hist, bool active, uint32_t bi
   }
 }
 
+// One radix pass's decision, by one thread: scanning `hist` from the top bin with the running
+// sum *before (what the bins above the prefix held), finds the bin where crosses(sum) first
+// holds. If one does: *before becomes the sum of the bins above it, *prefix gains it as the
+// digit at `shift`, and it returns true; else both stay and it returns false.
+template <typename Crosses>
+__device__ bool TakeCrossingBin(const double* hist, const Crosses& crosses, int shift,
+                                uint32_t prefix, double* before, uint32_t* out_prefix) {
+  double acc = *before;
+  for (int b = 255; b >= 0; --b) {
+    if (crosses(acc + hist[b])) {
+      *before = acc;
+      *out_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      return true;
+    }
+    acc += hist[b];
+  }
+  return false;
+}
+
 // One row as the select sees it: x[i] = load(row, i) / temperature (1: raw), the mass of an
 // element exp(double(x) - max).
 template <typename T>
@@ -226,20 +245,7 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      double acc = sh.before;
-      int bin = -1;
-      for (int b = 255; b >= 0; --b) {
-        if (crosses(acc + sh.hist[b])) {
-          bin = b;
-          break;
-        }
-        acc += sh.hist[b];
-      }
-      sh.found = bin >= 0;
-      if (bin >= 0) {
-        sh.before = acc;
-        sh.prefix = prefix | (static_cast<uint32_t>(bin) << shift);
-      }
+      sh.found = TakeCrossingBin(sh.hist, crosses, shift, prefix, &sh.before, &sh.prefix);
     }
     __syncthreads();
     if (!sh.found) return false;
@@ -654,20 +660,7 @@ struct Slice {
       slot_h ^= 1;
       __syncthreads();
       if (threadIdx.x == 0) {
-        double acc = sh.before;
-        int bin = -1;
-        for (int b = 255; b >= 0; --b) {
-          if (crosses(acc + sh.total[b])) {
-            bin = b;
-            break;
-          }
-          acc += sh.total[b];
-        }
-        sh.found = bin >= 0;
-        if (bin >= 0) {
-          sh.before = acc;
-          sh.prefix = prefix | (static_cast<uint32_t>(bin) << shift);
-        }
+        sh.found = TakeCrossingBin(sh.total, crosses, shift, prefix, &sh.before, &sh.prefix);
       }
       __syncthreads();
       if (!sh.found) return false;  // the same in every CTA: they summed the same totals
