@@ -215,8 +215,8 @@ struct Row {
 // of its weight (1 per element when `count`, else its mass) reaches `target` (`strict`: exceeds
 // it). Returns whether one does; the Cut through it goes to *out.
 template <typename T>
-__device__ bool Select(const Row<T>& row, const Cut& within, bool count, double target,
-                       bool strict, Cut* out, Shared& sh) {
+__device__ bool Select(const Row<T>& row, const Cut& within, bool count, double target, bool strict,
+                       Cut* out, Shared& sh) {
   auto crosses = [&](double acc) { return strict ? acc > target : acc >= target; };
   if (threadIdx.x == 0) sh.before = 0, sh.prefix = 0, sh.found = 0;
   uint32_t mask = 0;
@@ -258,11 +258,12 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
   double mine = 0;
   for (int64_t i = lo; i < hi; ++i) {
     const float x = row.X(i);
-    if (Key(x) == key && In(key, static_cast<int32_t>(i), within)) mine += count ? 1.0 : row.Mass(x);
+    if (Key(x) == key && In(key, static_cast<int32_t>(i), within))
+      mine += count ? 1.0 : row.Mass(x);
   }
   if (threadIdx.x == 0) sh.tie_id = INT_MAX;
   double acc = sh.before + BlockExclusiveSum(mine, sh);  // its syncs publish tie_id
-  if (!crosses(acc) && crosses(acc + mine)) {  // exactly one thread's chunk crosses
+  if (!crosses(acc) && crosses(acc + mine)) {            // exactly one thread's chunk crosses
     for (int64_t i = lo; i < hi; ++i) {
       const float x = row.X(i);
       if (Key(x) != key || !In(key, static_cast<int32_t>(i), within)) continue;
@@ -366,6 +367,7 @@ __device__ int32_t Draw(const T* data, int64_t vocab, const strata_sample_params
   Cut keep = all;
   if (p.top_k > 0 && p.top_k < vocab) Select(row, all, true, p.top_k, false, &keep, sh);
   const double total = MassIn(row, keep, sh);
+  const Cut counted = keep;
   if (p.top_p < 1.0f) {
     Cut c;
     if (Select(row, keep, false, static_cast<double>(p.top_p) * total, false, &c, sh)) keep = c;
@@ -384,7 +386,9 @@ __device__ int32_t Draw(const T* data, int64_t vocab, const strata_sample_params
     lowest = BlockMin(lowest, sh);
     if (lowest > keep.key) keep = Cut{lowest, INT_MAX};
   }
-  const double kept = MassIn(row, keep, sh);
+  // (the same sum again when neither cut moved)
+  const bool moved = keep.key != counted.key || keep.id != counted.id;
+  const double kept = moved ? MassIn(row, keep, sh) : total;
   Cut at;
   if (Select(row, keep, false, p.uniform * kept, true, &at, sh)) return at.id;
   return Extreme(row, keep, true, sh);
@@ -472,6 +476,9 @@ __global__ void __launch_bounds__(kThreads)
 // shared memory only, over 1/kCtas of the row, and the CTAs combine their parts through
 // distributed shared memory. The rule, the order of the candidates and the passes are the same
 // as the one-block kernel's; only the order in which doubles are summed differs (rank by rank).
+// A top-k of at most kMaxGather ids (rows without logprobs) is gathered into rank 0 once it is
+// cut, and rank 0 runs the rest of the rule alone over those ids while the other seven CTAs
+// leave (at a full GPU their SMs take the next rows' clusters).
 //
 // Exchange: a CTA's part goes into one of two alternating slots of its own shared memory, one
 // cluster barrier publishes it, and every CTA combines all the parts in rank order (so all get
@@ -482,37 +489,38 @@ namespace cl {
 namespace cg = cooperative_groups;
 
 constexpr int kCtas = 8;  // the portable cluster size
-#ifndef STRATA_SAMPLE_THREADS
-#define STRATA_SAMPLE_THREADS 512
-#endif
-// 512 threads at <= 64 registers: two CTAs per SM (a batch of rows fills the GPU); the define
-// is for timing other sizes.
-constexpr int kThreads = STRATA_SAMPLE_THREADS;
-constexpr int kWarps = kThreads / 32;
+constexpr int kMaxWarps = 32;
 // Keys one CTA keeps (4 bytes each, 192 KiB): rows up to kCtas * kMaxSlice wide use this path.
 constexpr int64_t kMaxSlice = 48 * 1024;
+// A top-k cut of at most this many elements is gathered into rank 0, which draws alone.
+constexpr int kMaxGather = 1024;
 
 struct Shared {
   double hist[2][256];  // this CTA's radix histogram (alternating slots)
   double total[256];    // the cluster's
-  double warp_d[kWarps];
-  float warp_f[kWarps];
-  int32_t warp_i[kWarps];
+  double warp_d[kMaxWarps];
+  float warp_f[kMaxWarps];
+  int32_t warp_i[kMaxWarps];
   double part_d[2];  // this CTA's part of an exchange (alternating slots)
   float part_f[2];
   int32_t part_i[2];
   double before;
   uint32_t prefix;
   int found;
+  // Rank 0's copy of a small kept set (Slice::Gather): keys and ids in id order.
+  uint32_t gather_keys[kMaxGather];
+  int32_t gather_ids[kMaxGather];
 };
 
 __device__ __forceinline__ float FromKey(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// One row's slice as this CTA sees it. keys[j] is the key of id lo + j (scaled by the
-// temperature while drawing; raw for greedy and logprobs).
+// One row's slice as this CTA (of kThreads threads) sees it. keys[j] is the key of id lo + j
+// (scaled by the temperature while drawing; raw for greedy and logprobs).
+template <int kThreads>
 struct Slice {
+  static constexpr int kWarps = kThreads / 32;
   cg::cluster_group cluster;
   Shared& sh;
   uint32_t* keys;
@@ -521,8 +529,21 @@ struct Slice {
   int n;           // ids this CTA owns (0 past the row's end)
   double max = 0;  // mass of x: exp(double(x) - max)
   int slot_d = 0, slot_h = 0;
+  // After Gather, in rank 0: keys[j] is the key of id ids[j], and the exchanges take this
+  // CTA's part only (ranks 1, block barriers instead of cluster barriers).
+  const int32_t* ids = nullptr;
+  int ranks = kCtas;
 
   __device__ double Mass(float x) const { return exp(static_cast<double>(x) - max); }
+  __device__ int32_t Id(int j) const { return ids != nullptr ? ids[j] : lo + j; }
+  // Publishes the parts written before it to every CTA of the exchange.
+  __device__ void Publish() {
+    if (ranks > 1) {
+      cluster.sync();
+    } else {
+      __syncthreads();
+    }
+  }
 
   // The sum over the cluster of every thread's `v` (identical in every thread of every CTA).
   __device__ double Sum(double v) {
@@ -535,9 +556,9 @@ struct Slice {
       for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
       if (lane == 0) sh.part_d[slot_d] = t;
     }
-    cluster.sync();
+    Publish();
     double total = 0;
-    for (int r = 0; r < kCtas; ++r) total += cluster.map_shared_rank(sh.part_d, r)[slot_d];
+    for (int r = 0; r < ranks; ++r) total += cluster.map_shared_rank(sh.part_d, r)[slot_d];
     slot_d ^= 1;
     return total;
   }
@@ -546,7 +567,7 @@ struct Slice {
   // thread).
   __device__ double RanksBelow(double cta_total) {
     if (threadIdx.x == kThreads - 1) sh.part_d[slot_d] = cta_total;
-    cluster.sync();
+    Publish();
     double below = 0;
     for (int r = 0; r < rank; ++r) below += cluster.map_shared_rank(sh.part_d, r)[slot_d];
     slot_d ^= 1;
@@ -563,9 +584,9 @@ struct Slice {
       for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
       if (lane == 0) sh.part_i[slot_d] = static_cast<int32_t>(t);
     }
-    cluster.sync();
+    Publish();
     uint32_t m = UINT32_MAX;
-    for (int r = 0; r < kCtas; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       m = min(m, static_cast<uint32_t>(cluster.map_shared_rank(sh.part_i, r)[slot_d]));
     }
     slot_d ^= 1;
@@ -584,9 +605,9 @@ struct Slice {
       WarpFirst(t, ti);
       if (lane == 0) sh.part_f[slot_d] = t, sh.part_i[slot_d] = ti;
     }
-    cluster.sync();
+    Publish();
     v = -INFINITY, id = INT_MAX;
-    for (int r = 0; r < kCtas; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       const float ov = cluster.map_shared_rank(sh.part_f, r)[slot_d];
       const int32_t oi = cluster.map_shared_rank(sh.part_i, r)[slot_d];
       if (Before(ov, oi, v, id)) v = ov, id = oi;
@@ -600,7 +621,7 @@ struct Slice {
     int32_t id = last ? -1 : INT_MAX;
     for (int j = threadIdx.x; j < n; j += kThreads) {
       const uint32_t k = keys[j];
-      const int32_t i = lo + j;
+      const int32_t i = Id(j);
       if (!In(k, i, c)) continue;
       const float x = FromKey(k);
       if (last ? Before(-x, -i, -v, -id) : Before(x, i, v, id)) v = x, id = i;
@@ -621,7 +642,7 @@ struct Slice {
     double s = 0;
     for (int j = threadIdx.x; j < n; j += kThreads) {
       const uint32_t k = keys[j];
-      if (In(k, lo + j, c)) s += Mass(FromKey(k));
+      if (In(k, Id(j), c)) s += Mass(FromKey(k));
     }
     return Sum(s);
   }
@@ -643,7 +664,7 @@ struct Slice {
         double w = 0;
         if (j < n) {
           const uint32_t k = keys[j];
-          if ((k & mask) == prefix && In(k, lo + j, within)) {
+          if ((k & mask) == prefix && In(k, Id(j), within)) {
             active = true;
             bin = (k >> shift) & 255u;
             w = count ? 1.0 : Mass(FromKey(k));
@@ -651,10 +672,10 @@ struct Slice {
         }
         AddToBins(hist, active, bin, w);
       }
-      cluster.sync();  // every CTA's histogram is complete
+      Publish();  // every CTA's histogram is complete
       for (int b = threadIdx.x; b < 256; b += kThreads) {
         double t = 0;
-        for (int r = 0; r < kCtas; ++r) t += cluster.map_shared_rank(sh.hist[slot_h], r)[b];
+        for (int r = 0; r < ranks; ++r) t += cluster.map_shared_rank(sh.hist[slot_h], r)[b];
         sh.total[b] = t;
       }
       slot_h ^= 1;
@@ -674,17 +695,17 @@ struct Slice {
     const int jlo = threadIdx.x * chunk, jhi = min(n, jlo + chunk);
     double mine = 0;
     for (int j = jlo; j < jhi; ++j) {
-      if (keys[j] == key && In(key, lo + j, within)) mine += count ? 1.0 : Mass(FromKey(key));
+      if (keys[j] == key && In(key, Id(j), within)) mine += count ? 1.0 : Mass(FromKey(key));
     }
     const double in_cta = BlockExclusive(mine);
     double acc = before + RanksBelow(in_cta + mine) + in_cta;
     int32_t tie = INT_MAX;
     if (!crosses(acc) && crosses(acc + mine)) {
       for (int j = jlo; j < jhi; ++j) {
-        if (keys[j] != key || !In(key, lo + j, within)) continue;
+        if (keys[j] != key || !In(key, Id(j), within)) continue;
         acc += count ? 1.0 : Mass(FromKey(key));
         if (crosses(acc)) {
-          tie = lo + j;
+          tie = Id(j);
           break;
         }
       }
@@ -692,6 +713,49 @@ struct Slice {
     const uint32_t found = Min(static_cast<uint32_t>(tie));
     if (found == static_cast<uint32_t>(INT_MAX)) return false;  // rounding: no crossing
     *out = Cut{key, static_cast<int32_t>(found)};
+    return true;
+  }
+
+  // A small cut's elements in one CTA: copies the elements inside `keep` into rank 0's gather
+  // buffer in id order (each CTA's own in id order, the CTAs in rank order) when there are at
+  // most kMaxGather of them. Rank 0's slice then becomes that buffer and it exchanges with
+  // itself alone; the other CTAs get ranks = 0 and must leave without touching rank 0's shared
+  // memory again (nothing reads theirs after this). Returns false, changing nothing, when the
+  // cut is larger (the same answer in every CTA).
+  __device__ bool Gather(const Cut& keep) {
+    const int chunk = (n + kThreads - 1) / kThreads;
+    const int jlo = threadIdx.x * chunk, jhi = min(n, jlo + chunk);
+    double mine = 0;  // counts, exact in double
+    for (int j = jlo; j < jhi; ++j) mine += In(keys[j], lo + j, keep) ? 1.0 : 0.0;
+    const double in_cta = BlockExclusive(mine);
+    if (threadIdx.x == kThreads - 1) sh.part_d[slot_d] = in_cta + mine;
+    cluster.sync();
+    double below = 0, total = 0;
+    for (int r = 0; r < kCtas; ++r) {
+      const double c = cluster.map_shared_rank(sh.part_d, r)[slot_d];
+      if (r < rank) below += c;
+      total += c;
+    }
+    slot_d ^= 1;
+    if (total > kMaxGather) return false;
+    uint32_t* to_keys = cluster.map_shared_rank(sh.gather_keys, 0);
+    int32_t* to_ids = cluster.map_shared_rank(sh.gather_ids, 0);
+    int at = static_cast<int>(below + in_cta);
+    for (int j = jlo; j < jhi; ++j) {
+      if (!In(keys[j], lo + j, keep)) continue;
+      to_keys[at] = keys[j];
+      to_ids[at] = lo + j;
+      ++at;
+    }
+    cluster.sync();  // rank 0's buffer is complete
+    if (rank == 0) {
+      keys = sh.gather_keys;
+      ids = sh.gather_ids;
+      n = static_cast<int>(total);
+      ranks = 1;
+    } else {
+      ranks = 0;
+    }
     return true;
   }
 
@@ -713,8 +777,8 @@ struct Slice {
 };
 
 // Loads ids [lo, lo + n) of a row as keys: of x / temperature (temperature > 0) or of x.
-template <typename T>
-__device__ void LoadKeys(const T* data, float temperature, Slice& s) {
+template <int kThreads, typename T>
+__device__ void LoadKeys(const T* data, float temperature, Slice<kThreads>& s) {
   auto key = [temperature](float v) {
     return Key(temperature > 0.0f ? __fdiv_rn(v, temperature) : v);
   };
@@ -747,15 +811,23 @@ __device__ void LoadKeys(const T* data, float temperature, Slice& s) {
   __syncthreads();
 }
 
-// Draw of the one-block kernel, over the slices (keys of x / temperature loaded).
-__device__ int32_t Draw(const strata_sample_params& p, int64_t vocab, Slice& s) {
+// Draw of the one-block kernel, over the slices (keys of x / temperature loaded). With
+// `gather`, a top-k cut of at most kMaxGather elements is gathered into rank 0, which draws
+// alone while the other CTAs leave (s.ranks == 0 in them; their return value is not an id).
+template <int kThreads>
+__device__ int32_t Draw(const strata_sample_params& p, int64_t vocab, bool gather,
+                        Slice<kThreads>& s) {
   const Cut all;
   float max = 0;
   s.Extreme(all, false, &max);
   s.max = max;
   Cut keep = all;
-  if (p.top_k > 0 && p.top_k < vocab) s.Select(all, true, p.top_k, false, &keep);
+  if (p.top_k > 0 && p.top_k < vocab && s.Select(all, true, p.top_k, false, &keep) && gather &&
+      p.top_k <= kMaxGather && s.Gather(keep) && s.ranks == 0) {
+    return -1;
+  }
   const double total = s.MassIn(keep);
+  const Cut counted = keep;
   if (p.top_p < 1.0f) {
     Cut c;
     if (s.Select(keep, false, static_cast<double>(p.top_p) * total, false, &c)) keep = c;
@@ -765,21 +837,23 @@ __device__ int32_t Draw(const strata_sample_params& p, int64_t vocab, Slice& s) 
     uint32_t lowest = UINT32_MAX;
     for (int j = threadIdx.x; j < s.n; j += kThreads) {
       const uint32_t k = s.keys[j];
-      if (In(k, s.lo + j, keep) && s.Mass(FromKey(k)) / total >= threshold) lowest = min(lowest, k);
+      if (In(k, s.Id(j), keep) && s.Mass(FromKey(k)) / total >= threshold) lowest = min(lowest, k);
     }
     lowest = s.Min(lowest);
     if (lowest > keep.key) keep = Cut{lowest, INT_MAX};
   }
-  const double kept = s.MassIn(keep);
+  // (the same sum again when neither cut moved)
+  const bool moved = keep.key != counted.key || keep.id != counted.id;
+  const double kept = moved ? s.MassIn(keep) : total;
   Cut at;
   if (s.Select(keep, false, p.uniform * kept, true, &at)) return at.id;
   return s.Extreme(keep, true);
 }
 
 // Logprobs of the one-block kernel over the slices (raw keys loaded); rank 0 writes.
-template <typename T>
+template <int kThreads, typename T>
 __device__ void Logprobs(const T* data, int32_t token, int count, float* lp, int32_t* top,
-                         Slice& s) {
+                         Slice<kThreads>& s) {
   float max = 0;
   s.Extreme(Cut{}, false, &max);
   double e = 0;
@@ -806,8 +880,11 @@ __device__ void Logprobs(const T* data, int32_t token, int count, float* lp, int
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(cl::kThreads, cl::kThreads >= 1024 ? 1 : 2)
+// kThreads: 1,024 while the clusters fit the GPU in one wave (a few rows: more warps hide the
+// latency of each CTA's passes); 512 (two CTAs per SM) for more rows, where the GPU is full and
+// fewer threads per CTA spend less on barriers and reductions. <= 64 registers either way.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, kThreads >= 1024 ? 1 : 2)
     SampleClusterKernel(const T* logits, int64_t stride, int64_t vocab, int slice,
                         const strata_sample_params* params, int32_t* tokens, float* logprobs,
                         int64_t lp_stride, int32_t* top_ids, int64_t top_stride) {
@@ -818,8 +895,8 @@ __global__ void __launch_bounds__(cl::kThreads, cl::kThreads >= 1024 ? 1 : 2)
   const int64_t r = blockIdx.x / kCtas;
   const int32_t lo = rank * slice;
   const int64_t left = vocab - lo;
-  Slice s{cluster, sh, keys,
-          rank,    lo, static_cast<int>(left < 0 ? 0 : (left < slice ? left : slice))};
+  const int n = static_cast<int>(left < 0 ? 0 : (left < slice ? left : slice));
+  Slice<kThreads> s{cluster, sh, keys, rank, lo, n};
   WaitForPrerequisites();  // the logits (programmatic dependent launch)
   AllowDependents();
   const T* data = logits + r * stride;
@@ -829,9 +906,13 @@ __global__ void __launch_bounds__(cl::kThreads, cl::kThreads >= 1024 ? 1 : 2)
   // the cluster: they leave together, before any exchange).
   if (!ClusterRow(p, want_logprobs)) return;
   LoadKeys(data, p.temperature, s);
-  const int32_t token = p.temperature == 0.0f ? s.Extreme(Cut{}, false) : Draw(p, vocab, s);
+  const bool with_logprobs = p.num_logprobs >= 0 && want_logprobs;
+  // (logprobs need every CTA's slice again, so such rows keep the cluster to the end)
+  const int32_t token =
+      p.temperature == 0.0f ? s.Extreme(Cut{}, false) : Draw(p, vocab, !with_logprobs, s);
+  if (s.ranks == 0) return;  // rank 0 drew alone (Gather)
   if (rank == 0 && threadIdx.x == 0) tokens[r] = token;
-  if (p.num_logprobs >= 0 && want_logprobs) {
+  if (with_logprobs) {
     if (p.temperature > 0.0f) {
       __syncthreads();  // (the draw's last exchange already kept its readers of keys apart)
       LoadKeys(data, 0.0f, s);
@@ -840,7 +921,9 @@ __global__ void __launch_bounds__(cl::kThreads, cl::kThreads >= 1024 ? 1 : 2)
     Logprobs(data, token, static_cast<int>(count < vocab ? count : vocab), logprobs + r * lp_stride,
              top_ids + r * top_stride, s);
   }
-  cluster.sync();  // no CTA leaves while another may still read its shared memory
+  // No CTA leaves while another may still read its shared memory (after a Gather nothing reads
+  // another CTA's).
+  if (s.ranks > 1) cluster.sync();
 }
 
 }  // namespace cl
@@ -862,6 +945,35 @@ cudaError_t LaunchOneBlock(const void* logits, bool f32, int64_t stride, int64_t
                    lp_stride, top_ids, top_stride, plain_only);
 }
 
+// The cluster kernel over `rows` rows, kThreads threads per CTA, with programmatic dependent
+// launch (it waits for the one-block kernel launched just before it).
+template <typename T, int kThreads>
+cudaError_t LaunchCluster(const T* logits, int64_t stride, int64_t rows, int64_t vocab, int slice,
+                          const strata_sample_params* params, int32_t* tokens, float* logprobs,
+                          int64_t lp_stride, int32_t* top_ids, int64_t top_stride,
+                          cudaStream_t stream) {
+  // One limit for every launch (the attribute is set once per kernel).
+  constexpr int kSmemLimit = static_cast<int>(cl::kMaxSlice * sizeof(uint32_t));
+  cudaError_t err = AllowDynamicSmem<cl::SampleClusterKernel<T, kThreads>>(kSmemLimit);
+  if (err != cudaSuccess) return err;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = cl::kCtas;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows * cl::kCtas));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(slice) * sizeof(uint32_t);
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  return cudaLaunchKernelEx(&config, cl::SampleClusterKernel<T, kThreads>, logits, stride, vocab,
+                            slice, params, tokens, logprobs, lp_stride, top_ids, top_stride);
+}
+
 }  // namespace
 
 cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t rows, int64_t vocab,
@@ -877,36 +989,21 @@ cudaError_t LaunchSample(const void* logits, bool f32, int64_t stride, int64_t r
     cudaError_t err = LaunchOneBlock(logits, f32, stride, rows, vocab, params, tokens, logprobs,
                                      lp_stride, top_ids, top_stride, /*plain_only=*/true, stream);
     if (err != cudaSuccess) return err;
-    // One limit for every launch (the attribute is set once per kernel).
-    constexpr int kSmemLimit = static_cast<int>(cl::kMaxSlice * sizeof(uint32_t));
-    const int smem = static_cast<int>(slice * sizeof(uint32_t));
-    auto launch = [&](auto kernel, auto typed_logits) {
-      cudaLaunchAttribute attrs[2];
-      attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[0].val.programmaticStreamSerializationAllowed = 1;
-      attrs[1].id = cudaLaunchAttributeClusterDimension;
-      attrs[1].val.clusterDim.x = cl::kCtas;
-      attrs[1].val.clusterDim.y = 1;
-      attrs[1].val.clusterDim.z = 1;
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(rows * cl::kCtas));
-      config.blockDim = dim3(cl::kThreads);
-      config.dynamicSmemBytes = static_cast<size_t>(smem);
-      config.stream = stream;
-      config.attrs = attrs;
-      config.numAttrs = 2;
-      return cudaLaunchKernelEx(&config, kernel, typed_logits, stride, vocab,
-                                static_cast<int>(slice), params, tokens, logprobs, lp_stride,
-                                top_ids, top_stride);
-    };
+    const int slice32 = static_cast<int>(slice);
+    // One wave of single-CTA SMs: 1,024 threads; more rows: 512 (two CTAs per SM).
+    const bool wide = rows * cl::kCtas <= SmCount();
     if (f32) {
-      err = AllowDynamicSmem<cl::SampleClusterKernel<float>>(kSmemLimit);
-      if (err != cudaSuccess) return err;
-      return launch(cl::SampleClusterKernel<float>, static_cast<const float*>(logits));
+      const auto* x = static_cast<const float*>(logits);
+      return wide ? LaunchCluster<float, 1024>(x, stride, rows, vocab, slice32, params, tokens,
+                                               logprobs, lp_stride, top_ids, top_stride, stream)
+                  : LaunchCluster<float, 512>(x, stride, rows, vocab, slice32, params, tokens,
+                                              logprobs, lp_stride, top_ids, top_stride, stream);
     }
-    err = AllowDynamicSmem<cl::SampleClusterKernel<bf16>>(kSmemLimit);
-    if (err != cudaSuccess) return err;
-    return launch(cl::SampleClusterKernel<bf16>, static_cast<const bf16*>(logits));
+    const auto* x = static_cast<const bf16*>(logits);
+    return wide ? LaunchCluster<bf16, 1024>(x, stride, rows, vocab, slice32, params, tokens,
+                                            logprobs, lp_stride, top_ids, top_stride, stream)
+                : LaunchCluster<bf16, 512>(x, stride, rows, vocab, slice32, params, tokens,
+                                           logprobs, lp_stride, top_ids, top_stride, stream);
   }
   return LaunchSampleOneBlock(logits, f32, stride, rows, vocab, params, tokens, logprobs, lp_stride,
                               top_ids, top_stride, stream);
