@@ -360,9 +360,11 @@ std::string ConnectHost(const std::string& bind_host) {
 
 namespace {
 
-// The lower-tier flags of a worker (none while kv_tiers.host_mb is 0).
-void AppendKvTierFlags(const ClusterConfig& c, const std::string& id,
-                       const std::vector<std::string>& kvstores, std::vector<std::string>& argv) {
+// The lower-tier flags of a worker (none while kv_tiers.host_mb is 0). With kvstore daemons in
+// the cluster, G4 follows the daemons registered with the router, as on Kubernetes: a daemon
+// that restarts or is added is picked up without restarting the workers.
+void AppendKvTierFlags(const ClusterConfig& c, const std::string& id, bool kvstores,
+                       std::vector<std::string>& argv) {
   const auto& t = c.kv_tiers;
   if (t.host_mb == 0) return;
   argv.insert(argv.end(), {"--kv-host-mb", absl::StrCat(t.host_mb), "--kv-host-policy",
@@ -373,7 +375,7 @@ void AppendKvTierFlags(const ClusterConfig& c, const std::string& id,
                              absl::StrCat(t.disk_mb), "--kv-disk-policy", t.disk_policy,
                              "--kv-disk-admit-uses", absl::StrCat(t.disk_admit_uses)});
   }
-  for (const auto& address : kvstores) argv.insert(argv.end(), {"--kv-remote", address});
+  if (kvstores) argv.push_back("--kv-remote-from-router");
 }
 
 ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const std::string& id,
@@ -401,7 +403,7 @@ ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const st
 
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
                        const std::string& role, const std::string& id, std::pair<int, int> ports,
-                       const std::string& log_dir, const std::vector<std::string>& kvstores) {
+                       const std::string& log_dir, bool kvstores) {
   const std::string router = absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
   std::vector<std::string> argv = {exe,
                                    "worker",
@@ -475,12 +477,11 @@ ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
       ProcessSpec{"router", std::move(argv), http + "/ready", log_dir + "/router.log"});
   plan.url = http + "/v1";
   const size_t workers = size_t(c.prefill.count + c.decode.count + c.mixed.count);
-  std::vector<std::string> kvstores;
   for (int i = 0; i < c.kv_tiers.kvstore_count && workers + i < worker_ports.size(); ++i) {
     const auto ports = worker_ports[workers + i];
     plan.kvstores.push_back(KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir));
-    kvstores.push_back(absl::StrCat(ConnectHost(c.host), ":", ports.second));
   }
+  const bool kvstores = !plan.kvstores.empty();
   size_t next = 0;
   for (const auto& [role, count] : {std::pair<std::string, int>{"prefill", c.prefill.count},
                                     {"decode", c.decode.count},

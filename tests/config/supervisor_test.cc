@@ -318,12 +318,12 @@ TEST(ClusterPlanTest, KvTiersAddDaemonsAndWorkerTierFlags) {
   EXPECT_EQ(plan.kvstores[0].ready_url, "http://127.0.0.1:8103/health");
   ASSERT_EQ(plan.workers.size(), 2u);
   const auto& argv = plan.workers[0].argv;
-  const std::vector<std::string> tail(argv.end() - 18, argv.end());
+  const std::vector<std::string> tail(argv.end() - 17, argv.end());
   EXPECT_THAT(tail, ElementsAre("--kv-host-mb", "64", "--kv-host-policy", "lru", "--kv-offload",
                                 "write-back", "--kv-staging-mb", "64", "--kv-disk-path",
                                 "/data/kv/prefill-0",
                                 "--kv-disk-mb", "1024", "--kv-disk-policy", "lru",
-                                "--kv-disk-admit-uses", "2", "--kv-remote", "127.0.0.1:9103"));
+                                "--kv-disk-admit-uses", "2", "--kv-remote-from-router"));
 }
 
 }  // namespace

@@ -130,6 +130,15 @@ class PrometheusE2ETest(unittest.TestCase):
                     return has_value(expr)()
                 result = wait_until(poke_and_check, 60, expr)
                 self.assertTrue(result, expr)
+            # The workers found the daemon through the router (`strata up` runs them with
+            # --kv-remote-from-router) and connected to it: every pool's minimum is 1.
+            def daemon_connected():
+                result = get_json(f"{api}/query?" + urllib.parse.urlencode(
+                    {"query": 'job_state:strata_worker_kv_remote_daemons:min{state="connected"}'}
+                ))["data"]["result"]
+                jobs = {r["metric"].get("job"): float(r["value"][1]) for r in result}
+                return jobs if len(jobs) == 2 and set(jobs.values()) == {1.0} else None
+            wait_until(daemon_connected, 60, "every pool connected to the kvstore daemon")
             attainment = float(get_json(f"{api}/query?" + urllib.parse.urlencode(
                 {"query": "strata:ttft_slo_attainment:ratio_rate5m"}))["data"]["result"][0]
                 ["value"][1])
