@@ -177,6 +177,16 @@ __device__ __forceinline__ void AddToBins(double* hist, bool active, uint32_t bi
   }
 }
 
+// hist[bin] += 1 for every active lane of the warp: one atomic per distinct bin, by its lowest
+// lane. Called by every lane of the warp.
+__device__ __forceinline__ void CountToBins(uint32_t* hist, bool active, uint32_t bin) {
+  if (__ballot_sync(0xffffffffu, active) == 0) return;
+  const unsigned peers = __match_any_sync(0xffffffffu, active ? bin : 0xffffffffu);
+  if (active && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+    atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+  }
+}
+
 // One radix pass's decision, by one thread: scanning `hist` from the top bin with the running
 // sum *before (what the bins above the prefix held), finds the bin where crosses(sum) first
 // holds. If one does: *before becomes the sum of the bins above it, *prefix gains it as the
@@ -496,8 +506,9 @@ constexpr int64_t kMaxSlice = 48 * 1024;
 constexpr int kMaxGather = 1024;
 
 struct Shared {
-  double hist[2][256];  // this CTA's radix histogram (alternating slots)
-  double total[256];    // the cluster's
+  double hist[2][256];     // this CTA's radix histogram (alternating slots)
+  uint32_t count[2][256];  // the same for a count select
+  double total[256];       // the cluster's
   double warp_d[kMaxWarps];
   float warp_f[kMaxWarps];
   int32_t warp_i[kMaxWarps];
@@ -536,6 +547,9 @@ struct Slice {
 
   __device__ double Mass(float x) const { return exp(static_cast<double>(x) - max); }
   __device__ int32_t Id(int j) const { return ids != nullptr ? ids[j] : lo + j; }
+  // The length of the contiguous run of the slice each thread takes where id order matters
+  // (ties, Gather): odd, so that the warp's lanes, a run apart, read 32 different banks.
+  __device__ int Chunk() const { return (n + kThreads - 1) / kThreads | 1; }
   // Publishes the parts written before it to every CTA of the exchange.
   __device__ void Publish() {
     if (ranks > 1) {
@@ -653,8 +667,11 @@ struct Slice {
     if (threadIdx.x == 0) sh.before = 0, sh.prefix = 0;
     uint32_t mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
+      // Counts go to an integer histogram (one atomic per distinct bin per warp, no rounds);
+      // their sums in double are exact, so the totals are the same as with doubles.
       double* hist = sh.hist[slot_h];
-      for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+      uint32_t* counts = sh.count[slot_h];
+      for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0, counts[b] = 0;
       __syncthreads();
       const uint32_t prefix = sh.prefix;
       for (int base = 0; base < n; base += kThreads) {
@@ -667,15 +684,22 @@ struct Slice {
           if ((k & mask) == prefix && In(k, Id(j), within)) {
             active = true;
             bin = (k >> shift) & 255u;
-            w = count ? 1.0 : Mass(FromKey(k));
+            if (!count) w = Mass(FromKey(k));
           }
         }
-        AddToBins(hist, active, bin, w);
+        if (count) {
+          CountToBins(counts, active, bin);
+        } else {
+          AddToBins(hist, active, bin, w);
+        }
       }
       Publish();  // every CTA's histogram is complete
       for (int b = threadIdx.x; b < 256; b += kThreads) {
         double t = 0;
-        for (int r = 0; r < ranks; ++r) t += cluster.map_shared_rank(sh.hist[slot_h], r)[b];
+        for (int r = 0; r < ranks; ++r) {
+          t += count ? static_cast<double>(cluster.map_shared_rank(sh.count[slot_h], r)[b])
+                     : cluster.map_shared_rank(sh.hist[slot_h], r)[b];
+        }
         sh.total[b] = t;
       }
       slot_h ^= 1;
@@ -691,7 +715,7 @@ struct Slice {
     // the CTAs' sums follow in rank order.
     const uint32_t key = sh.prefix;
     const double before = sh.before;
-    const int chunk = (n + kThreads - 1) / kThreads;
+    const int chunk = Chunk();
     const int jlo = threadIdx.x * chunk, jhi = min(n, jlo + chunk);
     double mine = 0;
     for (int j = jlo; j < jhi; ++j) {
@@ -723,7 +747,7 @@ struct Slice {
   // memory again (nothing reads theirs after this). Returns false, changing nothing, when the
   // cut is larger (the same answer in every CTA).
   __device__ bool Gather(const Cut& keep) {
-    const int chunk = (n + kThreads - 1) / kThreads;
+    const int chunk = Chunk();
     const int jlo = threadIdx.x * chunk, jhi = min(n, jlo + chunk);
     double mine = 0;  // counts, exact in double
     for (int j = jlo; j < jhi; ++j) mine += In(keys[j], lo + j, keep) ? 1.0 : 0.0;
@@ -818,14 +842,16 @@ template <int kThreads>
 __device__ int32_t Draw(const strata_sample_params& p, int64_t vocab, bool gather,
                         Slice<kThreads>& s) {
   const Cut all;
-  float max = 0;
-  s.Extreme(all, false, &max);
-  s.max = max;
   Cut keep = all;
+  // A count select needs no masses, so the largest x is found after the top-k cut, over the
+  // gathered ids when they are gathered (the cut holds the row's first element).
   if (p.top_k > 0 && p.top_k < vocab && s.Select(all, true, p.top_k, false, &keep) && gather &&
       p.top_k <= kMaxGather && s.Gather(keep) && s.ranks == 0) {
     return -1;
   }
+  float max = 0;
+  s.Extreme(all, false, &max);
+  s.max = max;
   const double total = s.MassIn(keep);
   const Cut counted = keep;
   if (p.top_p < 1.0f) {
