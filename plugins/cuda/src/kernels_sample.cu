@@ -268,8 +268,9 @@ __device__ bool Select(const Row<T>& row, const Cut& within, bool count, double 
   double mine = 0;
   for (int64_t i = lo; i < hi; ++i) {
     const float x = row.X(i);
-    if (Key(x) == key && In(key, static_cast<int32_t>(i), within))
+    if (Key(x) == key && In(key, static_cast<int32_t>(i), within)) {
       mine += count ? 1.0 : row.Mass(x);
+    }
   }
   if (threadIdx.x == 0) sh.tie_id = INT_MAX;
   double acc = sh.before + BlockExclusiveSum(mine, sh);  // its syncs publish tie_id
