@@ -1,9 +1,10 @@
 // `strata up`: config -> resolved model and ports -> router and workers as child processes ->
 // wait for /ready -> serve until a signal -> stop workers, then the router.
 //
-// A child that dies while serving is reported on stderr and not restarted: a worker's death
-// leaves the rest serving (the router stops routing to it), the router's death stops the whole
-// cluster with exit status 1, since nothing can be served without it.
+// A worker or kvstore daemon that ends while serving is reported on stderr and started again
+// by the restart.* rules (a failure by default, with backoff; the rest keeps serving meanwhile,
+// the router routes around it). The router's death stops the whole cluster with exit status 1,
+// since nothing can be served without it (its registry and KV index go with it).
 #include "cmd_up.h"
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -27,7 +29,7 @@ namespace {
 
 struct UpFlags {
   std::string config_path;
-  std::string model, host, log_dir;
+  std::string model, host, log_dir, restart;
   int port = -1, prefill = -1, decode = -1, mixed = -1;  // -1 = keep the config's value
   double grace_seconds = 10;
   double ready_timeout_seconds = 120;
@@ -42,6 +44,8 @@ void AddFlags(ArgParser& p, UpFlags& f) {
   p.AddInt("--decode", &f.decode, "override: number of decode workers");
   p.AddInt("--mixed", &f.mixed, "override: number of mixed (prefill+decode) workers");
   p.AddString("--log-dir", &f.log_dir, "override: directory for <process>.log files");
+  p.AddString("--restart", &f.restart,
+              "override: restart.policy, on-failure | always | never (workers and kvstores)");
   p.AddDouble("--grace-seconds", &f.grace_seconds,
               "on shutdown, seconds to wait after SIGTERM before SIGKILL");
   p.AddDouble("--ready-timeout-seconds", &f.ready_timeout_seconds,
@@ -58,6 +62,7 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
   if (!f.model.empty()) c.model = f.model;
   if (!f.host.empty()) c.host = f.host;
   if (!f.log_dir.empty()) c.log_dir = f.log_dir;
+  if (!f.restart.empty()) c.restart.policy = f.restart;
   if (f.port != -1) c.router.http_port = f.port;
   if (f.prefill != -1) c.prefill.count = f.prefill;
   if (f.decode != -1) c.decode.count = f.decode;
@@ -116,8 +121,12 @@ void Say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// Serves until a signal (returns 0) or the router dies (returns 1).
-int Serve(Supervisor& sup) {
+// Serves until a signal (returns 0) or the router dies (returns 1). Workers and kvstore daemons
+// that end are started again as `rules` say, each after its backoff delay.
+int Serve(Supervisor& sup, const RestartRules& rules) {
+  std::map<std::string, RestartTracker> trackers;
+  std::map<std::string, absl::Time> due;  // restarts waiting for their delay
+  int starting = 0;                       // restarted, not ready yet
   while (g_signal == 0) {
     pollfd p{g_wake_read, POLLIN, 0};
     poll(&p, 1, 200);
@@ -128,6 +137,37 @@ int Serve(Supervisor& sup) {
         std::fprintf(stderr, "strata up: the router is gone, stopping the cluster\n");
         sup.Stop();
         return 1;
+      }
+      RestartTracker& tracker = trackers.try_emplace(e.name, rules).first->second;
+      std::string why_not;
+      if (const auto delay = tracker.OnExit(e, &why_not)) {
+        std::fprintf(stderr, "strata up: starting %s again in %s (restart %d in a row)\n",
+                     e.name.c_str(), absl::FormatDuration(*delay).c_str(), tracker.in_a_row());
+        due[e.name] = absl::Now() + *delay;
+      } else {
+        std::fprintf(stderr, "strata up: leaving %s stopped: %s\n", e.name.c_str(),
+                     why_not.c_str());
+      }
+    }
+    for (auto it = due.begin(); it != due.end();) {
+      if (absl::Now() < it->second) {
+        ++it;
+        continue;
+      }
+      if (auto st = sup.Restart(it->first); st.ok()) {
+        std::fprintf(stderr, "strata up: %s started again (pid %d)\n", it->first.c_str(),
+                     static_cast<int>(sup.pid(it->first)));
+        ++starting;
+      } else {
+        std::fprintf(stderr, "strata up: cannot start %s again, leaving it stopped: %s\n",
+                     it->first.c_str(), std::string(st.message()).c_str());
+      }
+      it = due.erase(it);
+    }
+    if (starting > 0) {
+      for (const std::string& name : sup.PollReady()) {
+        std::fprintf(stderr, "strata up: %s is ready again\n", name.c_str());
+        --starting;
       }
     }
   }
@@ -150,6 +190,9 @@ std::vector<std::string> Names(const std::vector<ProcessSpec>& specs) {
 }
 
 int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace, double timeout) {
+  RestartRules rules;
+  rules.policy = c.restart.policy;
+  rules.max_consecutive = c.restart.max_consecutive;
   SupervisorOptions options;
   options.grace = absl::Seconds(grace);
   options.ready_timeout = absl::Seconds(timeout);
@@ -187,7 +230,7 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
     }
   }
   Say(absl::StrCat("strata is serving at ", plan.url));
-  if (Serve(sup) != 0) return 1;
+  if (Serve(sup, rules) != 0) return 1;
   return Shutdown(sup);
 }
 

@@ -43,12 +43,19 @@ namespace {
 }
 
 // Forks and execs; returns the pid once exec succeeded (the CLOEXEC pipe closes without data).
-absl::StatusOr<pid_t> Spawn(const ProcessSpec& spec) {
+// `log_marker` empty: the log starts empty; else the log is appended to, after that line.
+absl::StatusOr<pid_t> Spawn(const ProcessSpec& spec, const std::string& log_marker = "") {
   if (spec.argv.empty()) return absl::InvalidArgumentError(spec.name + ": empty command");
-  const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int log_fd =
+      open(spec.log_path.c_str(),
+           O_WRONLY | O_CREAT | O_CLOEXEC | (log_marker.empty() ? O_TRUNC : O_APPEND), 0644);
   if (log_fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(spec.name, ": cannot open log ", spec.log_path, ": ", std::strerror(errno)));
+  }
+  if (!log_marker.empty()) {
+    const std::string line = log_marker + "\n";
+    [[maybe_unused]] ssize_t n = write(log_fd, line.data(), line.size());
   }
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   int pipe_fds[2];
@@ -224,6 +231,29 @@ std::string ExitInfo::Describe() const {
   return "ended";
 }
 
+std::optional<absl::Duration> RestartTracker::OnExit(const ExitInfo& exit, std::string* why_not) {
+  if (rules_.policy == "never") {
+    *why_not = "restart.policy is never";
+    return std::nullopt;
+  }
+  if (rules_.policy == "on-failure" && WIFEXITED(exit.wait_status) &&
+      WEXITSTATUS(exit.wait_status) == 0) {
+    *why_not = "it exited with status 0 and restart.policy is on-failure";
+    return std::nullopt;
+  }
+  if (exit.ran >= rules_.stable_after) in_a_row_ = 0;
+  if (in_a_row_ >= rules_.max_consecutive) {
+    *why_not = absl::StrCat("it ended ", in_a_row_ + 1, " times in a row within ",
+                            absl::FormatDuration(rules_.stable_after),
+                            " of starting (restart.max_consecutive ", rules_.max_consecutive, ")");
+    return std::nullopt;
+  }
+  absl::Duration delay = rules_.first_delay;
+  for (int i = 0; i < in_a_row_ && delay < rules_.max_delay; ++i) delay *= 2;
+  ++in_a_row_;
+  return std::min(delay, rules_.max_delay);
+}
+
 // ---- Supervisor ------------------------------------------------------------------------
 
 Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
@@ -241,9 +271,48 @@ absl::Status Supervisor::Start(const std::vector<ProcessSpec>& specs) {
     child.group = group;
     child.running = true;
     child.ready = spec.ready_url.empty();
+    child.started = absl::Now();
     children_.push_back(std::move(child));
   }
   return absl::OkStatus();
+}
+
+absl::Status Supervisor::Restart(const std::string& name) {
+  for (auto& child : children_) {
+    if (child.spec.name != name) continue;
+    if (child.running) return absl::FailedPreconditionError(name + " is still running");
+    const std::string marker =
+        absl::StrCat("---- strata up: ", name, " started again (restart ", child.restarts + 1,
+                     ") at ", absl::FormatTime(absl::Now()), " ----");
+    auto pid = Spawn(child.spec, marker);
+    if (!pid.ok()) return pid.status();
+    ++child.restarts;
+    child.pid = *pid;
+    child.running = true;
+    child.ready = child.spec.ready_url.empty();
+    child.started = absl::Now();
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError("no process named " + name);
+}
+
+absl::StatusOr<bool> Supervisor::CheckReady(Child& child, absl::Duration timeout) {
+  auto url = ParseUrl(child.spec.ready_url);
+  if (!url.ok()) return url.status();
+  auto code = HttpGetStatus(url->host, url->port, url->path, timeout);
+  child.ready = code.ok() && *code == 200;
+  return child.ready;
+}
+
+std::vector<std::string> Supervisor::PollReady(absl::Duration timeout) {
+  std::vector<std::string> now_ready;
+  for (auto& child : children_) {
+    if (!child.running || child.ready) continue;
+    if (absl::StatusOr<bool> ready = CheckReady(child, timeout); ready.ok() && *ready) {
+      now_ready.push_back(child.spec.name);
+    }
+  }
+  return now_ready;
 }
 
 bool Supervisor::TryReap(Child& child, ExitInfo* info) {
@@ -255,7 +324,8 @@ bool Supervisor::TryReap(Child& child, ExitInfo* info) {
   } while (r < 0 && errno == EINTR);
   if (r == 0) return false;
   child.running = false;
-  *info = ExitInfo{child.spec.name, child.pid, status, false, child.spec.log_path};
+  *info = ExitInfo{child.spec.name, child.pid,           status,
+                   false,           child.spec.log_path, absl::Now() - child.started};
   return true;
 }
 
@@ -283,12 +353,9 @@ absl::Status Supervisor::WaitReady() {
     std::vector<std::string> waiting;
     for (auto& child : children_) {
       if (child.ready || !child.running) continue;
-      auto url = ParseUrl(child.spec.ready_url);
-      if (!url.ok()) return url.status();
-      const absl::Duration timeout = std::min(absl::Seconds(1), options_.ready_timeout);
-      auto code = HttpGetStatus(url->host, url->port, url->path, timeout);
-      child.ready = code.ok() && *code == 200;
-      if (!child.ready) waiting.push_back(child.spec.name);
+      auto ready = CheckReady(child, std::min(absl::Seconds(1), options_.ready_timeout));
+      if (!ready.ok()) return ready.status();
+      if (!*ready) waiting.push_back(child.spec.name);
     }
     if (waiting.empty()) return absl::OkStatus();
     if (options_.interrupted && options_.interrupted()) {
@@ -326,7 +393,8 @@ void Supervisor::TerminateGroup(int group, std::vector<ExitInfo>& out) {
     while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
     }
     child.running = false;
-    out.push_back(ExitInfo{child.spec.name, child.pid, status, true, child.spec.log_path});
+    out.push_back(ExitInfo{child.spec.name, child.pid, status, true, child.spec.log_path,
+                           absl::Now() - child.started});
   }
 }
 

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,32 @@ struct ExitInfo {
   int wait_status = 0;  // as from waitpid
   bool killed = false;  // Stop() had to SIGKILL it
   std::string log_path;
+  absl::Duration ran;            // from its (last) spawn to its reaping
   std::string Describe() const;  // "exited with status 3", "killed by signal 9"
+};
+
+// When a supervised process that ended is started again (`strata up`'s restart.* config).
+struct RestartRules {
+  std::string policy = "on-failure";  // on-failure (signal or non-zero exit) | always | never
+  int max_consecutive = 5;            // restarts in a row before giving up
+  absl::Duration first_delay = absl::Seconds(1);    // doubled per restart in a row ...
+  absl::Duration max_delay = absl::Seconds(30);     // ... up to this
+  absl::Duration stable_after = absl::Seconds(60);  // a run this long ends a row of restarts
+};
+
+// One process's restarts: a row of quick failures backs off exponentially and gives up after
+// max_consecutive; a run of stable_after or longer starts a new row.
+class RestartTracker {
+ public:
+  explicit RestartTracker(RestartRules rules = {}) : rules_(std::move(rules)) {}
+  // After `exit`: the delay before starting the process again, or nullopt to leave it stopped
+  // (*why_not says why).
+  std::optional<absl::Duration> OnExit(const ExitInfo& exit, std::string* why_not);
+  int in_a_row() const { return in_a_row_; }  // restarts decided in the current row
+
+ private:
+  RestartRules rules_;
+  int in_a_row_ = 0;
 };
 
 class Supervisor {
@@ -66,6 +92,14 @@ class Supervisor {
   // Reaps processes that exited since the last call; never blocks.
   std::vector<ExitInfo> ReapExited();
 
+  // Starts a reaped process again with the same spec, in the same stop group; its log is
+  // appended to after a marker line. Not ready until PollReady() sees it answer.
+  absl::Status Restart(const std::string& name);
+
+  // One readiness check of each running process not yet ready (at most `timeout` each); returns
+  // the names that answered 200 now.
+  std::vector<std::string> PollReady(absl::Duration timeout = absl::Milliseconds(200));
+
   // Group by group in reverse start order: SIGTERM, wait up to the grace period for the group to
   // exit, SIGKILL (the process group of) each one left, reap. So workers drain before the router
   // goes, and Stop() takes at most (number of groups) x grace. Returns how each process still
@@ -82,7 +116,11 @@ class Supervisor {
     int group = 0;
     bool running = false;
     bool ready = false;
+    absl::Time started;
+    int restarts = 0;
   };
+  // One GET of the child's ready URL; sets child.ready. An error: the URL does not parse.
+  absl::StatusOr<bool> CheckReady(Child& child, absl::Duration timeout);
   bool TryReap(Child& child, ExitInfo* info);
   absl::Status ExitedEarly(const ExitInfo& info) const;
   void TerminateGroup(int group, std::vector<ExitInfo>& out);

@@ -98,6 +98,11 @@ std::string CheckOffload(const std::string& v) {
   return absl::StrCat("must be write-back or write-through, got '", v, "'");
 }
 
+std::string CheckRestartPolicy(const std::string& v) {
+  if (v == "on-failure" || v == "always" || v == "never") return "";
+  return absl::StrCat("must be on-failure, always or never, got '", v, "'");
+}
+
 std::string CheckBlockSize(const int& v) {
   if (v >= 1 && v <= 256 && (v & (v - 1)) == 0) return "";
   return absl::StrCat("must be a power of two in 1..256", Got(v));
@@ -205,6 +210,12 @@ const std::vector<FieldSpec>& Fields() {
       Scalar<std::string>(
           "kv_tiers.kvstore_policy", "a string",
           [](auto& c) -> auto& { return c.kv_tiers.kvstore_policy; }, CheckPolicy),
+      Scalar<std::string>(
+          "restart.policy", "a string", [](auto& c) -> auto& { return c.restart.policy; },
+          CheckRestartPolicy),
+      Scalar<int>(
+          "restart.max_consecutive", "an integer",
+          [](auto& c) -> auto& { return c.restart.max_consecutive; }, IntRange(1, 1000)),
       Scalar<std::string>(
           "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),

@@ -60,6 +60,8 @@ expect_error(2 "unknown flag --bogus" ${STRATA} generate --bogus)
 expect_error(2 "max_tokens must be >= 0" ${STRATA} generate --prompt x --max-tokens -3)
 expect_error(2 "unknown preset 'nope'" ${STRATA} model init --preset nope --out ${WORK}/x)
 expect_error(2 "unknown command 'frobnicate'" ${STRATA} frobnicate)
+expect_error(2 "restart.policy: must be on-failure, always or never, got 'sometimes'"
+             ${STRATA} up --restart sometimes)
 # G4's daemons come from a list or from the router, with a host tier under them.
 expect_error(2 "--kv-remote-from-router and --kv-remote exclude each other"
              ${STRATA} worker --kv-host-mb 8 --kv-remote-from-router --kv-remote 127.0.0.1:1)

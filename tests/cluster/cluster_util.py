@@ -17,6 +17,7 @@ class Proc:
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        self.output = ""  # stdout read so far (up to the matching line)
         self.match = self._wait_line(re.compile(pattern), timeout)
 
     def _wait_line(self, regex, timeout):
@@ -30,7 +31,8 @@ class Proc:
                 continue
             chunk = os.read(self.p.stdout.fileno(), 4096)
             buf += chunk
-            for line in buf.decode(errors="replace").splitlines():
+            self.output = buf.decode(errors="replace")
+            for line in self.output.splitlines():
                 m = regex.search(line)
                 if m:
                     return m
@@ -58,6 +60,7 @@ class Proc:
                 self.p.kill()
                 self.p.wait()
         self.log.close()
+        self.p.stdout.close()
         return self.p.returncode
 
 

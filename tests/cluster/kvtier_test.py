@@ -196,6 +196,86 @@ class KvTierTest(unittest.TestCase):
         self.served_from(self.prefill, "disk", reference)
 
 
+class UpRestartTest(unittest.TestCase):
+    """The same check through `strata up`: one config with G2, G3 and a kvstore daemon; a prompt
+    pushed down to disk; the G3 holder (the prefill worker) SIGKILLed during its writes; `up`
+    starts it again on the same ports and disk path by itself, and the prompt is served from the
+    lower tiers with the same tokens."""
+
+    def test_up_restarts_a_killed_g3_holder_that_serves_from_disk_again(self):
+        tmp = tempfile.mkdtemp(prefix="strata_up_restart_test_")
+        up = None
+        try:
+            config = os.path.join(tmp, "cluster.yaml")
+            with open(config, "w") as f:
+                f.write(f"model: preset:tiny-llama\n"
+                        f"router: {{http_port: 0}}\n"
+                        f"prefill: {{count: 1}}\ndecode: {{count: 1}}\n"
+                        f"engine: {{num_kv_blocks: 48}}\n"
+                        f"kv_tiers: {{host_mb: 2, disk_path: {tmp}/disk, disk_mb: 16, "
+                        f"disk_admit_uses: 1, kvstore_count: 1, kvstore_mb: 64}}\n"
+                        f"log_dir: {tmp}/logs\n")
+            up = cu.Proc([STRATA, "up", "--config", config], os.path.join(tmp, "up.err"),
+                         r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=120)
+            http = int(up.match.group(1))
+            ports = dict(re.findall(r"(\S+): http://127\.0\.0\.1:(\d+)/metrics", up.output))
+            prefill = int(ports["prefill-0"])
+            workers = [prefill, int(ports["decode-0"])]
+
+            def total(name, labels=None):
+                values = [cu.metric(p, name, labels) for p in workers]
+                assert None not in values, f"{name} {labels} missing on a worker"
+                return sum(values)
+
+            def served(tokens):
+                status, body = cu.request(http, "POST", "/v1/completions",
+                                          {"model": "tiny-llama", "prompt": tokens,
+                                           "max_tokens": 8, "temperature": 0,
+                                           "ignore_eos": True})
+                self.assertEqual(status, 200, body)
+                return body["choices"][0]["text"]
+
+            reference = served(prompt(0))
+            for seed in (1, 2, 3, 4, 5):  # push it out of G1 and G2, down to the disk
+                served(prompt(seed))
+            wait_settled(prefill, "disk", 32)
+            served(prompt(6))  # more writes in flight when the holder dies
+            pid = int(subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", "id prefill-0"],
+                                     capture_output=True, text=True).stdout.split()[0])
+            os.kill(pid, signal.SIGKILL)
+            assert cu.wait_until(lambda: "prefill-0 is ready again" in up.tail_all(),
+                                 timeout=90), up.tail()
+            self.assertIn("prefill-0 killed by signal 9", up.tail_all())
+            self.assertIn("starting prefill-0 again in 1s (restart 1 in a row)", up.tail_all())
+            new_pid = int(subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", "id prefill-0"],
+                                         capture_output=True, text=True).stdout.split()[0])
+            self.assertNotEqual(new_pid, pid)
+            assert cu.wait_until(lambda: cu.metric(http, "strata_router_workers",
+                                                   {"role": "prefill"}) == 1, timeout=30)
+            # The new process reopened G3 on the same path: the blocks written before the kill
+            # are there, verified, and the prompt comes back from the lower tiers.
+            self.assertGreater(tier_metric(prefill, "strata_kvstore_usage_blocks", "disk"), 0)
+            hits0 = (total("strata_kvstore_hits_total", {"tier": "disk"}) +
+                     total("strata_kvstore_hits_total", {"tier": "remote"}))
+            computed0 = total("strata_worker_prompt_tokens_computed_total")
+            self.assertEqual(served(prompt(0)), reference)
+            hits = (total("strata_kvstore_hits_total", {"tier": "disk"}) +
+                    total("strata_kvstore_hits_total", {"tier": "remote"})) - hits0
+            computed = total("strata_worker_prompt_tokens_computed_total") - computed0
+            print(f"  after the restart: {hits:.0f} disk + remote block hits, {computed:.0f} of "
+                  f"{PROMPT_TOKENS} prompt tokens computed", file=sys.stderr)
+            self.assertGreater(hits, 0)
+            self.assertLess(computed, PROMPT_TOKENS / 2)
+            self.assertEqual(total("strata_kvstore_checksum_failures_total", {"tier": "disk"}), 0)
+            self.assertEqual(up.stop(signal.SIGTERM, timeout=90), 0, up.tail())
+            print("  " + "\n  ".join(l for l in up.tail_all().splitlines() if "prefill-0" in l),
+                  file=sys.stderr)
+        finally:
+            if up is not None and up.p.poll() is None:
+                up.stop(signal.SIGKILL)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     STRATA = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)

@@ -104,6 +104,19 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->kv_tiers.staging_mb, d->kv_tiers.staging_mb);
   EXPECT_EQ(c->kv_tiers.disk_admit_uses, d->kv_tiers.disk_admit_uses);
   EXPECT_EQ(c->kv_tiers.kvstore_mb, d->kv_tiers.kvstore_mb);
+  EXPECT_EQ(c->restart.policy, d->restart.policy);
+  EXPECT_EQ(c->restart.max_consecutive, d->restart.max_consecutive);
+}
+
+TEST(ClusterConfigTest, RestartParses) {
+  auto d = ParseClusterConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->restart.policy, "on-failure");
+  EXPECT_EQ(d->restart.max_consecutive, 5);
+  auto c = ParseClusterConfig("restart:\n  policy: always\n  max_consecutive: 2\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->restart.policy, "always");
+  EXPECT_EQ(c->restart.max_consecutive, 2);
 }
 
 TEST(ClusterConfigTest, KvTiersParse) {
@@ -149,7 +162,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"model: m\nmodle: x\n",
                 "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-                "decode, mixed, engine, slo, kv_tiers, log_dir, api_keys, policy)"},
+                "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, policy)"},
+        BadCase{"restart:\n  policy: sometimes\n",
+                "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
+                "'sometimes'"},
+        BadCase{"restart: {max_consecutive: 0}\n",
+                "cluster.yaml:1: restart.max_consecutive: must be in 1..1000, got 0"},
         BadCase{"kv_tiers:\n  host_policy: mru\n",
                 "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu, "
                 "prefix-tinylfu, adaptive-tinylfu or ghost-lru, got 'mru'"},

@@ -185,6 +185,107 @@ TEST_F(SupervisorTest, ReportsUnexpectedExitWhileServing) {
   EXPECT_EQ(sup.running(), 1u);
 }
 
+TEST_F(SupervisorTest, RestartsAReapedProcessOnItsPortWithItsLogKept) {
+  Supervisor sup(Fast());
+  const ProcessSpec worker = Fake("prefill-0", {"--ready-after", "0.3"});
+  ASSERT_TRUE(sup.Start({Fake("router"), worker}).ok());
+  ASSERT_TRUE(sup.WaitReady().ok());
+  EXPECT_FALSE(sup.Restart("prefill-0").ok());  // still running
+  EXPECT_EQ(sup.Restart("nobody").code(), absl::StatusCode::kNotFound);
+  const pid_t first = sup.pid("prefill-0");
+  kill(first, SIGKILL);
+  std::vector<ExitInfo> exits;
+  for (int i = 0; i < 500 && exits.empty(); ++i) {
+    exits = sup.ReapExited();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_GT(exits[0].ran, absl::Milliseconds(300));  // it was ready, so it ran that long
+  ASSERT_TRUE(sup.Restart("prefill-0").ok());
+  const pid_t second = sup.pid("prefill-0");
+  EXPECT_NE(second, 0);
+  EXPECT_NE(second, first);
+  EXPECT_EQ(sup.running(), 2u);
+  // Not ready for its first 0.3 s, then PollReady reports it once.
+  std::vector<std::string> ready;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 500 && ready.empty(); ++i) {
+    ready = sup.PollReady();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  EXPECT_THAT(ready, ElementsAre("prefill-0"));
+  EXPECT_TRUE(sup.PollReady().empty());
+  // Same port: the spec is reused as it was.
+  const int port = std::stoi(worker.ready_url.substr(worker.ready_url.rfind(':') + 1));
+  auto code = HttpGetStatus("127.0.0.1", port, "/ready", absl::Seconds(2));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 200);
+  // The log holds both runs, the second after a marker line.
+  std::ifstream in(worker.log_path);
+  std::stringstream log;
+  log << in.rdbuf();
+  EXPECT_THAT(log.str(), HasSubstr("---- strata up: prefill-0 started again (restart 1)"));
+  // Stop() ends the restarted process too.
+  const auto stopped = sup.Stop();
+  EXPECT_EQ(stopped.size(), 2u);
+  EXPECT_FALSE(Alive(second));
+}
+
+ExitInfo Ended(int wait_status, absl::Duration ran) {
+  ExitInfo e;
+  e.name = "decode-0";
+  e.wait_status = wait_status;
+  e.ran = ran;
+  return e;
+}
+
+constexpr int kKilled = SIGKILL;  // a wait status: killed by signal 9
+constexpr int kExit1 = 1 << 8;    // exited with status 1
+constexpr int kExit0 = 0;         // exited with status 0
+
+TEST(RestartTrackerTest, OnFailureBacksOffDoublingAndGivesUpAfterARowOfQuickFailures) {
+  RestartRules rules;
+  rules.max_consecutive = 4;
+  rules.first_delay = absl::Seconds(1);
+  rules.max_delay = absl::Seconds(5);
+  RestartTracker t(rules);
+  std::string why;
+  std::vector<absl::Duration> delays;
+  for (int i = 0; i < 4; ++i) {
+    auto d = t.OnExit(Ended(i % 2 ? kExit1 : kKilled, absl::Seconds(2)), &why);
+    ASSERT_TRUE(d.has_value()) << i;
+    delays.push_back(*d);
+  }
+  EXPECT_THAT(delays,
+              ElementsAre(absl::Seconds(1), absl::Seconds(2), absl::Seconds(4), absl::Seconds(5)));
+  EXPECT_EQ(t.in_a_row(), 4);
+  EXPECT_FALSE(t.OnExit(Ended(kKilled, absl::Seconds(2)), &why).has_value());
+  EXPECT_THAT(why, HasSubstr("5 times in a row"));
+  // A run past stable_after starts a new row at the first delay.
+  auto d = t.OnExit(Ended(kKilled, absl::Minutes(2)), &why);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, absl::Seconds(1));
+  EXPECT_EQ(t.in_a_row(), 1);
+}
+
+TEST(RestartTrackerTest, PoliciesDecideWhichEndsRestart) {
+  std::string why;
+  RestartTracker on_failure;  // the default
+  EXPECT_FALSE(on_failure.OnExit(Ended(kExit0, absl::Seconds(2)), &why).has_value());
+  EXPECT_THAT(why, HasSubstr("status 0"));
+  EXPECT_TRUE(on_failure.OnExit(Ended(kKilled, absl::Seconds(2)), &why).has_value());
+  RestartRules always_rules;
+  always_rules.policy = "always";
+  RestartTracker always(always_rules);
+  EXPECT_TRUE(always.OnExit(Ended(kExit0, absl::Seconds(2)), &why).has_value());
+  RestartRules never_rules;
+  never_rules.policy = "never";
+  RestartTracker never(never_rules);
+  EXPECT_FALSE(never.OnExit(Ended(kKilled, absl::Seconds(2)), &why).has_value());
+  EXPECT_THAT(why, HasSubstr("never"));
+}
+
 TEST_F(SupervisorTest, UnrunnableCommandIsAnError) {
   Supervisor sup(Fast());
   const absl::Status st =

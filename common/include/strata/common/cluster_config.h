@@ -59,6 +59,13 @@ struct ClusterConfig {
     std::string kvstore_policy = "lru";
   } kv_tiers;
 
+  // What `strata up` does when a worker or kvstore daemon ends while the cluster serves (the
+  // router is never restarted: the cluster stops with it).
+  struct Restart {
+    std::string policy = "on-failure";  // on-failure (a signal or non-zero exit) | always | never
+    int max_consecutive = 5;            // restarts in a row (runs < 60 s) before giving up
+  } restart;
+
   std::string log_dir;                // "" = DefaultLogDir()
   std::vector<std::string> api_keys;  // empty = no authentication
   std::string policy = "kv-aware";
