@@ -25,6 +25,7 @@ struct Flags {
   std::string reference = "cpu";
   std::string config;
   std::vector<std::string> ops;
+  std::string case_filter;
   long long seed = static_cast<long long>(ConformanceOptions{}.seed);
   double f32_tolerance = ConformanceOptions{}.f32_tolerance;
   double half_tolerance = ConformanceOptions{}.half_tolerance;
@@ -43,6 +44,8 @@ ArgParser MakeParser(Flags* f) {
   parser.AddString("--reference", &f->reference, "the backend to compare with");
   parser.AddString("--config", &f->config, "JSON config passed to the plugin's create()");
   parser.AddRepeated("--op", &f->ops, "run only this op (an ABI entry name, e.g. gemm)");
+  parser.AddString("--case", &f->case_filter,
+                   "run only the cases whose name contains this (e.g. 'V=128256')");
   parser.AddInt64("--seed", &f->seed, "seed of the random inputs");
   parser.AddDouble("--f32-tolerance", &f->f32_tolerance,
                    "max normalized error when both backends are fp32");
@@ -125,6 +128,7 @@ int RunPluginTest(const Args& args) {
   ConformanceOptions options;
   options.seed = static_cast<uint64_t>(flags.seed);
   options.ops = flags.ops;
+  options.case_filter = flags.case_filter;
   options.f32_tolerance = flags.f32_tolerance;
   options.half_tolerance = flags.half_tolerance;
   auto report = RunConformance(**candidate, **reference, options);

@@ -62,6 +62,8 @@ expect_error(2 "unknown preset 'nope'" ${STRATA} model init --preset nope --out 
 expect_error(2 "unknown command 'frobnicate'" ${STRATA} frobnicate)
 expect_error(2 "restart.policy: must be on-failure, always or never, got 'sometimes'"
              ${STRATA} up --restart sometimes)
+expect_error(2 "no case of sample has 'nope' in its name"
+             ${STRATA} plugin-test --plugin cpu --op sample --case nope)
 # G4's daemons come from a list or from the router, with a host tier under them.
 expect_error(2 "--kv-remote-from-router and --kv-remote exclude each other"
              ${STRATA} worker --kv-host-mb 8 --kv-remote-from-router --kv-remote 127.0.0.1:1)

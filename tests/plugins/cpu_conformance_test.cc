@@ -325,6 +325,28 @@ TEST_F(BrokenPluginTest, TheSameSeedGivesTheSameData) {
   }
 }
 
+TEST(ConformanceSuiteTest, CaseFilterRunsTheMatchingCasesOnly) {
+  auto a = NaiveBackend(), b = NaiveBackend();
+  ConformanceOptions all;
+  all.ops = {"sample"};
+  auto every = RunConformance(*a, *b, all);
+  ASSERT_TRUE(every.ok()) << every.status();
+  ConformanceOptions some = all;
+  some.case_filter = "V=1000 ";
+  auto filtered = RunConformance(*a, *b, some);
+  ASSERT_TRUE(filtered.ok()) << filtered.status();
+  ASSERT_FALSE(filtered->cases.empty());
+  EXPECT_LT(filtered->cases.size(), every->cases.size());
+  for (const CaseResult& c : filtered->cases) {
+    EXPECT_THAT(c.name, HasSubstr("V=1000 "));
+    EXPECT_TRUE(c.passed) << Describe(c);
+  }
+  some.case_filter = "no such case";
+  auto none = RunConformance(*a, *b, some);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("no such case"));
+}
+
 TEST(ConformanceSuiteTest, UnknownOpIsAnError) {
   auto a = NaiveBackend(), b = NaiveBackend();
   ConformanceOptions options;

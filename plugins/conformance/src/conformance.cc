@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -357,8 +358,16 @@ absl::StatusOr<ConformanceReport> RunConformance(Backend& candidate, Backend& re
     conformance::CaseList cases;
     entry.add_cases(options.seed, &cases);
     for (const auto& c : cases) {
+      if (!options.case_filter.empty() && !absl::StrContains(c.name, options.case_filter)) {
+        continue;
+      }
       report.cases.push_back(conformance::RunOne(candidate, reference, c, options));
     }
+  }
+  if (report.cases.empty() && !options.case_filter.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no case of ", options.ops.empty() ? "any op" : absl::StrJoin(options.ops, ", "), " has '",
+        options.case_filter, "' in its name"));
   }
   return report;
 }

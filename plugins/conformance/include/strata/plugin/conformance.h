@@ -28,6 +28,9 @@ struct ConformanceOptions {
   uint64_t seed = 0x5eed;
   // ABI op names to run (e.g. "gemm", "attention_decode"); empty runs every op.
   std::vector<std::string> ops;
+  // Runs only the cases whose name contains this (e.g. "V=128256"); empty runs every case. A
+  // filter that no case of the selected ops matches is an error.
+  std::string case_filter;
   // Tolerance on the normalized max error when both backends keep every role in fp32.
   double f32_tolerance = 1e-4;
   // Tolerance when either backend stores any role in bf16 or f16: one bf16 rounding of an
