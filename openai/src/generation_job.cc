@@ -82,6 +82,7 @@ GenerateRequest Job::RequestFor(int choice) const {
   if (r.params.seed) *r.params.seed += static_cast<uint64_t>(choice % spec_.n);
   r.slo_class = spec_.slo_class;
   r.api_key_id = spec_.api_key_id;
+  r.stream = spec_.stream;
   return r;
 }
 

@@ -77,7 +77,19 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     }
     got_any_ = true;
     if (ev.finished) finished_ = true;
-    state_->on_event(std::move(ev));
+    if (state_->request.stream) {
+      delivered_ = true;
+      state_->on_event(std::move(ev));
+    } else {
+      // Nobody sees a non-streaming answer before its end: hold the events, so that a worker
+      // that dies half-way leaves nothing delivered and the request can start over elsewhere.
+      held_.push_back(std::move(ev));
+      if (finished_) {
+        delivered_ = true;
+        for (openai::GenerateEvent& e : held_) state_->on_event(std::move(e));
+        held_.clear();
+      }
+    }
     StartRead(&response_);
   }
 
@@ -93,10 +105,12 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       cancelled = state_->cancelled;
       state_->current.reset();
     }
-    if (!status.ok() && !finished_ && !cancelled && !got_any_ &&
+    if (!status.ok() && !finished_ && !cancelled && !delivered_ &&
         status.error_code() == grpc::StatusCode::UNAVAILABLE && state_->attempts < 2) {
-      // A worker died or vanished before answering: forget it and place again. The decode
-      // worker says so when the prefill worker it was sent to is the unreachable one.
+      // A worker died or vanished before the client saw anything (before the first token of a
+      // stream; any time before the end of a non-streaming request, whose tokens so far are
+      // dropped): forget it and place again. The decode worker says so when the prefill worker
+      // it was sent to is the unreachable one.
       const bool prefill_down =
           !placement_.prefill_id.empty() &&
           absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
@@ -140,6 +154,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   v1::GenerateRequest request_;
   v1::GenerateResponse response_;
   bool finished_ = false, got_any_ = false;
+  bool delivered_ = false;                   // an event reached the front end
+  std::vector<openai::GenerateEvent> held_;  // a non-streaming request's events so far
 };
 
 std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt) {

@@ -240,6 +240,70 @@ class ClusterTest(unittest.TestCase):
             self.http, "strata_router_workers", {"role": "decode"}) == 1, timeout=10))
 
 
+class DecodeWorkerDeathTest(unittest.TestCase):
+    """A non-streaming request whose decode worker dies half-way through its answer is placed
+    again on the other decode worker (the router holds a non-streaming answer until its end,
+    so the client has seen nothing): it gets the whole answer, the same as without the death."""
+
+    def test_non_streaming_answer_survives_its_decode_worker_dying(self):
+        tmp = tempfile.mkdtemp(prefix="strata_death_test_")
+        procs = []
+        try:
+            model = os.path.join(tmp, "model")
+            subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", model],
+                           check=True, stdout=subprocess.DEVNULL)
+            name = ["--served-model-name", MODEL]
+            router = cu.start_router(STRATA, model, tmp, name)
+            procs.append(router)
+            http, grpc = int(router.match.group(1)), router.match.group(2)
+            decode = {}
+            for role, wid in [("prefill", "prefill-0"), ("decode", "decode-0"),
+                              ("decode", "decode-1")]:
+                w = cu.start_worker(STRATA, model, tmp, role, wid, grpc, name)
+                procs.append(w)
+                if role == "decode":
+                    decode[wid] = w
+            assert cu.wait_until(lambda: cu.metric(http, "strata_router_workers",
+                                                   {"role": "decode"}) == 2, timeout=30)
+            body = completion_body(LONG_PROMPT, max_tokens=1500)
+            status, reference = cu.request(http, "POST", "/v1/completions", body, timeout=300)
+            self.assertEqual(status, 200, reference)
+            self.assertEqual(reference["usage"]["completion_tokens"], 1500)
+
+            result = {}
+
+            def send():
+                result["answer"] = cu.request(http, "POST", "/v1/completions", body,
+                                              timeout=300)
+            client = concurrent.futures.ThreadPoolExecutor(1).submit(send)
+
+            def busy():
+                for wid, w in decode.items():
+                    if cu.metric(int(w.match.group(1)), "strata_worker_running_requests"):
+                        return wid
+                return None
+            assert cu.wait_until(lambda: busy() is not None or client.done(), timeout=60)
+            victim = busy()
+            self.assertIsNotNone(victim, "the answer was done before a worker could be killed")
+            steps0 = cu.metric(int(decode[victim].match.group(1)),
+                               "strata_worker_engine_steps_total")
+            assert cu.wait_until(lambda: cu.metric(int(decode[victim].match.group(1)),
+                                                   "strata_worker_engine_steps_total") >
+                                 steps0 + 20 or client.done(), timeout=60)
+            self.assertFalse(client.done(), "the answer was done before its worker was killed")
+            decode[victim].stop(signal.SIGKILL)
+            client.result(timeout=300)
+            status, answer = result["answer"]
+            self.assertEqual(status, 200, answer)
+            self.assertEqual(answer["choices"][0]["text"], reference["choices"][0]["text"])
+            self.assertEqual(answer["usage"]["completion_tokens"], 1500)
+            self.assertGreaterEqual(cu.metric(http, "strata_router_retries_total"), 1)
+        finally:
+            for p in reversed(procs):
+                p.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class UpTest(unittest.TestCase):
     def test_up_serves_and_stops_every_process(self):
         tmp = tempfile.mkdtemp(prefix="strata_up_test_")

@@ -22,6 +22,9 @@ struct GenerateRequest {
   SamplingParams params;             // max_tokens already resolved (never < 0)
   std::string slo_class;             // from X-SLO-Class; "" = default
   std::string api_key_id;            // which key authorized it ("" when auth is off)
+  // The client reads events as they come (SSE). A backend may hold a non-streaming request's
+  // events until its end, so that a generation cut short by a failure can start over unseen.
+  bool stream = false;
 };
 
 // One increment of a generation. Events of one request arrive in order, from any thread; the
