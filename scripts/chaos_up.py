@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Worker deaths under load: `strata up` serving clients while workers are SIGKILLed.
+
+Starts `strata up` (a router, --prefill prefill workers and --decode decode workers on the
+built-in tiny-llama preset), runs --clients client threads that send completions back to back
+(a --stream-fraction of them streamed, the rest not), and SIGKILLs a random worker every
+--kill-every seconds for --seconds. `strata up` starts each killed worker again (restart.*), and
+the router places a request whose worker died again where the client has seen nothing yet
+(any non-streaming request, a stream before its first token).
+
+Prints a line per kill, then a summary: requests by outcome, streams cut after their first
+token (those cannot be placed again), the restarts `strata up` reported, and whether every
+worker was ready again at the end. Exit status 1 when a non-streaming request failed or a
+worker did not come back, else 0.
+
+usage: python3 scripts/chaos_up.py STRATA_BINARY [--seconds 70] [--kill-every 8]
+           [--clients 8] [--stream-fraction 0.25] [--prefill 1] [--decode 2] [--seed 1]
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "cluster"))
+import cluster_util as cu  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("strata")
+    ap.add_argument("--seconds", type=float, default=70)
+    ap.add_argument("--kill-every", type=float, default=8)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--stream-fraction", type=float, default=0.25)
+    ap.add_argument("--prefill", type=int, default=1)
+    ap.add_argument("--decode", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if args.decode < 2:
+        sys.exit("chaos_up: --decode must be >= 2 (a request is placed again on another worker)")
+    rng = random.Random(args.seed)
+    tmp = tempfile.mkdtemp(prefix="strata_chaos_")
+    config = os.path.join(tmp, "cluster.yaml")
+    with open(config, "w") as f:
+        f.write(f"router: {{http_port: 0}}\nprefill: {{count: {args.prefill}}}\n"
+                f"decode: {{count: {args.decode}}}\nengine: {{num_kv_blocks: 256}}\n"
+                f"log_dir: {tmp}/logs\n")
+    up = cu.Proc([args.strata, "up", "--config", config], os.path.join(tmp, "up.err"),
+                 r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=180)
+    http = int(up.match.group(1))
+    names = [f"prefill-{i}" for i in range(args.prefill)] + \
+        [f"decode-{i}" for i in range(args.decode)]
+    outcomes, errors = collections.Counter(), collections.Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def count(outcome, error=None):
+        with lock:
+            outcomes[outcome] += 1
+            if error:
+                errors[(outcome, error[:140])] += 1
+
+    def client(i):
+        crng = random.Random(args.seed * 1000 + i)
+        streaming = i < round(args.clients * args.stream_fraction)
+        while not stop.is_set():
+            body = {"model": "tiny-llama", "temperature": 0, "ignore_eos": True,
+                    "prompt": f"client {i}: " + "word " * crng.randint(5, 60),
+                    "max_tokens": crng.randint(4, 32)}
+            try:
+                if streaming:
+                    body["stream"] = True
+                    status, events, done = cu.stream(http, "/v1/completions", body, timeout=120)
+                    failed = [e for e in events if "error" in e]
+                    if status != 200:
+                        count(f"stream {status}", json.dumps(events[0]))
+                    elif failed or not done:
+                        count("stream cut", json.dumps(failed[0]) if failed else "no [DONE]")
+                    else:
+                        count("stream ok")
+                else:
+                    status, reply = cu.request(http, "POST", "/v1/completions", body, timeout=120)
+                    if status == 200:
+                        count("request ok")
+                    else:
+                        count(f"request {status}", json.dumps(reply))
+            except Exception as e:  # noqa: BLE001 - counted and shown in the summary
+                count("client exception", str(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    start = time.time()
+    kills = 0
+    try:
+        while time.time() - start + args.kill_every < args.seconds:
+            time.sleep(args.kill_every)
+            victim = rng.choice(names)
+            pids = subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", f"id {victim} "],
+                                  capture_output=True, text=True).stdout.split()
+            if pids:
+                os.kill(int(pids[0]), signal.SIGKILL)
+                kills += 1
+            with lock:
+                done = sum(outcomes.values())
+            print(f"{time.time() - start:6.1f} s  killed {victim:<10} {done:6d} answers so far",
+                  flush=True)
+        time.sleep(max(0.0, args.seconds - (time.time() - start)))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    # Every worker is serving again: its /ready answers 200 (ports from `up`'s listing).
+    ports = dict(l.split(": http://127.0.0.1:") for l in up.output.splitlines()
+                 if l.startswith("  ") and l.endswith("/metrics"))
+    def ready(port):
+        try:
+            return cu.request(port, "GET", "/ready", timeout=5)[0] == 200
+        except OSError:  # a worker killed last may still be waiting for its restart
+            return False
+    not_ready = []
+    for name in names:
+        port = int(ports["  " + name].split("/")[0])
+        if not cu.wait_until(lambda: ready(port), timeout=60, interval=0.5):
+            not_ready.append(name)
+    restarts = up.tail_all().count(" started again (pid ")
+    rc = up.stop(signal.SIGTERM, timeout=120)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    total = sum(outcomes.values())
+    print(f"\n{args.seconds:.0f} s, {args.clients} clients ({args.stream_fraction:.0%} streaming), "
+          f"{args.prefill} prefill + {args.decode} decode workers, {kills} SIGKILLs, "
+          f"{restarts} restarts by strata up, strata up exited {rc}")
+    print("| outcome | count | share |\n|---|---:|---:|")
+    for outcome, n in sorted(outcomes.items()):
+        print(f"| {outcome} | {n} | {n / max(total, 1):.4%} |")
+    for (outcome, error), n in errors.most_common(8):
+        print(f"  {n} x {outcome}: {error}")
+    print("every worker ready again at the end" if not not_ready
+          else f"NOT ready at the end: {', '.join(not_ready)}")
+    # A stream that was cut after its first token cannot be placed again; anything else failing
+    # (a non-streaming request, a stream refused before it started) is a lost request.
+    failed = sum(n for o, n in outcomes.items() if o not in ("request ok", "stream ok", "stream cut"))
+    return 1 if failed or not_ready or rc != 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
