@@ -49,14 +49,11 @@ def main():
         sys.exit("chaos_up: --decode must be >= 2 (a request is placed again on another worker)")
     rng = random.Random(args.seed)
     tmp = tempfile.mkdtemp(prefix="strata_chaos_")
-    config = os.path.join(tmp, "cluster.yaml")
-    with open(config, "w") as f:
-        f.write(f"router: {{http_port: 0}}\nprefill: {{count: {args.prefill}}}\n"
-                f"decode: {{count: {args.decode}}}\nengine: {{num_kv_blocks: 256}}\n"
-                f"log_dir: {tmp}/logs\n")
-    up = cu.Proc([args.strata, "up", "--config", config], os.path.join(tmp, "up.err"),
-                 r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=180)
-    http = int(up.match.group(1))
+    up = cu.start_up(args.strata, tmp,
+                     f"router: {{http_port: 0}}\nprefill: {{count: {args.prefill}}}\n"
+                     f"decode: {{count: {args.decode}}}\nengine: {{num_kv_blocks: 256}}\n",
+                     timeout=180)
+    http = up.http
     names = [f"prefill-{i}" for i in range(args.prefill)] + \
         [f"decode-{i}" for i in range(args.decode)]
     outcomes, errors = collections.Counter(), collections.Counter()

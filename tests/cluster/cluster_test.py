@@ -308,13 +308,9 @@ class UpTest(unittest.TestCase):
     def test_up_serves_and_stops_every_process(self):
         tmp = tempfile.mkdtemp(prefix="strata_up_test_")
         try:
-            config = os.path.join(tmp, "cluster.yaml")
-            with open(config, "w") as f:
-                f.write(f"prefill: {{count: 1}}\ndecode: {{count: 1}}\nrouter: {{http_port: 0}}\n"
-                        f"engine: {{num_kv_blocks: 256}}\nlog_dir: {tmp}/logs\n")
-            up = cu.Proc([STRATA, "up", "--config", config], os.path.join(tmp, "up.err"),
-                         r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=120)
-            port = int(up.match.group(1))
+            up = cu.start_up(STRATA, tmp, "prefill: {count: 1}\ndecode: {count: 1}\n"
+                             "router: {http_port: 0}\nengine: {num_kv_blocks: 256}\n")
+            port = up.http
             children = [int(p) for p in subprocess.run(
                 ["pgrep", "-P", str(up.p.pid)], capture_output=True, text=True).stdout.split()]
             self.assertEqual(len(children), 3)

@@ -78,6 +78,19 @@ def start_worker(strata, model, log_dir, role, wid, router_grpc=None, extra=()):
     return Proc(argv, os.path.join(log_dir, wid + ".log"), r"http 127\.0\.0\.1:(\d+), grpc")
 
 
+def start_up(strata, tmp, config, timeout=120):
+    """`strata up --config` with `config` (YAML text; its logs under tmp/logs) written to
+    tmp/cluster.yaml; returns the Proc once it serves, with .http the router's HTTP port and
+    .output listing each process's /metrics URL."""
+    path = os.path.join(tmp, "cluster.yaml")
+    with open(path, "w") as f:
+        f.write(config + f"log_dir: {tmp}/logs\n")
+    up = Proc([strata, "up", "--config", path], os.path.join(tmp, "up.err"),
+              r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout)
+    up.http = int(up.match.group(1))
+    return up
+
+
 def request(port, method, path, body=None, headers=None, timeout=60):
     """Returns (status, parsed JSON or raw text)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

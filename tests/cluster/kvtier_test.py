@@ -206,18 +206,13 @@ class UpRestartTest(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="strata_up_restart_test_")
         up = None
         try:
-            config = os.path.join(tmp, "cluster.yaml")
-            with open(config, "w") as f:
-                f.write(f"model: preset:tiny-llama\n"
-                        f"router: {{http_port: 0}}\n"
-                        f"prefill: {{count: 1}}\ndecode: {{count: 1}}\n"
-                        f"engine: {{num_kv_blocks: 48}}\n"
-                        f"kv_tiers: {{host_mb: 2, disk_path: {tmp}/disk, disk_mb: 16, "
-                        f"disk_admit_uses: 1, kvstore_count: 1, kvstore_mb: 64}}\n"
-                        f"log_dir: {tmp}/logs\n")
-            up = cu.Proc([STRATA, "up", "--config", config], os.path.join(tmp, "up.err"),
-                         r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout=120)
-            http = int(up.match.group(1))
+            up = cu.start_up(STRATA, tmp,
+                             f"router: {{http_port: 0}}\n"
+                             f"prefill: {{count: 1}}\ndecode: {{count: 1}}\n"
+                             f"engine: {{num_kv_blocks: 48}}\n"
+                             f"kv_tiers: {{host_mb: 2, disk_path: {tmp}/disk, disk_mb: 16, "
+                             f"disk_admit_uses: 1, kvstore_count: 1, kvstore_mb: 64}}\n")
+            http = up.http
             ports = dict(re.findall(r"(\S+): http://127\.0\.0\.1:(\d+)/metrics", up.output))
             prefill = int(ports["prefill-0"])
             workers = [prefill, int(ports["decode-0"])]
