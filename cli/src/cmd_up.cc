@@ -126,7 +126,6 @@ void Say(const std::string& line) {
 int Serve(Supervisor& sup, const RestartRules& rules) {
   std::map<std::string, RestartTracker> trackers;
   std::map<std::string, absl::Time> due;  // restarts waiting for their delay
-  int starting = 0;                       // restarted, not ready yet
   while (g_signal == 0) {
     pollfd p{g_wake_read, POLLIN, 0};
     poll(&p, 1, 200);
@@ -157,18 +156,15 @@ int Serve(Supervisor& sup, const RestartRules& rules) {
       if (auto st = sup.Restart(it->first); st.ok()) {
         std::fprintf(stderr, "strata up: %s started again (pid %d)\n", it->first.c_str(),
                      static_cast<int>(sup.pid(it->first)));
-        ++starting;
       } else {
         std::fprintf(stderr, "strata up: cannot start %s again, leaving it stopped: %s\n",
                      it->first.c_str(), std::string(st.message()).c_str());
       }
       it = due.erase(it);
     }
-    if (starting > 0) {
-      for (const std::string& name : sup.PollReady()) {
-        std::fprintf(stderr, "strata up: %s is ready again\n", name.c_str());
-        --starting;
-      }
+    // (only processes started again and not ready yet are asked)
+    for (const std::string& name : sup.PollReady()) {
+      std::fprintf(stderr, "strata up: %s is ready again\n", name.c_str());
     }
   }
   return 0;
