@@ -1,10 +1,11 @@
 // `strata up`: config -> resolved model and ports -> router and workers as child processes ->
 // wait for /ready -> serve until a signal -> stop workers, then the router.
 //
-// A worker or kvstore daemon that ends while serving is reported on stderr and started again
-// by the restart.* rules (a failure by default, with backoff; the rest keeps serving meanwhile,
-// the router routes around it). The router's death stops the whole cluster with exit status 1,
-// since nothing can be served without it (its registry and KV index go with it).
+// A process that ends while serving is reported on stderr and started again by the restart.*
+// rules (a failure by default, with backoff): a worker or kvstore daemon while the rest keeps
+// serving (the router routes around it), the router on its same ports, where the workers and
+// daemons register again with their next heartbeat and resend their KV events. A router that
+// is left stopped stops the whole cluster with exit status 1: nothing can be served without it.
 #include "cmd_up.h"
 
 #include <fcntl.h>
@@ -44,8 +45,7 @@ void AddFlags(ArgParser& p, UpFlags& f) {
   p.AddInt("--decode", &f.decode, "override: number of decode workers");
   p.AddInt("--mixed", &f.mixed, "override: number of mixed (prefill+decode) workers");
   p.AddString("--log-dir", &f.log_dir, "override: directory for <process>.log files");
-  p.AddString("--restart", &f.restart,
-              "override: restart.policy, on-failure | always | never (workers and kvstores)");
+  p.AddString("--restart", &f.restart, "override: restart.policy, on-failure | always | never");
   p.AddDouble("--grace-seconds", &f.grace_seconds,
               "on shutdown, seconds to wait after SIGTERM before SIGKILL");
   p.AddDouble("--ready-timeout-seconds", &f.ready_timeout_seconds,
@@ -121,8 +121,8 @@ void Say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// Serves until a signal (returns 0) or the router dies (returns 1). Workers and kvstore daemons
-// that end are started again as `rules` say, each after its backoff delay.
+// Serves until a signal (returns 0) or the router ends for good (returns 1). Processes that end
+// are started again as `rules` say, each after its backoff delay.
 int Serve(Supervisor& sup, const RestartRules& rules) {
   std::map<std::string, RestartTracker> trackers;
   std::map<std::string, absl::Time> due;  // restarts waiting for their delay
@@ -132,17 +132,17 @@ int Serve(Supervisor& sup, const RestartRules& rules) {
     for (const ExitInfo& e : sup.ReapExited()) {
       std::fprintf(stderr, "strata up: %s %s unexpectedly; see %s\n", e.name.c_str(),
                    e.Describe().c_str(), e.log_path.c_str());
-      if (e.name == "router") {
-        std::fprintf(stderr, "strata up: the router is gone, stopping the cluster\n");
-        sup.Stop();
-        return 1;
-      }
       RestartTracker& tracker = trackers.try_emplace(e.name, rules).first->second;
       std::string why_not;
       if (const auto delay = tracker.OnExit(e, &why_not)) {
         std::fprintf(stderr, "strata up: starting %s again in %s (restart %d in a row)\n",
                      e.name.c_str(), absl::FormatDuration(*delay).c_str(), tracker.in_a_row());
         due[e.name] = absl::Now() + *delay;
+      } else if (e.name == "router") {
+        std::fprintf(stderr, "strata up: the router is gone (%s), stopping the cluster\n",
+                     why_not.c_str());
+        sup.Stop();
+        return 1;
       } else {
         std::fprintf(stderr, "strata up: leaving %s stopped: %s\n", e.name.c_str(),
                      why_not.c_str());
@@ -156,6 +156,12 @@ int Serve(Supervisor& sup, const RestartRules& rules) {
       if (auto st = sup.Restart(it->first); st.ok()) {
         std::fprintf(stderr, "strata up: %s started again (pid %d)\n", it->first.c_str(),
                      static_cast<int>(sup.pid(it->first)));
+      } else if (it->first == "router") {
+        std::fprintf(stderr,
+                     "strata up: cannot start the router again (%s), stopping the cluster\n",
+                     std::string(st.message()).c_str());
+        sup.Stop();
+        return 1;
       } else {
         std::fprintf(stderr, "strata up: cannot start %s again, leaving it stopped: %s\n",
                      it->first.c_str(), std::string(st.message()).c_str());

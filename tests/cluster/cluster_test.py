@@ -323,6 +323,34 @@ class UpTest(unittest.TestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_up_starts_a_killed_router_again_and_the_workers_come_back_to_it(self):
+        tmp = tempfile.mkdtemp(prefix="strata_up_router_test_")
+        up = None
+        try:
+            up = cu.start_up(STRATA, tmp, "prefill: {count: 1}\ndecode: {count: 1}\n"
+                             "router: {http_port: 0}\nengine: {num_kv_blocks: 256}\n")
+            status, reference = cu.request(up.http, "POST", "/v1/completions",
+                                           completion_body(LONG_PROMPT, 6))
+            self.assertEqual(status, 200, reference)
+            router = int(subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", " router "],
+                                        capture_output=True, text=True).stdout.split()[0])
+            os.kill(router, signal.SIGKILL)
+            assert cu.wait_until(lambda: "router is ready again" in up.tail_all(), timeout=60), \
+                up.tail()
+            self.assertIn("starting router again in 1s (restart 1 in a row)", up.tail_all())
+            # Same port; the workers register again with their next heartbeat.
+            assert cu.wait_until(lambda: cu.metric(up.http, "strata_router_workers",
+                                                   {"role": "decode"}) == 1, timeout=30)
+            status, answer = cu.request(up.http, "POST", "/v1/completions",
+                                        completion_body(LONG_PROMPT, 6))
+            self.assertEqual(status, 200, answer)
+            self.assertEqual(answer["choices"][0]["text"], reference["choices"][0]["text"])
+            self.assertEqual(up.stop(signal.SIGTERM, timeout=60), 0, up.tail())
+        finally:
+            if up is not None and up.p.poll() is None:
+                up.stop(signal.SIGKILL)
+            shutil.rmtree(tmp, ignore_errors=True)
+
 
 if __name__ == "__main__":
     STRATA = sys.argv.pop(1)

@@ -59,8 +59,8 @@ struct ClusterConfig {
     std::string kvstore_policy = "lru";
   } kv_tiers;
 
-  // What `strata up` does when a worker or kvstore daemon ends while the cluster serves (the
-  // router is never restarted: the cluster stops with it).
+  // What `strata up` does when a process (worker, kvstore daemon, router) ends while the
+  // cluster serves; a router left stopped stops the cluster.
   struct Restart {
     std::string policy = "on-failure";  // on-failure (a signal or non-zero exit) | always | never
     int max_consecutive = 5;            // restarts in a row (runs < 60 s) before giving up
