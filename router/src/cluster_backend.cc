@@ -77,18 +77,15 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     }
     got_any_ = true;
     if (ev.finished) finished_ = true;
-    if (state_->request.stream) {
+    // Events are held until the client would see one: a stream's first event with tokens or
+    // text, a non-streaming answer's end. So a worker that dies before that leaves nothing
+    // delivered, and the request can start over elsewhere (held events are dropped).
+    const bool visible = state_->request.stream && (!ev.tokens.empty() || !ev.text.empty());
+    held_.push_back(std::move(ev));
+    if (visible || finished_) {
       delivered_ = true;
-      state_->on_event(std::move(ev));
-    } else {
-      // Nobody sees a non-streaming answer before its end: hold the events, so that a worker
-      // that dies half-way leaves nothing delivered and the request can start over elsewhere.
-      held_.push_back(std::move(ev));
-      if (finished_) {
-        delivered_ = true;
-        for (openai::GenerateEvent& e : held_) state_->on_event(std::move(e));
-        held_.clear();
-      }
+      for (openai::GenerateEvent& e : held_) state_->on_event(std::move(e));
+      held_.clear();
     }
     StartRead(&response_);
   }
@@ -105,16 +102,18 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       cancelled = state_->cancelled;
       state_->current.reset();
     }
-    if (!status.ok() && !finished_ && !cancelled && !delivered_ &&
-        status.error_code() == grpc::StatusCode::UNAVAILABLE && state_->attempts < 2) {
-      // A worker died or vanished before the client saw anything (before the first token of a
-      // stream; any time before the end of a non-streaming request, whose tokens so far are
-      // dropped): forget it and place again. The decode worker says so when the prefill worker
-      // it was sent to is the unreachable one.
-      const bool prefill_down =
-          !placement_.prefill_id.empty() &&
-          absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
-      const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
+    // A worker that died or vanished: the decode worker, or the prefill worker it was sent to
+    // when the decode worker says that one is unreachable.
+    const bool gone = !status.ok() && !finished_ && !cancelled &&
+                      status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    const bool prefill_down =
+        !placement_.prefill_id.empty() &&
+        absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
+    const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
+    if (gone && !delivered_ && state_->attempts < 2) {
+      // Before the client saw anything (before the first token of a stream; any time before
+      // the end of a non-streaming request, whose tokens so far are dropped): forget it and
+      // place again.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
@@ -122,6 +121,12 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     } else if (!status.ok() && !finished_) {
       openai::GenerateEvent ev;
       ev.status = cancelled ? absl::CancelledError("cancelled") : proto::FromGrpc(status);
+      if (gone) {  // say which worker went away and why the request was not placed again
+        ev.status = absl::UnavailableError(absl::StrCat(
+            "worker ", down, " failed ",
+            delivered_ ? "after the answer had started streaming" : "on the request's second try",
+            ": ", status.error_message()));
+      }
       state_->on_event(std::move(ev));
     }
     b->WakeQueue();  // a decode slot (and the stream's share of the batch) is free
@@ -155,7 +160,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   v1::GenerateResponse response_;
   bool finished_ = false, got_any_ = false;
   bool delivered_ = false;                   // an event reached the front end
-  std::vector<openai::GenerateEvent> held_;  // a non-streaming request's events so far
+  std::vector<openai::GenerateEvent> held_;  // events the client would not have seen yet
 };
 
 std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt) {
