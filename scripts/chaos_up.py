@@ -13,11 +13,18 @@ token (those cannot be placed again), the restarts `strata up` reported, and whe
 worker was ready again at the end. Exit status 1 when a non-streaming request failed or a
 worker did not come back, else 0.
 
+With --kill-router the router is among the victims too: `strata up` starts it again on its
+ports and the workers register again; requests sent while it is down are refused (counted as
+such, as are the 503s of a router whose workers have not registered again yet) and the ones
+inside it when it dies are cut (counted apart, not as failures).
+
 usage: python3 scripts/chaos_up.py STRATA_BINARY [--seconds 70] [--kill-every 8]
            [--clients 8] [--stream-fraction 0.25] [--prefill 1] [--decode 2] [--seed 1]
+           [--kill-router]
 """
 import argparse
 import collections
+import http.client
 import json
 import os
 import random
@@ -44,6 +51,7 @@ def main():
     ap.add_argument("--prefill", type=int, default=1)
     ap.add_argument("--decode", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kill-router", action="store_true")
     args = ap.parse_args()
     if args.decode < 2:
         sys.exit("chaos_up: --decode must be >= 2 (a request is placed again on another worker)")
@@ -53,9 +61,10 @@ def main():
                      f"router: {{http_port: 0}}\nprefill: {{count: {args.prefill}}}\n"
                      f"decode: {{count: {args.decode}}}\nengine: {{num_kv_blocks: 256}}\n",
                      timeout=180)
-    http = up.http
+    router_port = up.http
     names = [f"prefill-{i}" for i in range(args.prefill)] + \
         [f"decode-{i}" for i in range(args.decode)]
+    victims = names + (["router"] if args.kill_router else [])
     outcomes, errors = collections.Counter(), collections.Counter()
     lock = threading.Lock()
     stop = threading.Event()
@@ -65,6 +74,13 @@ def main():
             outcomes[outcome] += 1
             if error:
                 errors[(outcome, error[:140])] += 1
+
+    def outcome_of(status, reply, kind="stream"):
+        # A router that has just started again has no worker until their next heartbeat: it
+        # refuses with 503 (nothing was accepted).
+        if status == 503 and "no decode worker is available" in json.dumps(reply):
+            return "refused (router has no worker yet)"
+        return f"{kind} {status}"
 
     def client(i):
         crng = random.Random(args.seed * 1000 + i)
@@ -76,20 +92,27 @@ def main():
             try:
                 if streaming:
                     body["stream"] = True
-                    status, events, done = cu.stream(http, "/v1/completions", body, timeout=120)
+                    status, events, done = cu.stream(router_port, "/v1/completions", body, timeout=120)
                     failed = [e for e in events if "error" in e]
                     if status != 200:
-                        count(f"stream {status}", json.dumps(events[0]))
+                        count(outcome_of(status, events[0]), json.dumps(events[0]))
                     elif failed or not done:
                         count("stream cut", json.dumps(failed[0]) if failed else "no [DONE]")
                     else:
                         count("stream ok")
                 else:
-                    status, reply = cu.request(http, "POST", "/v1/completions", body, timeout=120)
+                    status, reply = cu.request(router_port, "POST", "/v1/completions", body, timeout=120)
                     if status == 200:
                         count("request ok")
                     else:
-                        count(f"request {status}", json.dumps(reply))
+                        count(outcome_of(status, reply, "request"), json.dumps(reply))
+            except ConnectionRefusedError:
+                count("refused (router down)")
+                time.sleep(0.1)
+            except (ConnectionResetError, http.client.RemoteDisconnected,
+                    http.client.IncompleteRead) as e:
+                count("cut by the router's death" if args.kill_router else "client exception",
+                      str(e))
             except Exception as e:  # noqa: BLE001 - counted and shown in the summary
                 count("client exception", str(e))
 
@@ -101,8 +124,9 @@ def main():
     try:
         while time.time() - start + args.kill_every < args.seconds:
             time.sleep(args.kill_every)
-            victim = rng.choice(names)
-            pids = subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", f"id {victim} "],
+            victim = rng.choice(victims)
+            pattern = " router " if victim == "router" else f"id {victim} "
+            pids = subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", pattern],
                                   capture_output=True, text=True).stdout.split()
             if pids:
                 os.kill(int(pids[0]), signal.SIGKILL)
@@ -125,7 +149,7 @@ def main():
         except OSError:  # a worker killed last may still be waiting for its restart
             return False
     not_ready = []
-    for name in names:
+    for name in names + ["router"]:
         port = int(ports["  " + name].split("/")[0])
         if not cu.wait_until(lambda: ready(port), timeout=60, interval=0.5):
             not_ready.append(name)
@@ -146,7 +170,9 @@ def main():
           else f"NOT ready at the end: {', '.join(not_ready)}")
     # A stream that was cut after its first token cannot be placed again; anything else failing
     # (a non-streaming request, a stream refused before it started) is a lost request.
-    failed = sum(n for o, n in outcomes.items() if o not in ("request ok", "stream ok", "stream cut"))
+    expected = ("request ok", "stream ok", "stream cut", "refused (router down)",
+                "refused (router has no worker yet)", "cut by the router's death")
+    failed = sum(n for o, n in outcomes.items() if o not in expected)
     return 1 if failed or not_ready or rc != 0 else 0
 
 
