@@ -5,6 +5,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "strata/common/block_hash.h"
 #include "strata/common/logging.h"
@@ -242,14 +243,29 @@ void Enqueue(const std::shared_ptr<CallState>& state, const absl::Status& placem
   if (cancelled) b->queue()->Remove(ticket);  // Cancel ran before the ticket was known
 }
 
-void StartAttempt(std::shared_ptr<CallState> state) {
+// Places the request, queues it, parks it until a decode worker registers, or answers it.
+void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
   ClusterBackend* b = state->backend;
-  ++state->attempts;
   const absl::Status placed = TryStart(state);
   if (placed.ok()) return;
   if (b->queue() != nullptr && !b->draining() && MinTtftIfWaited(placed).has_value()) {
     Enqueue(state, placed);
     return;
+  }
+  if (placed.code() == absl::StatusCode::kUnavailable) {
+    // No decode worker yet (a router that has just started): wait for one to register.
+    const bool parked = b->AwaitDecodeWorker([state](const absl::Status& resumed) {
+      {
+        absl::MutexLock lock(&state->mu);
+        if (state->cancelled) return;  // its client left while it waited
+      }
+      if (resumed.ok()) {
+        PlaceOrAnswer(state);
+      } else {
+        Answer(state, resumed);
+      }
+    });
+    if (parked) return;
   }
   if (b->metrics().rejections) {
     const bool slo = RetryAfterSeconds(placed).has_value();
@@ -258,6 +274,11 @@ void StartAttempt(std::shared_ptr<CallState> state) {
         ->Increment();
   }
   Answer(state, placed);
+}
+
+void StartAttempt(std::shared_ptr<CallState> state) {
+  ++state->attempts;
+  PlaceOrAnswer(state);
 }
 
 // The handle the front end holds: cancels whichever attempt is running.
@@ -296,11 +317,51 @@ std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
 
 void ClusterBackend::SetDraining() {
   draining_ = true;
+  ResumeAwaiting();
   if (queue_ != nullptr) queue_->RejectAll(absl::UnavailableError("the router is shutting down"));
 }
 
 void ClusterBackend::WakeQueue() {
+  if (awaiting_count_.load(std::memory_order_relaxed) > 0) ResumeAwaiting();
   if (queue_ != nullptr) queue_->Wake(Now());
+}
+
+bool ClusterBackend::AwaitDecodeWorker(std::function<void(const absl::Status&)> resume) {
+  if (Now() >= started_s_ + startup_grace_s_) return false;
+  {
+    absl::MutexLock lock(&await_mu_);
+    // Checked under the lock: SetDraining answers everything kept before it took the lock.
+    if (draining_ || awaiting_.size() >= kMaxAwaiting) return false;
+    awaiting_.push_back(std::move(resume));
+    awaiting_count_.store(int(awaiting_.size()), std::memory_order_relaxed);
+    if (metrics_.awaiting) metrics_.awaiting->Set(double(awaiting_.size()));
+  }
+  return true;
+}
+
+void ClusterBackend::ResumeAwaiting() {
+  absl::Status status;
+  if (draining_) {
+    status = absl::UnavailableError("the router is shutting down");
+  } else if (!HasDecodeWorker()) {
+    if (Now() < started_s_ + startup_grace_s_) return;  // keep waiting
+    status = absl::UnavailableError(absl::StrFormat(
+        "no decode worker is available (none registered within the router's startup grace of "
+        "%gs)",
+        startup_grace_s_));
+  }
+  std::vector<std::function<void(const absl::Status&)>> resumed;
+  {
+    absl::MutexLock lock(&await_mu_);
+    resumed.swap(awaiting_);
+    awaiting_count_.store(0, std::memory_order_relaxed);
+    if (metrics_.awaiting) metrics_.awaiting->Set(0);
+  }
+  if (!status.ok() && metrics_.rejections && !resumed.empty()) {
+    metrics_.rejections->WithLabels({absl::StatusCodeToString(status.code())})
+        ->Increment(double(resumed.size()));
+  }
+  for (auto& resume : resumed) resume(status);
 }
 
 double ClusterBackend::Now() {
@@ -308,8 +369,9 @@ double ClusterBackend::Now() {
       .count();
 }
 
-bool ClusterBackend::Ready() const {
-  if (draining_) return false;
+bool ClusterBackend::Ready() const { return !draining_ && HasDecodeWorker(); }
+
+bool ClusterBackend::HasDecodeWorker() const {
   for (const auto& w : pool_->Snapshot()) {
     if (w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED) return true;
   }

@@ -5,9 +5,16 @@
 // Each placement's predicted TTFT is compared with the first token's arrival to keep the
 // placer's per-worker correction (and its pending-prefill ledger) current. A request the
 // goodput policy could place after waiting for capacity waits in the AdmissionQueue, which is
-// woken whenever capacity may have changed.
+// woken whenever capacity may have changed. A request that arrives before any decode worker
+// has registered, within `startup_grace_s` of the router's start (a router that has just been
+// restarted, whose workers register again with their next heartbeat), waits for one instead of
+// getting 503 at once.
 #include <atomic>
+#include <functional>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "strata/common/metrics.h"
 #include "strata/openai/backend.h"
 #include "strata/router/admission_queue.h"
@@ -24,6 +31,7 @@ struct ClusterBackendMetrics {
   metrics::CounterFamily* rejections = nullptr;       // {reason}: placement said no (429/503)
   metrics::GaugeFamily* ttft_correction = nullptr;    // {worker}: observed / predicted TTFT
   metrics::HistogramFamily* ttft_error = nullptr;     // observed / predicted TTFT per request
+  metrics::Gauge* awaiting = nullptr;  // requests waiting for a first decode worker to register
 };
 
 class ClusterBackend final : public openai::Backend {
@@ -31,17 +39,32 @@ class ClusterBackend final : public openai::Backend {
   // `recorder` (optional, not owned) gets every request as it arrives. `queue` (optional, not
   // owned): requests the goodput policy cannot place now but could after waiting for a decode
   // slot wait there (admission_queue.h) instead of getting 429 at once.
+  // `startup_grace_s`: how long after construction a request may wait for a first decode
+  // worker (0: answered 503 at once, as later).
   ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
-                 TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr)
-      : pool_(pool), placer_(placer), metrics_(metrics), recorder_(recorder), queue_(queue) {}
+                 TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr,
+                 double startup_grace_s = 0)
+      : pool_(pool),
+        placer_(placer),
+        metrics_(metrics),
+        recorder_(recorder),
+        queue_(queue),
+        startup_grace_s_(startup_grace_s),
+        started_s_(Now()) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
   // Stops taking requests; waiting ones are answered 503 at once.
   void SetDraining();
   // Capacity may have changed (a heartbeat, the periodic timer; first tokens and finished
-  // streams call it themselves): re-tries waiting requests, expires those out of slack.
+  // streams call it themselves): re-tries waiting requests, expires those out of slack, and
+  // resumes the requests waiting for a first decode worker once one has registered (or answers
+  // them 503 when the startup grace is over).
   void WakeQueue();
+  // Within the startup grace: keeps `resume` until a decode worker registers (called with OK)
+  // or the grace ends or the router drains (called with the error) and returns true; false
+  // (nothing kept) after the grace, while draining, or when too many wait already.
+  bool AwaitDecodeWorker(std::function<void(const absl::Status&)> resume);
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }
@@ -53,12 +76,21 @@ class ClusterBackend final : public openai::Backend {
   static double Now();
 
  private:
+  static constexpr size_t kMaxAwaiting = 4096;
+  bool HasDecodeWorker() const;
+  void ResumeAwaiting();
+
   WorkerPool* pool_;
   Placer* placer_;
   ClusterBackendMetrics metrics_;
   TrafficRecorder* recorder_;
   AdmissionQueue* queue_;
   std::atomic<bool> draining_{false};
+  const double startup_grace_s_;
+  const double started_s_;
+  absl::Mutex await_mu_;
+  std::vector<std::function<void(const absl::Status&)>> awaiting_ ABSL_GUARDED_BY(await_mu_);
+  std::atomic<int> awaiting_count_{0};
 };
 
 }  // namespace strata::router

@@ -123,7 +123,8 @@ class RouterImpl final : public Router {
       queue_ = std::make_unique<AdmissionQueue>(options_.admission, admission_metrics_.get());
     }
     backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
-                                                recorder_.get(), queue_.get());
+                                                recorder_.get(), queue_.get(),
+                                                absl::ToDoubleSeconds(options_.startup_grace));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -172,6 +173,12 @@ class RouterImpl final : public Router {
     backend_metrics_.ttft_error = &registry_.HistogramOrDie(
         "strata_router_ttft_observed_over_predicted", "Observed / predicted TTFT per request",
         {0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 4, 8});
+    backend_metrics_.awaiting =
+        registry_
+            .GaugeOrDie("strata_router_awaiting_worker_requests",
+                        "Requests waiting for a first decode worker to register (the router's "
+                        "startup grace)")
+            .Default();
     admission_metrics_ = std::make_unique<AdmissionMetrics>(
         &registry_.HistogramOrDie(
             "strata_router_admission_queue_seconds",

@@ -10,6 +10,11 @@
 // slots taken a third request is infeasible only on TPOT, so it waits in the admission queue
 // (capacity 2) and is placed when a stream ends; a fifth gets 429 queue_full, a waiting one
 // whose slack runs out gets 429 slack_expired, and a client that leaves is taken out.
+//
+// Startup grace (RouterStartupGraceTest and the two after it): a router with no worker yet
+// holds a request until the first decode worker registers, answers 503 when none registers
+// within the grace (and at once after it, or with no grace), and drops a waiting request whose
+// client left.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -115,6 +120,13 @@ class RouterAdmissionTest : public ::testing::Test {
     b.RegisterService(&worker_);
     server_ = b.BuildAndStart();
     ASSERT_NE(worker_port_, 0);
+    if (!register_at_start_) return;
+    RegisterWorker();
+    ASSERT_TRUE(router_->Ready());
+  }
+
+  // Registers the fake worker with the router, as a worker's first heartbeat does.
+  void RegisterWorker() {
     auto registry = v1::Registry::NewStub(
         proto::MakeChannel("127.0.0.1:" + std::to_string(router_->grpc_port())));
     v1::RegisterRequest req;
@@ -128,7 +140,6 @@ class RouterAdmissionTest : public ::testing::Test {
     grpc::ClientContext ctx;
     v1::RegisterResponse resp;
     ASSERT_TRUE(registry->Register(&ctx, req, &resp).ok());
-    ASSERT_TRUE(router_->Ready());
   }
   void TearDown() override {
     worker_.Open();
@@ -164,6 +175,7 @@ class RouterAdmissionTest : public ::testing::Test {
     return c->ReadResponse().value_or(http::testing::Response{}).body;
   }
 
+  bool register_at_start_ = true;
   std::unique_ptr<Router> router_;
   HeldWorker worker_;
   int worker_port_ = 0;
@@ -223,6 +235,23 @@ TEST_F(RouterAdmissionTest, SloClassesComeFromTheHeader) {
 
 // ---- queue by slack ----------------------------------------------------------------------
 
+// The value of an unlabelled metric sample line ("name value") in `text`, or -1.
+double MetricIn(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// Waits (bounded) until `done` holds.
+template <typename F>
+bool WaitFor(F done) {
+  for (int spin = 0; spin < 2000; ++spin) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return done();
+}
+
 class RouterQueueTest : public RouterAdmissionTest {
  protected:
   void Configure(RouterOptions& o) override {
@@ -233,23 +262,7 @@ class RouterQueueTest : public RouterAdmissionTest {
     o.admission_tick = absl::Milliseconds(20);
   }
 
-  // The value of an unlabelled metric sample line ("name value"), or -1.
-  double MetricValue(const std::string& name) {
-    const std::string text = Metrics();
-    const size_t at = text.find("\n" + name + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(text.substr(at + name.size() + 2));
-  }
-
-  // Waits (bounded) until `done` holds.
-  template <typename F>
-  bool WaitFor(F done) {
-    for (int spin = 0; spin < 2000; ++spin) {
-      if (done()) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return done();
-  }
+  double MetricValue(const std::string& name) { return MetricIn(Metrics(), name); }
 };
 
 TEST_F(RouterQueueTest, ExcessWaitsForADecodeSlotAndIsServedWhenOneFrees) {
@@ -320,6 +333,95 @@ TEST_F(RouterQueueTest, AClientThatLeavesWhileWaitingIsTakenOutOfTheQueue) {
   absl::SleepFor(absl::Milliseconds(100));  // a wrongly kept request would be placed by now
   EXPECT_EQ(worker_.received(), 2);
   EXPECT_THAT(Metrics(), HasSubstr("strata_router_admission_queue_seconds_count 1"));
+}
+
+// A router that has just started (or been restarted) and has no decode worker yet: within its
+// startup grace a request waits for one to register instead of getting 503 at once.
+class RouterStartupGraceTest : public RouterAdmissionTest {
+ protected:
+  void Configure(RouterOptions& o) override {
+    o.placement.policy = "round-robin";
+    o.startup_grace = grace_;
+    o.admission_tick = absl::Milliseconds(20);
+    register_at_start_ = false;
+  }
+  double Awaiting() { return MetricIn(Metrics(), "strata_router_awaiting_worker_requests"); }
+
+  absl::Duration grace_ = absl::Seconds(30);
+};
+
+TEST_F(RouterStartupGraceTest, ARequestBeforeTheFirstWorkerWaitsForItAndIsServed) {
+  ASSERT_FALSE(router_->Ready());
+  auto early = Send(1);
+  ASSERT_TRUE(WaitFor([&] { return Awaiting() == 1; }));
+  absl::SleepFor(absl::Milliseconds(100));  // still waiting, not answered
+  EXPECT_EQ(Awaiting(), 1);
+  RegisterWorker();
+  ASSERT_TRUE(WaitFor([&] { return worker_.received() == 1; }));
+  worker_.Open();
+  auto r = early->ReadResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(Awaiting(), 0);
+}
+
+TEST_F(RouterStartupGraceTest, AClientThatLeavesWhileWaitingIsNotPlaced) {
+  {
+    auto leaving = Send(2);
+    ASSERT_TRUE(WaitFor([&] { return Awaiting() == 1; }));
+  }  // the client disconnects
+  absl::SleepFor(absl::Milliseconds(100));
+  RegisterWorker();
+  auto stays = Send(3);
+  ASSERT_TRUE(WaitFor([&] { return worker_.received() == 1; }));
+  worker_.Open();
+  EXPECT_EQ(stays->ReadResponse().value_or(http::testing::Response{}).status, 200);
+  absl::SleepFor(absl::Milliseconds(100));  // a wrongly kept request would be placed by now
+  EXPECT_EQ(worker_.received(), 1);
+}
+
+class RouterShortGraceTest : public RouterStartupGraceTest {
+ protected:
+  void Configure(RouterOptions& o) override {
+    grace_ = absl::Milliseconds(400);
+    RouterStartupGraceTest::Configure(o);
+  }
+};
+
+TEST_F(RouterShortGraceTest, WhenNoWorkerRegistersWithinTheGraceTheRequestGets503) {
+  const absl::Time sent = absl::Now();
+  const http::testing::Response r = Complete(4);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(),
+              HasSubstr("none registered within the router's startup grace of 0.4s"));
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
+  EXPECT_EQ(Awaiting(), 0);
+  // After the grace a request is answered at once.
+  const absl::Time later = absl::Now();
+  const http::testing::Response again = Complete(5);
+  EXPECT_EQ(again.status, 503) << again.body;
+  EXPECT_THAT(Json::parse(again.body)["error"]["message"].get<std::string>(),
+              HasSubstr("no decode worker is available"));
+  EXPECT_LT(absl::Now() - later, absl::Milliseconds(300));
+  EXPECT_THAT(Metrics(), HasSubstr("strata_router_rejections_total{reason=\"UNAVAILABLE\"} 2"));
+  EXPECT_EQ(worker_.received(), 0);
+}
+
+class RouterNoGraceTest : public RouterStartupGraceTest {
+ protected:
+  void Configure(RouterOptions& o) override {
+    grace_ = absl::ZeroDuration();
+    RouterStartupGraceTest::Configure(o);
+  }
+};
+
+TEST_F(RouterNoGraceTest, WithoutAGraceARequestBeforeTheFirstWorkerGets503AtOnce) {
+  const absl::Time sent = absl::Now();
+  const http::testing::Response r = Complete(6);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["error"]["message"], "no decode worker is available");
+  EXPECT_LT(absl::Now() - sent, absl::Milliseconds(300));
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ struct RouterOptions {
   // How often the admission queue is woken when nothing else woke it (expiring slack).
   absl::Duration admission_tick = absl::Milliseconds(50);
   absl::Duration dead_after = absl::Seconds(3);
+  // For this long after the start, a request that finds no decode worker registered waits for
+  // one (a restarted router's workers register again with their next heartbeat) instead of
+  // getting 503 at once; 0: no grace.
+  absl::Duration startup_grace = absl::Seconds(5);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
   double slo_tpot_s = 0.2;
