@@ -15,10 +15,16 @@ implementations can part where the fp32 margin is within bf16 rounding of the lo
 Also checks strata's logits along its own path against transformers in fp32 (its top-20
 logprobs relative to its top token, vs the fp32 logits of the same tokens; normalized by the
 largest |logit| as golden_test and plugin-test do), beside the same error of transformers in
-bf16 on the same path. Exit status 1 when strata's exceeds both --logit-tolerance (bf16: 2e-2)
-and twice transformers-bf16's, or strata departs from the fp32 reference at a step whose fp32
-margin exceeds --tie-margin and transformers-bf16 does not depart there too; 0 otherwise. Needs torch and
+bf16 on the same path. Exit status 1 when, on a trained fixture, strata's exceeds both
+--logit-tolerance (bf16: 2e-2) and twice transformers-bf16's (on a random fixture this is
+reported only: a router within bf16 of a tie flips on one side), or when strata departs from
+the fp32 reference at a step whose fp32 margin exceeds --tie-margin and transformers-bf16 does
+not depart there too (on a trained fixture: at any step); 0 otherwise. Needs torch and
 transformers (the GPU machine has both); a test tool, not part of the product.
+
+The trained fixtures (`<name>_trained`, scripts/fixtures/make_trained_fixtures.py: bf16 weights,
+cases whose every fp32 greedy margin is at least 2 logits, far beyond bf16 rounding) are checked
+exactly: any departure of strata's tokens from the reference is a failure there.
 """
 import argparse
 import json
@@ -110,8 +116,9 @@ def main():
                    help="a departure from the fp32 reference where the fp32 top-2 margin is at "
                    "most this is a near-tie, not a failure")
     args = p.parse_args()
-    failures = logit_failures = 0
+    failures = logit_failures = logit_over_random = 0
     total = same_hf = same_ref = 0
+    exact_total = exact_same = exact_hf = 0
     worst_err = worst_hf = 0.0
     print("| model | case | new tokens | logits vs fp32: strata / transformers bf16 | strata = "
           "transformers (GPU, bf16)? | strata = fp32 reference? | transformers (GPU, bf16) = fp32 "
@@ -123,6 +130,7 @@ def main():
         if not os.path.isfile(ref_path):
             continue
         ref = json.load(open(ref_path))
+        exact = "bf16_check" in ref  # a trained fixture: tokens must match exactly
         fp32 = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                     attn_implementation="eager")
         fp32 = fp32.to(args.device).eval()
@@ -159,24 +167,39 @@ def main():
             c_hf_ref, d_hf_ref = cell(theirs, expected)
             same_hf += d_hf is None
             same_ref += d_ref is None
-            if (d_ref is not None and d_ref < len(margins) and margins[d_ref] > args.tie_margin
-                    and d_hf_ref != d_ref):
+            if exact:
+                exact_total += 1
+                exact_same += d_ref is None
+                exact_hf += d_hf_ref is None
+            if d_ref is not None and (exact or (d_ref < len(margins)
+                                                and margins[d_ref] > args.tie_margin
+                                                and d_hf_ref != d_ref)):
                 failures += 1
                 c_ref += " FAIL"
+            # On the random fixtures a router within bf16 of a tie (their router gaps are only
+            # >= 1e-2) can flip on one side and move the logits far: reported, not failed.
+            mark = ""
             if err > limit:
-                logit_failures += 1
-            print(f"| {name} | {i} | {n} | {err:.1e} / {err_hf:.1e}"
-                  f"{' FAIL' if err > limit else ''} | {c_hf} | {c_ref} | {c_hf_ref} |", flush=True)
+                logit_failures += exact
+                logit_over_random += not exact
+                mark = " FAIL" if exact else " (over)"
+            print(f"| {name} | {i} | {n} | {err:.1e} / {err_hf:.1e}{mark} | {c_hf} | {c_ref} | "
+                  f"{c_hf_ref} |", flush=True)
         del fp32, bf16
         if args.device == "cuda":
             torch.cuda.empty_cache()
     print(f"\nlogits along strata's path vs transformers fp32, worst over all steps: strata "
-          f"{worst_err:.1e}, transformers bf16 {worst_hf:.1e} of the largest logit (a case fails "
+          f"{worst_err:.1e}, transformers bf16 {worst_hf:.1e} of the largest logit (a trained case fails "
           f"beyond max({args.logit_tolerance}, 2x transformers bf16))")
     print(f"strata = transformers-bf16 on the same device: {same_hf}/{total} cases; "
           f"strata = fp32 reference: {same_ref}/{total}; {failures} departures from the "
           f"reference where the fp32 margin exceeds {args.tie_margin} and transformers-bf16 "
-          f"stays on it; {logit_failures} cases whose logit error exceeds the limit")
+          f"stays on it (any departure, on a trained fixture); {logit_failures} trained cases "
+          f"whose logit error exceeds the limit (failures), {logit_over_random} random-fixture "
+          f"cases (reported only)")
+    print(f"trained fixtures (bf16 weights, every fp32 greedy margin >= 2 logits): strata = "
+          f"reference {exact_same}/{exact_total}, transformers bf16 (same device) = reference "
+          f"{exact_hf}/{exact_total}")
     return 1 if failures or logit_failures else 0
 
 

@@ -23,13 +23,15 @@ function(expect_error code pattern)
 endfunction()
 
 # 1. Greedy generations of every fixture model equal transformers', token for token.
-foreach(model llama3 qwen2 qwen3 qwen3_moe mixtral)
+foreach(model llama3 qwen2 qwen3 qwen3_moe mixtral
+              llama3_trained qwen2_trained qwen3_trained qwen3_moe_trained mixtral_trained)
   set(dir ${SRC}/tests/fixtures/models/${model})
   file(READ ${dir}/reference.json ref)
   string(JSON ncases LENGTH "${ref}" cases)
   math(EXPR last "${ncases} - 1")
   foreach(i RANGE ${last})
     string(JSON prompt GET "${ref}" cases ${i} prompt)
+    string(REPLACE ";" "\\;" prompt "${prompt}")  # one argument, semicolons and all
     string(JSON expected GET "${ref}" cases ${i} greedy_new_ids)
     string(JSON n LENGTH "${ref}" cases ${i} greedy_new_ids)
     expect_ok(${STRATA} generate --model ${dir} --prompt "${prompt}" --max-tokens ${n}
