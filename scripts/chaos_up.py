@@ -6,12 +6,14 @@ built-in tiny-llama preset), runs --clients client threads that send completions
 (a --stream-fraction of them streamed, the rest not), and SIGKILLs a random worker every
 --kill-every seconds for --seconds. `strata up` starts each killed worker again (restart.*), and
 the router places a request whose worker died again where the client has seen nothing yet
-(any non-streaming request, a stream before its first token).
+(any non-streaming request, a stream before its first token) and resumes a stream that had
+started on another worker. Each stream that ends well is checked against the same request
+answered whole (non-streaming): "stream wrong" if the texts differ.
 
-Prints a line per kill, then a summary: requests by outcome, streams cut after their first
-token (those cannot be placed again), the restarts `strata up` reported, and whether every
-worker was ready again at the end. Exit status 1 when a non-streaming request failed or a
-worker did not come back, else 0.
+Prints a line per kill, then a summary: requests by outcome, streams cut (when their resumes
+ran out), the restarts `strata up` reported, the router's retries and resumes, and whether
+every worker was ready again at the end. Exit status 1 when a non-streaming request failed, a
+stream's text was wrong or a worker did not come back, else 0.
 
 With --kill-router the router is among the victims too: `strata up` starts it again on its
 ports and the workers register again; requests sent while it is down are refused (counted as
@@ -99,7 +101,18 @@ def main():
                     elif failed or not done:
                         count("stream cut", json.dumps(failed[0]) if failed else "no [DONE]")
                     else:
-                        count("stream ok")
+                        # A stream resumed on another worker must read as one answer: the
+                        # same text as the same request answered whole.
+                        text = "".join(c["text"] for e in events for c in e.get("choices", []))
+                        whole = dict(body, stream=False)
+                        ref_status, ref = cu.request(router_port, "POST", "/v1/completions",
+                                                     whole, timeout=120)
+                        if ref_status != 200:
+                            count("stream ok")  # its reference was lost to a kill: unchecked
+                        elif text == ref["choices"][0]["text"]:
+                            count("stream ok")
+                        else:
+                            count("stream wrong", f"{text!r} != {ref['choices'][0]['text']!r}")
                 else:
                     status, reply = cu.request(router_port, "POST", "/v1/completions", body, timeout=120)
                     if status == 200:
@@ -154,13 +167,17 @@ def main():
         if not cu.wait_until(lambda: ready(port), timeout=60, interval=0.5):
             not_ready.append(name)
     restarts = up.tail_all().count(" started again (pid ")
+    router_http = int(ports["  router"].split("/")[0])
+    retried = cu.metric(router_http, "strata_router_retries_total")
+    resumed = cu.metric(router_http, "strata_router_resumed_streams_total")
     rc = up.stop(signal.SIGTERM, timeout=120)
     shutil.rmtree(tmp, ignore_errors=True)
 
     total = sum(outcomes.values())
     print(f"\n{args.seconds:.0f} s, {args.clients} clients ({args.stream_fraction:.0%} streaming), "
           f"{args.prefill} prefill + {args.decode} decode workers, {kills} SIGKILLs, "
-          f"{restarts} restarts by strata up, strata up exited {rc}")
+          f"{restarts} restarts by strata up, strata up exited {rc}; the router (since its "
+          f"last start) placed {retried:.0f} requests again and resumed {resumed:.0f} streams")
     print("| outcome | count | share |\n|---|---:|---:|")
     for outcome, n in sorted(outcomes.items()):
         print(f"| {outcome} | {n} | {n / max(total, 1):.4%} |")
@@ -168,8 +185,8 @@ def main():
         print(f"  {n} x {outcome}: {error}")
     print("every worker ready again at the end" if not not_ready
           else f"NOT ready at the end: {', '.join(not_ready)}")
-    # A stream that was cut after its first token cannot be placed again; anything else failing
-    # (a non-streaming request, a stream refused before it started) is a lost request.
+    # A stream cut once its resumes ran out is counted apart; anything else failing (a
+    # non-streaming request, a stream refused before it started, a wrong stream) is a failure.
     expected = ("request ok", "stream ok", "stream cut", "refused (router down)",
                 "refused (router has no worker yet)", "cut by the router's death")
     failed = sum(n for o, n in outcomes.items() if o not in expected)

@@ -107,15 +107,67 @@ absl::StatusOr<std::unique_ptr<Request>> Engine::NewRequest(const std::string& r
 
 absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
                                 const SamplingParams& params) {
+  return AddRequest(request_id, std::move(prompt), params, ResumedOutput{});
+}
+
+absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                                const SamplingParams& params, const ResumedOutput& resumed) {
   STRATA_ASSIGN_OR_RETURN(auto r, NewRequest(request_id, std::move(prompt), params));
+  if (!resumed.tokens.empty()) STRATA_RETURN_IF_ERROR(Resume(*r, resumed));
   Request* raw = r.get();
   requests_.emplace(request_id, std::move(r));
-  if (params.max_tokens == 0) {
-    Finish(raw, FinishReason::kLength);  // nothing to generate; Step reports it
+  if (!resumed.tokens.empty() && ResumedAtStop(raw)) {
+    Finish(raw, FinishReason::kStop);  // its last worker failed before saying so
+    return absl::OkStatus();
+  }
+  if (raw->num_tokens() >= raw->max_total_tokens) {
+    raw->text += raw->detok->Flush();
+    Finish(raw, FinishReason::kLength);  // nothing (left) to generate; Step reports it
     return absl::OkStatus();
   }
   scheduler_->Add(raw);
   return absl::OkStatus();
+}
+
+absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {
+  for (int32_t t : resumed.tokens) {
+    if (t < 0 || t >= config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resumed token id ", t, " out of range [0, ", config().vocab_size, ")"));
+    }
+  }
+  const int64_t total = int64_t{r.prompt_len} + int64_t(resumed.tokens.size());
+  const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
+  if (total >= std::min<int64_t>(max_model_len_, cache_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt and resumed output have ", total, " tokens; this engine's limit is ",
+                     std::min<int64_t>(max_model_len_, cache_tokens) - 1));
+  }
+  for (int32_t t : resumed.tokens) {
+    r.tokens.push_back(t);
+    r.text += r.detok->Push(t);
+    // The generator advances as it did for these tokens where they were drawn.
+    if (r.params.temperature > 0.0f) r.rng->Uniform();
+  }
+  if (resumed.text_emitted > r.text.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("resumed text_emitted ", resumed.text_emitted,
+                                                   " is beyond the resumed tokens' ", r.text.size(),
+                                                   " bytes of text"));
+  }
+  r.text_emitted = resumed.text_emitted;
+  return absl::OkStatus();
+}
+
+bool Engine::ResumedAtStop(Request* r) {
+  const int32_t last = r->tokens.back();
+  const auto& eos = config().eos_token_ids;
+  const auto& stops = r->params.stop_token_ids;
+  if ((!r->params.ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) ||
+      std::find(stops.begin(), stops.end(), last) != stops.end()) {
+    r->stop_reason = absl::StrCat(last);
+    return true;
+  }
+  return CheckStopStrings(r);
 }
 
 absl::Status Engine::AddPrefillRequest(const std::string& request_id, std::vector<int32_t> prompt,

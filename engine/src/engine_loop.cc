@@ -54,13 +54,16 @@ void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> p
 }
 
 void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
-                        OutputCallback callback) {
+                        OutputCallback callback, ResumedOutput resumed) {
   auto shared_prompt = std::make_shared<std::vector<int32_t>>(std::move(prompt));
+  // The tokens whose KV the request needs: the prompt, then what it had generated elsewhere.
+  std::vector<int32_t> staged = *shared_prompt;
+  staged.insert(staged.end(), resumed.tokens.begin(), resumed.tokens.end());
   const std::string key = id;
-  PostForPrompt(key, *shared_prompt,
+  PostForPrompt(key, staged,
                 [this, id = std::move(id), shared_prompt, params = std::move(params),
-                 callback = std::move(callback)](Engine& e) mutable {
-                  absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params);
+                 callback = std::move(callback), resumed = std::move(resumed)](Engine& e) mutable {
+                  absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params, resumed);
                   if (!s.ok()) {
                     callback(s, RequestOutput{});
                     return;

@@ -93,6 +93,8 @@ void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
       found->request_id = r->id;
       found->prompt_tokens = r->prompt_len;
       found->cached_tokens = r->num_cached_prompt;
+      // A resumed request with nothing left to generate: the text its client has not seen.
+      if (r->text.size() > r->text_emitted) found->new_text = r->text.substr(r->text_emitted);
     }
     found->finished = true;
     found->finish_reason = r->finish;

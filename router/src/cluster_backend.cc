@@ -44,10 +44,18 @@ struct CallState {
   AdmissionQueue::Ticket ticket ABSL_GUARDED_BY(mu) = AdmissionQueue::kNoTicket;  // waiting
   std::vector<std::string> exclude;  // workers that failed this request
   int attempts = 0;
+  // A stream's tokens and text bytes handed to the client so far: where a resumed attempt
+  // continues when its worker fails after the answer started streaming.
+  std::vector<int32_t> delivered_tokens;
+  uint64_t delivered_text = 0;
+  int resumes = 0;
   double arrival_s = 0;  // ClusterBackend::Now() at Generate
 };
 
 void StartAttempt(std::shared_ptr<CallState> state);
+void PlaceOrAnswer(const std::shared_ptr<CallState>& state);
+// How many times a stream is continued on another worker after its worker failed mid-answer.
+constexpr int kMaxResumes = 3;
 
 // One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
 class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
@@ -61,6 +69,11 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     request_.set_protocol_version(proto::kProtocolVersion);
     request_.set_request_id(r.request_id);
     request_.mutable_prompt()->Assign(r.prompt.begin(), r.prompt.end());
+    // A resumed stream: the tokens the client has, as the end of the prompt.
+    const std::vector<int32_t>& had = state_->delivered_tokens;
+    for (int32_t t : had) request_.add_prompt(t);
+    request_.set_resumed_tokens(int32_t(had.size()));
+    request_.set_resumed_text_bytes(state_->delivered_text);
     proto::ToProto(r.params, request_.mutable_params());
     request_.set_prefill_address(placement_.prefill_address);
     placement_.decode_stub->async()->Generate(&context_, &request_, this);
@@ -85,7 +98,14 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     held_.push_back(std::move(ev));
     if (visible || finished_) {
       delivered_ = true;
-      for (openai::GenerateEvent& e : held_) state_->on_event(std::move(e));
+      for (openai::GenerateEvent& e : held_) {
+        if (state_->request.stream) {
+          state_->delivered_tokens.insert(state_->delivered_tokens.end(), e.tokens.begin(),
+                                          e.tokens.end());
+          state_->delivered_text += e.text.size();
+        }
+        state_->on_event(std::move(e));
+      }
       held_.clear();
     }
     StartRead(&response_);
@@ -111,7 +131,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
         !placement_.prefill_id.empty() &&
         absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
     const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
-    if (gone && !delivered_ && state_->attempts < 2) {
+    const bool streamed = !state_->delivered_tokens.empty();  // the client has tokens
+    if (gone && !streamed && !delivered_ && state_->attempts < 2) {
       // Before the client saw anything (before the first token of a stream; any time before
       // the end of a non-streaming request, whose tokens so far are dropped): forget it and
       // place again.
@@ -119,14 +140,25 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       state_->exclude.push_back(down);
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
       StartAttempt(state_);
+    } else if (gone && streamed && state_->resumes < kMaxResumes) {
+      // After the stream started: continue it on another worker from the tokens the client
+      // has (they end the prompt there and count as output), so nothing it saw is sent twice.
+      b->pool()->Remove(down, status.error_message());
+      state_->exclude.push_back(down);
+      ++state_->resumes;
+      if (b->metrics().resumes) b->metrics().resumes->Increment();
+      PlaceOrAnswer(state_);
     } else if (!status.ok() && !finished_) {
       openai::GenerateEvent ev;
       ev.status = cancelled ? absl::CancelledError("cancelled") : proto::FromGrpc(status);
       if (gone) {  // say which worker went away and why the request was not placed again
-        ev.status = absl::UnavailableError(absl::StrCat(
-            "worker ", down, " failed ",
-            delivered_ ? "after the answer had started streaming" : "on the request's second try",
-            ": ", status.error_message()));
+        ev.status = absl::UnavailableError(
+            absl::StrCat("worker ", down, " failed ",
+                         streamed ? absl::StrCat("after the answer had started streaming (resumed ",
+                                                 state_->resumes, " times already)")
+                         : delivered_ ? "after the answer had started streaming"
+                                      : "on the request's second try",
+                         ": ", status.error_message()));
       }
       state_->on_event(std::move(ev));
     }
@@ -177,15 +209,24 @@ std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<i
 absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   ClusterBackend* b = state->backend;
   WorkerPool* pool = b->pool();
+  // A resumed stream's prompt ends with the tokens its client has; its prefill stays local.
+  std::vector<int32_t> resumed_prompt;
+  const std::vector<int32_t>* prompt = &state->request.prompt;
+  if (!state->delivered_tokens.empty()) {
+    resumed_prompt = *prompt;
+    resumed_prompt.insert(resumed_prompt.end(), state->delivered_tokens.begin(),
+                          state->delivered_tokens.end());
+    prompt = &resumed_prompt;
+  }
   PlacementRequest pr;
-  pr.prompt_tokens = int32_t(state->request.prompt.size());
+  pr.prompt_tokens = int32_t(prompt->size());
+  pr.local_prefill = prompt != &state->request.prompt;
   pr.block_size = pool->block_size();
   pr.exclude = state->exclude;
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
-  auto placed =
-      b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, state->request.prompt), pr);
+  auto placed = b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, *prompt), pr);
   if (!placed.ok()) return placed.status();
   pool->AddInflight(placed->decode_id, 1);
   if (!placed->prefill_id.empty()) pool->AddInflight(placed->prefill_id, 1);

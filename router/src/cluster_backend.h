@@ -32,6 +32,7 @@ struct ClusterBackendMetrics {
   metrics::GaugeFamily* ttft_correction = nullptr;    // {worker}: observed / predicted TTFT
   metrics::HistogramFamily* ttft_error = nullptr;     // observed / predicted TTFT per request
   metrics::Gauge* awaiting = nullptr;  // requests waiting for a first decode worker to register
+  metrics::Counter* resumes = nullptr;  // streams continued on another worker mid-answer
 };
 
 class ClusterBackend final : public openai::Backend {

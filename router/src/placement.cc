@@ -192,7 +192,7 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
     if (IsDecodeCapable(w)) {
       any_decode = true;
       if (!full) decode.push_back(&w);
-    } else if (w.info.role() == v1::ROLE_PREFILL && !full) {
+    } else if (w.info.role() == v1::ROLE_PREFILL && !full && !request.local_prefill) {
       prefill.push_back(&w);
     }
   }

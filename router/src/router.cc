@@ -173,6 +173,12 @@ class RouterImpl final : public Router {
     backend_metrics_.ttft_error = &registry_.HistogramOrDie(
         "strata_router_ttft_observed_over_predicted", "Observed / predicted TTFT per request",
         {0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 4, 8});
+    backend_metrics_.resumes =
+        registry_
+            .CounterOrDie("strata_router_resumed_streams_total",
+                          "Streams continued on another worker after theirs failed mid-answer "
+                          "(from the tokens the client had)")
+            .Default();
     backend_metrics_.awaiting =
         registry_
             .GaugeOrDie("strata_router_awaiting_worker_requests",

@@ -241,67 +241,88 @@ class ClusterTest(unittest.TestCase):
 
 
 class DecodeWorkerDeathTest(unittest.TestCase):
-    """A non-streaming request whose decode worker dies half-way through its answer is placed
-    again on the other decode worker (the router holds a non-streaming answer until its end,
-    so the client has seen nothing): it gets the whole answer, the same as without the death."""
+    """A request whose decode worker dies half-way through its answer gets the whole answer,
+    the same as without the death. A non-streaming one is placed again from the start (the
+    router holds a non-streaming answer until its end, so the client has seen nothing); a
+    stream is resumed on the other decode worker from the tokens its client already has."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="strata_death_test_")
+        self.procs = []
+        model = os.path.join(self.tmp, "model")
+        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", model],
+                       check=True, stdout=subprocess.DEVNULL)
+        name = ["--served-model-name", MODEL]
+        router = cu.start_router(STRATA, model, self.tmp, name)
+        self.procs.append(router)
+        self.http, grpc = int(router.match.group(1)), router.match.group(2)
+        self.decode = {}
+        for role, wid in [("prefill", "prefill-0"), ("decode", "decode-0"),
+                          ("decode", "decode-1")]:
+            w = cu.start_worker(STRATA, model, self.tmp, role, wid, grpc, name)
+            self.procs.append(w)
+            if role == "decode":
+                self.decode[wid] = w
+        assert cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
+                                               {"role": "decode"}) == 2, timeout=30)
+
+    def tearDown(self):
+        for p in reversed(self.procs):
+            p.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def kill_mid_answer(self, send):
+        """Runs `send` in a thread and SIGKILLs the decode worker serving it once that worker
+        has run 20 more engine steps; returns what `send` returned."""
+        client = concurrent.futures.ThreadPoolExecutor(1).submit(send)
+
+        def busy():
+            for wid, w in self.decode.items():
+                if cu.metric(int(w.match.group(1)), "strata_worker_running_requests"):
+                    return wid
+            return None
+        assert cu.wait_until(lambda: busy() is not None or client.done(), timeout=60)
+        victim = busy()
+        self.assertIsNotNone(victim, "the answer was done before a worker could be killed")
+        port = int(self.decode[victim].match.group(1))
+        steps0 = cu.metric(port, "strata_worker_engine_steps_total")
+        assert cu.wait_until(lambda: cu.metric(port, "strata_worker_engine_steps_total") >
+                             steps0 + 20 or client.done(), timeout=60)
+        self.assertFalse(client.done(), "the answer was done before its worker was killed")
+        self.decode[victim].stop(signal.SIGKILL)
+        return client.result(timeout=300)
 
     def test_non_streaming_answer_survives_its_decode_worker_dying(self):
-        tmp = tempfile.mkdtemp(prefix="strata_death_test_")
-        procs = []
-        try:
-            model = os.path.join(tmp, "model")
-            subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", model],
-                           check=True, stdout=subprocess.DEVNULL)
-            name = ["--served-model-name", MODEL]
-            router = cu.start_router(STRATA, model, tmp, name)
-            procs.append(router)
-            http, grpc = int(router.match.group(1)), router.match.group(2)
-            decode = {}
-            for role, wid in [("prefill", "prefill-0"), ("decode", "decode-0"),
-                              ("decode", "decode-1")]:
-                w = cu.start_worker(STRATA, model, tmp, role, wid, grpc, name)
-                procs.append(w)
-                if role == "decode":
-                    decode[wid] = w
-            assert cu.wait_until(lambda: cu.metric(http, "strata_router_workers",
-                                                   {"role": "decode"}) == 2, timeout=30)
-            body = completion_body(LONG_PROMPT, max_tokens=1500)
-            status, reference = cu.request(http, "POST", "/v1/completions", body, timeout=300)
-            self.assertEqual(status, 200, reference)
-            self.assertEqual(reference["usage"]["completion_tokens"], 1500)
+        body = completion_body(LONG_PROMPT, max_tokens=1500)
+        status, reference = cu.request(self.http, "POST", "/v1/completions", body, timeout=300)
+        self.assertEqual(status, 200, reference)
+        self.assertEqual(reference["usage"]["completion_tokens"], 1500)
+        status, answer = self.kill_mid_answer(
+            lambda: cu.request(self.http, "POST", "/v1/completions", body, timeout=300))
+        self.assertEqual(status, 200, answer)
+        self.assertEqual(answer["choices"][0]["text"], reference["choices"][0]["text"])
+        self.assertEqual(answer["usage"]["completion_tokens"], 1500)
+        self.assertGreaterEqual(cu.metric(self.http, "strata_router_retries_total"), 1)
 
-            result = {}
-
-            def send():
-                result["answer"] = cu.request(http, "POST", "/v1/completions", body,
-                                              timeout=300)
-            client = concurrent.futures.ThreadPoolExecutor(1).submit(send)
-
-            def busy():
-                for wid, w in decode.items():
-                    if cu.metric(int(w.match.group(1)), "strata_worker_running_requests"):
-                        return wid
-                return None
-            assert cu.wait_until(lambda: busy() is not None or client.done(), timeout=60)
-            victim = busy()
-            self.assertIsNotNone(victim, "the answer was done before a worker could be killed")
-            steps0 = cu.metric(int(decode[victim].match.group(1)),
-                               "strata_worker_engine_steps_total")
-            assert cu.wait_until(lambda: cu.metric(int(decode[victim].match.group(1)),
-                                                   "strata_worker_engine_steps_total") >
-                                 steps0 + 20 or client.done(), timeout=60)
-            self.assertFalse(client.done(), "the answer was done before its worker was killed")
-            decode[victim].stop(signal.SIGKILL)
-            client.result(timeout=300)
-            status, answer = result["answer"]
-            self.assertEqual(status, 200, answer)
-            self.assertEqual(answer["choices"][0]["text"], reference["choices"][0]["text"])
-            self.assertEqual(answer["usage"]["completion_tokens"], 1500)
-            self.assertGreaterEqual(cu.metric(http, "strata_router_retries_total"), 1)
-        finally:
-            for p in reversed(procs):
-                p.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
+    def test_stream_is_resumed_on_another_worker_when_its_decode_worker_dies(self):
+        body = completion_body(LONG_PROMPT, max_tokens=1500)
+        status, reference = cu.request(self.http, "POST", "/v1/completions", body, timeout=300)
+        self.assertEqual(status, 200, reference)
+        streamed = dict(body, stream=True, stream_options={"include_usage": True})
+        status, events, done = self.kill_mid_answer(
+            lambda: cu.stream(self.http, "/v1/completions", streamed, timeout=300))
+        self.assertEqual(status, 200, events)
+        self.assertTrue(done, events[-3:])
+        self.assertFalse([e for e in events if "error" in e], [e for e in events if "error" in e])
+        text = "".join(c["text"] for e in events for c in e.get("choices", []))
+        self.assertEqual(text, reference["choices"][0]["text"])
+        finishes = [c["finish_reason"] for e in events for c in e.get("choices", [])
+                    if c.get("finish_reason")]
+        self.assertEqual(finishes, ["length"])
+        usage = [e["usage"] for e in events if e.get("usage")]
+        self.assertEqual(usage[-1]["completion_tokens"], 1500, usage)
+        self.assertEqual(usage[-1]["prompt_tokens"], reference["usage"]["prompt_tokens"])
+        self.assertEqual(cu.metric(self.http, "strata_router_resumed_streams_total"), 1)
 
 
 class UpTest(unittest.TestCase):

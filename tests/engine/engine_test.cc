@@ -244,6 +244,96 @@ TEST_F(EngineTest, AbortFreesBlocksAndLengthIsClippedToTheCache) {
   EXPECT_EQ(reason, FinishReason::kLength);
 }
 
+// One request's outputs, event by event, until it finishes.
+struct Streamed {
+  std::vector<int32_t> tokens;
+  std::vector<size_t> text_after;  // bytes of text emitted after each event
+  std::string text;
+  int32_t completion_tokens = 0;
+  FinishReason finish = FinishReason::kNone;
+};
+
+Streamed RunToEnd(Engine& e, const std::string& id) {
+  Streamed s;
+  while (e.HasUnfinished()) {
+    auto outs = e.Step();
+    EXPECT_TRUE(outs.ok()) << outs.status();
+    if (!outs.ok()) break;
+    for (const RequestOutput& o : *outs) {
+      if (o.request_id != id) continue;
+      s.tokens.insert(s.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      s.text += o.new_text;
+      for (size_t i = 0; i < o.new_tokens.size(); ++i) s.text_after.push_back(s.text.size());
+      if (o.finished) {
+        s.completion_tokens = o.completion_tokens;
+        s.finish = o.finish_reason;
+      }
+    }
+  }
+  return s;
+}
+
+// A stream cut after k tokens and resumed on a fresh engine from those tokens and the text the
+// client had (what the router does when a decode worker dies mid-answer) continues exactly as
+// the uninterrupted stream did: greedy with a stop string (whose held-back text tail the
+// resumed stream must send), and seeded sampling with a frequency penalty (the generator's
+// draws and the penalty's counts include the resumed tokens).
+TEST_F(EngineTest, AResumedRequestContinuesExactlyWhereItsStreamWasCut) {
+  auto probe = Make();
+  ASSERT_NE(probe, nullptr);
+  const std::vector<int32_t> prompt = probe->tokenizer().Encode("Once upon a time", true);
+  auto plain = probe->Generate({"Once upon a time"}, Greedy(24));
+  ASSERT_TRUE(plain.ok());
+  const std::string greedy_text = (*plain)[0].text;
+  ASSERT_GE(greedy_text.size(), 12u);
+
+  SamplingParams with_stop = Greedy(24);
+  with_stop.stop = {greedy_text.substr(greedy_text.size() * 3 / 4, 4), "never appears here"};
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.top_k = 40;
+  sampled.seed = 77;
+  sampled.frequency_penalty = 0.5f;
+  sampled.max_tokens = 24;
+  sampled.ignore_eos = true;
+  for (const SamplingParams& p : {with_stop, sampled}) {
+    auto e = Make();
+    ASSERT_TRUE(e->AddRequest("full", prompt, p).ok());
+    const Streamed full = RunToEnd(*e, "full");
+    ASSERT_GE(full.tokens.size(), 14u);
+    for (size_t k : {size_t{1}, size_t{6}, full.tokens.size() - 1, full.tokens.size()}) {
+      ResumedOutput had;
+      had.tokens.assign(full.tokens.begin(), full.tokens.begin() + k);
+      had.text_emitted = full.text_after[k - 1];
+      auto fresh = Make();
+      ASSERT_TRUE(fresh->AddRequest("resumed", prompt, p, had).ok()) << k;
+      const Streamed rest = RunToEnd(*fresh, "resumed");
+      EXPECT_EQ(rest.tokens, std::vector<int32_t>(full.tokens.begin() + k, full.tokens.end()))
+          << "cut after " << k;
+      EXPECT_EQ(full.text.substr(0, had.text_emitted) + rest.text, full.text) << k;
+      EXPECT_EQ(rest.completion_tokens, full.completion_tokens) << k;
+      EXPECT_EQ(rest.finish, full.finish) << k;
+    }
+  }
+}
+
+TEST_F(EngineTest, AResumedRequestWithBadOutputIsRejected) {
+  auto e = Make();
+  const std::vector<int32_t> prompt = e->tokenizer().Encode("Hello", true);
+  ResumedOutput bad_id;
+  bad_id.tokens = {1, e->config().vocab_size};
+  auto s = e->AddRequest("a", prompt, Greedy(8), bad_id);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("resumed token id"), std::string::npos) << s;
+  ResumedOutput beyond;
+  beyond.tokens = {prompt.back()};
+  beyond.text_emitted = 1000;
+  s = e->AddRequest("b", prompt, Greedy(8), beyond);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("beyond"), std::string::npos) << s;
+  EXPECT_FALSE(e->HasUnfinished());
+}
+
 TEST_F(EngineTest, MaxTokensZeroFinishesImmediately) {
   auto e = Make();
   ASSERT_TRUE(e->AddRequest("z", {1, 2}, Greedy(0)).ok());

@@ -1,6 +1,8 @@
 // Workers in-process over real gRPC and UCX on loopback: the disaggregated Generate path
 // (decode worker -> Prefill RPC -> KV written by the prefill worker -> decode) against local
 // prefill on the same worker, and the protocol's rejection of bad or foreign messages.
+#include "strata/worker/worker.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,8 +10,8 @@
 #include <functional>
 
 #include "strata/engine/presets.h"
+#include "strata/engine/tokenizer.h"
 #include "strata/proto/protocol.h"
-#include "strata/worker/worker.h"
 
 namespace strata::worker {
 namespace {
@@ -104,6 +106,37 @@ TEST_F(WorkerTest, RemotePrefillGivesTheSameTokensAsLocalPrefill) {
     EXPECT_EQ(remote.text, local.text);
     EXPECT_EQ(remote.tokens.size(), 10u);
   }
+}
+
+// A stream resumed here (its first worker died): the tokens the client has end the prompt, and
+// the worker continues after them, even when the request names a prefill worker (a resumed
+// prefill stays local: the resumed tokens count as output only here).
+TEST_F(WorkerTest, AResumedStreamContinuesAfterTheTokensItsClientHas) {
+  auto stub = Stub(*decode_);
+  const Streamed whole = Generate(*stub, Request("whole", 30, 12));
+  ASSERT_TRUE(whole.status.ok()) << whole.status.error_message();
+  ASSERT_EQ(whole.tokens.size(), 12u);
+  auto tokenizer = Tokenizer::FromFile(*dir_ + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  for (bool remote : {false, true}) {
+    v1::GenerateRequest req = Request(remote ? "resumed-remote" : "resumed", 30, 12);
+    for (int i = 0; i < 5; ++i) req.add_prompt(whole.tokens[size_t(i)]);
+    req.set_resumed_tokens(5);
+    const std::string seen =
+        (*tokenizer)
+            ->Decode(std::vector<int32_t>(whole.tokens.begin(), whole.tokens.begin() + 5), true);
+    req.set_resumed_text_bytes(seen.size());
+    if (remote) req.set_prefill_address(Address(*prefill_));
+    const Streamed rest = Generate(*stub, req);
+    ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
+    EXPECT_EQ(rest.tokens, std::vector<int32_t>(whole.tokens.begin() + 5, whole.tokens.end()));
+    EXPECT_EQ(seen + rest.text, whole.text);
+  }
+  v1::GenerateRequest bad = Request("resumed-all", 6, 4);
+  bad.set_resumed_tokens(6);  // nothing of the prompt left
+  const Streamed s = Generate(*stub, bad);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.status.error_message().find("resumed_tokens"), std::string::npos);
 }
 
 TEST_F(WorkerTest, RejectsOtherProtocolVersionsAndOversizedMessages) {

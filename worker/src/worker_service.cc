@@ -114,7 +114,8 @@ v1::GenerateResponse ToResponse(const RequestOutput& out) {
 grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   const std::string id = request->request_id();
-  const bool remote_prefill = !request->prefill_address().empty();
+  const int32_t resumed = request->resumed_tokens();
+  const bool remote_prefill = !request->prefill_address().empty() && resumed == 0;
   decode::DecodeDriver* decode = decode_;
   EngineLoop* loop = loop_;
   auto reactor = std::make_shared<GenerateReactor>([=] {
@@ -128,6 +129,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
   }
   if (bad.ok() && remote_prefill && decode_ == nullptr) {
     bad = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this worker cannot take KV");
+  }
+  if (bad.ok() && (resumed < 0 || resumed >= request->prompt_size())) {
+    bad = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "resumed_tokens must be >= 0 and below the prompt's length");
   }
   if (!bad.ok()) {
     reactor->Fail(bad);
@@ -149,7 +154,12 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
     decode_->Start(id, std::move(prompt), std::move(params), request->prefill_address(),
                    std::move(on_output));
   } else {
-    loop_->Submit(id, std::move(prompt), std::move(params), std::move(on_output));
+    ResumedOutput resumed_output;
+    resumed_output.tokens.assign(prompt.end() - resumed, prompt.end());
+    resumed_output.text_emitted = request->resumed_text_bytes();
+    prompt.resize(prompt.size() - size_t(resumed));
+    loop_->Submit(id, std::move(prompt), std::move(params), std::move(on_output),
+                  std::move(resumed_output));
   }
   return reactor.get();
 }

@@ -24,6 +24,14 @@ namespace strata {
 
 class KvStaging;  // engine/src/kv_staging.h
 
+// What a request resumed on this engine had already produced elsewhere (its worker failed while
+// the answer was streaming): the tokens generated so far, and how many bytes of their text the
+// client has seen.
+struct ResumedOutput {
+  std::vector<int32_t> tokens;
+  size_t text_emitted = 0;
+};
+
 struct EngineOptions {
   std::string plugin = "cpu";  // plugin name or path (see LoadPlugin)
   RunnerOptions runner;
@@ -108,6 +116,13 @@ class Engine {
   // InvalidArgument for bad parameters, an empty or too long prompt, or a duplicate id.
   absl::Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
                           const SamplingParams& params);
+  // A request that continues after `resumed`: its tokens count as generated (max_tokens,
+  // penalties, the seeded generator's draws, completion_tokens), their KV is computed with the
+  // prompt's, and the first output is the text after the first `resumed.text_emitted` bytes
+  // (a tail held back for stop strings included) with the next token. InvalidArgument as
+  // AddRequest, and for a token id out of range or text_emitted beyond the tokens' text.
+  absl::Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt,
+                          const SamplingParams& params, const ResumedOutput& resumed);
   // Encodes `prompt` with the model's tokenizer (adding its special tokens, e.g. BOS).
   absl::Status AddTextRequest(const std::string& request_id, const std::string& prompt,
                               const SamplingParams& params);
@@ -223,6 +238,9 @@ class Engine {
   void ProcessSample(Request* r, std::span<float> logits, RequestOutput& out);
   void ReportFinished(std::vector<RequestOutput>& outputs);
   bool CheckStopStrings(Request* r);
+  absl::Status Resume(Request& r, const ResumedOutput& resumed);
+  // A resumed request whose output already ends with a stop token or holds a stop string.
+  bool ResumedAtStop(Request* r);
   void Finish(Request* r, FinishReason reason);
   void EmitText(Request* r, RequestOutput& out);
   void ApplySample(Request* r, const SampleResult& s, RequestOutput& out);

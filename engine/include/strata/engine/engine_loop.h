@@ -86,9 +86,10 @@ class EngineLoop {
   void PostForPrompt(const std::string& id, std::span<const int32_t> prompt, EngineTask fn);
 
   // Adds a request (AddRequest, or AddPrefilledRequest via Post + Track). Errors from the
-  // engine (bad parameters) come back through `callback`.
+  // engine (bad parameters) come back through `callback`. A non-empty `resumed` continues a
+  // request another worker had started (Engine::AddRequest with ResumedOutput).
   void Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
-              OutputCallback callback);
+              OutputCallback callback, ResumedOutput resumed = {});
   // Registers `callback` for a request added by a posted closure (engine thread only).
   void TrackOnEngineThread(const std::string& id, OutputCallback callback);
   // Aborts the request if it is still running; its callback gets a final output with

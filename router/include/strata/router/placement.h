@@ -91,6 +91,9 @@ struct PlacementRequest {
   // Seconds since the request arrived (it waited in the admission queue, or a worker failed
   // it): goodput measures its TTFT target from the arrival, so this much of it is spent.
   double waited_s = 0;
+  // Prefill on the decode worker (no prefill worker is a candidate): a stream resumed after
+  // its worker failed, whose generated tokens count as output only there.
+  bool local_prefill = false;
 };
 
 struct Placement {
