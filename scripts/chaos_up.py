@@ -22,7 +22,7 @@ inside it when it dies are cut (counted apart, not as failures).
 
 usage: python3 scripts/chaos_up.py STRATA_BINARY [--seconds 70] [--kill-every 8]
            [--clients 8] [--stream-fraction 0.25] [--prefill 1] [--decode 2] [--seed 1]
-           [--kill-router]
+           [--kill-router] [--max-tokens 4-32]
 """
 import argparse
 import collections
@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--decode", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-router", action="store_true")
+    ap.add_argument("--max-tokens", default="4-32",
+                    help="LO-HI: each request's max_tokens is drawn from this range")
     args = ap.parse_args()
     if args.decode < 2:
         sys.exit("chaos_up: --decode must be >= 2 (a request is placed again on another worker)")
@@ -67,6 +69,7 @@ def main():
     names = [f"prefill-{i}" for i in range(args.prefill)] + \
         [f"decode-{i}" for i in range(args.decode)]
     victims = names + (["router"] if args.kill_router else [])
+    lo_tokens, hi_tokens = (int(x) for x in args.max_tokens.split("-"))
     outcomes, errors = collections.Counter(), collections.Counter()
     lock = threading.Lock()
     stop = threading.Event()
@@ -90,7 +93,7 @@ def main():
         while not stop.is_set():
             body = {"model": "tiny-llama", "temperature": 0, "ignore_eos": True,
                     "prompt": f"client {i}: " + "word " * crng.randint(5, 60),
-                    "max_tokens": crng.randint(4, 32)}
+                    "max_tokens": crng.randint(lo_tokens, hi_tokens)}
             try:
                 if streaming:
                     body["stream"] = True

@@ -41,7 +41,7 @@ bool ParseRole(const std::string& s, v1::Role* role) {
 int RunRouter(const Args& args) {
   router::RouterOptions o;
   std::string model = "preset:tiny-llama";
-  double drain_s = 10, startup_grace_s = 5;
+  double drain_s = 10, worker_grace_s = 5;
   ArgParser p("strata router [flags]",
               "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
   p.AddString("--host", &o.host, "address to listen on");
@@ -75,18 +75,19 @@ int RunRouter(const Args& args) {
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
-  p.AddDouble("--startup-grace", &startup_grace_s,
-              "for this many seconds after the start, requests wait for a first decode worker "
-              "to register instead of getting 503 (0: none)");
+  p.AddDouble("--worker-grace", &worker_grace_s,
+              "a request that finds no decode worker waits up to this many seconds for one to "
+              "register (after the start, or after its worker failed) instead of getting 503 "
+              "(0: none)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
     return 0;
   }
-  if (!(startup_grace_s >= 0) || !std::isfinite(startup_grace_s)) {
-    return Fail("router", "--startup-grace must be a number of seconds >= 0", 2);
+  if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
+    return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
   }
-  o.startup_grace = absl::Seconds(startup_grace_s);
+  o.worker_grace = absl::Seconds(worker_grace_s);
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;

@@ -1,6 +1,8 @@
 #include "cluster_backend.h"
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -54,7 +56,9 @@ struct CallState {
 
 void StartAttempt(std::shared_ptr<CallState> state);
 void PlaceOrAnswer(const std::shared_ptr<CallState>& state);
-// How many times a stream is continued on another worker after its worker failed mid-answer.
+// How many times a request is placed again after its worker failed: from the start before its
+// client saw anything, or (a stream) resumed from the tokens the client has.
+constexpr int kMaxRetries = 3;
 constexpr int kMaxResumes = 3;
 
 // One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
@@ -132,7 +136,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
         absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
     const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
     const bool streamed = !state_->delivered_tokens.empty();  // the client has tokens
-    if (gone && !streamed && !delivered_ && state_->attempts < 2) {
+    if (gone && !streamed && !delivered_ && state_->attempts <= kMaxRetries) {
       // Before the client saw anything (before the first token of a stream; any time before
       // the end of a non-streaming request, whose tokens so far are dropped): forget it and
       // place again.
@@ -156,8 +160,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
             absl::StrCat("worker ", down, " failed ",
                          streamed ? absl::StrCat("after the answer had started streaming (resumed ",
                                                  state_->resumes, " times already)")
-                         : delivered_ ? "after the answer had started streaming"
-                                      : "on the request's second try",
+                         : delivered_ ? std::string("after the answer had started streaming")
+                                      : absl::StrCat("on the request's try ", state_->attempts),
                          ": ", status.error_message()));
       }
       state_->on_event(std::move(ev));
@@ -226,7 +230,14 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
-  auto placed = b->placer()->Place(pool->Snapshot(), MatchPrompt(*pool, *prompt), pr);
+  const std::vector<WorkerMatch> matches = MatchPrompt(*pool, *prompt);
+  auto placed = b->placer()->Place(pool->Snapshot(), matches, pr);
+  if (absl::IsUnavailable(placed.status()) && !pr.exclude.empty()) {
+    // Every decode worker has failed this request once; those registered now are back (a
+    // restarted process, a healed link): better one of them than no answer.
+    pr.exclude.clear();
+    placed = b->placer()->Place(pool->Snapshot(), matches, pr);
+  }
   if (!placed.ok()) return placed.status();
   pool->AddInflight(placed->decode_id, 1);
   if (!placed->prefill_id.empty()) pool->AddInflight(placed->prefill_id, 1);
@@ -294,8 +305,10 @@ void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
     return;
   }
   if (placed.code() == absl::StatusCode::kUnavailable) {
-    // No decode worker yet (a router that has just started): wait for one to register.
-    const bool parked = b->AwaitDecodeWorker([state](const absl::Status& resumed) {
+    // No decode worker (a router that has just started, or this request's worker failed and
+    // none is left): wait for one to register.
+    const bool failed_over = state->attempts > 1 || state->resumes > 0;
+    const bool parked = b->AwaitDecodeWorker(failed_over, [state](const absl::Status& resumed) {
       {
         absl::MutexLock lock(&state->mu);
         if (state->cancelled) return;  // its client left while it waited
@@ -367,13 +380,16 @@ void ClusterBackend::WakeQueue() {
   if (queue_ != nullptr) queue_->Wake(Now());
 }
 
-bool ClusterBackend::AwaitDecodeWorker(std::function<void(const absl::Status&)> resume) {
-  if (Now() >= started_s_ + startup_grace_s_) return false;
+bool ClusterBackend::AwaitDecodeWorker(bool failed_over,
+                                       std::function<void(const absl::Status&)> resume) {
+  const double now = Now();
+  const double deadline = (failed_over ? now : started_s_) + worker_grace_s_;
+  if (now >= deadline) return false;
   {
     absl::MutexLock lock(&await_mu_);
     // Checked under the lock: SetDraining answers everything kept before it took the lock.
     if (draining_ || awaiting_.size() >= kMaxAwaiting) return false;
-    awaiting_.push_back(std::move(resume));
+    awaiting_.push_back({deadline, std::move(resume)});
     awaiting_count_.store(int(awaiting_.size()), std::memory_order_relaxed);
     if (metrics_.awaiting) metrics_.awaiting->Set(double(awaiting_.size()));
   }
@@ -381,28 +397,33 @@ bool ClusterBackend::AwaitDecodeWorker(std::function<void(const absl::Status&)> 
 }
 
 void ClusterBackend::ResumeAwaiting() {
-  absl::Status status;
+  absl::Status status;  // for every request taken: OK (place it now) or the error to answer
   if (draining_) {
     status = absl::UnavailableError("the router is shutting down");
   } else if (!HasDecodeWorker()) {
-    if (Now() < started_s_ + startup_grace_s_) return;  // keep waiting
     status = absl::UnavailableError(absl::StrFormat(
-        "no decode worker is available (none registered within the router's startup grace of "
+        "no decode worker is available (none registered within the router's worker grace of "
         "%gs)",
-        startup_grace_s_));
+        worker_grace_s_));
   }
-  std::vector<std::function<void(const absl::Status&)>> resumed;
+  const double now = Now();
+  std::vector<Awaiting> taken;
   {
     absl::MutexLock lock(&await_mu_);
-    resumed.swap(awaiting_);
-    awaiting_count_.store(0, std::memory_order_relaxed);
-    if (metrics_.awaiting) metrics_.awaiting->Set(0);
+    // Without a decode worker only the requests whose grace is over are answered.
+    auto keep = std::partition(awaiting_.begin(), awaiting_.end(), [&](const Awaiting& a) {
+      return !status.ok() && !draining_ && a.deadline_s > now;
+    });
+    std::move(keep, awaiting_.end(), std::back_inserter(taken));
+    awaiting_.erase(keep, awaiting_.end());
+    awaiting_count_.store(int(awaiting_.size()), std::memory_order_relaxed);
+    if (metrics_.awaiting) metrics_.awaiting->Set(double(awaiting_.size()));
   }
-  if (!status.ok() && metrics_.rejections && !resumed.empty()) {
+  if (!status.ok() && metrics_.rejections && !taken.empty()) {
     metrics_.rejections->WithLabels({absl::StatusCodeToString(status.code())})
-        ->Increment(double(resumed.size()));
+        ->Increment(double(taken.size()));
   }
-  for (auto& resume : resumed) resume(status);
+  for (Awaiting& a : taken) a.resume(status);
 }
 
 double ClusterBackend::Now() {

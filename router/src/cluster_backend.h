@@ -1,14 +1,16 @@
 #pragma once
 // openai::Backend over the cluster: hashes the prompt into block chains, asks the KV index who
 // holds what, places the request and streams the decode worker's tokens back. A worker that
-// fails before sending anything is dropped from the pool and the request is placed again once.
+// fails is dropped from the pool and the request placed again (up to 3 times): from the start
+// when the client has seen nothing yet, or, a stream that had started, resumed from the tokens
+// its client has (the worker continues after them).
 // Each placement's predicted TTFT is compared with the first token's arrival to keep the
 // placer's per-worker correction (and its pending-prefill ledger) current. A request the
 // goodput policy could place after waiting for capacity waits in the AdmissionQueue, which is
-// woken whenever capacity may have changed. A request that arrives before any decode worker
-// has registered, within `startup_grace_s` of the router's start (a router that has just been
-// restarted, whose workers register again with their next heartbeat), waits for one instead of
-// getting 503 at once.
+// woken whenever capacity may have changed. A request that finds no decode worker registered
+// waits for one for up to `worker_grace_s` instead of getting 503 at once: within that long of
+// the router's start (a router that has just been restarted, whose workers register again with
+// their next heartbeat), or from the failure of its own worker (a restarted worker comes back).
 #include <atomic>
 #include <functional>
 #include <vector>
@@ -40,17 +42,17 @@ class ClusterBackend final : public openai::Backend {
   // `recorder` (optional, not owned) gets every request as it arrives. `queue` (optional, not
   // owned): requests the goodput policy cannot place now but could after waiting for a decode
   // slot wait there (admission_queue.h) instead of getting 429 at once.
-  // `startup_grace_s`: how long after construction a request may wait for a first decode
-  // worker (0: answered 503 at once, as later).
+  // `worker_grace_s`: how long a request that finds no decode worker may wait for one, after
+  // construction or after its worker failed (0: answered 503 at once).
   ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
                  TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr,
-                 double startup_grace_s = 0)
+                 double worker_grace_s = 0)
       : pool_(pool),
         placer_(placer),
         metrics_(metrics),
         recorder_(recorder),
         queue_(queue),
-        startup_grace_s_(startup_grace_s),
+        worker_grace_s_(worker_grace_s),
         started_s_(Now()) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
@@ -59,13 +61,14 @@ class ClusterBackend final : public openai::Backend {
   void SetDraining();
   // Capacity may have changed (a heartbeat, the periodic timer; first tokens and finished
   // streams call it themselves): re-tries waiting requests, expires those out of slack, and
-  // resumes the requests waiting for a first decode worker once one has registered (or answers
-  // them 503 when the startup grace is over).
+  // resumes the requests waiting for a decode worker once one has registered (or answers them
+  // 503 when their grace is over).
   void WakeQueue();
-  // Within the startup grace: keeps `resume` until a decode worker registers (called with OK)
-  // or the grace ends or the router drains (called with the error) and returns true; false
+  // Within the worker grace (from the router's start, or from now for a request whose worker
+  // failed: `failed_over`): keeps `resume` until a decode worker registers (called with OK) or
+  // the grace ends or the router drains (called with the error) and returns true; false
   // (nothing kept) after the grace, while draining, or when too many wait already.
-  bool AwaitDecodeWorker(std::function<void(const absl::Status&)> resume);
+  bool AwaitDecodeWorker(bool failed_over, std::function<void(const absl::Status&)> resume);
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }
@@ -87,10 +90,14 @@ class ClusterBackend final : public openai::Backend {
   TrafficRecorder* recorder_;
   AdmissionQueue* queue_;
   std::atomic<bool> draining_{false};
-  const double startup_grace_s_;
+  const double worker_grace_s_;
   const double started_s_;
+  struct Awaiting {
+    double deadline_s;
+    std::function<void(const absl::Status&)> resume;
+  };
   absl::Mutex await_mu_;
-  std::vector<std::function<void(const absl::Status&)>> awaiting_ ABSL_GUARDED_BY(await_mu_);
+  std::vector<Awaiting> awaiting_ ABSL_GUARDED_BY(await_mu_);
   std::atomic<int> awaiting_count_{0};
 };
 

@@ -124,7 +124,7 @@ class RouterImpl final : public Router {
     }
     backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
                                                 recorder_.get(), queue_.get(),
-                                                absl::ToDoubleSeconds(options_.startup_grace));
+                                                absl::ToDoubleSeconds(options_.worker_grace));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -182,8 +182,8 @@ class RouterImpl final : public Router {
     backend_metrics_.awaiting =
         registry_
             .GaugeOrDie("strata_router_awaiting_worker_requests",
-                        "Requests waiting for a first decode worker to register (the router's "
-                        "startup grace)")
+                        "Requests waiting for a decode worker to register (none was, within "
+                        "the router's worker grace)")
             .Default();
     admission_metrics_ = std::make_unique<AdmissionMetrics>(
         &registry_.HistogramOrDie(

@@ -66,9 +66,9 @@ expect_error(2 "restart.policy: must be on-failure, always or never, got 'someti
              ${STRATA} up --restart sometimes)
 expect_error(2 "no case of sample has 'nope' in its name"
              ${STRATA} plugin-test --plugin cpu --op sample --case nope)
-# The router's startup grace is a number of seconds >= 0.
-expect_error(2 "--startup-grace must be a number of seconds >= 0"
-             ${STRATA} router --startup-grace -1)
+# The router's worker grace is a number of seconds >= 0.
+expect_error(2 "--worker-grace must be a number of seconds >= 0"
+             ${STRATA} router --worker-grace -1)
 
 # G4's daemons come from a list or from the router, with a host tier under them.
 expect_error(2 "--kv-remote-from-router and --kv-remote exclude each other"

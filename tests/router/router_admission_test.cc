@@ -11,10 +11,10 @@
 // (capacity 2) and is placed when a stream ends; a fifth gets 429 queue_full, a waiting one
 // whose slack runs out gets 429 slack_expired, and a client that leaves is taken out.
 //
-// Startup grace (RouterStartupGraceTest and the two after it): a router with no worker yet
-// holds a request until the first decode worker registers, answers 503 when none registers
-// within the grace (and at once after it, or with no grace), and drops a waiting request whose
-// client left.
+// Worker grace at the start (RouterStartupGraceTest and the two after it): a router with no
+// worker yet holds a request until the first decode worker registers, answers 503 when none
+// registers within the grace (and at once after it, or with no grace), and drops a waiting
+// request whose client left.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -336,12 +336,12 @@ TEST_F(RouterQueueTest, AClientThatLeavesWhileWaitingIsTakenOutOfTheQueue) {
 }
 
 // A router that has just started (or been restarted) and has no decode worker yet: within its
-// startup grace a request waits for one to register instead of getting 503 at once.
+// worker grace a request waits for one to register instead of getting 503 at once.
 class RouterStartupGraceTest : public RouterAdmissionTest {
  protected:
   void Configure(RouterOptions& o) override {
     o.placement.policy = "round-robin";
-    o.startup_grace = grace_;
+    o.worker_grace = grace_;
     o.admission_tick = absl::Milliseconds(20);
     register_at_start_ = false;
   }
@@ -394,7 +394,7 @@ TEST_F(RouterShortGraceTest, WhenNoWorkerRegistersWithinTheGraceTheRequestGets50
   const http::testing::Response r = Complete(4);
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_THAT(Json::parse(r.body)["error"]["message"].get<std::string>(),
-              HasSubstr("none registered within the router's startup grace of 0.4s"));
+              HasSubstr("none registered within the router's worker grace of 0.4s"));
   EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
   EXPECT_EQ(Awaiting(), 0);
   // After the grace a request is answered at once.
