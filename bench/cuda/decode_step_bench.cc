@@ -716,8 +716,13 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
       s.runner->set_graph_batches(RunnerOptions{}.graph_batches);  // replayed as a graph
       int mismatched = 0;  // steps whose ids differ from op by op: warm-up, recording, replays
       for (int i = 0; i < 4; ++i) mismatched += GreedyIds(s, batch) != op_by_op;
-      std::printf("%-14s decode b %2d graph replay gives the op-by-op ids: %s (%d of 4 differ)\n",
-                  name, batch, mismatched == 0 ? "yes" : "NO", mismatched);
+      uint64_t ids_hash = 1469598103934665603ull;  // FNV-1a: compare builds and settings
+      for (int32_t id : op_by_op) ids_hash = (ids_hash ^ uint32_t(id)) * 1099511628211ull;
+      std::printf(
+          "%-14s decode b %2d graph replay gives the op-by-op ids: %s (%d of 4 differ); "
+          "ids hash %016llx\n",
+          name, batch, mismatched == 0 ? "yes" : "NO", mismatched,
+          static_cast<unsigned long long>(ids_hash));
       if (g_cuda_profile) BENCH_CHECK(cudaProfilerStart());
       const double ggm = TimeSampledDecode(s, batch, steps, g);
       if (g_cuda_profile) BENCH_CHECK(cudaProfilerStop());

@@ -222,6 +222,122 @@ TEST_F(CudaPluginTest, DecodeAttentionReadsAKvLenThatTheOpBeforeItWroteAfterThat
   }
 }
 
+// attention_prologue followed at once by attention_decode: the plugin runs the prologue inside
+// the attention kernel (head_dim 128). The result must be that of the two ops run apart (a
+// stream_synchronize between them makes the prologue run on its own first), bit for bit: q and
+// k written back, the pool's new rows, and the attention output. Several sequences with
+// contexts split over many CTAs (the new row in the last split), with and without q/k norms,
+// and with a sequence whose slot is outside the pool (its row is not stored). The plugin holds
+// the prologue back only for small batches by default: the test raises the limit to 3 rows.
+TEST_F(CudaPluginTest, APrologueRunInsideDecodeAttentionMatchesItRunAlone) {
+  const strata_plugin_api_v1& api = cuda_->api();
+  ASSERT_EQ(setenv("STRATA_CUDA_PROLOGUE_IN_ATTENTION", "3", 1), 0);
+  struct Unset {
+    ~Unset() { unsetenv("STRATA_CUDA_PROLOGUE_IN_ATTENTION"); }
+  } unset;
+  constexpr int64_t kD = 128, kHq = 8, kHk = 2, kBlock = 16, kSeqs = 3, kTable = 160;
+  constexpr int64_t kBlocks = kSeqs * kTable, kRotary = 64;
+  const int32_t kv_lens[kSeqs] = {2500, 17, 1200};
+  uint32_t seed = 12345;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  };
+  auto bf16s = [&](int64_t n, float scale) {
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = FloatToBf16(scale * rnd());
+    return v;
+  };
+  const int64_t pool_elems = kBlocks * 2 * kBlock * kHk * kD;
+  const std::vector<uint16_t> pool0 = bf16s(pool_elems, 2.0f);
+  const std::vector<uint16_t> qkv0 = bf16s(kSeqs * (kHq + 2 * kHk) * kD, 4.0f);
+  const std::vector<uint16_t> norms = bf16s(2 * kD, 0.5f);
+  std::vector<float> inv_freq(kRotary);
+  for (int64_t i = 0; i < kRotary; ++i) inv_freq[i] = std::pow(1e6f, -float(i) / kRotary);
+  // Sequence s owns table row s (blocks s * kTable ...); its new token is position kv_len - 1.
+  std::vector<int32_t> arrays;  // q_start [kSeqs + 1], kv_len, tables, positions, slots
+  for (int64_t s = 0; s <= kSeqs; ++s) arrays.push_back(int32_t(s));
+  for (int32_t l : kv_lens) arrays.push_back(l);
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    for (int64_t b = 0; b < kTable; ++b) arrays.push_back(int32_t(s * kTable + b));
+  }
+  for (int32_t l : kv_lens) arrays.push_back(l - 1);
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    const int32_t p = kv_lens[s] - 1;
+    arrays.push_back(s == 1 ? int32_t(kBlocks * kBlock)  // outside the pool: not stored
+                            : int32_t((s * kTable + p / kBlock) * kBlock + p % kBlock));
+  }
+  auto pool = DeviceBuffer::Allocate(cuda_.get(), pool_elems * 2);
+  auto qkv = DeviceBuffer::Allocate(cuda_.get(), qkv0.size() * 2);
+  auto out = DeviceBuffer::Allocate(cuda_.get(), kSeqs * kHq * kD * 2);
+  auto dev_norms = DeviceBuffer::Allocate(cuda_.get(), norms.size() * 2);
+  auto dev_freq = DeviceBuffer::Allocate(cuda_.get(), kRotary * 4);
+  auto dev_arrays = DeviceBuffer::Allocate(cuda_.get(), arrays.size() * 4);
+  ASSERT_TRUE(pool.ok() && qkv.ok() && out.ok() && dev_norms.ok() && dev_freq.ok() &&
+              dev_arrays.ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(dev_norms->data(), norms.data(), norms.size() * 2).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(dev_freq->data(), inv_freq.data(), kRotary * 4).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(dev_arrays->data(), arrays.data(), arrays.size() * 4).ok());
+  const auto* a = static_cast<const int32_t*>(dev_arrays->data());
+  const int32_t* kv_len = a + kSeqs + 1;
+  const int32_t* tables = kv_len + kSeqs;
+  const int32_t* positions = tables + kSeqs * kTable;
+  const int32_t* slots = positions + kSeqs;
+  const int64_t row = (kHq + 2 * kHk) * kD;  // one fused QKV row per token
+  auto* base = static_cast<uint16_t*>(qkv->data());
+  strata_tensor qt{base, STRATA_DTYPE_BF16, 3, {kSeqs, kHq, kD}, row};
+  strata_tensor kt{base + kHq * kD, STRATA_DTYPE_BF16, 3, {kSeqs, kHk, kD}, row};
+  strata_tensor vt{base + (kHq + kHk) * kD, STRATA_DTYPE_BF16, 3, {kSeqs, kHk, kD}, row};
+  strata_tensor qn{dev_norms->data(), STRATA_DTYPE_BF16, 1, {kD}, 0};
+  strata_tensor kn{static_cast<uint16_t*>(dev_norms->data()) + kD, STRATA_DTYPE_BF16, 1, {kD}, 0};
+  strata_tensor pt{const_cast<int32_t*>(positions), STRATA_DTYPE_I32, 1, {kSeqs}, 0};
+  strata_tensor ft{dev_freq->data(), STRATA_DTYPE_F32, 1, {kRotary}, 0};
+  strata_tensor st{const_cast<int32_t*>(slots), STRATA_DTYPE_I32, 1, {kSeqs}, 0};
+  strata_tensor ot{out->data(), STRATA_DTYPE_BF16, 3, {kSeqs, kHq, kD}, 0};
+  const strata_kv_cache cache{pool->data(),    STRATA_DTYPE_BF16, int32_t(kBlocks), 1,
+                              int32_t(kBlock), int32_t(kHk),      int32_t(kD)};
+  const strata_attention_batch batch{int32_t(kSeqs), int32_t(kTable), 1, 2500, a, kv_len, tables};
+  const strata_attention_params attention{0, 1.0f / std::sqrt(float{kD}), 0};
+
+  struct Result {
+    std::vector<uint16_t> qkv, pool, out;
+  };
+  auto run = [&](bool norm, bool apart) {
+    Result r;
+    EXPECT_TRUE(cuda_->CopyToDevice(pool->data(), pool0.data(), pool0.size() * 2).ok());
+    EXPECT_TRUE(cuda_->CopyToDevice(qkv->data(), qkv0.data(), qkv0.size() * 2).ok());
+    EXPECT_TRUE(cuda_->Synchronize().ok());
+    EXPECT_EQ(api.attention_prologue(cuda_->handle(), cuda_->stream(), &qt, &kt, &vt,
+                                     norm ? &qn : nullptr, norm ? &kn : nullptr, 1e-6f, &pt, &ft,
+                                     1.0f, &cache, 0, &st),
+              STRATA_OK)
+        << api.last_error(cuda_->handle());
+    if (apart) {
+      EXPECT_TRUE(cuda_->Synchronize().ok());
+    }
+    EXPECT_EQ(api.attention_decode(cuda_->handle(), cuda_->stream(), &cache, &batch, &attention,
+                                   &qt, &ot),
+              STRATA_OK)
+        << api.last_error(cuda_->handle());
+    r.qkv.resize(qkv0.size());
+    r.pool.resize(pool0.size());
+    r.out.resize(size_t(kSeqs * kHq * kD));
+    EXPECT_TRUE(cuda_->CopyToHost(r.qkv.data(), qkv->data(), r.qkv.size() * 2).ok());
+    EXPECT_TRUE(cuda_->CopyToHost(r.pool.data(), pool->data(), r.pool.size() * 2).ok());
+    EXPECT_TRUE(cuda_->CopyToHost(r.out.data(), out->data(), r.out.size() * 2).ok());
+    return r;
+  };
+  for (bool norm : {false, true}) {
+    const Result apart = run(norm, /*apart=*/true);
+    const Result fused = run(norm, /*apart=*/false);
+    EXPECT_NE(apart.qkv, qkv0) << "the prologue wrote q and k";
+    EXPECT_NE(apart.pool, pool0) << "the prologue stored the new rows";
+    EXPECT_TRUE(apart.qkv == fused.qkv) << "q / k written back differ; norms " << norm;
+    EXPECT_TRUE(apart.pool == fused.pool) << "pools differ; norms " << norm;
+    EXPECT_TRUE(apart.out == fused.out) << "attention outputs differ; norms " << norm;
+  }
+}
+
 // host_register page-locks a host buffer: copies to and from it are enqueued without waiting
 // (CopyToHostAsync returns before the bytes land; Synchronize makes them visible) and round
 // trip exactly; bad arguments are refused with the op's name.

@@ -60,6 +60,22 @@ Status Stream::Workspace(const char* op, size_t bytes, void** out) {
   return Status();
 }
 
+Status Stream::FlushPrologue(const char* op) {
+  if (!deferred_prologue) return Status();
+  const PrologueArgs p = *deferred_prologue;
+  deferred_prologue.reset();
+  return CudaStatus(op, LaunchAttentionPrologue(p, stream), "attention_prologue launch");
+}
+
+int64_t PrologueInAttentionMaxRows() {
+  // Read at every call (once per layer of a step), so a test can change it.
+  const char* v = std::getenv("STRATA_CUDA_PROLOGUE_IN_ATTENTION");
+  if (v == nullptr) return kPrologueInAttentionMaxRows;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  return end != v && n >= 0 ? static_cast<int64_t>(n) : kPrologueInAttentionMaxRows;
+}
+
 Stream::~Stream() {
   if (workspace_ != nullptr && stream != nullptr) cudaFreeAsync(workspace_, stream);
   if (blas != nullptr) cublasDestroy(blas);

@@ -8,12 +8,14 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 
 #include "cuda_common.h"
+#include "cuda_kernels.h"
 #include "strata/plugin/abi.h"
 #include "write_history.h"
 
@@ -40,6 +42,14 @@ struct Stream {
   // writes.BeginOp() before every entry; ops narrow it with writes.Wrote(...).
   WriteHistory writes;
 
+  // attention_prologue's launch, held back for the decode attention that follows it, which
+  // then runs the prologue inside its own kernel (DecodeAttentionRunsPrologue). GuardOp
+  // launches it on its own before any other entry of this stream, so the stream's order of
+  // work is as enqueued (only for batches up to PrologueInAttentionMaxRows()).
+  std::optional<PrologueArgs> deferred_prologue;
+  // Launches a held-back prologue now, if any (an error names `op`, the entry running).
+  Status FlushPrologue(const char* op);
+
   // Creates a non-blocking stream and its cuBLAS handle on the current device.
   static Status Create(const char* op, std::unique_ptr<Stream>* out);
   ~Stream();
@@ -51,6 +61,16 @@ struct Stream {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
 };
+
+// The largest batch (rows) whose attention_prologue is held back for the decode attention
+// after it. Measured on the H200 (plugins/cuda/NOTES.md, "The prologue inside decode
+// attention"): at batches 1 and 2 the served step gains (Llama-3.1-8B 0.4-1%, Qwen3-30B-A3B
+// 1.4-2.4%); at 8-16 it is level or loses (Qwen3 batch 8 0.5-0.7%), at 64 it loses 0.4-1.2%
+// (every CTA puts the prologue's loads before its first tile, where the separate kernel ran
+// them across the whole GPU at once). STRATA_CUDA_PROLOGUE_IN_ATTENTION=N overrides it (0:
+// never), for measurements.
+inline constexpr int64_t kPrologueInAttentionMaxRows = 2;
+int64_t PrologueInAttentionMaxRows();
 
 class CudaBackend {
  public:

@@ -278,8 +278,13 @@ struct DecodePlan {
 cudaError_t PlanDecodeAttention(const AttentionArgs& args, int32_t max_kv_len_hint,
                                 DecodePlan* plan);
 // `workspace`: plan.workspace_bytes of device memory, 16-byte aligned, private to `stream`.
+// With `prologue` (attention_prologue's arguments, the op just before): the attention kernel
+// runs it itself where DecodeAttentionRunsPrologue holds (head_dim 128, the same q, cache and
+// layer, one row per sequence), else it is launched first on its own.
+bool DecodeAttentionRunsPrologue(const AttentionArgs& args, const PrologueArgs& prologue);
 cudaError_t LaunchDecodeAttention(const AttentionArgs& args, const DecodePlan& plan,
-                                  void* workspace, cudaStream_t stream);
+                                  void* workspace, cudaStream_t stream,
+                                  const PrologueArgs* prologue = nullptr);
 // Benchmarks: plan every call with 4- or 8-warp CTAs (any other value: the plan's own rule).
 void SetDecodeAttentionWarps(int warps);
 

@@ -5,6 +5,9 @@
 // The batch arrays (q_start, kv_len, block_tables) are device arrays, so their values are
 // guarded inside the kernel: a row no sequence owns, a sequence whose kv_len does not cover
 // its rows or fit its table, and a table entry outside the pool are skipped.
+#include <optional>
+#include <utility>
+
 #include "cuda_common.h"
 #include "cuda_kernels.h"
 #include "cuda_ops.h"
@@ -75,6 +78,21 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
                   !s.writes.WrittenJustBefore(
                       array(a.block_tables, int64_t{a.num_seqs} * a.max_blocks_per_seq));
   s.writes.Wrote({ByteRange::Of(ov)});
+  // A prologue held back for this op (attention_prologue just before): launched with it.
+  std::optional<PrologueArgs> prologue;
+  if (decode) prologue.swap(s.deferred_prologue);
+  struct GiveBack {  // an early return launched nothing: the entry launches the prologue
+    Stream& s;
+    std::optional<PrologueArgs>& p;
+    ~GiveBack() {
+      if (p) s.deferred_prologue = std::move(p);
+    }
+  } give_back{s, prologue};
+  if (prologue && !DecodeAttentionSupported(a)) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        CudaStatus(op, LaunchAttentionPrologue(*prologue, s.stream), "attention_prologue"));
+    prologue.reset();
+  }
   if (!decode) {
     return CudaStatus(op,
                       PrefillAttentionSupported(a) ? LaunchPrefillAttention(a, s.stream)
@@ -91,7 +109,10 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   if (plan.workspace_bytes > 0) {
     STRATA_PLUGIN_RETURN_IF_ERROR(s.Workspace(op, plan.workspace_bytes, &workspace));
   }
-  return CudaStatus(op, LaunchDecodeAttention(a, plan, workspace, s.stream), "kernel launch");
+  const std::optional<PrologueArgs> taken = std::exchange(prologue, std::nullopt);
+  return CudaStatus(op,
+                    LaunchDecodeAttention(a, plan, workspace, s.stream, taken ? &*taken : nullptr),
+                    "kernel launch");
 }
 
 }  // namespace strata::cuda

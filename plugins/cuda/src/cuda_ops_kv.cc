@@ -82,6 +82,10 @@ Status AttentionPrologue(Stream& s, strata_tensor* q, strata_tensor* k, const st
   p.layer = layer;
   p.slots = static_cast<const int32_t*>(a.kv.slots.data);
   p.rows = a.q.rows;
+  if (d == 128 && p.rows <= PrologueInAttentionMaxRows()) {  // decode attention may run it
+    s.deferred_prologue = p;
+    return Status();
+  }
   return Launched(kOp, LaunchAttentionPrologue(p, s.stream));
 }
 

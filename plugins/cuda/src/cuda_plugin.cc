@@ -5,6 +5,7 @@
 // makes the backend's device current (the host may call from any thread) and clears any stale
 // CUDA error, so a launch error reported afterwards belongs to this call.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -59,6 +60,10 @@ strata_status GuardOp(strata_backend handle, strata_stream stream, const char* o
     Stream* s = be.Resolve(stream);
     if (s == nullptr || s->magic != Stream::kMagic) {
       return InvalidArgument(op, "not a stream of this plugin");
+    }
+    // A held-back prologue goes first, unless this is the decode attention that may run it.
+    if (s->deferred_prologue && std::strcmp(op, "attention_decode") != 0) {
+      STRATA_PLUGIN_RETURN_IF_ERROR(s->FlushPrologue(op));
     }
     s->writes.BeginOp();
     return body(*s);
@@ -170,6 +175,7 @@ void StreamDestroy(strata_backend b, strata_stream stream) noexcept {
   Stream* s = Stream::FromHandle(stream);
   if (s == nullptr || s->magic != Stream::kMagic) return;
   if (be != nullptr) cudaSetDevice(be->device());
+  (void)s->FlushPrologue("stream_destroy");
   cudaStreamSynchronize(s->stream);
   delete s;
   cudaGetLastError();
@@ -268,7 +274,11 @@ strata_status AttentionDecodeEntry(strata_backend b, strata_stream st, const str
                                    const strata_attention_params* params, const strata_tensor* q,
                                    strata_tensor* out) noexcept {
   return GuardOp(b, st, "attention_decode", [&](Stream& s) {
-    return Attention(s, /*decode=*/true, cache, batch, params, q, out);
+    Status status = Attention(s, /*decode=*/true, cache, batch, params, q, out);
+    // Attention takes a held-back prologue before it launches anything; one still held was
+    // not taken (bad arguments, no sequences): it runs on its own.
+    const Status flushed = s.FlushPrologue("attention_decode");
+    return status.ok() ? flushed : status;
   });
 }
 

@@ -30,6 +30,7 @@
 
 #include "cuda_kernels.h"
 #include "device_util.cuh"
+#include "prologue_head.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -272,10 +273,59 @@ __device__ void MergeAndStore(const AttentionArgs& a, const WarpState<kHeadDim>&
   }
 }
 
-template <int kHeadDim, int kWarps>
+// attention_prologue inside the attention kernel (kPro): each CTA norms and ropes its group's q
+// heads of the sequence's row into shared memory (split 0 also writes them back to q, as the
+// op does), and the CTA whose split holds the new position (kv_len - 1) norms and ropes that
+// row's k head, writes k back and both k and v into the pool, before any tile is read. The same
+// arithmetic as the prologue kernel (prologue_head.cuh); rows that are not a well-formed decode
+// sequence are left alone (the separate kernel would still rope them: a decode step has none).
+template <int kHeadDim, int kWarps, bool kPro>
+__device__ __forceinline__ void RunPrologue(const PrologueArgs& pro, bf16* qs, int64_t row, int kvh,
+                                            int group, bool appends, bool write_q) {
+  constexpr int kPerLane = kHeadDim / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float pos = static_cast<float>(pro.positions[row]);
+  bf16* pool = appends ? PoolRow(pro, pro.slots[row]) : nullptr;
+  const int64_t plane = pro.dims.block_size * pro.dims.num_kv_heads * kHeadDim;
+  const int heads = group + (appends ? 2 : 0);
+  for (int h = warp; h < heads; h += kWarps) {
+    if (h == group + 1) {  // the v head: copied to the pool's V plane
+      if (pool == nullptr) continue;
+      const bf16* src = pro.v + row * pro.v_stride + int64_t{kvh} * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        pool[plane + int64_t{kvh} * kHeadDim + lane + 32 * i] = src[lane + 32 * i];
+      }
+      continue;
+    }
+    const bool is_q = h < group;
+    bf16* head = is_q ? pro.q + row * pro.q_stride + (int64_t{kvh} * group + h) * kHeadDim
+                      : pro.k + row * pro.k_stride + int64_t{kvh} * kHeadDim;
+    float x[kPerLane];
+    LoadHead(head, x, lane);
+    NormRopeHead(x, is_q ? pro.q_norm : pro.k_norm, pro.eps, pos, pro.inv_freq, pro.r, pro.mscale,
+                 lane);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const bf16 y = __float2bfloat16(x[i]);
+      if (is_q) {
+        qs[h * kHeadDim + lane + 32 * i] = y;
+        if (write_q) head[lane + 32 * i] = y;
+      } else {
+        head[lane + 32 * i] = y;
+        if (pool != nullptr) pool[int64_t{kvh} * kHeadDim + lane + 32 * i] = y;
+      }
+    }
+  }
+  // The q rows for every warp, and the new k / v rows before this CTA's copies read them
+  // (bar.sync orders the CTA's global writes before its later reads).
+  __syncthreads();
+}
+
+template <int kHeadDim, int kWarps, bool kPro = false>
 __global__ void __launch_bounds__(kWarps * 32)
     DecodeAttentionKernel(AttentionArgs a, int32_t chunk, int32_t splits, float* part_o,
-                          float* part_lse) {
+                          float* part_lse, PrologueArgs pro) {
   using T = Traits<kHeadDim>;
   using L = Smem<kHeadDim, kWarps>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -329,10 +379,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n_tiles = hi > lo ? static_cast<int>((hi - lo + kTileKeys - 1) / kTileKeys) : 0;
   const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
 
+  // With the prologue: the group's q rows (normed and roped) in shared memory, at the start of
+  // warp 0's ring, which no copy fills before every warp has its fragments (the barrier below).
+  bf16* qs = reinterpret_cast<bf16*>(smem);
+  if constexpr (kPro) {
+    RunPrologue<kHeadDim, kWarps, kPro>(pro, qs, row, kvh, group, hi == kv_len && lo < hi,
+                                        split == 0);
+  }
   // Fragments of k-steps 2c and 2c + 1 are the 8 consecutive dims 32c + 8 t4 .. + 7 of the
   // lane's row: one 16-byte load each (q rows are 16-byte aligned: DecodeAttentionSupported).
   uint32_t qf[T::kKSteps][2];
-  const bf16* q = a.q + row * a.q_stride + (int64_t{kvh} * group + gid) * kHeadDim + t4 * 8;
+  const bf16* q = kPro ? qs + gid * kHeadDim + t4 * 8
+                       : a.q + row * a.q_stride + (int64_t{kvh} * group + gid) * kHeadDim + t4 * 8;
 #pragma unroll
   for (int c = 0; c < T::kKSteps / 2; ++c) {
     const uint4 v =
@@ -342,6 +400,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     qf[2 * c + 1][0] = v.z;
     qf[2 * c + 1][1] = v.w;
   }
+  if constexpr (kPro) __syncthreads();  // every warp has read qs before the ring fills
 
   WarpState<kHeadDim> st;
 #pragma unroll
@@ -445,7 +504,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // Raises the kernel's shared-memory limit on `device` (once per device) and returns how many
 // of its CTAs fit on one multiprocessor.
-template <int kHeadDim, int kWarps>
+template <int kHeadDim, int kWarps, bool kPro = false>
 cudaError_t KernelSlots(int device, int* ctas_per_sm) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // 0: not yet set up on that device
@@ -453,11 +512,11 @@ cudaError_t KernelSlots(int device, int* ctas_per_sm) {
   int n = cached[slot].load(std::memory_order_acquire);
   if (n == 0 || device >= kMaxDevices) {
     constexpr int kBytes = Smem<kHeadDim, kWarps>::kBytes;
-    cudaError_t err = cudaFuncSetAttribute(DecodeAttentionKernel<kHeadDim, kWarps>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    const auto kernel = DecodeAttentionKernel<kHeadDim, kWarps, kPro>;
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (err != cudaSuccess) return err;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeAttentionKernel<kHeadDim, kWarps>,
-                                                        kWarps * 32, kBytes);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, kBytes);
     if (err != cudaSuccess) return err;
     n = std::max(n, 1);
     cached[slot].store(n, std::memory_order_release);
@@ -558,9 +617,20 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   return cudaSuccess;
 }
 
+bool DecodeAttentionRunsPrologue(const AttentionArgs& a, const PrologueArgs& p) {
+  return a.dims.head_dim == 128 && p.dims.head_dim == 128 && p.q == a.q &&
+         p.q_stride == a.q_stride && p.rows == a.rows && p.hq == a.q_heads &&
+         p.hk == a.dims.num_kv_heads && p.dims.num_kv_heads == a.dims.num_kv_heads &&
+         p.cache == a.cache && p.layer == a.layer && p.dims.num_blocks == a.dims.num_blocks &&
+         p.dims.num_layers == a.dims.num_layers && p.dims.block_size == a.dims.block_size &&
+         AttentionPrologueFused(128, p.r);
+}
+
 cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan, void* workspace,
-                                  cudaStream_t stream) {
-  if (a.num_seqs == 0 || a.q_heads == 0) return cudaSuccess;
+                                  cudaStream_t stream, const PrologueArgs* pro) {
+  if (a.num_seqs == 0 || a.q_heads == 0) {
+    return pro != nullptr ? LaunchAttentionPrologue(*pro, stream) : cudaSuccess;
+  }
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = part_o == nullptr ? nullptr
                                       : part_o + static_cast<size_t>(a.num_seqs) * a.q_heads *
@@ -572,12 +642,26 @@ cudaError_t LaunchDecodeAttention(const AttentionArgs& a, const DecodePlan& plan
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = SlotsFor(a.dims.head_dim, warps, device, &per_sm);
   if (err != cudaSuccess) return err;
+  const bool fused = pro != nullptr && DecodeAttentionRunsPrologue(a, *pro);
+  if (pro != nullptr && !fused) {  // the caller's prologue, on its own
+    err = LaunchAttentionPrologue(*pro, stream);
+    if (err != cudaSuccess) return err;
+  }
+  if (fused) {
+    err = warps == 8 ? KernelSlots<128, 8, true>(device, &per_sm)
+                     : KernelSlots<128, 4, true>(device, &per_sm);
+    if (err != cudaSuccess) return err;
+  }
+  const PrologueArgs none;
   auto launch = [&](auto kernel, int smem_bytes) {
     return LaunchPdl(kernel, grid, dim3(warps * 32), smem_bytes, stream, a, plan.chunk, plan.splits,
-                     part_o, part_lse);
+                     part_o, part_lse, fused ? *pro : none);
   };
   if (a.dims.head_dim == 64) {
     err = launch(DecodeAttentionKernel<64, 4>, Smem<64, 4>::kBytes);
+  } else if (fused) {
+    err = warps == 8 ? launch(DecodeAttentionKernel<128, 8, true>, Smem<128, 8>::kBytes)
+                     : launch(DecodeAttentionKernel<128, 4, true>, Smem<128, 4>::kBytes);
   } else {
     err = warps == 8 ? launch(DecodeAttentionKernel<128, 8>, Smem<128, 8>::kBytes)
                      : launch(DecodeAttentionKernel<128, 4>, Smem<128, 4>::kBytes);

@@ -9,6 +9,7 @@
 
 #include "cuda_kernels.h"
 #include "device_util.cuh"
+#include "prologue_head.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -25,21 +26,14 @@ __global__ void __launch_bounds__(kThreads) AttentionPrologueKernel(PrologueArgs
   const int heads = a.hq + 2 * a.hk;
   const int64_t units = a.rows * heads;
   const int64_t plane = a.dims.block_size * a.dims.num_kv_heads * d;
-  const int64_t token_elems = a.dims.num_kv_heads * d;
   for (int64_t u = blockIdx.x * int64_t{kWarpsPerCta} + threadIdx.x / 32; u < units;
        u += int64_t{gridDim.x} * kWarpsPerCta) {
     const int64_t t = u / heads;
     const int h = static_cast<int>(u - t * heads);
-    const int32_t slot = a.slots[t];
-    const bool store = slot >= 0 && slot < a.dims.num_blocks * a.dims.block_size;
-    bf16* kv_row = nullptr;
-    if (store) {
-      const int64_t block = slot / a.dims.block_size, offset = slot % a.dims.block_size;
-      kv_row = a.cache + ((block * a.dims.num_layers + a.layer) * 2) * plane + offset * token_elems;
-    }
+    bf16* kv_row = PoolRow(a, a.slots[t]);
     if (h >= a.hq + a.hk) {  // a v head: copied to the pool's V plane
       const int hv = h - a.hq - a.hk;
-      if (!store) continue;
+      if (kv_row == nullptr) continue;
       const bf16* src = a.v + t * a.v_stride + hv * d;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i)
@@ -50,41 +44,14 @@ __global__ void __launch_bounds__(kThreads) AttentionPrologueKernel(PrologueArgs
     const int hh = is_q ? h : h - a.hq;
     bf16* head = is_q ? a.q + t * a.q_stride + hh * d : a.k + t * a.k_stride + hh * d;
     float x[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) x[i] = __bfloat162float(head[lane + 32 * i]);
-    const bf16* norm = is_q ? a.q_norm : a.k_norm;
-    if (norm != nullptr) {
-      float sq = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) sq += x[i] * x[i];
-      for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-      const float inv = rsqrtf(sq / static_cast<float>(d) + a.eps);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        x[i] = __bfloat162float(
-            __float2bfloat16((x[i] * inv) * __bfloat162float(norm[lane + 32 * i])));
-      }
-    }
-    // Pairs (e, e + r) for e < r: both in this lane, r / 32 registers apart.
-    const int pair = a.r / 32;
-    const float pos = static_cast<float>(a.positions[t]);
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (i >= pair) break;
-      const float angle = pos * a.inv_freq[lane + 32 * i];
-      float s, c;
-      sincosf(angle, &s, &c);
-      c *= a.mscale;
-      s *= a.mscale;
-      const float x0 = x[i], x1 = x[i + pair];
-      x[i] = __bfloat162float(__float2bfloat16(x0 * c - x1 * s));
-      x[i + pair] = __bfloat162float(__float2bfloat16(x1 * c + x0 * s));
-    }
+    LoadHead(head, x, lane);
+    NormRopeHead(x, is_q ? a.q_norm : a.k_norm, a.eps, static_cast<float>(a.positions[t]),
+                 a.inv_freq, a.r, a.mscale, lane);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const bf16 y = __float2bfloat16(x[i]);
       head[lane + 32 * i] = y;
-      if (!is_q && store) kv_row[hh * d + lane + 32 * i] = y;
+      if (!is_q && kv_row != nullptr) kv_row[hh * d + lane + 32 * i] = y;
     }
   }
 }
