@@ -51,7 +51,8 @@ struct CallState {
   std::vector<int32_t> delivered_tokens;
   uint64_t delivered_text = 0;
   int resumes = 0;
-  double arrival_s = 0;  // ClusterBackend::Now() at Generate
+  double arrival_s = 0;     // ClusterBackend::Now() at Generate
+  double failed_at_s = -1;  // when its last worker failed (-1: none has)
 };
 
 void StartAttempt(std::shared_ptr<CallState> state);
@@ -142,6 +143,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       // place again.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
+      state_->failed_at_s = ClusterBackend::Now();
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
       StartAttempt(state_);
     } else if (gone && streamed && state_->resumes < kMaxResumes) {
@@ -149,6 +151,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       // has (they end the prompt there and count as output), so nothing it saw is sent twice.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
+      state_->failed_at_s = ClusterBackend::Now();
       ++state_->resumes;
       if (b->metrics().resumes) b->metrics().resumes->Increment();
       PlaceOrAnswer(state_);
@@ -307,18 +310,18 @@ void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
   if (placed.code() == absl::StatusCode::kUnavailable) {
     // No decode worker (a router that has just started, or this request's worker failed and
     // none is left): wait for one to register.
-    const bool failed_over = state->attempts > 1 || state->resumes > 0;
-    const bool parked = b->AwaitDecodeWorker(failed_over, [state](const absl::Status& resumed) {
-      {
-        absl::MutexLock lock(&state->mu);
-        if (state->cancelled) return;  // its client left while it waited
-      }
-      if (resumed.ok()) {
-        PlaceOrAnswer(state);
-      } else {
-        Answer(state, resumed);
-      }
-    });
+    const bool parked =
+        b->AwaitDecodeWorker(state->failed_at_s, [state](const absl::Status& resumed) {
+          {
+            absl::MutexLock lock(&state->mu);
+            if (state->cancelled) return;  // its client left while it waited
+          }
+          if (resumed.ok()) {
+            PlaceOrAnswer(state);
+          } else {
+            Answer(state, resumed);
+          }
+        });
     if (parked) return;
   }
   if (b->metrics().rejections) {
@@ -380,10 +383,10 @@ void ClusterBackend::WakeQueue() {
   if (queue_ != nullptr) queue_->Wake(Now());
 }
 
-bool ClusterBackend::AwaitDecodeWorker(bool failed_over,
+bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
                                        std::function<void(const absl::Status&)> resume) {
   const double now = Now();
-  const double deadline = (failed_over ? now : started_s_) + worker_grace_s_;
+  const double deadline = (failed_at_s >= 0 ? failed_at_s : started_s_) + worker_grace_s_;
   if (now >= deadline) return false;
   {
     absl::MutexLock lock(&await_mu_);

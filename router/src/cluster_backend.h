@@ -64,11 +64,11 @@ class ClusterBackend final : public openai::Backend {
   // resumes the requests waiting for a decode worker once one has registered (or answers them
   // 503 when their grace is over).
   void WakeQueue();
-  // Within the worker grace (from the router's start, or from now for a request whose worker
-  // failed: `failed_over`): keeps `resume` until a decode worker registers (called with OK) or
-  // the grace ends or the router drains (called with the error) and returns true; false
+  // Within the worker grace (from the router's start, or from `failed_at_s` >= 0, when the
+  // request's worker failed): keeps `resume` until a decode worker registers (called with OK)
+  // or the grace ends or the router drains (called with the error) and returns true; false
   // (nothing kept) after the grace, while draining, or when too many wait already.
-  bool AwaitDecodeWorker(bool failed_over, std::function<void(const absl::Status&)> resume);
+  bool AwaitDecodeWorker(double failed_at_s, std::function<void(const absl::Status&)> resume);
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }
