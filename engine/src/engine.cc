@@ -79,14 +79,8 @@ absl::StatusOr<std::unique_ptr<Request>> Engine::NewRequest(const std::string& r
     return absl::InvalidArgumentError(absl::StrCat("duplicate request id '", request_id, "'"));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  for (int32_t t : prompt) {
-    if (t < 0 || t >= config().vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt token id ", t, " out of range [0, ", config().vocab_size, ")"));
-    }
-  }
-  const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
-  const int64_t limit = std::min<int64_t>(max_model_len_, cache_tokens);
+  STRATA_RETURN_IF_ERROR(CheckTokenIds(prompt, "prompt"));
+  const int64_t limit = ContextLimit();
   if (static_cast<int64_t>(prompt.size()) >= limit) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt has ", prompt.size(), " tokens; this engine's limit is ", limit - 1));
@@ -129,19 +123,35 @@ absl::Status Engine::AddRequest(const std::string& request_id, std::vector<int32
   return absl::OkStatus();
 }
 
-absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {
-  for (int32_t t : resumed.tokens) {
+int64_t Engine::ContextLimit() const {
+  const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
+  return std::min<int64_t>(max_model_len_, cache_tokens);
+}
+
+absl::Status Engine::CheckTokenIds(std::span<const int32_t> ids, absl::string_view what) const {
+  for (int32_t t : ids) {
     if (t < 0 || t >= config().vocab_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("resumed token id ", t, " out of range [0, ", config().vocab_size, ")"));
+          absl::StrCat(what, " token id ", t, " out of range [0, ", config().vocab_size, ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+bool Engine::IsStopToken(const Request& r, int32_t token) const {
+  const auto& eos = config().eos_token_ids;
+  const auto& stops = r.params.stop_token_ids;
+  return (!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+         std::find(stops.begin(), stops.end(), token) != stops.end();
+}
+
+absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {
+  STRATA_RETURN_IF_ERROR(CheckTokenIds(resumed.tokens, "resumed"));
   const int64_t total = int64_t{r.prompt_len} + int64_t(resumed.tokens.size());
-  const int64_t cache_tokens = int64_t{blocks_->num_blocks()} * blocks_->block_size();
-  if (total >= std::min<int64_t>(max_model_len_, cache_tokens)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt and resumed output have ", total, " tokens; this engine's limit is ",
-                     std::min<int64_t>(max_model_len_, cache_tokens) - 1));
+  if (total >= ContextLimit()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt and resumed output have ", total,
+                                                   " tokens; this engine's limit is ",
+                                                   ContextLimit() - 1));
   }
   for (int32_t t : resumed.tokens) {
     r.tokens.push_back(t);
@@ -159,12 +169,8 @@ absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {
 }
 
 bool Engine::ResumedAtStop(Request* r) {
-  const int32_t last = r->tokens.back();
-  const auto& eos = config().eos_token_ids;
-  const auto& stops = r->params.stop_token_ids;
-  if ((!r->params.ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) ||
-      std::find(stops.begin(), stops.end(), last) != stops.end()) {
-    r->stop_reason = absl::StrCat(last);
+  if (IsStopToken(*r, r->tokens.back())) {
+    r->stop_reason = absl::StrCat(r->tokens.back());
     return true;
   }
   return CheckStopStrings(r);

@@ -56,11 +56,15 @@ void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> p
 void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingParams params,
                         OutputCallback callback, ResumedOutput resumed) {
   auto shared_prompt = std::make_shared<std::vector<int32_t>>(std::move(prompt));
-  // The tokens whose KV the request needs: the prompt, then what it had generated elsewhere.
-  std::vector<int32_t> staged = *shared_prompt;
-  staged.insert(staged.end(), resumed.tokens.begin(), resumed.tokens.end());
+  // The tokens whose KV the request needs: the prompt, then what it had generated elsewhere
+  // (a copy only for a resumed request).
+  std::vector<int32_t> staged;
+  if (!resumed.tokens.empty()) {
+    staged = *shared_prompt;
+    staged.insert(staged.end(), resumed.tokens.begin(), resumed.tokens.end());
+  }
   const std::string key = id;
-  PostForPrompt(key, staged,
+  PostForPrompt(key, resumed.tokens.empty() ? *shared_prompt : staged,
                 [this, id = std::move(id), shared_prompt, params = std::move(params),
                  callback = std::move(callback), resumed = std::move(resumed)](Engine& e) mutable {
                   absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params, resumed);

@@ -121,13 +121,7 @@ void Engine::ApplySample(Request* r, const SampleResult& s, RequestOutput& out) 
   out.cached_tokens = r->num_cached_prompt;
   out.completion_tokens = r->num_output();
 
-  const bool is_eos = !r->params.ignore_eos &&
-                      std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(),
-                                s.token) != config().eos_token_ids.end();
-  const bool is_stop_token =
-      std::find(r->params.stop_token_ids.begin(), r->params.stop_token_ids.end(), s.token) !=
-      r->params.stop_token_ids.end();
-  if (is_eos || is_stop_token) {
+  if (IsStopToken(*r, s.token)) {
     r->stop_reason = absl::StrCat(s.token);
     r->text += r->detok->Flush();
     Finish(r, FinishReason::kStop);

@@ -78,21 +78,9 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
                   !s.writes.WrittenJustBefore(
                       array(a.block_tables, int64_t{a.num_seqs} * a.max_blocks_per_seq));
   s.writes.Wrote({ByteRange::Of(ov)});
-  // A prologue held back for this op (attention_prologue just before): launched with it.
-  std::optional<PrologueArgs> prologue;
-  if (decode) prologue.swap(s.deferred_prologue);
-  struct GiveBack {  // an early return launched nothing: the entry launches the prologue
-    Stream& s;
-    std::optional<PrologueArgs>& p;
-    ~GiveBack() {
-      if (p) s.deferred_prologue = std::move(p);
-    }
-  } give_back{s, prologue};
-  if (prologue && !DecodeAttentionSupported(a)) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(
-        CudaStatus(op, LaunchAttentionPrologue(*prologue, s.stream), "attention_prologue"));
-    prologue.reset();
-  }
+  // A prologue held back for this op (attention_prologue just before) stays held until the
+  // split-KV launch takes it; any other kernel launches it first, and a return before any
+  // launch leaves it to the entry.
   if (!decode) {
     return CudaStatus(op,
                       PrefillAttentionSupported(a) ? LaunchPrefillAttention(a, s.stream)
@@ -100,6 +88,7 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
                       "kernel launch");
   }
   if (!DecodeAttentionSupported(a)) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(s.FlushPrologue(op));
     return CudaStatus(op, LaunchAttention(a, s.stream), "kernel launch");
   }
   DecodePlan plan;
@@ -109,7 +98,7 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
   if (plan.workspace_bytes > 0) {
     STRATA_PLUGIN_RETURN_IF_ERROR(s.Workspace(op, plan.workspace_bytes, &workspace));
   }
-  const std::optional<PrologueArgs> taken = std::exchange(prologue, std::nullopt);
+  const std::optional<PrologueArgs> taken = std::exchange(s.deferred_prologue, std::nullopt);
   return CudaStatus(op,
                     LaunchDecodeAttention(a, plan, workspace, s.stream, taken ? &*taken : nullptr),
                     "kernel launch");

@@ -10,11 +10,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "strata/engine/model_runner.h"
 #include "strata/engine/request.h"
 #include "strata/engine/scheduler.h"
@@ -239,6 +241,11 @@ class Engine {
   void ReportFinished(std::vector<RequestOutput>& outputs);
   bool CheckStopStrings(Request* r);
   absl::Status Resume(Request& r, const ResumedOutput& resumed);
+  // min(max_model_len, tokens the KV pool holds): a request's tokens stay below it.
+  int64_t ContextLimit() const;
+  absl::Status CheckTokenIds(std::span<const int32_t> ids, absl::string_view what) const;
+  // EOS (unless ignore_eos) or one of the request's stop_token_ids.
+  bool IsStopToken(const Request& r, int32_t token) const;
   // A resumed request whose output already ends with a stop token or holds a stop string.
   bool ResumedAtStop(Request* r);
   void Finish(Request* r, FinishReason reason);
