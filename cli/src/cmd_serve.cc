@@ -76,9 +76,8 @@ int RunRouter(const Args& args) {
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
   p.AddDouble("--worker-grace", &worker_grace_s,
-              "a request that finds no decode worker waits up to this many seconds for one to "
-              "register (after the start, or after its worker failed) instead of getting 503 "
-              "(0: none)");
+              "within this many seconds of the start, a request that finds no decode worker waits "
+              "for one to register instead of getting 503 (0: none)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());

@@ -51,8 +51,7 @@ struct CallState {
   std::vector<int32_t> delivered_tokens;
   uint64_t delivered_text = 0;
   int resumes = 0;
-  double arrival_s = 0;     // ClusterBackend::Now() at Generate
-  double failed_at_s = -1;  // when its last worker failed (-1: none has)
+  double arrival_s = 0;  // ClusterBackend::Now() at Generate
 };
 
 void StartAttempt(std::shared_ptr<CallState> state);
@@ -143,7 +142,6 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       // place again.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
-      state_->failed_at_s = ClusterBackend::Now();
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
       StartAttempt(state_);
     } else if (gone && streamed && state_->resumes < kMaxResumes) {
@@ -151,7 +149,6 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       // has (they end the prompt there and count as output), so nothing it saw is sent twice.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
-      state_->failed_at_s = ClusterBackend::Now();
       ++state_->resumes;
       if (b->metrics().resumes) b->metrics().resumes->Increment();
       PlaceOrAnswer(state_);
@@ -307,21 +304,23 @@ void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
     Enqueue(state, placed);
     return;
   }
-  if (placed.code() == absl::StatusCode::kUnavailable) {
-    // No decode worker (a router that has just started, or this request's worker failed and
-    // none is left): wait for one to register.
-    const bool parked =
-        b->AwaitDecodeWorker(state->failed_at_s, [state](const absl::Status& resumed) {
-          {
-            absl::MutexLock lock(&state->mu);
-            if (state->cancelled) return;  // its client left while it waited
-          }
-          if (resumed.ok()) {
-            PlaceOrAnswer(state);
-          } else {
-            Answer(state, resumed);
-          }
-        });
+  // No decode worker yet (a router that has just started): wait for one to register. Only a
+  // request that has not failed over: one resumed after a worker's failure crashed the router
+  // in gRPC (a completion-queue refcount assertion) under load, cause not found; it is
+  // answered 503 as before.
+  if (placed.code() == absl::StatusCode::kUnavailable && state->attempts == 1 &&
+      state->resumes == 0) {
+    const bool parked = b->AwaitDecodeWorker([state](const absl::Status& resumed) {
+      {
+        absl::MutexLock lock(&state->mu);
+        if (state->cancelled) return;  // its client left while it waited
+      }
+      if (resumed.ok()) {
+        PlaceOrAnswer(state);
+      } else {
+        Answer(state, resumed);
+      }
+    });
     if (parked) return;
   }
   if (b->metrics().rejections) {
@@ -383,10 +382,9 @@ void ClusterBackend::WakeQueue() {
   if (queue_ != nullptr) queue_->Wake(Now());
 }
 
-bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
-                                       std::function<void(const absl::Status&)> resume) {
+bool ClusterBackend::AwaitDecodeWorker(std::function<void(const absl::Status&)> resume) {
   const double now = Now();
-  const double deadline = (failed_at_s >= 0 ? failed_at_s : started_s_) + worker_grace_s_;
+  const double deadline = started_s_ + worker_grace_s_;
   if (now >= deadline) return false;
   {
     absl::MutexLock lock(&await_mu_);

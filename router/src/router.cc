@@ -182,8 +182,8 @@ class RouterImpl final : public Router {
     backend_metrics_.awaiting =
         registry_
             .GaugeOrDie("strata_router_awaiting_worker_requests",
-                        "Requests waiting for a decode worker to register (none was, within "
-                        "the router's worker grace)")
+                        "Requests waiting for a first decode worker to register (the router's "
+                        "worker grace)")
             .Default();
     admission_metrics_ = std::make_unique<AdmissionMetrics>(
         &registry_.HistogramOrDie(

@@ -31,10 +31,9 @@ struct RouterOptions {
   // How often the admission queue is woken when nothing else woke it (expiring slack).
   absl::Duration admission_tick = absl::Milliseconds(50);
   absl::Duration dead_after = absl::Seconds(3);
-  // A request that finds no decode worker registered waits up to this long for one instead of
-  // getting 503 at once: within this long of the start (a restarted router's workers register
-  // again with their next heartbeat), or of its own worker's failure (a restarted worker comes
-  // back). 0: no grace.
+  // Within this long of the start, a request that finds no decode worker registered waits for
+  // one (a restarted router's workers register again with their next heartbeat) instead of
+  // getting 503 at once. 0: no grace.
   absl::Duration worker_grace = absl::Seconds(5);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
