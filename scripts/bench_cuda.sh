@@ -174,6 +174,8 @@ prefill() {
   "$work/bin/prefill_attention_bench" $quick --dump "$work/dump" | tee "$work/prefill_ours.txt"
   echo "== prefill_attention_bench --kernel mma (v1, for the same-run comparison)"
   "$work/bin/prefill_attention_bench" $quick --kernel mma | tee "$work/prefill_mma.txt"
+  echo "== prefill_attention_bench --kernel wgmma-cp (v2's cp.async loads, same-run comparison)"
+  "$work/bin/prefill_attention_bench" $quick --kernel wgmma-cp | tee "$work/prefill_cp.txt"
   echo "== torch_sdpa_prefill.py"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_prefill.py" $quick --check "$work/dump" |
     tee "$work/prefill_torch.txt"
@@ -184,7 +186,8 @@ prefill() {
     "$variant" --quick | grep -v '^CSV'
   done
   echo
-  prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt" "$work/prefill_mma.txt"
+  prefill_table "$work/prefill_ours.txt" "$work/prefill_torch.txt" "$work/prefill_mma.txt" \
+    "$work/prefill_cp.txt"
 }
 
 # Greedy generations of the golden fixtures: strata with the CUDA plugin vs transformers (bf16)
@@ -425,27 +428,30 @@ moe_table() {
 }
 
 # Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns; with a third file
-# (the v1 mma kernel's run), its TFLOP/s too.
+# (the v1 mma kernel's run) and a fourth (v2 with cp.async loads), their TFLOP/s too.
 prefill_table() {
   awk -F, '
     FNR == 1 { file++ }
     $1 == "CSV" && $2 == "ours" && file == 3 { v1[$3 "|" $4] = $6 }
+    $1 == "CSV" && $2 == "ours" && file == 4 { cp[$3 "|" $4] = $6 }
     $1 == "CSV" && $2 == "ours" && file == 1 { k = $3 "|" $4; us[k] = $5; tf[k] = $6; err[k] = $7;
                                                kernel = $9; order[n++] = k }
     $1 == "CSV" && $2 == "torch" { k = $3 "|" $4; tus[k] = $5; ttf[k] = $6 }
     $1 == "CSV" && $2 == "check" { checks[nc++] = $0 }
     END {
       print "kernel: " kernel
-      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA | v1 (mma) TFLOP/s | ours/v1 |"
-      print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA | v1 (mma) TFLOP/s | ours/v1 | cp.async loads TFLOP/s | ours/cp |"
+      print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")
         t = (k in ttf) ? ttf[k] : 0
         o = (k in v1) ? v1[k] : 0
-        printf "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
+        w = (k in cp) ? cp[k] : 0
+        printf "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], us[k], tf[k],
           (err[k] < 0 ? "-" : sprintf("%.1e", err[k])), (t ? sprintf("%.1f", tus[k]) : "-"),
           (t ? sprintf("%.1f", t) : "-"), (t ? sprintf("%.2f", tf[k] / t) : "-"),
-          (o ? sprintf("%.1f", o) : "-"), (o ? sprintf("%.2f", tf[k] / o) : "-")
+          (o ? sprintf("%.1f", o) : "-"), (o ? sprintf("%.2f", tf[k] / o) : "-"),
+          (w ? sprintf("%.1f", w) : "-"), (w ? sprintf("%.2f", tf[k] / w) : "-")
       }
       if (nc) {
         print ""
@@ -456,7 +462,7 @@ prefill_table() {
           printf "| %s | %s | %s | %s | %s |\n", c[3], c[4], c[5], c[6], c[7]
         }
       }
-    }' "$1" "$2" "${3:-/dev/null}"
+    }' "$1" "$2" "${3:-/dev/null}" "${4:-/dev/null}"
 }
 
 # Old (baseline build) vs new, same run: time per call and fraction of copy bandwidth.

@@ -14,10 +14,12 @@
 // bf16 files for torch_sdpa_prefill.py --check DIR, which compares against an fp32 reference
 // and against SDPA on the same inputs.
 //
-//   prefill_attention_bench [--quick] [--dump DIR] [--kernel auto|wgmma|mma]
+//   prefill_attention_bench [--quick] [--dump DIR] [--kernel auto|wgmma|wgmma-cp|mma]
 //     --quick: 1k and 8k tokens only
 //     --kernel: which kernel LaunchPrefillAttention's choice is replaced with (default auto:
-//               wgmma on compute capability 9.0, else mma); the CSV lines name it
+//               wgmma on compute capability 9.0, else mma; wgmma-cp: the wgmma kernel with
+//               K/V loaded by cp.async from every thread instead of by a TMA producer warp);
+//               the CSV lines name it
 // Output: a readable line per shape and "CSV,ours,..." lines for scripts/bench_cuda.sh.
 #include <cuda_runtime.h>
 
@@ -274,16 +276,17 @@ int Main(int argc, char** argv) {
   const bool wgmma = WgmmaAvailable();
   if (std::strcmp(g_kernel, "auto") == 0) {
     g_kernel = wgmma ? "wgmma" : "mma";
-  } else if (std::strcmp(g_kernel, "wgmma") == 0) {
+  } else if (std::strcmp(g_kernel, "wgmma") == 0 || std::strcmp(g_kernel, "wgmma-cp") == 0) {
     if (!wgmma) {
-      std::fprintf(stderr, "--kernel wgmma needs a compute capability 9.0 device\n");
+      std::fprintf(stderr, "--kernel %s needs a compute capability 9.0 device\n", g_kernel);
       return 2;
     }
-    g_launch = LaunchPrefillAttentionWgmma;
+    g_launch = std::strcmp(g_kernel, "wgmma") == 0 ? LaunchPrefillAttentionWgmma
+                                                   : LaunchPrefillAttentionWgmmaCp;
   } else if (std::strcmp(g_kernel, "mma") == 0) {
     g_launch = LaunchPrefillAttentionMma;
   } else {
-    std::fprintf(stderr, "--kernel: auto, wgmma or mma, not '%s'\n", g_kernel);
+    std::fprintf(stderr, "--kernel: auto, wgmma, wgmma-cp or mma, not '%s'\n", g_kernel);
     return 2;
   }
   cudaDeviceProp prop;

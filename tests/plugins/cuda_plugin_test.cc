@@ -338,6 +338,73 @@ TEST_F(CudaPluginTest, APrologueRunInsideDecodeAttentionMatchesItRunAlone) {
   }
 }
 
+// Prefill attention reads K/V only at positions below kv_len: positions past it in the last
+// block (loaded with the block by a copy engine) and table entries past the sequence's blocks
+// may hold NaN without reaching the output. For every block size's load path (8 and 16: several
+// blocks per 64-key tile; 64: one; 128: a tile starting inside a block; 4: per-row copies), the
+// output with NaN there equals, bit for bit, the output with finite values there.
+TEST_F(CudaPluginTest, PrefillAttentionIgnoresWhatThePoolHoldsPastKvLen) {
+  const strata_plugin_api_v1& api = cuda_->api();
+  constexpr int64_t kD = 128, kHq = 8, kHk = 2, kQ = 100, kKv = 300;
+  uint32_t seed = 777;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  };
+  std::vector<uint16_t> q0(size_t(kQ * kHq * kD));
+  for (auto& x : q0) x = FloatToBf16(4.0f * rnd());
+  auto q = DeviceBuffer::Allocate(cuda_.get(), q0.size() * 2);
+  auto out = DeviceBuffer::Allocate(cuda_.get(), q0.size() * 2);
+  ASSERT_TRUE(q.ok() && out.ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(q->data(), q0.data(), q0.size() * 2).ok());
+  for (const int64_t bs : {8, 16, 64, 128, 4}) {
+    SCOPED_TRACE(::testing::Message() << "block_size " << bs);
+    const int64_t used = (kKv + bs - 1) / bs, table = used + 1, blocks = table + 2;
+    const int64_t token = kHk * kD, plane = bs * token;  // one layer: [block][K, V][bs][Hk][D]
+    std::vector<uint16_t> pool0(size_t(blocks * 2 * plane));
+    for (auto& x : pool0) x = FloatToBf16(2.0f * rnd());
+    // The sequence's blocks in reverse pool order, then one more entry: the last pool block.
+    std::vector<int32_t> arrays = {0, int32_t(kQ), int32_t(kKv)};  // q_start [2], kv_len
+    for (int64_t b = 0; b < used; ++b) arrays.push_back(int32_t(used - 1 - b));
+    arrays.push_back(int32_t(blocks - 1));
+    std::vector<uint16_t> poisoned = pool0;
+    for (int64_t p = kKv; p < used * bs; ++p) {  // the last used block (id 0) past kv_len
+      for (int kv = 0; kv < 2; ++kv) {
+        std::fill_n(poisoned.begin() + kv * plane + (p % bs) * token, token, uint16_t{0x7fc0});
+      }
+    }
+    std::fill(poisoned.begin() + (blocks - 1) * 2 * plane, poisoned.end(), uint16_t{0x7fc0});
+    auto pool = DeviceBuffer::Allocate(cuda_.get(), pool0.size() * 2);
+    auto dev_arrays = DeviceBuffer::Allocate(cuda_.get(), arrays.size() * 4);
+    ASSERT_TRUE(pool.ok() && dev_arrays.ok());
+    ASSERT_TRUE(cuda_->CopyToDevice(dev_arrays->data(), arrays.data(), arrays.size() * 4).ok());
+    const auto* a = static_cast<const int32_t*>(dev_arrays->data());
+    const strata_kv_cache cache{pool->data(), STRATA_DTYPE_BF16, int32_t(blocks), 1,
+                                int32_t(bs),  int32_t(kHk),      int32_t(kD)};
+    const strata_attention_batch batch{1, int32_t(table), int32_t(kQ), int32_t(kKv),
+                                       a, a + 2,          a + 3};
+    const strata_attention_params params{0, 1.0f / std::sqrt(float{kD}), 0};
+    strata_tensor qt{q->data(), STRATA_DTYPE_BF16, 3, {kQ, kHq, kD}, 0};
+    strata_tensor ot{out->data(), STRATA_DTYPE_BF16, 3, {kQ, kHq, kD}, 0};
+    auto run = [&](const std::vector<uint16_t>& contents) {
+      std::vector<uint16_t> o(q0.size());
+      EXPECT_TRUE(cuda_->CopyToDevice(pool->data(), contents.data(), contents.size() * 2).ok());
+      EXPECT_TRUE(cuda_->Synchronize().ok());
+      EXPECT_EQ(api.attention_prefill(cuda_->handle(), cuda_->stream(), &cache, &batch, &params,
+                                      &qt, &ot),
+                STRATA_OK)
+          << api.last_error(cuda_->handle());
+      EXPECT_TRUE(cuda_->CopyToHost(o.data(), out->data(), o.size() * 2).ok());
+      return o;
+    };
+    const std::vector<uint16_t> clean = run(pool0), dirty = run(poisoned);
+    int64_t finite = 0;
+    for (uint16_t x : clean) finite += std::isfinite(Bf16ToFloat(x)) ? 1 : 0;
+    EXPECT_EQ(finite, int64_t(clean.size()));
+    EXPECT_TRUE(clean == dirty) << "NaN past kv_len reached the output";
+  }
+}
+
 // host_register page-locks a host buffer: copies to and from it are enqueued without waiting
 // (CopyToHostAsync returns before the bytes land; Synchronize makes them visible) and round
 // trip exactly; bad arguments are refused with the op's name.

@@ -142,6 +142,14 @@ void AddAttentionPrefillCases(uint64_t seed, CaseList* out) {
   AddAttention(seed, op, fused, out);
   AddAttention(seed, op, Spec("1 seq q=192 kv=512 H=4/2 D=128 bs=16", {{192, 512}}, 4, 2, 128, 16),
                out);
+  // Blocks as long as a GPU kernel's 64-key tile, and longer (a tile starts inside a block),
+  // and shorter than a copy engine's 8-row swizzle atom: each block size takes its own load
+  // path in a GPU plugin.
+  AddAttention(seed, op, Spec("2 seqs H=8/2 D=128 bs=64", {{100, 300}, {70, 70}}, 8, 2, 128, 64),
+               out);
+  AddAttention(seed, op, Spec("2 seqs H=4/2 D=64 bs=128", {{150, 400}, {20, 130}}, 4, 2, 64, 128),
+               out);
+  AddAttention(seed, op, Spec("1 seq H=4/1 D=128 bs=4", {{50, 90}}, 4, 1, 128, 4), out);
 }
 
 void AddAttentionDecodeCases(uint64_t seed, CaseList* out) {

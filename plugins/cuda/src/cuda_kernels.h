@@ -305,8 +305,11 @@ cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t strea
 // v1: mma.sync, any sm_90 device (kernels_prefill_attention.cu).
 cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& args, cudaStream_t stream);
 // v2: Hopper warpgroup MMA (wgmma), built for sm_90a only (kernels_prefill_attention_sm90a.cu);
-// only where WgmmaAvailable().
+// only where WgmmaAvailable(). Warp-specialized where the pool allows (block_size >= 8): a
+// producer warp issues the K/V tiles' TMA loads into a ring of full / empty barriers; else every
+// thread issues cp.async copies. The Cp form always takes the cp.async kernel (benchmarks).
 cudaError_t LaunchPrefillAttentionWgmma(const AttentionArgs& args, cudaStream_t stream);
+cudaError_t LaunchPrefillAttentionWgmmaCp(const AttentionArgs& args, cudaStream_t stream);
 
 // ---- Hopper-only kernels (sm_90a: kernels_*_sm90a.cu) ---------------------------------------
 // True when the current device is compute capability 9.0 (the only one sm_90a code runs on)

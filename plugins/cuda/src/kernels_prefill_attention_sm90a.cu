@@ -1,14 +1,15 @@
-// Paged causal prefill attention, v2: the v1 kernel's structure on Hopper's warpgroup MMA.
+// Paged causal prefill attention, v2: the v1 kernel's structure on Hopper's warpgroup MMA, its
+// K/V tiles brought by the tensor memory accelerator (TMA) from a producer warp.
 //
 // Built for sm_90a only (wgmma is not part of the portable sm_90 target); LaunchPrefillAttention
 // takes it on compute capability 9.0 devices and the v1 mma.sync kernel elsewhere.
 //
-// One CTA of kWarpGroups (3) warpgroups per (query tile, kv head), one CTA per SM. As in v1
-// the CTA's kRows (192) query rows pack the kv head's whole GQA group (row r is query head
-// kvh * G + r / P at query row j0 + r % P, P = kRows / G positions per tile), K/V tiles of
-// kKeys (64) positions stream from the paged cache through a kStages-deep (4) cp.async ring,
-// from the diagonal tile down, and sequences of any lengths share one 1-D grid (see
-// prefill_attention_common.cuh). What changes is the math: warpgroup w owns rows
+// One CTA per (query tile, kv head), one CTA per SM: three math warpgroups and, in the
+// warp-specialized kernel, a producer warpgroup. As in v1 the CTA's kRows (192) query rows pack
+// the kv head's whole GQA group (row r is query head kvh * G + r / P at query row j0 + r % P,
+// P = kRows / G positions per tile), K/V tiles of kKeys (64) positions stream from the paged
+// cache through a kStages-deep (4) ring, from the diagonal tile down, and sequences of any
+// lengths share one 1-D grid (see prefill_attention_common.cuh). Warpgroup w owns rows
 // [64 w, 64 w + 64) and per tile issues
 //   S[64 x 64] = Q K^T      head_dim / 16 wgmma.m64n64k16, Q and K read from shared memory
 //                           through descriptors (K-major)
@@ -19,21 +20,33 @@
 //                           layout re-packed as the A operand) and V from shared memory
 //                           (MN-major, the transposed-B form)
 // so the tensor cores read Q, K and V straight from shared memory: no ldmatrix, and a warp
-// issues 12 MMA instructions per tile where v1 issued 256. Three warpgroups rather than two:
-// while one runs its softmax the others keep the tensor cores busy (2 -> 3 took 8k tokens from
-// 358 to 430 TFLOP/s; plugins/cuda/NOTES.md also records the variants that did not help).
+// issues 12 MMA instructions per tile where v1 issued 256.
+//
+// Loads (PrefillAttentionWsKernel, block_size >= 8): one producer warp reads each tile's block
+// ids from the table (a lane per block) and issues its K and V boxes through a tensor map of the
+// layer's pool (EncodeKvMap); they complete on the ring slot's `full` mbarrier, and each math
+// warp arrives on the slot's `empty` mbarrier once its PV product is done, so the warpgroups run
+// out of step and no math thread computes an address. The producer warpgroup gives its registers
+// to the math warpgroups (setmaxnreg). Against every thread issuing cp.async copies behind a CTA
+// barrier per tile (PrefillAttentionWgmmaKernel, still what block sizes below 8 take), 1.20x
+// at 8k tokens (plugins/cuda/NOTES.md, "Prefill attention v3").
 //
 // Shared memory layout: every tile (Q, and K and V of each ring slot) is stored as panels of
 // 64 columns (128 bytes per row), rows 128 bytes apart, 16-byte chunks XOR-swizzled by
-// (row & 7) within each 1,024-byte group of 8 rows: wgmma's 128-byte swizzle, so the loads
-// need no shuffling and the MMA reads are conflict-free. Descriptors: K-major operands (Q, K)
+// (row & 7) within each 1,024-byte group of 8 rows: wgmma's 128-byte swizzle, which is also
+// TMA's, so the MMA reads are conflict-free. Descriptors: K-major operands (Q, K)
 // have 8-row groups 1,024 bytes apart (stride byte offset) and step 32 bytes per k16; V, the
 // MN-major operand, has its 8-key groups 1,024 bytes apart and its two 64-column panels
 // kKeys x 128 bytes apart (leading byte offset), and steps 2,048 bytes per k16.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_kernels.h"
 #include "prefill_attention_common.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace strata::cuda {
@@ -49,6 +62,14 @@ using namespace wgmma;    // NOLINT(google-build-using-namespace)
 #endif
 #ifndef STRATA_PREFILL90_STAGES
 #define STRATA_PREFILL90_STAGES 4
+#endif
+// 0: never the warp-specialized TMA kernel (a same-run baseline plugin for decode_step_bench).
+#ifndef STRATA_PREFILL90_TMA
+#define STRATA_PREFILL90_TMA 1
+#endif
+// 0 only to check that cuda_plugin_test's NaN-past-kv_len test fails without the zeroing.
+#ifndef STRATA_PREFILL90_ZERO_TAIL
+#define STRATA_PREFILL90_ZERO_TAIL 1
 #endif
 constexpr int kWarpGroups = STRATA_PREFILL90_WARPGROUPS;
 constexpr int kThreads = 128 * kWarpGroups;
@@ -69,9 +90,12 @@ struct Traits {
   static constexpr uint32_t kTileBytes = kPanels * kPanelBytes;
   static constexpr uint32_t kStageBytes = 2 * kTileBytes;  // K then V
   static constexpr uint32_t kIdsOffset = kQBytes + kStages * kStageBytes;
-  // Two slots of block ids (one per key at most, block_size 1), staged a tile ahead, plus the
-  // slack that aligns the buffers to a swizzle atom.
-  static constexpr int kSmemBytes = kIdsOffset + 2 * kKeys * 4 + kAtomBytes;
+  // Two slots of block ids (one per key at most, block_size 1; the cp.async kernel stages them
+  // a tile ahead), then two mbarriers per ring slot (the warp-specialized kernel's full: the
+  // TMA bytes landed, and empty: the math warps are done with it), plus the slack that aligns
+  // the buffers to a swizzle atom.
+  static constexpr uint32_t kBarOffset = kIdsOffset + 2 * kKeys * 4;
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + kAtomBytes;
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kQPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
   static constexpr int kKvPasses = (kKeys + kRowsPerPass - 1) / kRowsPerPass;
@@ -137,6 +161,21 @@ __device__ __forceinline__ void IssueKv(const AttentionArgs& a, const Tile& t, c
     const uint32_t at = slot + SwizzledOffset(T::kPanelBytes, r, chunk);
     CopyAsync16(at, from, valid);
     CopyAsync16(at + T::kTileBytes, from + src.plane, valid);
+  }
+}
+
+// Zeroes the K and V rows of positions [from, kKeys) of the tile in ring slot `slot` (generic
+// stores; the caller fences them for the async proxy before the barrier). The TMA brings the
+// last block's rows past kv_len as the pool holds them (another sequence's, or never written);
+// masking gives them probability 0, but 0 x NaN in P V would still be NaN.
+template <int kHeadDim>
+__device__ __forceinline__ void ZeroTail(unsigned char* slot, int from) {
+  using T = Traits<kHeadDim>;
+  for (int i = threadIdx.x; i < (kKeys - from) * T::kChunks; i += kThreads) {
+    const int r = from + i / T::kChunks, chunk = i % T::kChunks;
+    const uint32_t off = SwizzledOffset(T::kPanelBytes, r, chunk);
+    *reinterpret_cast<uint4*>(slot + off) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(slot + T::kTileBytes + off) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -222,6 +261,8 @@ __device__ __forceinline__ void IssuePv(GroupState<kHeadDim>& g, uint32_t slot,
   WgmmaCommit();
 }
 
+// The cp.async kernel: every thread issues its share of each tile's copies, and a CTA barrier
+// per tile frees the ring slot. Block sizes below 8 (and the benchmarks' same-run baseline).
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1)
     PrefillAttentionWgmmaKernel(AttentionArgs a, int32_t per_tile, int32_t group) {
@@ -320,17 +361,192 @@ __global__ void __launch_bounds__(kThreads, 1)
                       per_tile, lane);
 }
 
+// The warp-specialized form of the TMA kernel: a fourth warpgroup produces (it gives its
+// registers to the math warpgroups; one warp's lanes read the tile's block ids from the table
+// and issue the tile's boxes, a lane per block), the three math warpgroups consume, and each
+// ring slot has a full barrier (the TMA bytes) and an empty one (every math warp is done with
+// the tile), so the warpgroups are not held in step by a CTA barrier per tile. Needs
+// block_size >= 8.
+constexpr int kWsThreads = kThreads + 128;
+constexpr int kProducerRegs = 32;
+constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kWarpGroups / 8 * 8;
+
 template <int kHeadDim>
-cudaError_t Launch(const AttentionArgs& a, cudaStream_t stream) {
-  return LaunchPrefillKernel<PrefillAttentionWgmmaKernel<kHeadDim>>(
-      a, kRows, kThreads, Traits<kHeadDim>::kSmemBytes, stream);
+__global__ void __launch_bounds__(kWsThreads, 1)
+    PrefillAttentionWsKernel(AttentionArgs a, int32_t per_tile, int32_t group,
+                             const __grid_constant__ CUtensorMap kv_map) {
+  using T = Traits<kHeadDim>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wg = warp / 4;
+  const int64_t idx = int64_t{gridDim.x} - 1 - blockIdx.x;  // latest tiles first
+  const int kvh = static_cast<int>(idx % a.dims.num_kv_heads);
+  Tile t;
+  if (!FindTile(a, idx / a.dims.num_kv_heads, per_tile, &t)) return;
+  const int32_t* table = a.block_tables + int64_t{t.s} * a.max_blocks_per_seq;
+  const int shift = __ffs(static_cast<int>(a.dims.block_size)) - 1;
+  const uint32_t raw = SmemAddress(smem);
+  const uint32_t base = (raw + kAtomBytes - 1) & ~(kAtomBytes - 1);
+  const uint32_t qs = base, ring = base + T::kQBytes;
+  const uint32_t full = base + T::kBarOffset, empty = full + 8 * kStages;  // + 8 slot
+  const int32_t first = t.lo / kKeys, last = t.pos_max / kKeys;
+  const int n_tiles = last - first + 1;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      tma::Init(full + 8 * i, 1);
+      tma::Init(empty + 8 * i, kThreads / 32);
+    }
+    tma::FenceInit();
+  }
+  // Also the barrier that publishes the mbarriers' initialization.
+  const bool bad_blocks = AnyBadBlock<kWsThreads>(a, t, table);
+  if (wg == kWarpGroups) {
+    tma::ReleaseRegisters<kProducerRegs>();
+    if (warp != kThreads / 32) return;
+    if (lane == 0) tma::Prefetch(&kv_map);
+    const int32_t box = min(1 << shift, kKeys);
+    const int32_t entries = kKeys / box;
+    for (int i = 0; i < n_tiles; ++i) {
+      const int slot = i % kStages;
+      const int32_t key0 = (last - i) * kKeys;
+      const int32_t id =
+          lane < entries && key0 + lane * box < t.kv_len ? table[(key0 >> shift) + lane] : -1;
+      if (i >= kStages) tma::Wait(empty + 8 * slot, (i / kStages - 1) & 1);
+      if (lane == 0) tma::ArriveExpect(full + 8 * slot, T::kStageBytes);
+      __syncwarp();
+      if (lane < entries) {
+        const uint32_t at = ring + slot * T::kStageBytes + static_cast<uint32_t>(lane * box) * 128u;
+        const int32_t in_block = key0 & ((1 << shift) - 1);
+#pragma unroll
+        for (int p = 0; p < T::kPanels; ++p) {
+          const int32_t col = kvh * kHeadDim + p * 64;
+          tma::Load4d(at + p * T::kPanelBytes, &kv_map, col, in_block, 0, id, full + 8 * slot);
+          tma::Load4d(at + T::kTileBytes + p * T::kPanelBytes, &kv_map, col, in_block, 1, id,
+                      full + 8 * slot);
+        }
+      }
+    }
+    return;
+  }
+  tma::TakeRegisters<kConsumerRegs>();
+  IssueQ<kHeadDim>(a, t, kvh, group, per_tile, qs);
+  CommitGroup();
+  GroupState<kHeadDim> g;
+  g.mi.bad_blocks = bad_blocks;
+  g.mi.window = a.sliding_window;
+  const int r0 = wg * 64 + (warp % 4) * 16 + lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const bool valid = r / per_tile < group && t.j0 + r % per_tile < t.j_end;
+    g.mi.pos[0][h] = valid ? t.pos_min + r % per_tile : -1;
+    g.m[h] = -INFINITY;
+    g.l[h] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) g.o[i] = 0.0f;
+  g.scale_log2 = a.scale * kLog2e;
+  g.full_lo = a.sliding_window > 0 ? t.pos_max - a.sliding_window + 1 : 0;
+  g.q_desc = Descriptor(qs + wg * 64 * 128, 16, kAtomBytes);
+  g.k_desc = Descriptor(ring, 16, kAtomBytes);
+  g.v_desc = Descriptor(ring + T::kTileBytes, T::kPanelBytes, kAtomBytes);
+  uint32_t p[kKeys / 16][4];
+  float s[kKeys / 2], corr[2];
+  for (int i = 0; i < n_tiles; ++i) {
+    const int slot = i % kStages;
+    tma::Wait(full + 8 * slot, (i / kStages) & 1);
+    if (i == 0) {  // Q landed, and the first tile's positions past kv_len zeroed
+      WaitGroup<0>();
+      const int32_t tail = t.kv_len - last * kKeys;
+      if (STRATA_PREFILL90_ZERO_TAIL && tail < kKeys) {
+        ZeroTail<kHeadDim>(smem + (base - raw) + (ring - base), tail);
+      }
+      FenceProxyAsync();
+      tma::NamedBarrier(1, kThreads);
+    }
+    IssueScores(g, slot * T::kStageBytes, s);
+    WgmmaWaitAll();
+    PinRegisters(s);
+    ScoresToProbs(a, t, table, g, (last - i) * kKeys, s, corr, lane);
+    RescaleO(g, corr);
+    PackProbs(s, p);
+    IssuePv(g, slot * T::kStageBytes, p);
+    WgmmaWaitAll();
+    PinRegisters(g.o);
+    __syncwarp();
+    if (lane == 0) tma::Arrive(empty + 8 * slot);
+  }
+  StoreRows<kHeadDim>(a, t, *reinterpret_cast<float(*)[kHeadDim / 8][4]>(g.o), g.l, r0, kvh, group,
+                      per_tile, lane);
+}
+
+// The tensor map of the K/V planes of the call's layer: dims (innermost first) the row of a
+// position (Hk x D elements), the position in its block, K or V, the block id; boxes of one
+// 64-column panel of min(block_size, kKeys) positions, 128-byte swizzled as the ring stores
+// them. False where TMA cannot serve the pool (block_size below 8, a driver without the entry
+// point, a layout the encoder rejects): the cp.async kernel takes the call then.
+bool EncodeKvMap(const AttentionArgs& a, CUtensorMap* map) {
+  static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const CacheDims& d = a.dims;
+  if (encode == nullptr || d.block_size < 8 || d.num_blocks < 1) return false;
+  const uint64_t row = static_cast<uint64_t>(d.num_kv_heads * d.head_dim);
+  const uint64_t plane = row * static_cast<uint64_t>(d.block_size);  // elements
+  const cuuint64_t dims[4] = {row, static_cast<cuuint64_t>(d.block_size), 2,
+                              static_cast<cuuint64_t>(d.num_blocks)};
+  const cuuint64_t strides[3] = {row * sizeof(bf16), plane * sizeof(bf16),
+                                 static_cast<cuuint64_t>(d.num_layers) * 2 * plane * sizeof(bf16)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(std::min<int64_t>(d.block_size, kKeys)), 1,
+                             1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  void* layer = const_cast<bf16*>(a.cache) + a.layer * 2 * static_cast<int64_t>(plane);
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, layer, dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The warp-specialized TMA kernel where the pool allows it, else the cp.async kernel.
+template <int kHeadDim>
+cudaError_t Launch(const AttentionArgs& a, bool tma, cudaStream_t stream) {
+  const int smem = Traits<kHeadDim>::kSmemBytes;
+  int32_t group = 0, per_tile = 0;
+  unsigned ctas = 0;
+  if (!PrefillGrid(a, kRows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
+  CUtensorMap map{};
+  cudaError_t err = cudaSuccess;
+  if (STRATA_PREFILL90_TMA && tma && EncodeKvMap(a, &map)) {
+    constexpr auto kKernel = PrefillAttentionWsKernel<kHeadDim>;
+    err = AllowDynamicSmem<kKernel>(smem);
+    if (err == cudaSuccess) kKernel<<<ctas, kWsThreads, smem, stream>>>(a, per_tile, group, map);
+  } else {
+    constexpr auto kKernel = PrefillAttentionWgmmaKernel<kHeadDim>;
+    err = AllowDynamicSmem<kKernel>(smem);
+    if (err == cudaSuccess) kKernel<<<ctas, kThreads, smem, stream>>>(a, per_tile, group);
+  }
+  return err == cudaSuccess ? cudaGetLastError() : err;
+}
+
+cudaError_t LaunchWgmma(const AttentionArgs& a, bool tma, cudaStream_t stream) {
+  if (a.num_seqs == 0 || a.rows == 0 || a.q_heads == 0) return cudaSuccess;
+  return a.dims.head_dim == 64 ? Launch<64>(a, tma, stream) : Launch<128>(a, tma, stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchPrefillAttentionWgmma(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.num_seqs == 0 || a.rows == 0 || a.q_heads == 0) return cudaSuccess;
-  return a.dims.head_dim == 64 ? Launch<64>(a, stream) : Launch<128>(a, stream);
+  return LaunchWgmma(a, true, stream);
+}
+
+cudaError_t LaunchPrefillAttentionWgmmaCp(const AttentionArgs& a, cudaStream_t stream) {
+  return LaunchWgmma(a, false, stream);
 }
 
 }  // namespace strata::cuda
