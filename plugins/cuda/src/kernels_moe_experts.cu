@@ -363,6 +363,7 @@ cudaError_t LaunchGemms(const MoeExpertsArgs& m, const MoePlan& plan, char* ws, 
   g.w_expert_stride = m.gate_up_expert_stride;
   g.n = static_cast<int32_t>(m.inter);
   g.k = static_cast<int32_t>(m.hidden);
+  g.experts = static_cast<int32_t>(m.experts);
   g.out = reinterpret_cast<bf16*>(ws + l.act);
   g.out_stride = m.inter;
   g.early_weights = false;

@@ -10,8 +10,16 @@
 // 128-byte-swizzle layout as they are. 4 stages of (128 + 256) x 128 bytes; loads run two
 // stages ahead and one wgmma group stays in flight while the next stage's barrier and copies
 // are issued, so the tensor cores do not wait for the issue of the copies.
+//
+// Where the weights can be described by a tensor map (always, for the layouts moe_experts
+// accepts), the warp-specialized form runs instead (GroupedGemmWsKernel: the same math, its
+// loads issued by a producer warpgroup, stages handed over through mbarriers; 1.12x the form
+// above at Mixtral's 4,096-token shape, plugins/cuda/NOTES.md "MoE v4").
+#include <climits>
+
 #include "cuda_kernels.h"
 #include "moe_gemm_common.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace strata::cuda::moe {
@@ -33,6 +41,10 @@ using namespace wgmma;  // NOLINT(google-build-using-namespace)
 #endif
 #ifndef STRATA_MOE90_GROUP_M
 #define STRATA_MOE90_GROUP_M 8
+#endif
+// 0: never the warp-specialized kernel (a same-run baseline for moe_bench).
+#ifndef STRATA_MOE90_WS
+#define STRATA_MOE90_WS 1
 #endif
 constexpr int kBRows = STRATA_MOE90_BROWS;
 static_assert(kBRows == 128 || kBRows == 256, "m64n128 or m64n256");
@@ -127,6 +139,141 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
   }
 }
 
+// The warp-specialized form: two math warpgroups and a producer warpgroup that gives its
+// registers to them. Per stage the producer's thread 0 issues the B tile (the expert's weight
+// rows of each part) as TMA boxes of a tensor map over the weights (EncodeWeightMap) and every
+// producer thread its share of the gathered A rows as cp.async copies, whose completion arrives
+// on the stage's `full` mbarrier (128 copy arrivals + the TMA bytes); each math warp arrives
+// on the stage's `empty` mbarrier once the wgmma group that read it has completed, and the
+// producer refills the slot after that. No CTA barrier per stage, no copy issued by a math warp.
+constexpr int kWsMath = 256;  // two math warpgroups
+constexpr int kWsThreads = kWsMath + 128;
+constexpr int kWsProducerRegs = 40;
+constexpr int kWsMathRegs = (65536 / 128 - kWsProducerRegs) / 2 / 8 * 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    GroupedGemmWsKernel(GemmArgs g, const __grid_constant__ CUtensorMap w_map) {
+  static_assert(T::BM == 128 && T::kThreads == kWsMath, "the loader's 8 x 16 A layout");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ int64_t a_off[T::BM];
+  __shared__ __align__(8) uint64_t bars[2 * T::STAGES];
+  const uint32_t smem = (SmemAddress(smem_raw) + kAtomBytes - 1) & ~(kAtomBytes - 1);
+  const uint32_t full = SmemAddress(bars), empty = full + 8 * T::STAGES;  // + 8 slot
+  const int warp = threadIdx.x >> 5, wg = warp >> 2, lane = threadIdx.x & 31;
+  const int k_tiles = (g.k + kBK - 1) / kBK;
+  int tile, n_tile;
+  MapCta<T>((g.n + T::BN - 1) / T::BN, &tile, &n_tile);
+  if (tile >= *g.num_tiles) return;
+  const int n0 = n_tile * T::BN;
+  const int expert = g.tile_expert[tile], row0 = g.tile_row[tile];
+  const int row_end = min(row0 + T::BM, g.offsets[expert + 1]);
+  for (int r = threadIdx.x; r < T::BM; r += kWsThreads) {
+    const int slot = row0 + r;
+    const int64_t src = slot >= row_end ? -1 : g.a_rows != nullptr ? g.a_rows[slot] : slot;
+    a_off[r] = src < 0 ? -1 : src * g.a_stride;
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::STAGES; ++s) {
+      tma::Init(full + 8 * s, 128 + 1);
+      tma::Init(empty + 8 * s, kWsMath / 32);
+    }
+    tma::FenceInit();
+  }
+  __syncthreads();
+  if (wg == kWsMath / 128) {
+    tma::ReleaseRegisters<kWsProducerRegs>();
+    const int t = threadIdx.x - kWsMath, r0 = t >> 3, chunk = t & 7;
+    if (t == 0) tma::Prefetch(&w_map);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % T::STAGES;
+      if (kt >= T::STAGES) tma::Wait(empty + 8 * s, (kt / T::STAGES - 1) & 1);
+      const uint32_t a_base = smem + s * T::kStageBytes, b_base = a_base + T::BM * 128;
+      const int k0 = kt * kBK;
+      if (t == 0) {
+        tma::ArriveExpect(full + 8 * s, T::kBRows * 128);
+#pragma unroll
+        for (int p = 0; p < T::P; ++p) {
+          tma::Load4d(b_base + p * T::BN * 128, &w_map, k0, n0, p, expert, full + 8 * s);
+        }
+      }
+      const bool k_ok = k0 + chunk * 8 < g.k;
+#pragma unroll
+      for (int i = 0; i < T::BM / 16; ++i) {
+        const int r = r0 + i * 16;
+        const int64_t off = a_off[r];
+        const bool ok = k_ok && off >= 0;
+        CopyAsync16(a_base + Swizzle(r, chunk), g.a + (ok ? off + k0 + chunk * 8 : 0), ok);
+      }
+      tma::CpAsyncArrive(full + 8 * s);
+    }
+    WaitGroup<0>();
+    return;
+  }
+  tma::TakeRegisters<kWsMathRegs>();
+  float acc[T::kBRows / 2];
+#pragma unroll
+  for (int i = 0; i < T::kBRows / 2; ++i) acc[i] = 0.0f;
+  const uint64_t a_desc = Descriptor(smem + wg * 64 * 128, 16, kAtomBytes);
+  const uint64_t b_desc = Descriptor(smem + T::BM * 128, 16, kAtomBytes);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % T::STAGES;
+    tma::Wait(full + 8 * s, (kt / T::STAGES) & 1);
+    FenceProxyAsync();  // the producer's cp.async rows, for wgmma's async-proxy reads
+    const uint32_t stage = s * T::kStageBytes;
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBK / 16; ++k) {
+      const uint32_t off = (stage + k * 32) >> 4;  // k16 step: 32 bytes along the row
+      WgmmaSS<T::kBRows>(acc, a_desc + off, b_desc + off);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();  // the previous stage's group is done: its slot can be refilled
+    __syncwarp();
+    if (kt > 0 && lane == 0) tma::Arrive(empty + 8 * ((kt - 1) % T::STAGES));
+  }
+  WgmmaWaitAll();
+  PinRegisters(acc);
+  const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2);
+  constexpr int kCols = T::BN / 8;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int slot = row0 + r0 + 8 * h;
+    if (slot >= row_end) continue;
+    bf16* out = g.out + slot * g.out_stride;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane & 3);
+      if (col >= g.n) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if constexpr (T::P == 2) {
+        v0 = Silu(v0) * acc[4 * (j + kCols) + 2 * h];
+        v1 = Silu(v1) * acc[4 * (j + kCols) + 2 * h + 1];
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
+// The weights as a rank-4 tensor: (K, row within a part, part, expert), boxes of kBK columns x
+// BN rows, 128-byte swizzled as the stages store them; rows past n and columns past K read as
+// zeros. False where the encoder is missing or refuses the layout (the cp.async kernel runs).
+template <typename T>
+bool EncodeWeightMap(const GemmArgs& g, CUtensorMap* map) {
+  const auto encode = tma::TensorMapEncoder();
+  if (encode == nullptr || g.experts < 1 || g.n < 1 || g.k < 1) return false;
+  const cuuint64_t k = static_cast<cuuint64_t>(g.k), n = static_cast<cuuint64_t>(g.n);
+  const cuuint64_t dims[4] = {k, n, static_cast<cuuint64_t>(T::P),
+                              static_cast<cuuint64_t>(g.experts)};
+  const cuuint64_t strides[3] = {k * sizeof(bf16), n * k * sizeof(bf16),
+                                 static_cast<cuuint64_t>(g.w_expert_stride) * sizeof(bf16)};
+  const cuuint32_t box[4] = {kBK, T::BN, 1, 1}, unit[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(g.w), dims, strides,
+                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T>
 cudaError_t Launch(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
   constexpr int kShared = T::kSharedBytes + kAtomBytes;
@@ -135,8 +282,15 @@ cudaError_t Launch(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
   const int64_t n_tiles = (g.n + T::BN - 1) / T::BN;
   const int64_t m_slots = (max_tiles + T::GROUP_M - 1) / T::GROUP_M * T::GROUP_M;
   if (m_slots * n_tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  GroupedGemmWgmmaKernel<T>
-      <<<static_cast<unsigned>(m_slots * n_tiles), T::kThreads, kShared, stream>>>(g);
+  const unsigned ctas = static_cast<unsigned>(m_slots * n_tiles);
+  CUtensorMap map{};
+  if (STRATA_MOE90_WS && EncodeWeightMap<T>(g, &map)) {
+    const cudaError_t ws = AllowDynamicSmem<GroupedGemmWsKernel<T>>(kShared);
+    if (ws != cudaSuccess) return ws;
+    GroupedGemmWsKernel<T><<<ctas, kWsThreads, kShared, stream>>>(g, map);
+    return cudaGetLastError();
+  }
+  GroupedGemmWgmmaKernel<T><<<ctas, T::kThreads, kShared, stream>>>(g);
   return cudaGetLastError();
 }
 

@@ -38,9 +38,6 @@
 // have 8-row groups 1,024 bytes apart (stride byte offset) and step 32 bytes per k16; V, the
 // MN-major operand, has its 8-key groups 1,024 bytes apart and its two 64-column panels
 // kKeys x 128 bytes apart (leading byte offset), and steps 2,048 bytes per k16.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -485,16 +482,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 // them. False where TMA cannot serve the pool (block_size below 8, a driver without the entry
 // point, a layout the encoder rejects): the cp.async kernel takes the call then.
 bool EncodeKvMap(const AttentionArgs& a, CUtensorMap* map) {
-  static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const auto encode = tma::TensorMapEncoder();
   const CacheDims& d = a.dims;
   if (encode == nullptr || d.block_size < 8 || d.num_blocks < 1) return false;
   const uint64_t row = static_cast<uint64_t>(d.num_kv_heads * d.head_dim);

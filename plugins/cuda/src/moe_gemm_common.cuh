@@ -28,6 +28,7 @@ struct GemmArgs {
   int64_t w_expert_stride;
   int32_t n;  // output columns (I for gate_up: gate rows [0, I), up rows [I, 2I))
   int32_t k;
+  int32_t experts;  // experts in w (the TMA kernel's tensor map)
   const int32_t* offsets;
   const int32_t* tile_expert;
   const int32_t* tile_row;

@@ -3,10 +3,12 @@
 // (a CUtensorMap kernel parameter) into shared memory, and the copy's bytes complete a
 // transaction on an mbarrier that the consumers wait on by phase parity.
 //
-// Device code only; included by .cu files built for sm_90a.
+// Device code (plus the host's tensor-map encoder); included by .cu files built for sm_90a.
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -30,6 +32,12 @@ __device__ __forceinline__ void ArriveExpect(uint32_t bar, uint32_t bytes) {
 // One plain arrival.
 __device__ __forceinline__ void Arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// An arrival made when every cp.async this thread issued before it has landed (it counts as
+// one of the phase's expected arrivals: .noinc).
+__device__ __forceinline__ void CpAsyncArrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Waits until the phase with parity `parity` of the barrier has completed.
@@ -73,6 +81,22 @@ __device__ __forceinline__ void Load4d(uint32_t dst, const CUtensorMap* map, int
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
+}
+
+// Host: the driver's cuTensorMapEncodeTiled (through the runtime's entry-point query, so the
+// plugin needs no link to libcuda), or null where the driver does not have it.
+inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
 }
 
 }  // namespace strata::cuda::tma
