@@ -65,23 +65,76 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[N / 2], uint64_t a, uint64_t 
 }
 constexpr uint32_t kAtomBytes = 1024;  // 8 rows x 128 bytes: one swizzle atom
 
+// The CTA's tile: its m-tile's expert and slot rows [row0, row_end), its first output column;
+// false if the m-tile is past the table's end.
+struct CtaTile {
+  int expert, row0, row_end, n0;
+};
+template <typename T>
+__device__ __forceinline__ bool FindCtaTile(const GemmArgs& g, CtaTile* c) {
+  int tile, n_tile;
+  MapCta<T>((g.n + T::BN - 1) / T::BN, &tile, &n_tile);
+  // Launched without programmatic serialization: the predecessor has completed.
+  if (tile >= *g.num_tiles) return false;
+  c->n0 = n_tile * T::BN;
+  c->expert = g.tile_expert[tile];
+  c->row0 = g.tile_row[tile];
+  c->row_end = min(c->row0 + T::BM, g.offsets[c->expert + 1]);
+  return true;
+}
+
+// Issues one stage's wgmma group (kBK / 16 k16 steps) at byte offset `stage` of the ring.
+template <typename T>
+__device__ __forceinline__ void IssueStage(float (&acc)[T::kBRows / 2], uint64_t a_desc,
+                                           uint64_t b_desc, uint32_t stage) {
+  WgmmaFence();
+#pragma unroll
+  for (int k = 0; k < kBK / 16; ++k) {
+    const uint32_t off = (stage + k * 32) >> 4;  // k16 step: 32 bytes along the row
+    WgmmaSS<T::kBRows>(acc, a_desc + off, b_desc + off);
+  }
+  WgmmaCommit();
+}
+
+// Writes the warpgroup's accumulators as bf16 (gate_up: SiLU(gate) * up). acc[4 j + 2 h + c]:
+// slot row (wg * 64 + (warp % 4) * 16 + lane / 4 + 8 h), B row 8 j + 2 (lane % 4) + c.
+template <typename T>
+__device__ __forceinline__ void StoreTile(const GemmArgs& g, const CtaTile& c,
+                                          const float (&acc)[T::kBRows / 2], int wg) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2);
+  constexpr int kCols = T::BN / 8;  // n8 groups per part
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int slot = c.row0 + r0 + 8 * h;
+    if (slot >= c.row_end) continue;
+    bf16* out = g.out + slot * g.out_stride;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int col = c.n0 + 8 * j + 2 * (lane & 3);
+      if (col >= g.n) continue;  // n is even: col + 1 < n too
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if constexpr (T::P == 2) {
+        v0 = Silu(v0) * acc[4 * (j + kCols) + 2 * h];
+        v1 = Silu(v1) * acc[4 * (j + kCols) + 2 * h + 1];
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKernel(GemmArgs g) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int64_t a_off[T::BM];
   // The hardware swizzles absolute shared addresses: stages start on an atom.
   const uint32_t smem = (SmemAddress(smem_raw) + kAtomBytes - 1) & ~(kAtomBytes - 1);
-  const int warp = threadIdx.x >> 5, wg = warp >> 2, lane = threadIdx.x & 31;
+  const int wg = threadIdx.x >> 7;
   const int k_tiles = (g.k + kBK - 1) / kBK;
-  int tile, n_tile;
-  MapCta<T>((g.n + T::BN - 1) / T::BN, &tile, &n_tile);
-  // Launched without programmatic serialization: the predecessor has completed.
-  if (tile >= *g.num_tiles) return;
-  const int n0 = n_tile * T::BN;
-  const int expert = g.tile_expert[tile], row0 = g.tile_row[tile];
-  const int row_end = min(row0 + T::BM, g.offsets[expert + 1]);
+  CtaTile c;
+  if (!FindCtaTile<T>(g, &c)) return;
   Loader<T> loader;
-  loader.Init(g, a_off, expert, row0, row_end, n0);
+  loader.Init(g, a_off, c.expert, c.row0, c.row_end, c.n0);
   __syncthreads();
   // Stage s in slot s % STAGES. Copies run STAGES - 2 stages ahead, so the slot a copy refills
   // was read by the wgmma group of two stages back, which every warpgroup has waited for before
@@ -104,39 +157,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) GroupedGemmWgmmaKe
     const int next = kt + kAhead;
     if (next < k_tiles) loader.Load(smem, next % T::STAGES, next * kBK);
     CommitGroup();
-    const uint32_t stage = (kt % T::STAGES) * T::kStageBytes;
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kBK / 16; ++k) {
-      const uint32_t off = (stage + k * 32) >> 4;  // k16 step: 32 bytes along the row
-      WgmmaSS<T::kBRows>(acc, a_desc + off, b_desc + off);
-    }
-    WgmmaCommit();
+    IssueStage<T>(acc, a_desc, b_desc, (kt % T::STAGES) * T::kStageBytes);
     WgmmaWait<1>();
   }
   WgmmaWaitAll();
   PinRegisters(acc);
-  // acc[4 j + 2 h + c]: slot row (wg * 64 + (warp % 4) * 16 + lane / 4 + 8 h), B row
-  // 8 j + 2 (lane % 4) + c.
-  const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-  constexpr int kCols = T::BN / 8;  // n8 groups per part
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int slot = row0 + r0 + 8 * h;
-    if (slot >= row_end) continue;
-    bf16* out = g.out + slot * g.out_stride;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane & 3);
-      if (col >= g.n) continue;  // n is even: col + 1 < n too
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if constexpr (T::P == 2) {
-        v0 = Silu(v0) * acc[4 * (j + kCols) + 2 * h];
-        v1 = Silu(v1) * acc[4 * (j + kCols) + 2 * h + 1];
-      }
-      *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(v0, v1);
-    }
-  }
+  StoreTile<T>(g, c, acc, wg);
 }
 
 // The warp-specialized form: two math warpgroups and a producer warpgroup that gives its
@@ -160,19 +186,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __shared__ __align__(8) uint64_t bars[2 * T::STAGES];
   const uint32_t smem = (SmemAddress(smem_raw) + kAtomBytes - 1) & ~(kAtomBytes - 1);
   const uint32_t full = SmemAddress(bars), empty = full + 8 * T::STAGES;  // + 8 slot
-  const int warp = threadIdx.x >> 5, wg = warp >> 2, lane = threadIdx.x & 31;
+  const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
   const int k_tiles = (g.k + kBK - 1) / kBK;
-  int tile, n_tile;
-  MapCta<T>((g.n + T::BN - 1) / T::BN, &tile, &n_tile);
-  if (tile >= *g.num_tiles) return;
-  const int n0 = n_tile * T::BN;
-  const int expert = g.tile_expert[tile], row0 = g.tile_row[tile];
-  const int row_end = min(row0 + T::BM, g.offsets[expert + 1]);
-  for (int r = threadIdx.x; r < T::BM; r += kWsThreads) {
-    const int slot = row0 + r;
-    const int64_t src = slot >= row_end ? -1 : g.a_rows != nullptr ? g.a_rows[slot] : slot;
-    a_off[r] = src < 0 ? -1 : src * g.a_stride;
-  }
+  CtaTile c;
+  if (!FindCtaTile<T>(g, &c)) return;
+  FillRowOffsets(g, a_off, T::BM, c.row0, c.row_end, kWsThreads);
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::STAGES; ++s) {
       tma::Init(full + 8 * s, 128 + 1);
@@ -194,7 +212,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         tma::ArriveExpect(full + 8 * s, T::kBRows * 128);
 #pragma unroll
         for (int p = 0; p < T::P; ++p) {
-          tma::Load4d(b_base + p * T::BN * 128, &w_map, k0, n0, p, expert, full + 8 * s);
+          tma::Load4d(b_base + p * T::BN * 128, &w_map, k0, c.n0, p, c.expert, full + 8 * s);
         }
       }
       const bool k_ok = k0 + chunk * 8 < g.k;
@@ -220,39 +238,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int s = kt % T::STAGES;
     tma::Wait(full + 8 * s, (kt / T::STAGES) & 1);
     FenceProxyAsync();  // the producer's cp.async rows, for wgmma's async-proxy reads
-    const uint32_t stage = s * T::kStageBytes;
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kBK / 16; ++k) {
-      const uint32_t off = (stage + k * 32) >> 4;  // k16 step: 32 bytes along the row
-      WgmmaSS<T::kBRows>(acc, a_desc + off, b_desc + off);
-    }
-    WgmmaCommit();
+    IssueStage<T>(acc, a_desc, b_desc, s * T::kStageBytes);
     WgmmaWait<1>();  // the previous stage's group is done: its slot can be refilled
     __syncwarp();
     if (kt > 0 && lane == 0) tma::Arrive(empty + 8 * ((kt - 1) % T::STAGES));
   }
   WgmmaWaitAll();
   PinRegisters(acc);
-  const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-  constexpr int kCols = T::BN / 8;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int slot = row0 + r0 + 8 * h;
-    if (slot >= row_end) continue;
-    bf16* out = g.out + slot * g.out_stride;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane & 3);
-      if (col >= g.n) continue;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if constexpr (T::P == 2) {
-        v0 = Silu(v0) * acc[4 * (j + kCols) + 2 * h];
-        v1 = Silu(v1) * acc[4 * (j + kCols) + 2 * h + 1];
-      }
-      *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(v0, v1);
-    }
-  }
+  StoreTile<T>(g, c, acc, wg);
 }
 
 // The weights as a rank-4 tensor: (K, row within a part, part, expert), boxes of kBK columns x

@@ -258,6 +258,52 @@ __device__ __forceinline__ void IssuePv(GroupState<kHeadDim>& g, uint32_t slot,
   WgmmaCommit();
 }
 
+// A warpgroup's state before its first tile: this lane's rows (warpgroup wg, warp (warp % 4)
+// of it, rows lane / 4 and lane / 4 + 8, from r0) with their positions (-1: padding rows), an
+// empty softmax, O = 0, and the descriptors of its Q rows and of ring slot 0.
+template <int kHeadDim>
+__device__ __forceinline__ void StartGroup(const AttentionArgs& a, const Tile& t, bool bad_blocks,
+                                           int wg, int r0, int32_t per_tile, int32_t group,
+                                           uint32_t qs, uint32_t ring, GroupState<kHeadDim>& g) {
+  using T = Traits<kHeadDim>;
+  g.mi.bad_blocks = bad_blocks;
+  g.mi.window = a.sliding_window;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const bool valid = r / per_tile < group && t.j0 + r % per_tile < t.j_end;
+    g.mi.pos[0][h] = valid ? t.pos_min + r % per_tile : -1;
+    g.m[h] = -INFINITY;
+    g.l[h] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) g.o[i] = 0.0f;
+  g.scale_log2 = a.scale * kLog2e;
+  g.full_lo = a.sliding_window > 0 ? t.pos_max - a.sliding_window + 1 : 0;
+  g.q_desc = Descriptor(qs + wg * 64 * 128, 16, kAtomBytes);
+  g.k_desc = Descriptor(ring, 16, kAtomBytes);
+  g.v_desc = Descriptor(ring + T::kTileBytes, T::kPanelBytes, kAtomBytes);
+}
+
+// One tile for a warpgroup, its K and V in ring slot byte offset `slot` (landed and visible to
+// the tensor cores): S, wait, mask and softmax, O rescale, PV, wait.
+template <int kHeadDim>
+__device__ __forceinline__ void AttendTile(const AttentionArgs& a, const Tile& t,
+                                           const int32_t* table, GroupState<kHeadDim>& g,
+                                           int32_t key0, uint32_t slot, int lane) {
+  uint32_t p[kKeys / 16][4];
+  float s[kKeys / 2], corr[2];
+  IssueScores(g, slot, s);
+  WgmmaWaitAll();
+  PinRegisters(s);
+  ScoresToProbs(a, t, table, g, key0, s, corr, lane);
+  RescaleO(g, corr);
+  PackProbs(s, p);
+  IssuePv(g, slot, p);
+  WgmmaWaitAll();
+  PinRegisters(g.o);
+}
+
 // The cp.async kernel: every thread issues its share of each tile's copies, and a CTA barrier
 // per tile frees the ring slot. Block sizes below 8 (and the benchmarks' same-run baseline).
 template <int kHeadDim>
@@ -299,25 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     LoadIds<kKeys>(t, table, src.shift, last - (kAhead + 1)), src.shift);
   }
   GroupState<kHeadDim> g;
-  g.mi.bad_blocks = AnyBadBlock<kThreads>(a, t, table);
-  g.mi.window = a.sliding_window;
-  // This lane's rows: warpgroup wg, warp (warp % 4) of it, rows lane / 4 and lane / 4 + 8.
   const int r0 = wg * 64 + (warp % 4) * 16 + lane / 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
-    const bool valid = r / per_tile < group && t.j0 + r % per_tile < t.j_end;
-    g.mi.pos[0][h] = valid ? t.pos_min + r % per_tile : -1;
-    g.m[h] = -INFINITY;
-    g.l[h] = 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) g.o[i] = 0.0f;
-  g.scale_log2 = a.scale * kLog2e;
-  g.full_lo = a.sliding_window > 0 ? t.pos_max - a.sliding_window + 1 : 0;
-  g.q_desc = Descriptor(qs + wg * 64 * 128, 16, kAtomBytes);
-  g.k_desc = Descriptor(ring, 16, kAtomBytes);
-  g.v_desc = Descriptor(ring + T::kTileBytes, T::kPanelBytes, kAtomBytes);
+  StartGroup(a, t, AnyBadBlock<kThreads>(a, t, table), wg, r0, per_tile, group, qs, ring, g);
   // Waits for tile w (and everything before it) to land and be visible to every thread and
   // the tensor cores, then issues tile w + kAhead + 1 into the slot freed before it; returns
   // that tile's index (the caller stages the ids of the one after).
@@ -333,24 +362,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     CommitGroup();
     return next;
   };
-  uint32_t p[kKeys / 16][4];
-  float s[kKeys / 2], corr[2];
-  // Per tile: S, wait, softmax, PV, wait; the ring slot is free once every warpgroup is past
-  // the next barrier.
+  // Per tile: the ring slot is free once every warpgroup is past the next barrier.
   for (int i = 0; i < n_tiles; ++i) {
     const int next = advance(i);
     const bool stage_ids = next + 1 < n_tiles;
     const int32_t next_ids = stage_ids ? LoadIds<kKeys>(t, table, src.shift, last - next - 1) : -1;
-    const uint32_t slot = (i % kStages) * T::kStageBytes;
-    IssueScores(g, slot, s);
-    WgmmaWaitAll();
-    PinRegisters(s);
-    ScoresToProbs(a, t, table, g, (last - i) * kKeys, s, corr, lane);
-    RescaleO(g, corr);
-    PackProbs(s, p);
-    IssuePv(g, slot, p);
-    WgmmaWaitAll();
-    PinRegisters(g.o);
+    AttendTile(a, t, table, g, (last - i) * kKeys, (i % kStages) * T::kStageBytes, lane);
     if (stage_ids) StoreIds<kKeys>(ids + ((next + 1) % 2) * kKeys, next_ids, src.shift);
   }
   WaitGroup<0>();
@@ -428,26 +445,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   IssueQ<kHeadDim>(a, t, kvh, group, per_tile, qs);
   CommitGroup();
   GroupState<kHeadDim> g;
-  g.mi.bad_blocks = bad_blocks;
-  g.mi.window = a.sliding_window;
   const int r0 = wg * 64 + (warp % 4) * 16 + lane / 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
-    const bool valid = r / per_tile < group && t.j0 + r % per_tile < t.j_end;
-    g.mi.pos[0][h] = valid ? t.pos_min + r % per_tile : -1;
-    g.m[h] = -INFINITY;
-    g.l[h] = 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) g.o[i] = 0.0f;
-  g.scale_log2 = a.scale * kLog2e;
-  g.full_lo = a.sliding_window > 0 ? t.pos_max - a.sliding_window + 1 : 0;
-  g.q_desc = Descriptor(qs + wg * 64 * 128, 16, kAtomBytes);
-  g.k_desc = Descriptor(ring, 16, kAtomBytes);
-  g.v_desc = Descriptor(ring + T::kTileBytes, T::kPanelBytes, kAtomBytes);
-  uint32_t p[kKeys / 16][4];
-  float s[kKeys / 2], corr[2];
+  StartGroup(a, t, bad_blocks, wg, r0, per_tile, group, qs, ring, g);
   for (int i = 0; i < n_tiles; ++i) {
     const int slot = i % kStages;
     tma::Wait(full + 8 * slot, (i / kStages) & 1);
@@ -460,15 +459,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       FenceProxyAsync();
       tma::NamedBarrier(1, kThreads);
     }
-    IssueScores(g, slot * T::kStageBytes, s);
-    WgmmaWaitAll();
-    PinRegisters(s);
-    ScoresToProbs(a, t, table, g, (last - i) * kKeys, s, corr, lane);
-    RescaleO(g, corr);
-    PackProbs(s, p);
-    IssuePv(g, slot * T::kStageBytes, p);
-    WgmmaWaitAll();
-    PinRegisters(g.o);
+    AttendTile(a, t, table, g, (last - i) * kKeys, slot * T::kStageBytes, lane);
     __syncwarp();
     if (lane == 0) tma::Arrive(empty + 8 * slot);
   }

@@ -64,6 +64,17 @@ struct Tile {
   static_assert(BM % (kThreads / 8) == 0 && BN % (kThreads / 8) == 0, "rows per copy step");
 };
 
+// a_off[r] = element offset of slot row0 + r's A row (-1 past row_end), r < bm, filled by the
+// CTA's first `threads` threads; the caller syncs before reading it.
+__device__ __forceinline__ void FillRowOffsets(const GemmArgs& g, int64_t* a_off, int bm, int row0,
+                                               int row_end, int threads) {
+  for (int r = threadIdx.x; r < bm; r += threads) {
+    const int slot = row0 + r;
+    const int64_t src = slot >= row_end ? -1 : g.a_rows != nullptr ? g.a_rows[slot] : slot;
+    a_off[r] = src < 0 ? -1 : src * g.a_stride;
+  }
+}
+
 // The tile's copy sources. A rows are gathered, so their element offsets (-1: past the group)
 // sit in shared memory; B rows are consecutive weight rows, addressed from one base per part.
 // Thread t copies chunk (t & 7) of rows (t >> 3) + i * kRowStep: few registers per thread.
@@ -80,11 +91,7 @@ struct Loader {
   // Thread 0..BM-1 fills a_off; the caller syncs before the first Load.
   __device__ void Init(const GemmArgs& g, int64_t* a_off_smem, int expert, int row0, int row_end,
                        int n0) {
-    for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
-      const int slot = row0 + r;
-      const int64_t src = slot >= row_end ? -1 : g.a_rows != nullptr ? g.a_rows[slot] : slot;
-      a_off_smem[r] = src < 0 ? -1 : src * g.a_stride;
-    }
+    FillRowOffsets(g, a_off_smem, T::BM, row0, row_end, T::kThreads);
     a_off = a_off_smem;
     a = g.a;
     const int r0 = threadIdx.x >> 3, chunk = threadIdx.x & 7;
