@@ -26,8 +26,9 @@
 #       The prefill part alone (same call, `device-prefill` for `device`): plugin-test (all
 #       ops, then attention_prefill with more seeds and compute-sanitizer memcheck),
 #       prefill_attention_bench (--dump: outputs checked by torch_sdpa_prefill.py --check
-#       against fp32 and SDPA), the same with --kernel mma (v1) and torch_sdpa_prefill.py (SDPA
-#       flash backend), then a TFLOP/s table with ours/SDPA and ours/v1 ratios.
+#       against fp32 and SDPA), the same with --kernel mma (v1) and --kernel wgmma-cp (v2's
+#       cp.async loads) and torch_sdpa_prefill.py (SDPA flash backend), then a TFLOP/s table
+#       with ours/SDPA, ours/v1 and ours/cp.async ratios.
 #
 #   scripts/bench_cuda.sh device-step [decode_step_bench options: --quick, --batches 1,8,
 #                                      --no-prefill, --chain-costs, ...]
