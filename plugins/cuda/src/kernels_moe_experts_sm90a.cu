@@ -253,18 +253,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 // zeros. False where the encoder is missing or refuses the layout (the cp.async kernel runs).
 template <typename T>
 bool EncodeWeightMap(const GemmArgs& g, CUtensorMap* map) {
-  const auto encode = tma::TensorMapEncoder();
-  if (encode == nullptr || g.experts < 1 || g.n < 1 || g.k < 1) return false;
+  if (g.experts < 1 || g.n < 1 || g.k < 1) return false;
   const cuuint64_t k = static_cast<cuuint64_t>(g.k), n = static_cast<cuuint64_t>(g.n);
   const cuuint64_t dims[4] = {k, n, static_cast<cuuint64_t>(T::P),
                               static_cast<cuuint64_t>(g.experts)};
   const cuuint64_t strides[3] = {k * sizeof(bf16), n * k * sizeof(bf16),
                                  static_cast<cuuint64_t>(g.w_expert_stride) * sizeof(bf16)};
-  const cuuint32_t box[4] = {kBK, T::BN, 1, 1}, unit[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(g.w), dims, strides,
-                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[4] = {kBK, T::BN, 1, 1};
+  return tma::EncodeBf16Map4d(g.w, dims, strides, box, map);
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
-// Paged causal prefill attention, v2: the v1 kernel's structure on Hopper's warpgroup MMA, its
-// K/V tiles brought by the tensor memory accelerator (TMA) from a producer warp.
+// Paged causal prefill attention, v3: the v1 kernel's structure on Hopper's warpgroup MMA (v2),
+// its K/V tiles brought by the tensor memory accelerator (TMA) from a producer warp.
 //
 // Built for sm_90a only (wgmma is not part of the portable sm_90 target); LaunchPrefillAttention
 // takes it on compute capability 9.0 devices and the v1 mma.sync kernel elsewhere.
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       WaitGroup<0>();
       const int32_t tail = t.kv_len - last * kKeys;
       if (STRATA_PREFILL90_ZERO_TAIL && tail < kKeys) {
-        ZeroTail<kHeadDim>(smem + (base - raw) + (ring - base), tail);
+        ZeroTail<kHeadDim>(smem + (ring - raw), tail);
       }
       FenceProxyAsync();
       tma::NamedBarrier(1, kThreads);
@@ -473,9 +473,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 // them. False where TMA cannot serve the pool (block_size below 8, a driver without the entry
 // point, a layout the encoder rejects): the cp.async kernel takes the call then.
 bool EncodeKvMap(const AttentionArgs& a, CUtensorMap* map) {
-  const auto encode = tma::TensorMapEncoder();
   const CacheDims& d = a.dims;
-  if (encode == nullptr || d.block_size < 8 || d.num_blocks < 1) return false;
+  if (d.block_size < 8 || d.num_blocks < 1) return false;
   const uint64_t row = static_cast<uint64_t>(d.num_kv_heads * d.head_dim);
   const uint64_t plane = row * static_cast<uint64_t>(d.block_size);  // elements
   const cuuint64_t dims[4] = {row, static_cast<cuuint64_t>(d.block_size), 2,
@@ -484,33 +483,21 @@ bool EncodeKvMap(const AttentionArgs& a, CUtensorMap* map) {
                                  static_cast<cuuint64_t>(d.num_layers) * 2 * plane * sizeof(bf16)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(std::min<int64_t>(d.block_size, kKeys)), 1,
                              1};
-  const cuuint32_t unit[4] = {1, 1, 1, 1};
-  void* layer = const_cast<bf16*>(a.cache) + a.layer * 2 * static_cast<int64_t>(plane);
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, layer, dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return tma::EncodeBf16Map4d(a.cache + a.layer * 2 * static_cast<int64_t>(plane), dims, strides,
+                              box, map);
 }
 
 // The warp-specialized TMA kernel where the pool allows it, else the cp.async kernel.
 template <int kHeadDim>
 cudaError_t Launch(const AttentionArgs& a, bool tma, cudaStream_t stream) {
-  const int smem = Traits<kHeadDim>::kSmemBytes;
-  int32_t group = 0, per_tile = 0;
-  unsigned ctas = 0;
-  if (!PrefillGrid(a, kRows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
+  constexpr int kSmem = Traits<kHeadDim>::kSmemBytes;
   CUtensorMap map{};
-  cudaError_t err = cudaSuccess;
   if (STRATA_PREFILL90_TMA && tma && EncodeKvMap(a, &map)) {
-    constexpr auto kKernel = PrefillAttentionWsKernel<kHeadDim>;
-    err = AllowDynamicSmem<kKernel>(smem);
-    if (err == cudaSuccess) kKernel<<<ctas, kWsThreads, smem, stream>>>(a, per_tile, group, map);
-  } else {
-    constexpr auto kKernel = PrefillAttentionWgmmaKernel<kHeadDim>;
-    err = AllowDynamicSmem<kKernel>(smem);
-    if (err == cudaSuccess) kKernel<<<ctas, kThreads, smem, stream>>>(a, per_tile, group);
+    return LaunchPrefillKernel<PrefillAttentionWsKernel<kHeadDim>>(a, kRows, kWsThreads, kSmem,
+                                                                   stream, map);
   }
-  return err == cudaSuccess ? cudaGetLastError() : err;
+  return LaunchPrefillKernel<PrefillAttentionWgmmaKernel<kHeadDim>>(a, kRows, kThreads, kSmem,
+                                                                    stream);
 }
 
 cudaError_t LaunchWgmma(const AttentionArgs& a, bool tma, cudaStream_t stream) {

@@ -89,16 +89,17 @@ inline bool PrefillGrid(const AttentionArgs& a, int rows, int32_t* group, int32_
   return true;
 }
 
-// Launches kKernel (arguments: the batch, P, G) with `rows` query rows per CTA over the batch.
-template <auto kKernel>
+// Launches kKernel (arguments: the batch, P, G, then `extra`) with `rows` query rows per CTA
+// over the batch.
+template <auto kKernel, typename... Extra>
 cudaError_t LaunchPrefillKernel(const AttentionArgs& a, int rows, int threads, int smem_bytes,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const Extra&... extra) {
   cudaError_t err = AllowDynamicSmem<kKernel>(smem_bytes);
   if (err != cudaSuccess) return err;
   int32_t group = 0, per_tile = 0;
   unsigned ctas = 0;
   if (!PrefillGrid(a, rows, &group, &per_tile, &ctas)) return cudaErrorInvalidConfiguration;
-  kKernel<<<ctas, threads, smem_bytes, stream>>>(a, per_tile, group);
+  kKernel<<<ctas, threads, smem_bytes, stream>>>(a, per_tile, group, extra...);
   return cudaGetLastError();
 }
 

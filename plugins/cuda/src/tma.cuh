@@ -83,9 +83,14 @@ __device__ __forceinline__ void Load4d(uint32_t dst, const CUtensorMap* map, int
       : "memory");
 }
 
-// Host: the driver's cuTensorMapEncodeTiled (through the runtime's entry-point query, so the
-// plugin needs no link to libcuda), or null where the driver does not have it.
-inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+// Host: a rank-4 bf16 tensor map at `base` (dims innermost first, byte strides of dims 1-3),
+// boxes of `box` elements with the 128-byte swizzle the sm_90a kernels' shared-memory tiles use;
+// parts of boxes outside the tensor read as zeros. False where the driver has no encoder (it is
+// reached through the runtime's entry-point query, so the plugin needs no link to libcuda) or
+// refuses the layout.
+inline bool EncodeBf16Map4d(const void* base, const cuuint64_t (&dims)[4],
+                            const cuuint64_t (&strides)[3], const cuuint32_t (&box)[4],
+                            CUtensorMap* map) {
   static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -96,7 +101,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  return encode;
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  return encode != nullptr &&
+         encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides,
+                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace strata::cuda::tma
