@@ -1,4 +1,4 @@
-// The router's whole routing decision at cluster scale (issue 7): KvIndex::MatchPrefix of a
+// The router's whole routing decision at cluster scale: KvIndex::MatchPrefix of a
 // request's 64-block chain over an index of ~1M blocks held by 100 workers (30 prefill, 70
 // decode; a shared 8-block system prompt, ~17.9k documents each held by 1-8 workers in GPU or
 // host tiers), then Placer::Place with live-looking WorkerViews, for each policy. One thread;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The router's whole routing decision (KvIndex::MatchPrefix + Placer::Place) at 100 workers and
-# ~1M indexed blocks, per policy, ROUNDS times: a markdown table per round (issue 7's goal:
+# ~1M indexed blocks, per policy, ROUNDS times: a markdown table per round (the goal:
 # p99 < 50 us).
 #
 # usage: scripts/bench_placement.sh [BUILD_DIR] [DECISIONS] [ROUNDS]

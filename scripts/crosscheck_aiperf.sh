@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-checks `strata replay` against NVIDIA's aiperf (PyPI) on the same Mooncake trace window
-# against the same server (issue 6). For each round it starts a fresh `strata up` cluster, replays
+# against the same server. For each round it starts a fresh `strata up` cluster, replays
 # the window with `strata replay`, stops the cluster, starts another fresh one (so both clients see
 # a cold prefix cache), replays the same window with `aiperf profile`, and prints TTFT/TPOT
 # p50/p90/p99 of both clients side by side with the ratio aiperf / strata.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sim-to-real check (issue 7, item 6): the same Mooncake trace window is replayed against a real
+# Sim-to-real check: the same Mooncake trace window is replayed against a real
 # local cluster (`strata up`: router + 1 prefill + 1 decode CPU worker, tiny-llama) with
 # `strata replay`, and simulated with `strata sim` (1 prefill + 1 decode, the router's policy)
 # using a latency profile measured on this machine; TTFT and TPOT p50/p90 are printed side by

@@ -1,5 +1,5 @@
 """TTFT of a repeated long prompt served from each KV tier vs computed from scratch, on a real
-local cluster (issue 4's benchmark; the functional check is tests/cluster/kvtier_test.py).
+local cluster (the functional check is tests/cluster/kvtier_test.py).
 
 Cluster: a router (round-robin, so every prompt is prefilled on the prefill worker and the repeat
 goes to the other decode worker), two decode workers, one prefill worker with a G1 pool of 1.5

@@ -1,4 +1,4 @@
-"""End-to-end test of the tiered KV store on a real cluster (issue 4's check): a prefill worker
+"""End-to-end test of the tiered KV store on a real cluster: a prefill worker
 with a small device pool (G1), a small pinned host tier (G2), a RocksDB disk tier (G3) and a
 remote `strata kvstore` daemon (G4). A long prompt is evicted down the tiers by other prompts,
 sent again from another decode worker, and served from each tier in turn: the tier's hit

@@ -1,6 +1,6 @@
 #pragma once
 // Admission by slack: requests that no placement can serve within their SLO *now*, but could
-// after waiting for capacity, wait here instead of being rejected at once (issue 7).
+// after waiting for capacity, wait here instead of being rejected at once.
 //
 // A request enters only after a placement attempt failed with a status that says waiting can
 // help (placement.h: MinTtftIfWaited, the TTFT predicted once capacity frees). Its slack is
