@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin/abi.h"
 #include "write_history.h"
 

@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 

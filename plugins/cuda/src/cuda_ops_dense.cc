@@ -2,8 +2,8 @@
 #include <climits>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin_common/op_args.h"
 
 namespace strata::cuda {

@@ -2,8 +2,8 @@
 // norms + rope + kv_append). Block ids and slots are device arrays: the kernels skip
 // out-of-range entries instead of the host checking them.
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {

@@ -7,8 +7,8 @@
 // stream's workspace has grown to the largest shape seen, so the call can be graph-captured.
 // topk_ids values are device memory and are not read back: an id outside [0, E) contributes
 // nothing to its token's sum (the CPU plugin rejects it with INVALID_ARGUMENT instead).
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {

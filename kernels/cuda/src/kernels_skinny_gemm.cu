@@ -31,7 +31,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "skinny_gemm_common.cuh"
 
 namespace strata::cuda {

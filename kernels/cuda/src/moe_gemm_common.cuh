@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 
 namespace strata::cuda::moe {

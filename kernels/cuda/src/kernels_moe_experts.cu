@@ -26,7 +26,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 
 // Bench variants only (built by hand, like STRATA_PREFILL_*): -DSTRATA_MOE_PDL=0 launches

@@ -17,7 +17,7 @@
 // above at Mixtral's 4,096-token shape, plugins/cuda/NOTES.md "MoE v4").
 #include <climits>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"

@@ -16,7 +16,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "warp_dot.cuh"
 

@@ -7,7 +7,7 @@
 // falls back to the separate kernels otherwise.
 #include <algorithm>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "prologue_head.cuh"
 

@@ -41,7 +41,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "prefill_attention_common.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"

@@ -28,7 +28,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "prologue_head.cuh"
 

@@ -33,7 +33,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 #include "moe_route.cuh"
 #include "warp_dot.cuh"

@@ -29,7 +29,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "prefill_attention_common.cuh"
 
 namespace strata::cuda {
