@@ -99,9 +99,14 @@ class CudaBackend {
   void RecordError(std::string_view prefix, std::string_view message = {}) noexcept;
   // The calling thread's last message on this backend ("" if none).
   const char* LastError();
+  // Error bookkeeping for calls that have no backend (create, or a NULL handle).
+  static void RecordDetachedError(std::string_view prefix,
+                                  std::string_view message = {}) noexcept;
+  static const char* DetachedLastError();
 
  private:
   CudaBackend() = default;
+  static Status CreateOnDevice(const char* config_json, std::unique_ptr<CudaBackend>* out);
 
   int device_ = 0;
   std::string device_name_;
@@ -110,9 +115,5 @@ class CudaBackend {
   std::mutex error_mu_;
   std::unordered_map<std::thread::id, std::string> errors_;  // guarded by error_mu_
 };
-
-// Error bookkeeping for calls that have no backend (create, or a NULL handle).
-void RecordDetachedError(std::string_view prefix, std::string_view message = {}) noexcept;
-const char* DetachedLastError();
 
 }  // namespace strata::cuda
