@@ -1,7 +1,7 @@
 // Mixture of experts: moe_route (one kernel), moe_experts, and moe_route_experts (both; for a
 // single token the routing is computed inside the vector expert kernels).
 //
-// moe_experts, v1: everything on the device (kernels_moe_experts.cu): a counting sort of the
+// moe_experts: everything on the device (kernels_moe_experts.cu): a counting sort of the
 // (token, k) assignments by expert, grouped gate_up GEMM with the row gather and silu * up
 // fused, grouped down GEMM, weighted combine. No host round trip and no allocation once the
 // stream's workspace has grown to the largest shape seen, so the call can be graph-captured.
