@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA plugin's benchmarks and GPU checks (issue 5), each side by side with its peer in the
+# The CUDA plugin's benchmarks and GPU checks, each side by side with its peer in the
 # same run: decode attention (vs device-copy bandwidth and PyTorch SDPA), prefill attention (vs
 # SDPA and our mma.sync kernel), MoE (vs torch._grouped_mm and our mma.sync kernels), the
 # end-to-end engine step (vs its roofline), sampling, GEMM algorithms, the golden fixtures; plus
@@ -26,9 +26,9 @@
 #       The prefill part alone (same call, `device-prefill` for `device`): plugin-test (all
 #       ops, then attention_prefill with more seeds and compute-sanitizer memcheck),
 #       prefill_attention_bench (--dump: outputs checked by torch_sdpa_prefill.py --check
-#       against fp32 and SDPA), the same with --kernel mma (v1) and --kernel wgmma-cp (v2's
-#       cp.async loads) and torch_sdpa_prefill.py (SDPA flash backend), then a TFLOP/s table
-#       with ours/SDPA, ours/v1 and ours/cp.async ratios.
+#       against fp32 and SDPA), the same with --kernel mma (the mma.sync kernel) and --kernel
+#       wgmma-cp (the wgmma kernel with cp.async loads) and torch_sdpa_prefill.py (SDPA flash
+#       backend), then a TFLOP/s table with ours/SDPA, ours/mma and ours/cp.async ratios.
 #
 #   scripts/bench_cuda.sh device-step [decode_step_bench options: --quick, --batches 1,8,
 #                                      --no-prefill, --chain-costs, ...]
@@ -173,9 +173,9 @@ prefill() {
   echo "== prefill_attention_bench"
   mkdir -p "$work/dump"
   "$work/bin/prefill_attention_bench" $quick --dump "$work/dump" | tee "$work/prefill_ours.txt"
-  echo "== prefill_attention_bench --kernel mma (v1, for the same-run comparison)"
+  echo "== prefill_attention_bench --kernel mma (the mma.sync kernel, same-run comparison)"
   "$work/bin/prefill_attention_bench" $quick --kernel mma | tee "$work/prefill_mma.txt"
-  echo "== prefill_attention_bench --kernel wgmma-cp (v2's cp.async loads, same-run comparison)"
+  echo "== prefill_attention_bench --kernel wgmma-cp (wgmma with cp.async loads, same-run comparison)"
   "$work/bin/prefill_attention_bench" $quick --kernel wgmma-cp | tee "$work/prefill_cp.txt"
   echo "== torch_sdpa_prefill.py"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_prefill.py" $quick --check "$work/dump" |
@@ -429,7 +429,8 @@ moe_table() {
 }
 
 # Prefill TFLOP/s, ours and SDPA side by side, plus the correctness columns; with a third file
-# (the v1 mma kernel's run) and a fourth (v2 with cp.async loads), their TFLOP/s too.
+# (the mma.sync kernel's run) and a fourth (the wgmma kernel with cp.async loads), their
+# TFLOP/s too.
 prefill_table() {
   awk -F, '
     FNR == 1 { file++ }
@@ -441,7 +442,7 @@ prefill_table() {
     $1 == "CSV" && $2 == "check" { checks[nc++] = $0 }
     END {
       print "kernel: " kernel
-      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA | v1 (mma) TFLOP/s | ours/v1 | cp.async loads TFLOP/s | ours/cp |"
+      print "| model | tokens | ours us | ours TFLOP/s | err vs general | SDPA us | SDPA TFLOP/s | ours/SDPA | mma TFLOP/s | ours/mma | cp.async loads TFLOP/s | ours/cp |"
       print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       for (i = 0; i < n; ++i) {
         k = order[i]; split(k, f, "|")

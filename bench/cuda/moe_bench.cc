@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace {
 

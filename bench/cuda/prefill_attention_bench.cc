@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {
@@ -178,7 +178,7 @@ void Release(Setup& st) {
   }
 }
 
-// Runs ours (NaN-poisoned output first) and, when `general`, the v0 kernel into ref; returns
+// Runs ours (NaN-poisoned output first) and, when `general`, the general kernel into ref; returns
 // ||ours - general|| / ||general|| (or -1 without general) and our output on the host.
 double RunChecked(Setup& st, bool general, std::vector<uint16_t>* ours, float* general_ms) {
   const size_t elems = st.q_host.size();

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin_common/sampling.h"
 
 namespace {

@@ -106,11 +106,13 @@ const char* CpuBackend::LastError() {
   return tls_error.message;
 }
 
-void RecordDetachedError(std::string_view prefix, std::string_view message) noexcept {
+void CpuBackend::RecordDetachedError(std::string_view prefix, std::string_view message) noexcept {
   StoreThreadError(nullptr, prefix, message);
 }
 
-const char* DetachedLastError() { return tls_error.owner == nullptr ? tls_error.message : ""; }
+const char* CpuBackend::DetachedLastError() {
+  return tls_error.owner == nullptr ? tls_error.message : "";
+}
 
 uint64_t TotalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);

@@ -37,6 +37,10 @@ class CpuBackend {
   // other threads see the most recent failure on the backend.
   void RecordError(std::string_view prefix, std::string_view message = {}) noexcept;
   const char* LastError();
+  // Error bookkeeping for calls that have no backend (create, or a NULL handle).
+  static void RecordDetachedError(std::string_view prefix,
+                                  std::string_view message = {}) noexcept;
+  static const char* DetachedLastError();
 
  private:
   CpuBackend(int threads, const Blas* blas);
@@ -48,10 +52,6 @@ class CpuBackend {
   std::mutex error_mu_;
   std::string error_;  // guarded by error_mu_
 };
-
-// Error bookkeeping for calls that have no backend (create, or a NULL handle).
-void RecordDetachedError(std::string_view prefix, std::string_view message = {}) noexcept;
-const char* DetachedLastError();
 
 // Total and available physical memory in bytes (the CPU device's memory is host memory).
 uint64_t TotalMemoryBytes();

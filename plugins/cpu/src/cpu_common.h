@@ -11,21 +11,11 @@ namespace strata::cpu {
 using plugin_common::CacheView;
 using plugin_common::Cat;
 using plugin_common::CheckIndices;
-using plugin_common::DtypeName;
-using plugin_common::ExpectDim;
-using plugin_common::ExpectShape;
 using plugin_common::InvalidArgument;
-using plugin_common::Overlaps;
 using plugin_common::Status;
 using plugin_common::TensorView;
-using plugin_common::Unsupported;
-using plugin_common::ViewTensor;
 
 // The dtype of every float tensor and of the KV pool.
 inline constexpr strata_dtype kFloatDtype = STRATA_DTYPE_F32;
-
-inline Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) {
-  return plugin_common::ViewCache(op, cache, kFloatDtype, view);
-}
 
 }  // namespace strata::cpu

@@ -19,6 +19,7 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
+#include "strata/plugin_common/op_args.h"
 
 namespace strata::cpu {
 namespace {
@@ -76,28 +77,16 @@ struct MergeGroup {
 Status CheckShapes(const char* op, const strata_kv_cache* cache,
                    const strata_attention_params* params, const strata_tensor* q,
                    strata_tensor* out, Problem* p) {
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(op, cache, &p->cache));
-  if (params == nullptr) return InvalidArgument(op, "params is NULL");
-  if (params->layer < 0 || params->layer >= p->cache.num_layers) {
-    return InvalidArgument(op, "params.layer ", params->layer, " is out of range [0, ",
-                           p->cache.num_layers, ")");
-  }
-  if (params->sliding_window < 0) {
-    return InvalidArgument(op, "params.sliding_window must be >= 0, got ", params->sliding_window);
-  }
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "q", q, STRATA_DTYPE_F32, 3, 3, &p->q));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "out", out, STRATA_DTYPE_F32, 3, 3, &p->out));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(op, "out", p->out, "q", p->q));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(op, "q", p->q, 2, p->cache.head_dim));
-  const int64_t heads = p->q.shape[1];
-  if (heads == 0 || heads % p->cache.num_kv_heads != 0) {
-    return InvalidArgument(op, "q has ", heads, " heads, not a positive multiple of the cache's ",
-                           p->cache.num_kv_heads, " kv heads");
-  }
+  plugin_common::AttentionViews a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckAttention(op, kFloatDtype, cache, params, q, out, &a));
+  p->cache = a.cache;
+  p->q = a.q;
+  p->out = a.out;
   p->layer = params->layer;
   p->scale = params->scale;
   p->window = params->sliding_window;
-  p->group = heads / p->cache.num_kv_heads;
+  p->group = a.q_heads / p->cache.num_kv_heads;
   p->head_dim = p->cache.head_dim;
   return Status();
 }
@@ -144,17 +133,7 @@ Status CheckSequence(const char* op, bool decode, const strata_attention_batch& 
 }
 
 Status CheckBatch(const char* op, bool decode, const strata_attention_batch* batch, Problem* p) {
-  if (batch == nullptr) return InvalidArgument(op, "batch is NULL");
-  if (batch->num_seqs < 0 || batch->max_blocks_per_seq < 0) {
-    return InvalidArgument(op, "batch.num_seqs and batch.max_blocks_per_seq must be >= 0");
-  }
-  if (batch->num_seqs == 0) return Status();
-  if (batch->q_start == nullptr || batch->kv_len == nullptr ||
-      (batch->block_tables == nullptr && batch->max_blocks_per_seq > 0)) {
-    return InvalidArgument(op,
-                           "batch.q_start, batch.kv_len and batch.block_tables must not "
-                           "be NULL");
-  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckAttentionBatch(op, batch));
   p->seqs.reserve(batch->num_seqs);
   for (int64_t s = 0; s < batch->num_seqs; ++s) {
     STRATA_PLUGIN_RETURN_IF_ERROR(CheckSequence(op, decode, *batch, s, p));

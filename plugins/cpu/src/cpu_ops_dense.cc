@@ -8,6 +8,7 @@
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_ops.h"
+#include "strata/plugin_common/op_args.h"
 
 namespace strata::cpu {
 namespace {
@@ -60,51 +61,31 @@ void RotateHeads(float* x, int64_t heads, int64_t head_dim, const float* cs, int
 
 Status Embedding(CpuBackend& be, const strata_tensor* table, const strata_tensor* ids,
                  strata_tensor* out) {
-  constexpr const char* kOp = "embedding";
-  TensorView tv, iv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "table", table, STRATA_DTYPE_F32, 2, 2, &tv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "ids", ids, STRATA_DTYPE_I32, 1, 1, &iv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 2, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
-  STRATA_PLUGIN_RETURN_IF_ERROR(CheckIndices(kOp, "ids", iv.Ints(), iv.rows, 1, tv.rows));
+  plugin_common::EmbeddingArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckEmbedding(
+      kFloatDtype, plugin_common::IndexValues::kHost, table, ids, out, &a));
+  const TensorView &tv = a.table, &iv = a.ids, &ov = a.out;
   CopyRows(be, tv, iv, ov);
   return Status();
 }
 
 Status GatherRows(CpuBackend& be, const strata_tensor* x, const strata_tensor* rows,
                   strata_tensor* out) {
-  constexpr const char* kOp = "gather_rows";
-  TensorView xv, rv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &rv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 3, &ov));
-  if (ov.ndim != xv.ndim) return InvalidArgument(kOp, "out and x differ in ndim");
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, rv.rows));
-  for (int d = 1; d < xv.ndim; ++d) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, d, xv.shape[d]));
-  }
-  STRATA_PLUGIN_RETURN_IF_ERROR(CheckIndices(kOp, "rows", rv.Ints(), rv.rows, 1, xv.rows));
+  plugin_common::GatherRowsArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGatherRows(
+      kFloatDtype, plugin_common::IndexValues::kHost, x, rows, out, &a));
+  const TensorView &xv = a.x, &rv = a.rows, &ov = a.out;
   CopyRows(be, xv, rv, ov);
   return Status();
 }
 
 Status RmsNorm(CpuBackend& be, const strata_tensor* x, strata_tensor* residual,
                const strata_tensor* weight, float eps, strata_tensor* out) {
-  constexpr const char* kOp = "rms_norm";
-  TensorView xv, rv, wv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "weight", weight, STRATA_DTYPE_F32, 1, 1, &wv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 3, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "out", ov, "x", xv));
-  const int64_t d = xv.shape[xv.ndim - 1];
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "weight", wv, 0, d));
-  if (residual != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(
-        ViewTensor(kOp, "residual", residual, STRATA_DTYPE_F32, 2, 3, &rv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "residual", rv, "x", xv));
-  }
-  if (!(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
+  plugin_common::RmsNormArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckRmsNorm(kFloatDtype, x, residual, weight, eps, out, &a));
+  const TensorView &xv = a.x, &rv = a.residual, &wv = a.weight, &ov = a.out;
+  const int64_t d = a.d;
   if (d == 0) return Status();
   const int64_t heads = xv.cols / d;
   const float* w = wv.Row<float>(0);
@@ -121,26 +102,11 @@ Status RmsNorm(CpuBackend& be, const strata_tensor* x, strata_tensor* residual,
 
 Status Rope(CpuBackend& be, strata_tensor* q, strata_tensor* k, const strata_tensor* positions,
             const strata_tensor* inv_freq, float mscale) {
-  constexpr const char* kOp = "rope";
-  TensorView qv, kv, pv, fv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, STRATA_DTYPE_F32, 3, 3, &qv));
+  plugin_common::RopeArgs a;
   STRATA_PLUGIN_RETURN_IF_ERROR(
-      ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &pv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &fv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "positions", pv, 0, qv.rows));
+      plugin_common::CheckRope(kFloatDtype, q, k, positions, inv_freq, &a));
+  const TensorView &qv = a.q, &kv = a.k, &pv = a.positions, &fv = a.inv_freq;
   const int64_t d = qv.shape[2], r = fv.rows;
-  if (2 * r > d) {
-    return InvalidArgument(kOp, "inv_freq has ", r, " entries but head_dim ", d, " allows at most ",
-                           d / 2);
-  }
-  if (k != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, STRATA_DTYPE_F32, 3, 3, &kv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 0, qv.rows));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, d));
-    if (qv.numel() > 0 && qv.data == kv.data) {
-      return InvalidArgument(kOp, "q and k are the same tensor");
-    }
-  }
   const float* freq = fv.Row<float>(0);
   const int32_t* pos = pv.Ints();
   be.pool().ParallelFor(qv.rows, RowGrain(be, qv.rows, qv.cols + kv.cols),
@@ -161,16 +127,10 @@ Status Rope(CpuBackend& be, strata_tensor* q, strata_tensor* k, const strata_ten
 }
 
 Status SiluMul(CpuBackend& be, const strata_tensor* x, strata_tensor* out) {
-  constexpr const char* kOp = "silu_mul";
-  TensorView xv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 2, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 2, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, xv.rows));
-  const int64_t inter = ov.cols;
-  if (xv.cols != 2 * inter) {
-    return InvalidArgument(kOp, "x.shape[1] is ", xv.cols,
-                           ", expected 2 * out.shape[1] = ", 2 * inter);
-  }
+  plugin_common::SiluMulArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckSiluMul(kFloatDtype, x, out, &a));
+  const TensorView &xv = a.x, &ov = a.out;
+  const int64_t inter = a.inter;
   be.pool().ParallelFor(xv.rows, RowGrain(be, xv.rows, xv.cols), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const float* gate = xv.Row<float>(t);

@@ -113,23 +113,10 @@ void MatMulNT(CpuBackend& be, int64_t m, int64_t n, int64_t k, const float* x, i
 Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
             const strata_tensor* bias, int32_t accumulate, strata_tensor* out) {
   constexpr const char* kOp = "gemm";
-  TensorView xv, wv, bv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, STRATA_DTYPE_F32, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, STRATA_DTYPE_F32, 2, 2, &wv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, STRATA_DTYPE_F32, 2, 3, &ov));
-  const int64_t m = xv.rows, k = xv.cols, n = wv.rows;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
-  if (ov.cols != n) {
-    return InvalidArgument(kOp, "out has ", ov.cols, " columns, expected N = ", n);
-  }
-  if (bias != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, STRATA_DTYPE_F32, 1, 1, &bv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
-    if (Overlaps(ov, bv)) return InvalidArgument(kOp, "out overlaps bias");
-  }
-  if (Overlaps(ov, xv)) return InvalidArgument(kOp, "out overlaps x");
-  if (Overlaps(ov, wv)) return InvalidArgument(kOp, "out overlaps w");
+  plugin_common::GemmArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGemm(kFloatDtype, x, w, bias, out, &a));
+  const TensorView &xv = a.x, &wv = a.w, &bv = a.bias, &ov = a.out;
+  const int64_t m = a.m, k = a.k, n = a.n;
   STRATA_PLUGIN_RETURN_IF_ERROR(CheckBlasDims(kOp, xv, wv, ov));
   MatMulNT(be, m, n, k, xv.Row<float>(0), xv.stride, wv.Row<float>(0), wv.stride,
            bias != nullptr ? bv.Row<float>(0) : nullptr, accumulate != 0, ov.Row<float>(0),
@@ -140,8 +127,8 @@ Status Gemm(CpuBackend& be, const strata_tensor* x, const strata_tensor* w,
 Status GemmSiluMul(CpuBackend& be, const strata_tensor* x, const strata_tensor* w_gate_up,
                    const strata_tensor* bias, strata_tensor* scratch, strata_tensor* out) {
   plugin_common::GemmSiluMulArgs args;
-  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGemmSiluMul(STRATA_DTYPE_F32, x, w_gate_up,
-                                                                bias, scratch, out, &args));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckGemmSiluMul(STRATA_DTYPE_F32, x, w_gate_up, bias, scratch, out, &args));
   STRATA_PLUGIN_RETURN_IF_ERROR(Gemm(be, x, w_gate_up, bias, 0, scratch));
   return SiluMul(be, scratch, out);
 }

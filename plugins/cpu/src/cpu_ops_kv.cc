@@ -10,6 +10,9 @@
 namespace strata::cpu {
 namespace {
 
+// Block ids are host memory here: the checks read them.
+constexpr plugin_common::IndexValues kHostIds = plugin_common::IndexValues::kHost;
+
 // Copies below this size stay on the calling thread; above, 1 MiB pieces go to the pool.
 constexpr size_t kParallelCopyBytes = size_t{1} << 20;
 
@@ -35,12 +38,6 @@ void CopyBlocks(CpuBackend& be, const CacheView& cache, const int32_t* ids, int6
   } else {
     for (int64_t i = 0; i < n; ++i) copy_one(i, true);
   }
-}
-
-Status ViewBlockList(const char* op, const char* name, const strata_tensor* t,
-                     const CacheView& cache, TensorView* view) {
-  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::ViewBlockList(op, name, t, view));
-  return CheckIndices(op, name, view->Ints(), view->rows, 1, cache.num_blocks);
 }
 
 }  // namespace
@@ -110,13 +107,11 @@ Status AttentionPrologue(CpuBackend& be, strata_tensor* q, strata_tensor* k, con
 
 Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* src,
                     const strata_tensor* dst) {
-  constexpr const char* kOp = "kv_copy_blocks";
-  CacheView cv;
-  TensorView sv, dv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "src_blocks", src, cv, &sv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "dst_blocks", dst, cv, &dv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "dst_blocks", dv, 0, sv.rows));
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvCopyBlocks(kFloatDtype, kHostIds, cache, src, dst, &a));
+  const CacheView& cv = a.cache;
+  const TensorView &sv = a.src, &dv = a.dst;
   const size_t block_bytes = static_cast<size_t>(cv.block_elems()) * sizeof(float);
   // In order, one block at a time: a later pair may read a block an earlier pair wrote.
   for (int64_t i = 0; i < sv.rows; ++i) {
@@ -129,25 +124,21 @@ Status KvCopyBlocks(CpuBackend& be, const strata_kv_cache* cache, const strata_t
 
 Status KvGather(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* blocks,
                 void* dst) {
-  constexpr const char* kOp = "kv_gather";
-  CacheView cv;
-  TensorView bv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
-  if (dst == nullptr && bv.rows > 0) return InvalidArgument(kOp, "dst is NULL");
-  CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(dst), /*to_packed=*/true);
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvGather(kFloatDtype, kHostIds, cache, blocks, dst, &a));
+  const TensorView& bv = a.src;
+  CopyBlocks(be, a.cache, bv.Ints(), bv.rows, static_cast<char*>(dst), /*to_packed=*/true);
   return Status();
 }
 
 Status KvScatter(CpuBackend& be, const strata_kv_cache* cache, const strata_tensor* blocks,
                  const void* src) {
-  constexpr const char* kOp = "kv_scatter";
-  CacheView cv;
-  TensorView bv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, cv, &bv));
-  if (src == nullptr && bv.rows > 0) return InvalidArgument(kOp, "src is NULL");
-  CopyBlocks(be, cv, bv.Ints(), bv.rows, static_cast<char*>(const_cast<void*>(src)),
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvScatter(kFloatDtype, kHostIds, cache, blocks, src, &a));
+  const TensorView& bv = a.src;
+  CopyBlocks(be, a.cache, bv.Ints(), bv.rows, static_cast<char*>(const_cast<void*>(src)),
              /*to_packed=*/false);
   return Status();
 }

@@ -84,6 +84,12 @@ Stream::~Stream() {
 }
 
 Status CudaBackend::Create(const char* config_json, std::unique_ptr<CudaBackend>* out) {
+  Status status = CreateOnDevice(config_json, out);
+  if (!status.ok()) cudaGetLastError();  // a failed runtime call must not leak into the next
+  return status;
+}
+
+Status CudaBackend::CreateOnDevice(const char* config_json, std::unique_ptr<CudaBackend>* out) {
   constexpr const char* kOp = "create";
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -132,7 +138,7 @@ const char* CudaBackend::LastError() {
   return it == errors_.end() ? "" : it->second.c_str();
 }
 
-void RecordDetachedError(std::string_view prefix, std::string_view message) noexcept {
+void CudaBackend::RecordDetachedError(std::string_view prefix, std::string_view message) noexcept {
   try {
     detached_error.assign(prefix);
     detached_error.append(message);
@@ -141,6 +147,6 @@ void RecordDetachedError(std::string_view prefix, std::string_view message) noex
   }
 }
 
-const char* DetachedLastError() { return detached_error.c_str(); }
+const char* CudaBackend::DetachedLastError() { return detached_error.c_str(); }
 
 }  // namespace strata::cuda

@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin/abi.h"
 #include "write_history.h"
 
@@ -64,10 +64,9 @@ struct Stream {
 
 // The largest batch (rows) whose attention_prologue is held back for the decode attention
 // after it. Measured on the H200 (plugins/cuda/NOTES.md, "The prologue inside decode
-// attention"): at batches 1 and 2 the served step gains (Llama-3.1-8B 0.4-1%, Qwen3-30B-A3B
-// 1.4-2.4%); at 8-16 it is level or loses (Qwen3 batch 8 0.5-0.7%), at 64 it loses 0.4-1.2%
-// (every CTA puts the prologue's loads before its first tile, where the separate kernel ran
-// them across the whole GPU at once). STRATA_CUDA_PROLOGUE_IN_ATTENTION=N overrides it (0:
+// attention"): at batches 1 and 2 the served step gains; at 8-16 it is level or loses, and at
+// 64 it loses (every CTA puts the prologue's loads before its first tile, where the separate
+// kernel runs them across the whole GPU at once). STRATA_CUDA_PROLOGUE_IN_ATTENTION=N overrides it (0:
 // never), for measurements.
 inline constexpr int64_t kPrologueInAttentionMaxRows = 2;
 int64_t PrologueInAttentionMaxRows();
@@ -99,9 +98,14 @@ class CudaBackend {
   void RecordError(std::string_view prefix, std::string_view message = {}) noexcept;
   // The calling thread's last message on this backend ("" if none).
   const char* LastError();
+  // Error bookkeeping for calls that have no backend (create, or a NULL handle).
+  static void RecordDetachedError(std::string_view prefix,
+                                  std::string_view message = {}) noexcept;
+  static const char* DetachedLastError();
 
  private:
   CudaBackend() = default;
+  static Status CreateOnDevice(const char* config_json, std::unique_ptr<CudaBackend>* out);
 
   int device_ = 0;
   std::string device_name_;
@@ -110,9 +114,5 @@ class CudaBackend {
   std::mutex error_mu_;
   std::unordered_map<std::thread::id, std::string> errors_;  // guarded by error_mu_
 };
-
-// Error bookkeeping for calls that have no backend (create, or a NULL handle).
-void RecordDetachedError(std::string_view prefix, std::string_view message = {}) noexcept;
-const char* DetachedLastError();
 
 }  // namespace strata::cuda

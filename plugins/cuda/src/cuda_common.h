@@ -16,22 +16,13 @@ namespace strata::cuda {
 
 using plugin_common::CacheView;
 using plugin_common::Cat;
-using plugin_common::DtypeName;
-using plugin_common::ExpectDim;
-using plugin_common::ExpectShape;
 using plugin_common::InvalidArgument;
-using plugin_common::Overlaps;
 using plugin_common::Status;
 using plugin_common::TensorView;
 using plugin_common::Unsupported;
-using plugin_common::ViewTensor;
 
 // The storage dtype of activations, weights and the KV pool.
 inline constexpr strata_dtype kStorageDtype = STRATA_DTYPE_BF16;
-
-inline Status ViewCache(const char* op, const strata_kv_cache* cache, CacheView* view) {
-  return plugin_common::ViewCache(op, cache, kStorageDtype, view);
-}
 
 // A CUDA runtime failure: OUT_OF_MEMORY for allocation failures, INTERNAL otherwise.
 inline Status CudaStatus(const char* op, cudaError_t err, const char* what) {

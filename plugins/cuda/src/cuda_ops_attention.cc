@@ -9,8 +9,9 @@
 #include <utility>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
+#include "strata/plugin_common/op_args.h"
 
 namespace strata::cuda {
 
@@ -18,39 +19,17 @@ Status Attention(Stream& s, bool decode, const strata_kv_cache* cache,
                  const strata_attention_batch* batch, const strata_attention_params* params,
                  const strata_tensor* q, strata_tensor* out) {
   const char* op = decode ? "attention_decode" : "attention_prefill";
-  CacheView cv;
-  TensorView qv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(op, cache, &cv));
-  if (params == nullptr) return InvalidArgument(op, "params is NULL");
-  if (params->layer < 0 || params->layer >= cv.num_layers) {
-    return InvalidArgument(op, "params.layer ", params->layer, " is out of range [0, ",
-                           cv.num_layers, ")");
-  }
-  if (params->sliding_window < 0) {
-    return InvalidArgument(op, "params.sliding_window must be >= 0, got ", params->sliding_window);
-  }
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "q", q, kStorageDtype, 3, 3, &qv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(op, "out", out, kStorageDtype, 3, 3, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(op, "out", ov, "q", qv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(op, "q", qv, 2, cv.head_dim));
-  const int64_t heads = qv.shape[1];
-  if (heads == 0 || heads % cv.num_kv_heads != 0) {
-    return InvalidArgument(op, "q has ", heads, " heads, not a positive multiple of the cache's ",
-                           cv.num_kv_heads, " kv heads");
-  }
+  plugin_common::AttentionViews v;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckAttention(op, kStorageDtype, cache, params, q, out, &v));
+  const CacheView& cv = v.cache;
+  const TensorView &qv = v.q, &ov = v.out;
+  const int64_t heads = v.q_heads;
   if (cv.head_dim > kMaxAttentionHeadDim) {
     return Unsupported(op, "head_dim ", cv.head_dim, " exceeds ", kMaxAttentionHeadDim);
   }
-  if (batch == nullptr) return InvalidArgument(op, "batch is NULL");
-  if (batch->num_seqs < 0 || batch->max_blocks_per_seq < 0) {
-    return InvalidArgument(op, "batch.num_seqs and batch.max_blocks_per_seq must be >= 0");
-  }
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckAttentionBatch(op, batch));
   if (batch->num_seqs == 0) return Status();
-  if (batch->q_start == nullptr || batch->kv_len == nullptr ||
-      (batch->block_tables == nullptr && batch->max_blocks_per_seq > 0)) {
-    return InvalidArgument(op,
-                           "batch.q_start, batch.kv_len and batch.block_tables must not be NULL");
-  }
   AttentionArgs a;
   a.q = static_cast<const bf16*>(qv.data);
   a.q_stride = qv.stride;

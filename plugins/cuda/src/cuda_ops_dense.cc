@@ -2,8 +2,8 @@
 #include <climits>
 
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin_common/op_args.h"
 
 namespace strata::cuda {
@@ -19,12 +19,10 @@ Status Launched(const char* op, cudaError_t err) { return CudaStatus(op, err, "k
 Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids,
                  strata_tensor* out) {
   constexpr const char* kOp = "embedding";
-  TensorView tv, iv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "table", table, kStorageDtype, 2, 2, &tv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "ids", ids, STRATA_DTYPE_I32, 1, 1, &iv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, iv.rows));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 1, tv.cols));
+  plugin_common::EmbeddingArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckEmbedding(
+      kStorageDtype, plugin_common::IndexValues::kDevice, table, ids, out, &a));
+  const TensorView &tv = a.table, &iv = a.ids, &ov = a.out;
   s.writes.Wrote({ByteRange::Of(ov)});
   return Launched(kOp, LaunchGatherRows(Bf16(tv), tv.stride, tv.rows, Ints(iv), iv.rows, tv.cols,
                                         Bf16(ov), ov.stride, s.stream));
@@ -33,15 +31,10 @@ Status Embedding(Stream& s, const strata_tensor* table, const strata_tensor* ids
 Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows,
                   strata_tensor* out) {
   constexpr const char* kOp = "gather_rows";
-  TensorView xv, rv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &rv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
-  if (ov.ndim != xv.ndim) return InvalidArgument(kOp, "out and x differ in ndim");
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, rv.rows));
-  for (int d = 1; d < xv.ndim; ++d) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, d, xv.shape[d]));
-  }
+  plugin_common::GatherRowsArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGatherRows(
+      kStorageDtype, plugin_common::IndexValues::kDevice, x, rows, out, &a));
+  const TensorView &xv = a.x, &rv = a.rows, &ov = a.out;
   return Launched(kOp, LaunchGatherRows(Bf16(xv), xv.stride, xv.rows, Ints(rv), rv.rows, xv.cols,
                                         Bf16(ov), ov.stride, s.stream));
 }
@@ -49,18 +42,11 @@ Status GatherRows(Stream& s, const strata_tensor* x, const strata_tensor* rows,
 Status RmsNorm(Stream& s, const strata_tensor* x, strata_tensor* residual,
                const strata_tensor* weight, float eps, strata_tensor* out) {
   constexpr const char* kOp = "rms_norm";
-  TensorView xv, rv, wv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "weight", weight, kStorageDtype, 1, 1, &wv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "out", ov, "x", xv));
-  const int64_t d = xv.shape[xv.ndim - 1];
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "weight", wv, 0, d));
-  if (residual != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "residual", residual, kStorageDtype, 2, 3, &rv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectShape(kOp, "residual", rv, "x", xv));
-  }
-  if (!(eps >= 0.0f)) return InvalidArgument(kOp, "eps must be >= 0, got ", eps);
+  plugin_common::RmsNormArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckRmsNorm(kStorageDtype, x, residual, weight, eps, out, &a));
+  const TensorView &xv = a.x, &rv = a.residual, &wv = a.weight, &ov = a.out;
+  const int64_t d = a.d;
   if (d == 0) return Status();
   s.writes.Wrote({ByteRange::Of(ov)});
   if (residual != nullptr) s.writes.Wrote({ByteRange::Of(rv)});
@@ -89,21 +75,10 @@ Status GemmNT(const char* op, Stream& s, int64_t m, int64_t n, int64_t k, const 
 Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const strata_tensor* bias,
             int32_t accumulate, strata_tensor* out) {
   constexpr const char* kOp = "gemm";
-  TensorView xv, wv, bv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 3, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "w", w, kStorageDtype, 2, 2, &wv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 3, &ov));
-  const int64_t m = xv.rows, k = xv.cols, n = wv.rows;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "w", wv, 1, k));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, m));
-  if (ov.cols != n) return InvalidArgument(kOp, "out has ", ov.cols, " columns, expected N = ", n);
-  if (bias != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "bias", bias, kStorageDtype, 1, 1, &bv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "bias", bv, 0, n));
-    if (Overlaps(ov, bv)) return InvalidArgument(kOp, "out overlaps bias");
-  }
-  if (Overlaps(ov, xv)) return InvalidArgument(kOp, "out overlaps x");
-  if (Overlaps(ov, wv)) return InvalidArgument(kOp, "out overlaps w");
+  plugin_common::GemmArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckGemm(kStorageDtype, x, w, bias, out, &a));
+  const TensorView &xv = a.x, &wv = a.w, &bv = a.bias, &ov = a.out;
+  const int64_t m = a.m, k = a.k, n = a.n;
   if (m == 0 || n == 0) return Status();
   const bf16* b = bias != nullptr ? Bf16(bv) : nullptr;
   // The weights may be read before the kernel enqueued just before is done, unless an op just
@@ -133,25 +108,11 @@ Status Gemm(Stream& s, const strata_tensor* x, const strata_tensor* w, const str
 Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* positions,
             const strata_tensor* inv_freq, float mscale) {
   constexpr const char* kOp = "rope";
-  TensorView qv, kv, pv, fv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "q", q, kStorageDtype, 3, 3, &qv));
+  plugin_common::RopeArgs a;
   STRATA_PLUGIN_RETURN_IF_ERROR(
-      ViewTensor(kOp, "positions", positions, STRATA_DTYPE_I32, 1, 1, &pv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "inv_freq", inv_freq, STRATA_DTYPE_F32, 1, 1, &fv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "positions", pv, 0, qv.rows));
+      plugin_common::CheckRope(kStorageDtype, q, k, positions, inv_freq, &a));
+  const TensorView &qv = a.q, &kv = a.k, &pv = a.positions, &fv = a.inv_freq;
   const int64_t d = qv.shape[2], r = fv.rows;
-  if (2 * r > d) {
-    return InvalidArgument(kOp, "inv_freq has ", r, " entries but head_dim ", d, " allows at most ",
-                           d / 2);
-  }
-  if (k != nullptr) {
-    STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "k", k, kStorageDtype, 3, 3, &kv));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 0, qv.rows));
-    STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "k", kv, 2, d));
-    if (qv.numel() > 0 && qv.data == kv.data) {
-      return InvalidArgument(kOp, "q and k are the same tensor");
-    }
-  }
   return Launched(kOp,
                   LaunchRope(Bf16(qv), qv.stride, qv.shape[1], k != nullptr ? Bf16(kv) : nullptr,
                              kv.stride, k != nullptr ? kv.shape[1] : 0, d, Ints(pv),
@@ -160,15 +121,10 @@ Status Rope(Stream& s, strata_tensor* q, strata_tensor* k, const strata_tensor* 
 
 Status SiluMul(Stream& s, const strata_tensor* x, strata_tensor* out) {
   constexpr const char* kOp = "silu_mul";
-  TensorView xv, ov;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "x", x, kStorageDtype, 2, 2, &xv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "out", out, kStorageDtype, 2, 2, &ov));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "out", ov, 0, xv.rows));
-  const int64_t inter = ov.cols;
-  if (xv.cols != 2 * inter) {
-    return InvalidArgument(kOp, "x.shape[1] is ", xv.cols,
-                           ", expected 2 * out.shape[1] = ", 2 * inter);
-  }
+  plugin_common::SiluMulArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckSiluMul(kStorageDtype, x, out, &a));
+  const TensorView &xv = a.x, &ov = a.out;
+  const int64_t inter = a.inter;
   return Launched(
       kOp, LaunchSiluMul(Bf16(xv), xv.stride, xv.rows, inter, Bf16(ov), ov.stride, s.stream));
 }

@@ -2,8 +2,8 @@
 // norms + rope + kv_append). Block ids and slots are device arrays: the kernels skip
 // out-of-range entries instead of the host checking them.
 #include "cuda_common.h"
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {
@@ -17,6 +17,9 @@ int64_t BlockBytes(const CacheView& c) {
 }
 
 Status Launched(const char* op, cudaError_t err) { return CudaStatus(op, err, "kernel launch"); }
+
+// Block ids and slots are device memory: the kernels skip out-of-range entries.
+constexpr plugin_common::IndexValues kDeviceIds = plugin_common::IndexValues::kDevice;
 
 // The whole pool, for WriteHistory::Wrote.
 ByteRange Pool(const CacheView& c) {
@@ -89,17 +92,14 @@ Status AttentionPrologue(Stream& s, strata_tensor* q, strata_tensor* k, const st
   return Launched(kOp, LaunchAttentionPrologue(p, s.stream));
 }
 
-using plugin_common::ViewBlockList;
-
 Status KvCopyBlocks(Stream& s, const strata_kv_cache* cache, const strata_tensor* src,
                     const strata_tensor* dst) {
   constexpr const char* kOp = "kv_copy_blocks";
-  CacheView cv;
-  TensorView sv, dv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "src_blocks", src, &sv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "dst_blocks", dst, &dv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "dst_blocks", dv, 0, sv.rows));
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvCopyBlocks(kStorageDtype, kDeviceIds, cache, src, dst, &a));
+  const CacheView& cv = a.cache;
+  const TensorView &sv = a.src, &dv = a.dst;
   // The host guarantees no block is in both lists and dst does not repeat: pairs run at once.
   return Launched(
       kOp, LaunchCopyBlocks(static_cast<char*>(cv.data), BlockBytes(cv), cv.num_blocks,
@@ -109,11 +109,11 @@ Status KvCopyBlocks(Stream& s, const strata_kv_cache* cache, const strata_tensor
 
 Status KvGather(Stream& s, const strata_kv_cache* cache, const strata_tensor* blocks, void* dst) {
   constexpr const char* kOp = "kv_gather";
-  CacheView cv;
-  TensorView bv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, &bv));
-  if (dst == nullptr && bv.rows > 0) return InvalidArgument(kOp, "dst is NULL");
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvGather(kStorageDtype, kDeviceIds, cache, blocks, dst, &a));
+  const CacheView& cv = a.cache;
+  const TensorView& bv = a.src;
   return Launched(kOp, LaunchCopyBlocks(static_cast<char*>(cv.data), BlockBytes(cv), cv.num_blocks,
                                         static_cast<const int32_t*>(bv.data), nullptr,
                                         static_cast<char*>(dst), bv.rows, s.stream));
@@ -122,11 +122,11 @@ Status KvGather(Stream& s, const strata_kv_cache* cache, const strata_tensor* bl
 Status KvScatter(Stream& s, const strata_kv_cache* cache, const strata_tensor* blocks,
                  const void* src) {
   constexpr const char* kOp = "kv_scatter";
-  CacheView cv;
-  TensorView bv;
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewCache(kOp, cache, &cv));
-  STRATA_PLUGIN_RETURN_IF_ERROR(ViewBlockList(kOp, "blocks", blocks, &bv));
-  if (src == nullptr && bv.rows > 0) return InvalidArgument(kOp, "src is NULL");
+  plugin_common::KvBlocksArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckKvScatter(kStorageDtype, kDeviceIds, cache, blocks, src, &a));
+  const CacheView& cv = a.cache;
+  const TensorView& bv = a.src;
   return Launched(
       kOp, LaunchCopyBlocks(static_cast<char*>(cv.data), BlockBytes(cv), cv.num_blocks, nullptr,
                             static_cast<const int32_t*>(bv.data),

@@ -1,14 +1,14 @@
 // Mixture of experts: moe_route (one kernel), moe_experts, and moe_route_experts (both; for a
 // single token the routing is computed inside the vector expert kernels).
 //
-// moe_experts, v1: everything on the device (kernels_moe_experts.cu): a counting sort of the
+// moe_experts: everything on the device (kernels_moe_experts.cu): a counting sort of the
 // (token, k) assignments by expert, grouped gate_up GEMM with the row gather and silu * up
 // fused, grouped down GEMM, weighted combine. No host round trip and no allocation once the
 // stream's workspace has grown to the largest shape seen, so the call can be graph-captured.
 // topk_ids values are device memory and are not read back: an id outside [0, E) contributes
 // nothing to its token's sum (the CPU plugin rejects it with INVALID_ARGUMENT instead).
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {

@@ -3,8 +3,8 @@
 // N x vocab logits. Parameter values live in
 // device memory and are not read back: the kernel clamps out-of-range values (the engine
 // validates them before they get here); the CPU plugin rejects them instead.
-#include "cuda_kernels.h"
 #include "cuda_ops.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin_common/op_args.h"
 
 namespace strata::cuda {

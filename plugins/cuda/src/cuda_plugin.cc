@@ -1,5 +1,6 @@
-// libstrata_cuda.so: the CUDA plugin. This file holds the exported entry table, the backend
-// lifecycle, memory, streams and copies; the ops live in cuda_ops_*.cc, the kernels in *.cu.
+// libstrata_cuda.so: the CUDA plugin. This file holds the exported entry table (lifecycle and
+// op trampolines from plugins/common), get_info, memory, streams, copies and step replay; the
+// ops live in cuda_ops_*.cc, the kernels in kernels/cuda.
 //
 // Every entry point catches everything: no C++ exception crosses the C ABI. Each one first
 // makes the backend's device current (the host may call from any thread) and clears any stale
@@ -9,47 +10,28 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <utility>
 
 #include "cuda_backend.h"
 #include "cuda_ops.h"
 #include "strata/plugin/abi.h"
+#include "strata/plugin_common/entry.h"
 
 namespace strata::cuda {
 namespace {
 
-strata_status Fail(CudaBackend* be, strata_status code, std::string_view prefix,
-                   std::string_view message = {}) noexcept {
-  if (be != nullptr) {
-    be->RecordError(prefix, message);
-  } else {
-    RecordDetachedError(prefix, message);
-  }
-  return code;
-}
-
-// Runs `body` (returning Status) for entry `op`, converting failures and exceptions.
+// Runs `body` for entry `op` with the backend's device current and no stale CUDA error, so a
+// launch error reported afterwards belongs to this call.
 template <typename Body>
 strata_status Guard(strata_backend handle, const char* op, Body&& body) noexcept {
-  CudaBackend* be = CudaBackend::FromHandle(handle);
-  if (be == nullptr) return Fail(nullptr, STRATA_ERR_INVALID_ARGUMENT, op, ": backend is NULL");
-  try {
+  return plugin_common::Guard<CudaBackend>(handle, op, [&](CudaBackend& be) {
     cudaGetLastError();
-    Status status = CudaStatus(op, cudaSetDevice(be->device()), "cudaSetDevice");
-    if (status.ok()) status = body(*be);
-    if (!status.ok()) {
-      cudaGetLastError();  // a failed runtime call must not leak into the next entry
-      return Fail(be, status.code(), status.message());
-    }
-    return STRATA_OK;
-  } catch (const std::bad_alloc&) {
-    return Fail(be, STRATA_ERR_OUT_OF_MEMORY, op, ": out of host memory");
-  } catch (const std::exception& e) {
-    char prefix[128];
-    std::snprintf(prefix, sizeof(prefix), "%s: internal error: ", op);
-    return Fail(be, STRATA_ERR_INTERNAL, prefix, e.what());
-  } catch (...) {
-    return Fail(be, STRATA_ERR_INTERNAL, op, ": internal error");
-  }
+    Status status = CudaStatus(op, cudaSetDevice(be.device()), "cudaSetDevice");
+    if (status.ok()) status = body(be);
+    // A failed runtime call must not leak into the next entry.
+    if (!status.ok()) cudaGetLastError();
+    return status;
+  });
 }
 
 // Guard for ops: also resolves and checks the stream.
@@ -62,43 +44,32 @@ strata_status GuardOp(strata_backend handle, strata_stream stream, const char* o
       return InvalidArgument(op, "not a stream of this plugin");
     }
     // A held-back prologue goes first, unless this is the decode attention that may run it.
-    if (s->deferred_prologue && std::strcmp(op, "attention_decode") != 0) {
+    const bool decode_attention = std::strcmp(op, "attention_decode") == 0;
+    if (s->deferred_prologue && !decode_attention) {
       STRATA_PLUGIN_RETURN_IF_ERROR(s->FlushPrologue(op));
     }
     s->writes.BeginOp();
-    return body(*s);
+    if (!decode_attention) return body(*s);
+    Status status = body(*s);
+    // Attention takes a held-back prologue before it launches anything; one still held was
+    // not taken (bad arguments, no sequences): it runs on its own.
+    const Status flushed = s->FlushPrologue(op);
+    return status.ok() ? flushed : status;
   });
 }
 
-// ---- lifecycle --------------------------------------------------------------------------
-
-strata_status Create(const char* config_json, strata_backend* out) noexcept {
-  if (out == nullptr) return Fail(nullptr, STRATA_ERR_INVALID_ARGUMENT, "create: out is NULL");
-  *out = nullptr;
-  try {
-    std::unique_ptr<CudaBackend> be;
-    Status status = CudaBackend::Create(config_json, &be);
-    if (!status.ok()) {
-      cudaGetLastError();
-      return Fail(nullptr, status.code(), status.message());
-    }
-    *out = be.release()->handle();
-    return STRATA_OK;
-  } catch (const std::bad_alloc&) {
-    return Fail(nullptr, STRATA_ERR_OUT_OF_MEMORY, "create: out of host memory");
-  } catch (const std::exception& e) {
-    return Fail(nullptr, STRATA_ERR_INTERNAL, "create: ", e.what());
-  } catch (...) {
-    return Fail(nullptr, STRATA_ERR_INTERNAL, "create: internal error");
+// How plugin_common's op entries run this plugin's ops: on the resolved stream.
+struct Entries {
+  using Backend = CudaBackend;
+  using Context = Stream;
+  template <typename Body>
+  static strata_status RunOp(strata_backend b, strata_stream st, const char* op,
+                             Body&& body) noexcept {
+    return GuardOp(b, st, op, std::forward<Body>(body));
   }
-}
+};
 
-void Destroy(strata_backend backend) noexcept { delete CudaBackend::FromHandle(backend); }
-
-const char* LastError(strata_backend backend) noexcept {
-  CudaBackend* be = CudaBackend::FromHandle(backend);
-  return be != nullptr ? be->LastError() : DetachedLastError();
-}
+// ---- lifecycle --------------------------------------------------------------------------
 
 strata_status GetInfo(strata_backend b, strata_backend_info* out) noexcept {
   return Guard(b, "get_info", [&](CudaBackend& be) {
@@ -202,116 +173,7 @@ constexpr char kCopyH2D[] = "copy_h2d";
 constexpr char kCopyD2H[] = "copy_d2h";
 constexpr char kCopyD2D[] = "copy_d2d";
 
-// ---- ops ------------------------------------------------------------------------------
-
-strata_status EmbeddingEntry(strata_backend b, strata_stream st, const strata_tensor* table,
-                             const strata_tensor* ids, strata_tensor* out) noexcept {
-  return GuardOp(b, st, "embedding", [&](Stream& s) { return Embedding(s, table, ids, out); });
-}
-
-strata_status RmsNormEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                           strata_tensor* residual, const strata_tensor* weight, float eps,
-                           strata_tensor* out) noexcept {
-  return GuardOp(b, st, "rms_norm",
-                 [&](Stream& s) { return RmsNorm(s, x, residual, weight, eps, out); });
-}
-
-strata_status GemmEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                        const strata_tensor* w, const strata_tensor* bias, int32_t accumulate,
-                        strata_tensor* out) noexcept {
-  return GuardOp(b, st, "gemm", [&](Stream& s) { return Gemm(s, x, w, bias, accumulate, out); });
-}
-
-strata_status RopeEntry(strata_backend b, strata_stream st, strata_tensor* q, strata_tensor* k,
-                        const strata_tensor* positions, const strata_tensor* inv_freq,
-                        float mscale) noexcept {
-  return GuardOp(b, st, "rope",
-                 [&](Stream& s) { return Rope(s, q, k, positions, inv_freq, mscale); });
-}
-
-strata_status SiluMulEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                           strata_tensor* out) noexcept {
-  return GuardOp(b, st, "silu_mul", [&](Stream& s) { return SiluMul(s, x, out); });
-}
-
-strata_status GatherRowsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                              const strata_tensor* rows, strata_tensor* out) noexcept {
-  return GuardOp(b, st, "gather_rows", [&](Stream& s) { return GatherRows(s, x, rows, out); });
-}
-
-strata_status KvAppendEntry(strata_backend b, strata_stream st, const strata_kv_cache* cache,
-                            int32_t layer, const strata_tensor* k, const strata_tensor* v,
-                            const strata_tensor* slots) noexcept {
-  return GuardOp(b, st, "kv_append",
-                 [&](Stream& s) { return KvAppend(s, cache, layer, k, v, slots); });
-}
-
-strata_status AttentionPrologueEntry(strata_backend b, strata_stream st, strata_tensor* q,
-                                     strata_tensor* k, const strata_tensor* v,
-                                     const strata_tensor* q_norm, const strata_tensor* k_norm,
-                                     float eps, const strata_tensor* positions,
-                                     const strata_tensor* inv_freq, float mscale,
-                                     const strata_kv_cache* cache, int32_t layer,
-                                     const strata_tensor* slots) noexcept {
-  return GuardOp(b, st, "attention_prologue", [&](Stream& s) {
-    return AttentionPrologue(s, q, k, v, q_norm, k_norm, eps, positions, inv_freq, mscale, cache,
-                             layer, slots);
-  });
-}
-
-strata_status AttentionPrefillEntry(strata_backend b, strata_stream st,
-                                    const strata_kv_cache* cache,
-                                    const strata_attention_batch* batch,
-                                    const strata_attention_params* params, const strata_tensor* q,
-                                    strata_tensor* out) noexcept {
-  return GuardOp(b, st, "attention_prefill", [&](Stream& s) {
-    return Attention(s, /*decode=*/false, cache, batch, params, q, out);
-  });
-}
-
-strata_status AttentionDecodeEntry(strata_backend b, strata_stream st, const strata_kv_cache* cache,
-                                   const strata_attention_batch* batch,
-                                   const strata_attention_params* params, const strata_tensor* q,
-                                   strata_tensor* out) noexcept {
-  return GuardOp(b, st, "attention_decode", [&](Stream& s) {
-    Status status = Attention(s, /*decode=*/true, cache, batch, params, q, out);
-    // Attention takes a held-back prologue before it launches anything; one still held was
-    // not taken (bad arguments, no sequences): it runs on its own.
-    const Status flushed = s.FlushPrologue("attention_decode");
-    return status.ok() ? flushed : status;
-  });
-}
-
-strata_status KvCopyBlocksEntry(strata_backend b, strata_stream st, const strata_kv_cache* cache,
-                                const strata_tensor* src, const strata_tensor* dst) noexcept {
-  return GuardOp(b, st, "kv_copy_blocks",
-                 [&](Stream& s) { return KvCopyBlocks(s, cache, src, dst); });
-}
-
-strata_status KvGatherEntry(strata_backend b, strata_stream st, const strata_kv_cache* cache,
-                            const strata_tensor* blocks, void* dst) noexcept {
-  return GuardOp(b, st, "kv_gather", [&](Stream& s) { return KvGather(s, cache, blocks, dst); });
-}
-
-strata_status KvScatterEntry(strata_backend b, strata_stream st, const strata_kv_cache* cache,
-                             const strata_tensor* blocks, const void* src) noexcept {
-  return GuardOp(b, st, "kv_scatter", [&](Stream& s) { return KvScatter(s, cache, blocks, src); });
-}
-
-strata_status MoeRouteEntry(strata_backend b, strata_stream st, const strata_tensor* logits,
-                            int32_t top_k, int32_t renormalize, strata_tensor* topk_weights,
-                            strata_tensor* topk_ids) noexcept {
-  return GuardOp(b, st, "moe_route", [&](Stream& s) {
-    return MoeRoute(s, logits, top_k, renormalize, topk_weights, topk_ids);
-  });
-}
-
-strata_status SampleEntry(strata_backend b, strata_stream st, const strata_tensor* logits,
-                          const strata_sample_params* params, strata_tensor* tokens,
-                          strata_tensor* logprobs, strata_tensor* top_ids) noexcept {
-  return GuardOp(b, st, "sample",
-                 [&](Stream& s) { return Sample(s, logits, params, tokens, logprobs, top_ids); });
-}
+// ---- step replay --------------------------------------------------------------------
 
 strata_status GraphBeginEntry(strata_backend b, strata_stream st) noexcept {
   return GuardOp(b, st, "graph_capture_begin", [&](Stream& s) { return GraphBegin(s); });
@@ -331,74 +193,29 @@ void GraphDestroyEntry(strata_backend b, strata_graph g) noexcept {
   GraphDestroy(g);
 }
 
-strata_status GemmSiluMulEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                               const strata_tensor* w_gate_up, const strata_tensor* bias,
-                               strata_tensor* scratch, strata_tensor* out) noexcept {
-  return GuardOp(b, st, "gemm_silu_mul",
-                 [&](Stream& s) { return GemmSiluMul(s, x, w_gate_up, bias, scratch, out); });
+// ---- the entry table ------------------------------------------------------------------
+
+constexpr strata_plugin_api_v1 MakeApi() {
+  strata_plugin_api_v1 api = plugin_common::CommonApi<Entries>("cuda");
+  api.get_info = GetInfo;
+  api.alloc = Alloc;
+  api.free = Free;
+  api.stream_create = StreamCreate;
+  api.stream_destroy = StreamDestroy;
+  api.stream_synchronize = StreamSynchronize;
+  api.copy_h2d = Copy<kCopyH2D, cudaMemcpyHostToDevice>;
+  api.copy_d2h = Copy<kCopyD2H, cudaMemcpyDeviceToHost>;
+  api.copy_d2d = Copy<kCopyD2D, cudaMemcpyDeviceToDevice>;
+  api.graph_capture_begin = GraphBeginEntry;
+  api.graph_capture_end = GraphEndEntry;
+  api.graph_launch = GraphLaunchEntry;
+  api.graph_destroy = GraphDestroyEntry;
+  api.host_register = HostRegister;
+  api.host_unregister = HostUnregister;
+  return api;
 }
 
-strata_status MoeExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                              const strata_tensor* topk_weights, const strata_tensor* topk_ids,
-                              const strata_tensor* w_gate_up, const strata_tensor* w_down,
-                              strata_tensor* out) noexcept {
-  return GuardOp(b, st, "moe_experts", [&](Stream& s) {
-    return MoeExperts(s, x, topk_weights, topk_ids, w_gate_up, w_down, out);
-  });
-}
-
-strata_status MoeRouteExpertsEntry(strata_backend b, strata_stream st, const strata_tensor* x,
-                                   const strata_tensor* router_logits, int32_t top_k,
-                                   int32_t renormalize, strata_tensor* topk_weights,
-                                   strata_tensor* topk_ids, const strata_tensor* w_gate_up,
-                                   const strata_tensor* w_down, strata_tensor* out) noexcept {
-  return GuardOp(b, st, "moe_route_experts", [&](Stream& s) {
-    return MoeRouteExperts(s, x, router_logits, top_k, renormalize, topk_weights, topk_ids,
-                           w_gate_up, w_down, out);
-  });
-}
-
-const strata_plugin_api_v1 kApi = {
-    .api_version = STRATA_PLUGIN_API_VERSION,
-    .struct_size = sizeof(strata_plugin_api_v1),
-    .plugin_name = "cuda",
-    .create = Create,
-    .destroy = Destroy,
-    .last_error = LastError,
-    .get_info = GetInfo,
-    .alloc = Alloc,
-    .free = Free,
-    .stream_create = StreamCreate,
-    .stream_destroy = StreamDestroy,
-    .stream_synchronize = StreamSynchronize,
-    .copy_h2d = Copy<kCopyH2D, cudaMemcpyHostToDevice>,
-    .copy_d2h = Copy<kCopyD2H, cudaMemcpyDeviceToHost>,
-    .copy_d2d = Copy<kCopyD2D, cudaMemcpyDeviceToDevice>,
-    .embedding = EmbeddingEntry,
-    .rms_norm = RmsNormEntry,
-    .gemm = GemmEntry,
-    .rope = RopeEntry,
-    .silu_mul = SiluMulEntry,
-    .gather_rows = GatherRowsEntry,
-    .kv_append = KvAppendEntry,
-    .attention_prefill = AttentionPrefillEntry,
-    .attention_decode = AttentionDecodeEntry,
-    .kv_copy_blocks = KvCopyBlocksEntry,
-    .kv_gather = KvGatherEntry,
-    .kv_scatter = KvScatterEntry,
-    .moe_route = MoeRouteEntry,
-    .moe_experts = MoeExpertsEntry,
-    .sample = SampleEntry,
-    .graph_capture_begin = GraphBeginEntry,
-    .graph_capture_end = GraphEndEntry,
-    .graph_launch = GraphLaunchEntry,
-    .graph_destroy = GraphDestroyEntry,
-    .attention_prologue = AttentionPrologueEntry,
-    .host_register = HostRegister,
-    .host_unregister = HostUnregister,
-    .gemm_silu_mul = GemmSiluMulEntry,
-    .moe_route_experts = MoeRouteExpertsEntry,
-};
+constexpr strata_plugin_api_v1 kApi = MakeApi();
 
 }  // namespace
 }  // namespace strata::cuda

@@ -89,4 +89,88 @@ Status CheckSampleParams(const strata_sample_params& p, int64_t row);
 // A 1-D I32 list of block ids (kv_copy_blocks, kv_gather, kv_scatter).
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view);
 
+// Where the index arrays an op reads live: a plugin whose device memory is host memory checks
+// their values up front (kHost); a GPU plugin leaves them to its kernels (kDevice).
+enum class IndexValues { kHost, kDevice };
+
+// embedding: table [V, H], ids I32 [T], out [T, H]; with kHost every id lies in [0, V).
+struct EmbeddingArgs {
+  TensorView table, ids, out;
+};
+Status CheckEmbedding(strata_dtype float_dtype, IndexValues values, const strata_tensor* table,
+                      const strata_tensor* ids, const strata_tensor* out, EmbeddingArgs* args);
+
+// gather_rows: x [N, ...] (rank 2 or 3), rows I32 [T], out [T, ...] of x's rank and trailing
+// dims; with kHost every row id lies in [0, N).
+struct GatherRowsArgs {
+  TensorView x, rows, out;
+};
+Status CheckGatherRows(strata_dtype float_dtype, IndexValues values, const strata_tensor* x,
+                       const strata_tensor* rows, const strata_tensor* out, GatherRowsArgs* args);
+
+// rms_norm: x and out [T, (heads,) D] of one shape, weight [D], residual NULL or x's shape,
+// eps >= 0.
+struct RmsNormArgs {
+  TensorView x, residual, weight, out;
+  bool has_residual = false;
+  int64_t d = 0;  // the normalized dimension (x's last)
+};
+Status CheckRmsNorm(strata_dtype float_dtype, const strata_tensor* x, const strata_tensor* residual,
+                    const strata_tensor* weight, float eps, const strata_tensor* out,
+                    RmsNormArgs* args);
+
+// rope: q [T, Hq, D], positions I32 [T], inv_freq F32 [R] with 2 R <= D, k NULL or [T, Hk, D]
+// and not q itself.
+struct RopeArgs {
+  TensorView q, k, positions, inv_freq;
+  bool has_k = false;
+};
+Status CheckRope(strata_dtype float_dtype, const strata_tensor* q, const strata_tensor* k,
+                 const strata_tensor* positions, const strata_tensor* inv_freq, RopeArgs* args);
+
+// silu_mul: x [T, 2I], out [T, I].
+struct SiluMulArgs {
+  TensorView x, out;
+  int64_t inter = 0;  // I
+};
+Status CheckSiluMul(strata_dtype float_dtype, const strata_tensor* x, const strata_tensor* out,
+                    SiluMulArgs* args);
+
+// gemm: x [M, (..,) K], w [N, K], out [M, (..,) N], bias NULL or [N]; out overlaps no input.
+struct GemmArgs {
+  TensorView x, w, bias, out;
+  bool has_bias = false;
+  int64_t m = 0, n = 0, k = 0;
+};
+Status CheckGemm(strata_dtype float_dtype, const strata_tensor* x, const strata_tensor* w,
+                 const strata_tensor* bias, const strata_tensor* out, GemmArgs* args);
+
+// attention_prefill / attention_decode (reported under `op`): the pool, params (layer in
+// range, sliding_window >= 0), q and out [T, Hq, D] of one shape with D the pool's head_dim
+// and Hq a positive multiple of its kv heads.
+struct AttentionViews {
+  CacheView cache;
+  TensorView q, out;
+  int64_t q_heads = 0;
+};
+Status CheckAttention(const char* op, strata_dtype float_dtype, const strata_kv_cache* cache,
+                      const strata_attention_params* params, const strata_tensor* q,
+                      const strata_tensor* out, AttentionViews* args);
+// The batch descriptor itself: non-NULL, counts >= 0, and with sequences its arrays non-NULL.
+// The arrays' values are the plugin's business, like other index values.
+Status CheckAttentionBatch(const char* op, const strata_attention_batch* batch);
+
+// kv_copy_blocks: src_blocks and dst_blocks I32 [N]; kv_gather (kv_scatter): blocks I32 [N]
+// and dst (src) non-NULL when N > 0. With kHost every block id lies in the pool.
+struct KvBlocksArgs {
+  CacheView cache;
+  TensorView src, dst;  // kv_gather / kv_scatter: the block list in `src`
+};
+Status CheckKvCopyBlocks(strata_dtype kv_dtype, IndexValues values, const strata_kv_cache* cache,
+                         const strata_tensor* src, const strata_tensor* dst, KvBlocksArgs* args);
+Status CheckKvGather(strata_dtype kv_dtype, IndexValues values, const strata_kv_cache* cache,
+                     const strata_tensor* blocks, const void* dst, KvBlocksArgs* args);
+Status CheckKvScatter(strata_dtype kv_dtype, IndexValues values, const strata_kv_cache* cache,
+                      const strata_tensor* blocks, const void* src, KvBlocksArgs* args);
+
 }  // namespace strata::plugin_common

@@ -19,7 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 
 namespace strata::cuda {

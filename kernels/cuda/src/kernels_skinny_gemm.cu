@@ -1,5 +1,5 @@
 // gemm and gemm_silu_mul at decode-sized M above the GEMV's (kGemvGemmRows < M <=
-// kSkinnyGemmRows = 64), issue 5: out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n]
+// kSkinnyGemmRows = 64): out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n]
 // (+ bias[n]) in fp32, rounded once; with silu, out[m, c] = silu(g) * u of the rounded gate and
 // up projections (gate row c, up row c + I), bit for bit gemm then silu_mul.
 //
@@ -21,17 +21,17 @@
 // wgmma variant (kernels_skinny_gemm_sm90a.cu) where the device has it.
 //
 // `gemm` takes this kernel only where it measured ahead of cuBLAS: at most 16 column tiles
-// (SkinnyGemmServes). On the large Llama projections at 64 rows it stays below cuBLAS (0.52-0.76
-// of copy against 0.62-0.88) with mma.sync or wgmma, 3 or 2 CTAs per SM, 3-9 stages: the per-CTA
+// (SkinnyGemmServes). On the large Llama projections at 64 rows it stays below cuBLAS
+// with mma.sync or wgmma, 3 or 2 CTAs per SM, 3-9 stages (NOTES.md): the per-CTA
 // stream of a one-wave grid is latency bound and the x tile adds a third to every stage.
 //
 // Programmatic dependent launch: the kernel waits for its predecessor before it reads anything.
 // (Prefetching the first weight stages into the L2 before that wait gained nothing in a served
-// decode step; the same prefetch in the GEMV cost 3% at Llama batch 1: plugins/cuda/NOTES.md.)
+// decode step, and the same prefetch in the GEMV cost time: plugins/cuda/NOTES.md.)
 #include <atomic>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "skinny_gemm_common.cuh"
 
 namespace strata::cuda {
@@ -124,7 +124,7 @@ constexpr int64_t kMaxServedTiles = 16;  // SkinnyGemmServes
 #ifndef STRATA_SKINNY_SILU_DEEP
 #define STRATA_SKINNY_SILU_DEEP 1
 #endif
-// gemm_bench (2026-12-01, Llama gate_up): fused 66.9 vs 70.7 us at 64 rows, 65.8 vs 65.2 at 24.
+// Above this many rows the fused deep ring beats cuBLAS + silu_mul (gemm_bench: NOTES.md).
 constexpr int64_t kDeepSiluMinRows = 32;
 constexpr int kStages[3] = {STRATA_SKINNY_STAGES_16, STRATA_SKINNY_STAGES_32,
                             STRATA_SKINNY_STAGES_64};
@@ -205,9 +205,8 @@ bool SkinnyGemmServes(int64_t m, int64_t n, int64_t k, const bf16* x, int64_t ld
   }
   // Where it measured ahead of cuBLAS (plugins/cuda/NOTES.md, "Dense gemm at M <= 64"): at most
   // 16 column tiles, which cuBLAS does not spread over the GPU (Qwen3-30B-A3B's o and router at
-  // every M: served decode steps at batch 8 / 64 2% / 0.5% faster). With more tiles cuBLAS
-  // streams at 0.6-0.95 of copy and this kernel does not catch up (Llama-3.1-8B's o at M = 8 won
-  // in gemm_bench but cost its batch-8 step 2%).
+  // every M). With more tiles cuBLAS streams closer to the copy rate and this kernel does not
+  // catch up in the served step.
   const int64_t tiles = (n + 127) / 128;
   return tiles <= kMaxServedTiles;
 }

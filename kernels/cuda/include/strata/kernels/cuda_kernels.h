@@ -193,9 +193,9 @@ void SetMoeVectorKernelsEnabled(bool enabled);
 // logits itself (moe_route.cuh, bit for bit moe_route's result) instead of reading topk_ids /
 // topk_weights, and its first CTA writes the routing there (args.topk_ids / args.weights with
 // their strides) for the down kernel. Serves experts <= kMoeVectorRouteMaxExperts and, as
-// measured, single-token calls only: in the served Qwen3-30B-A3B step the fused pair saved
-// 1.4-2% at batch 1, but at batch 8 (a tensor-core router projection before it instead of the
-// GEMV) it cost 11%, 1.3% even launched without programmatic dependent launch (NOTES.md).
+// measured, single-token calls only: in the served Qwen3-30B-A3B step the fused pair gains at
+// batch 1 but costs at batch 8, where a tensor-core router projection runs before it instead of
+// the GEMV (NOTES.md).
 inline constexpr int64_t kMoeVectorRouteMaxExperts = 256;
 inline constexpr int64_t kMoeVectorRouteMaxRows = 1;
 struct MoeVectorRouting {
@@ -302,9 +302,9 @@ bool PrefillAttentionSupported(const AttentionArgs& args);
 // Takes the wgmma kernel on compute capability 9.0 devices, the mma.sync kernel elsewhere.
 cudaError_t LaunchPrefillAttention(const AttentionArgs& args, cudaStream_t stream);
 // The two kernels by name (benchmarks compare them); same contract as LaunchPrefillAttention.
-// v1: mma.sync, any sm_90 device (kernels_prefill_attention.cu).
+// mma.sync, any sm_90 device (kernels_prefill_attention.cu).
 cudaError_t LaunchPrefillAttentionMma(const AttentionArgs& args, cudaStream_t stream);
-// v2: Hopper warpgroup MMA (wgmma), built for sm_90a only (kernels_prefill_attention_sm90a.cu);
+// Hopper warpgroup MMA (wgmma), built for sm_90a only (kernels_prefill_attention_sm90a.cu);
 // only where WgmmaAvailable(). Warp-specialized where the pool allows (block_size >= 8): a
 // producer warp issues the K/V tiles' TMA loads into a ring of full / empty barriers; else every
 // thread issues cp.async copies. The Cp form always takes the cp.async kernel (benchmarks).

@@ -1,4 +1,4 @@
-// moe_experts on the device, without a host round trip (v1, issue 5):
+// moe_experts on the device, without a host round trip:
 //
 //   1. MoeSortKernel (one CTA): counting sort of the T * k (token, j) assignments by expert:
 //      per-warp histograms over contiguous segments, one scan, then a stable scatter (warps
@@ -26,7 +26,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 
 // Bench variants only (built by hand, like STRATA_PREFILL_*): -DSTRATA_MOE_PDL=0 launches
@@ -279,9 +279,8 @@ using LargeDown = Tile<128, 128, 2, 2, 3, 1, 2, 8>;
 // Decode-sized groups (< 16 rows per expert): weight-bandwidth bound. 16-row tiles and deep
 // rings, so each SM keeps >= ~80 KiB of weights in flight (Little's law asks ~40 KiB at
 // ~4.2 TB/s); 2 (gate_up) / 3 (down) CTAs per SM. The down tiles are 128 columns wide: with
-// Qwen3-30B-A3B's K = 768 a 32-wide tile was 48 KiB of weights, all pipeline fill and drain
-// (moe_bench, same run: Qwen 64 tokens 305 -> 295 us, 16 tokens 211 -> 200; Mixtral 16 tokens
-// 672 -> 683).
+// Qwen3-30B-A3B's K = 768 a 32-wide tile holds 48 KiB of weights, all pipeline fill and drain
+// (moe_bench: plugins/cuda/NOTES.md).
 #ifndef STRATA_MOE_SMALL_GATE_UP
 #define STRATA_MOE_SMALL_GATE_UP 16, 32, 1, 4, 8, 2, 2, 4
 #endif

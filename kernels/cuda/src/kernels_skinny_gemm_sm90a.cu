@@ -110,8 +110,7 @@ cudaError_t LaunchSkinnyWgmma(const SkinnyArgs& g, bool silu, cudaStream_t strea
 }
 
 // gemm_silu_mul over many column tiles (Llama-3.1-8B's gate_up: 224 tiles of 64 + 64 rows): an
-// 8-stage ring at one CTA per SM. gemm_bench, 2026-12-01: 66.9 us at 64 rows vs 70.5 for cuBLAS
-// + silu_mul (0.84 vs 0.88 of copy for cuBLAS's projection alone, without the silu_mul pass).
+// 8-stage ring at one CTA per SM; against cuBLAS + silu_mul in gemm_bench (NOTES.md).
 cudaError_t LaunchSkinnyWgmmaDeepSilu(const SkinnyArgs& g, cudaStream_t stream) {
   return Launch<moe::Tile<64, 64, 4, 1, 8, 2, 1, 1>>(g, stream);
 }

@@ -1,4 +1,4 @@
-// Paged causal prefill attention, v1: FlashAttention-2 style on the tensor cores.
+// Paged causal prefill attention on mma.sync: FlashAttention-2 style on the tensor cores.
 //
 // One CTA of kWarps (4) warps per (query tile, kv head), two CTAs per SM. The CTA's kRows (128)
 // query rows pack the whole GQA group of its kv head: row r is query head kvh * G + r / P at
@@ -29,7 +29,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "prefill_attention_common.cuh"
 
 namespace strata::cuda {

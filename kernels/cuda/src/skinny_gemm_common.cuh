@@ -12,7 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 
 namespace strata::cuda::skinny {

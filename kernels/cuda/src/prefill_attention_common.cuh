@@ -1,4 +1,4 @@
-// What the two paged prefill attention kernels share: the v1 kernel on mma.sync
+// What the two paged prefill attention kernels share: the kernel on mma.sync
 // (kernels_prefill_attention.cu, any sm_90 device) and the Hopper kernel on wgmma
 // (kernels_prefill_attention_sm90a.cu). Both pack a kv head's whole GQA group into a CTA's
 // query rows, stream K/V tiles of kKeys positions from the paged cache with cp.async, walk
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 
 namespace strata::cuda::prefill {
@@ -142,7 +142,7 @@ __device__ __forceinline__ void StoreIds(int32_t* slot, int32_t id, int shift) {
 }
 
 // True if some table entry the CTA reads (positions [lo, pos_max]) is outside the pool; those
-// keys are then masked one by one (the v0 kernel skips them too). Called by every thread.
+// keys are then masked one by one (the general kernel skips them too). Called by every thread.
 template <int kThreads>
 __device__ inline bool AnyBadBlock(const AttentionArgs& a, const Tile& t, const int32_t* table) {
   const int32_t bs = static_cast<int32_t>(a.dims.block_size);

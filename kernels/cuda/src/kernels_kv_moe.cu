@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "moe_route.cuh"
 

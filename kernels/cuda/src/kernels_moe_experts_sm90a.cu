@@ -13,11 +13,11 @@
 //
 // Where the weights can be described by a tensor map (always, for the layouts moe_experts
 // accepts), the warp-specialized form runs instead (GroupedGemmWsKernel: the same math, its
-// loads issued by a producer warpgroup, stages handed over through mbarriers; 1.12x the form
-// above at Mixtral's 4,096-token shape, plugins/cuda/NOTES.md "MoE v4").
+// loads issued by a producer warpgroup, stages handed over through mbarriers; measured against
+// the form above in plugins/cuda/NOTES.md).
 #include <climits>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"

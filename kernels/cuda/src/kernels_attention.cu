@@ -1,4 +1,4 @@
-// Paged causal attention, v0: one warp per (query row, query head). Each lane holds up to
+// Paged causal attention, the general kernel: one warp per (query row, query head). Each lane holds up to
 // eight head-dim elements (d = lane + 32 * i) of q and of the fp32 output accumulator; the warp
 // walks the row's keys one at a time: a shuffle-reduced q.k score, an online-softmax update
 // (running max m, running sum l) and acc = acc * correction + p * v, all in fp32.
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// moe_route's rule for one row held by one warp (issue 5), shared by the route kernel
+// moe_route's rule for one row held by one warp, shared by the route kernel
 // (kernels_kv_moe.cu) and the decode-sized expert kernels that route for themselves
 // (kernels_moe_vector.cu). Device code only; included by .cu files.
 //

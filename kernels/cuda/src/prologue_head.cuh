@@ -4,7 +4,7 @@
 // roundings between the steps. Shared by the prologue kernel (kernels_prologue.cu) and the
 // decode-attention kernel that runs the prologue itself (kernels_decode_attention.cu), so the
 // two paths agree bit for bit.
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 

@@ -1,4 +1,4 @@
-// gemm for decode-sized M (1-4 rows; `gemm` sends it M <= kGemvGemmRows), issue 5:
+// gemm for decode-sized M (1-4 rows; `gemm` sends it M <= kGemvGemmRows):
 // out[m, n] = (accumulate ? out[m, n] : 0) + x[m] . w[n] (+ bias[n]) in fp32, rounded once;
 // and gemm_silu_mul at M <= 2 (a unit pairs a gate row with its up row; SiLU-mul in the epilogue,
 // so the [M, 2I] projection never goes to memory).
@@ -16,7 +16,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "warp_dot.cuh"
 

@@ -1,5 +1,5 @@
 // moe_experts for decode-sized calls (few tokens, so few rows per expert): two kernels of warp
-// dot products, no sort, no tensor cores (issue 5, MoE v3).
+// dot products, no sort, no tensor cores.
 //
 // At 1-8 tokens an expert sees one or two rows, so the layer is a weight stream: Qwen3-30B-A3B
 // at one token reads 8 experts x 9.4 MB and does 2 FLOPs per weight. The tiled path spends a
@@ -33,7 +33,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "moe_gemm_common.cuh"
 #include "moe_route.cuh"
 #include "warp_dot.cuh"
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kThreads, 2) MoeVectorDownKernel(VectorArgs a)
   const int first = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   // A given routing was final before the gate_up kernel started: read it, and fetch this
   // warp's first weight rows into the L2 while that kernel finishes. One the gate_up kernel
-  // computed is read once that kernel is done (computing it here again, before the wait, was
-  // slower: this grid's CTAs become resident only as the gate_up grid's leave).
+  // computed is read once that kernel is done (computing it here again, before the wait, gains
+  // nothing: this grid's CTAs become resident only as the gate_up grid's leave).
   if (!kRoutedByGateUp) {
     LoadRouting(a, &routing);
     if (first < units) {

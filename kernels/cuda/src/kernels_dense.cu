@@ -4,7 +4,7 @@
 // so a decode step's chain of small kernels does not pay a full launch gap per kernel.
 #include <algorithm>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 
 namespace strata::cuda {

@@ -1,11 +1,12 @@
-// Paged causal prefill attention, v3: the v1 kernel's structure on Hopper's warpgroup MMA (v2),
-// its K/V tiles brought by the tensor memory accelerator (TMA) from a producer warp.
+// Paged causal prefill attention on Hopper's warpgroup MMA: the mma.sync kernel's structure
+// (kernels_prefill_attention.cu) on wgmma, its K/V tiles brought by the tensor memory
+// accelerator (TMA) from a producer warp.
 //
 // Built for sm_90a only (wgmma is not part of the portable sm_90 target); LaunchPrefillAttention
-// takes it on compute capability 9.0 devices and the v1 mma.sync kernel elsewhere.
+// takes it on compute capability 9.0 devices and the mma.sync kernel elsewhere.
 //
 // One CTA per (query tile, kv head), one CTA per SM: three math warpgroups and, in the
-// warp-specialized kernel, a producer warpgroup. As in v1 the CTA's kRows (192) query rows pack
+// warp-specialized kernel, a producer warpgroup. As in the mma.sync kernel the CTA's kRows (192) query rows pack
 // the kv head's whole GQA group (row r is query head kvh * G + r / P at query row j0 + r % P,
 // P = kRows / G positions per tile), K/V tiles of kKeys (64) positions stream from the paged
 // cache through a kStages-deep (4) ring, from the diagonal tile down, and sequences of any
@@ -14,13 +15,13 @@
 //   S[64 x 64] = Q K^T      head_dim / 16 wgmma.m64n64k16, Q and K read from shared memory
 //                           through descriptors (K-major)
 //   online softmax          fp32, exp2 domain, on the accumulators in registers (the m64nN
-//                           accumulator layout is the m16n8 one per warp, so v1's masking and
-//                           softmax apply unchanged)
+//                           accumulator layout is the m16n8 one per warp, so the mma.sync
+//                           kernel's masking and softmax apply unchanged)
 //   O[64 x D] += P V        4 wgmma.m64n{D}k16 with P from registers (bf16, the accumulator
 //                           layout re-packed as the A operand) and V from shared memory
 //                           (MN-major, the transposed-B form)
 // so the tensor cores read Q, K and V straight from shared memory: no ldmatrix, and a warp
-// issues 12 MMA instructions per tile where v1 issued 256.
+// issues 12 MMA instructions per tile where the mma.sync kernel issues 256.
 //
 // Loads (PrefillAttentionWsKernel, block_size >= 8): one producer warp reads each tile's block
 // ids from the table (a lane per block) and issues its K and V boxes through a tensor map of the
@@ -28,8 +29,8 @@
 // warp arrives on the slot's `empty` mbarrier once its PV product is done, so the warpgroups run
 // out of step and no math thread computes an address. The producer warpgroup gives its registers
 // to the math warpgroups (setmaxnreg). Against every thread issuing cp.async copies behind a CTA
-// barrier per tile (PrefillAttentionWgmmaKernel, still what block sizes below 8 take), 1.20x
-// at 8k tokens (plugins/cuda/NOTES.md, "Prefill attention v3").
+// barrier per tile (PrefillAttentionWgmmaKernel, what block sizes below 8 take); measured side
+// by side in plugins/cuda/NOTES.md.
 //
 // Shared memory layout: every tile (Q, and K and V of each ring slot) is stored as panels of
 // 64 columns (128 bytes per row), rows 128 bytes apart, 16-byte chunks XOR-swizzled by
@@ -41,7 +42,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "prefill_attention_common.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"

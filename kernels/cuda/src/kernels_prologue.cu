@@ -1,4 +1,4 @@
-// attention_prologue in one kernel (issue 5): per (token, head) one warp, the head's D values in
+// attention_prologue in one kernel: per (token, head) one warp, the head's D values in
 // registers (lane l holds elements l + 32 i): q/k RMSNorm, rotary embedding, and the k and v
 // rows written to the KV pool. The arithmetic is that of the separate kernels (RmsNormKernel,
 // RopeKernel, KvAppendKernel) in the same order, with the same roundings to bf16 between the
@@ -7,7 +7,7 @@
 // falls back to the separate kernels otherwise.
 #include <algorithm>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "prologue_head.cuh"
 

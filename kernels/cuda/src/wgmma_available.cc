@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 
 namespace strata::cuda {
 

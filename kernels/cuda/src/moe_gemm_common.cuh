@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 
 namespace strata::cuda::moe {
@@ -39,7 +39,7 @@ struct GemmArgs {
   // for the down GEMM): the first tile's weight stages load before waiting for it.
   bool early_weights;
   // Launch with programmatic dependent launch. Off for the large tiles: there the dependent
-  // grid's CTAs, resident early, cost more than the launch gap they hide (measured ~5%).
+  // grid's CTAs, resident early, cost more than the launch gap they hide.
   bool pdl;
 };
 

@@ -1,8 +1,8 @@
-// Paged decode attention, v2: split-KV (flash-decoding) on the tensor cores.
+// Paged decode attention: split-KV (flash-decoding) on the tensor cores.
 //
 // Grid (kv head, sequence, split): the kv heads of one sequence are neighbours in launch order,
-// so they run together and read each block's interleaved head rows close in time (up to 1.03x
-// over (sequence, kv head) on long streams, H200: plugins/cuda/NOTES.md). A CTA of 4
+// so they run together and read each block's interleaved head rows close in time
+// (plugins/cuda/NOTES.md, "kv heads of a sequence side by side"). A CTA of 4
 // or 8 warps serves the whole GQA group of its kv head (G <= 8 query heads), so every K/V byte of
 // the split is read from memory once. The split's keys are cut into tiles of 16 positions, dealt
 // round-robin to the warps; each warp streams its tiles through its own kStages-deep cp.async ring
@@ -17,7 +17,7 @@
 // At the end the warps merge through shared memory; with one split the CTA writes bf16 out,
 // otherwise it writes its normalized partial O and log2-sum-exp, and a combine kernel merges
 // the splits. The split count comes from the host plan (PlanDecodeAttention).
-// v2 (against v1): both kernels are launched with programmatic dependent launch, so a grid is
+// Both kernels are launched with programmatic dependent launch, so a grid is
 // scheduled while its predecessor drains; without a sliding window the first tiles' block ids
 // are read in parallel with kv_len, and both before the wait for the predecessor where no
 // recent op wrote them (AttentionArgs::early_batch); the combine sums the splits with float4
@@ -28,7 +28,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "cuda_kernels.h"
+#include "strata/kernels/cuda_kernels.h"
 #include "device_util.cuh"
 #include "prologue_head.cuh"
 
@@ -40,9 +40,8 @@ namespace {
 constexpr int kTileKeys = 16;
 constexpr int kStages = 3;
 // Keys per split below which a CTA is mostly prologue. Only few (sequence, kv head) items (small
-// batches) reach it: ChooseSplits takes the fewest splits that fill the GPU. 64 was tried
-// (2026-12-01): more CTAs at batch 1, but no faster (Llama batch 1 at 2k: 15.2 us with 26
-// splits vs 12.2 us with 8; NOTES.md).
+// batches) reach it: ChooseSplits takes the fewest splits that fill the GPU. Shorter chunks
+// give more CTAs at batch 1 but no gain (plugins/cuda/NOTES.md).
 #ifndef STRATA_DECODE_MIN_CHUNK
 #define STRATA_DECODE_MIN_CHUNK 256
 #endif
@@ -365,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // The split's keys are sized from this sequence's own length, not the plan's chunk: a plan
   // made for a longer context (graph replay plans for the context bucket) would otherwise leave
   // its last splits empty and the first ones full. Not below kMinChunk keys (or the plan's
-  // chunk, if shorter): shorter splits measured slower (their CTAs are mostly fixed cost).
+  // chunk, if shorter): shorter splits' CTAs are mostly fixed cost.
   // 32-bit: kv_len < 2^31 (DecodeAttentionSupported); one split needs no division at all.
   const int32_t len = static_cast<int32_t>(kv_len - first);
   int32_t span = len;
@@ -587,9 +586,8 @@ cudaError_t PlanDecodeAttention(const AttentionArgs& a, int32_t max_kv_len_hint,
   // 4-warp CTAs, unless (D = 128) one wave of unsplit 8-warp CTAs, one per SM, fills >= 90%
   // of the SMs (the 4-warp plan would then be 2 splits and a combine for the same bytes in
   // flight per SM), or the 4-warp plan splits contexts of at most kShortContext keys: there the
-  // per-warp chain of a few tiles is the time, and 8 warps halve it (decode_attention_bench,
-  // 2026-12-01: Llama / Qwen3 batch 1 at 2k 8-13% faster; at 32k and batch >= 4 8 warps lose
-  // up to 3%).
+  // per-warp chain of a few tiles is the time, and 8 warps halve it (decode_attention_bench
+  // measurements: plugins/cuda/NOTES.md).
   const int64_t slots4 = int64_t{sms} * per_sm4, slots8 = int64_t{sms} * per_sm8;
   int32_t splits = ChooseSplits(items, max_kv, slots4);
   const int32_t splits8 = ChooseSplits(items, max_kv, slots8);
