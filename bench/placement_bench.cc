@@ -16,7 +16,7 @@
 #include "strata/router/kv_index.h"
 #include "strata/router/latency_model.h"
 #include "strata/router/placement.h"
-#include "strata/router/worker_pool.h"
+#include "strata/router/worker_view.h"
 
 namespace strata::router {
 namespace {
@@ -59,16 +59,14 @@ std::vector<WorkerView> Views(std::mt19937_64& rng) {
     WorkerView& v = views[w];
     v.index_id = WorkerId(w);
     const bool prefill = w < kPrefill;
-    v.info.set_id((prefill ? "prefill-" : "decode-") + std::to_string(w));
-    v.info.set_role(prefill ? v1::ROLE_PREFILL : v1::ROLE_DECODE);
-    v.info.set_block_size(16);
-    v.info.set_num_kv_blocks(8192);
-    v.load.set_queued_prefill_tokens(int64_t(rng() % 4096));
-    v.load.set_running(int32_t(rng() % 48));
-    v.load.set_total_kv_blocks(8192);
-    v.load.set_free_kv_blocks(int32_t(2048 + rng() % 6000));
-    v.load.set_decode_context_tokens(int64_t(rng() % 200000));
-    v.load.set_step_seconds_ema(0.02);
+    v.id = (prefill ? "prefill-" : "decode-") + std::to_string(w);
+    v.role = prefill ? WorkerRole::kPrefill : WorkerRole::kDecode;
+    v.load.queued_prefill_tokens = int64_t(rng() % 4096);
+    v.load.running = int32_t(rng() % 48);
+    v.load.total_kv_blocks = 8192;
+    v.load.free_kv_blocks = int32_t(2048 + rng() % 6000);
+    v.load.decode_context_tokens = int64_t(rng() % 200000);
+    v.load.step_seconds_ema = 0.02;
     v.inflight = int64_t(rng() % 32);
   }
   return views;

@@ -14,7 +14,7 @@
 #include "strata/common/status_macros.h"
 #include "strata/engine/safetensors.h"
 #include "strata/engine/sampling.h"
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata {
 namespace {

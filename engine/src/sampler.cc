@@ -49,37 +49,6 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
 
 }  // namespace
 
-absl::Status SamplingParams::Validate(int vocab_size) const {
-  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
-  if (max_tokens < 0) return bad(absl::StrCat("max_tokens must be >= 0, got ", max_tokens));
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
-    return bad(absl::StrCat("temperature must be >= 0, got ", temperature));
-  }
-  if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    return bad(absl::StrCat("top_p must be in (0, 1], got ", top_p));
-  }
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
-    return bad(absl::StrCat("min_p must be in [0, 1], got ", min_p));
-  }
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
-    return bad(absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
-  }
-  if (!(std::abs(presence_penalty) <= 2.0f)) {
-    return bad(absl::StrCat("presence_penalty must be in [-2, 2], got ", presence_penalty));
-  }
-  if (!(std::abs(frequency_penalty) <= 2.0f)) {
-    return bad(absl::StrCat("frequency_penalty must be in [-2, 2], got ", frequency_penalty));
-  }
-  if (logprobs > 20) return bad(absl::StrCat("logprobs must be <= 20, got ", logprobs));
-  for (int32_t t : stop_token_ids) {
-    if (t < 0 || t >= vocab_size) return bad(absl::StrCat("stop_token_ids: bad token id ", t));
-  }
-  for (const auto& s : stop) {
-    if (s.empty()) return bad("stop strings must be non-empty");
-  }
-  return absl::OkStatus();
-}
-
 Rng::Rng(uint64_t seed) {
   for (auto& s : s_) s = SplitMix64(seed);
 }

@@ -6,20 +6,6 @@
 
 namespace strata {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kNone:
-      return "";
-  }
-  return "";
-}
-
 Scheduler::Scheduler(const SchedulerOptions& options, BlockManager* blocks, uint64_t hash_seed)
     : options_(options), blocks_(blocks), hash_seed_(hash_seed) {
   STRATA_CHECK(options.max_num_batched_tokens > 0 && options.max_num_seqs > 0);

@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "strata/engine/sampling.h"
-#include "strata/engine/tokenizer.h"
 #include "strata/http/server.h"
 #include "strata/openai/backend.h"
 #include "strata/openai/format.h"
 #include "strata/openai/frontend.h"
 #include "strata/openai/protocol.h"
+#include "strata/text/tokenizer.h"
+#include "strata/types/sampling.h"
 
 namespace strata::openai::internal {
 

@@ -64,8 +64,12 @@ constexpr int kMaxResumes = 3;
 // One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
 class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  Attempt(std::shared_ptr<CallState> state, Placement placement)
-      : state_(std::move(state)), placement_(std::move(placement)), placed_at_(absl::Now()) {}
+  Attempt(std::shared_ptr<CallState> state, Placement placement,
+          std::shared_ptr<v1::Worker::Stub> decode_stub)
+      : state_(std::move(state)),
+        placement_(std::move(placement)),
+        decode_stub_(std::move(decode_stub)),
+        placed_at_(absl::Now()) {}
 
   void Start(std::shared_ptr<Attempt> self) {
     self_ = std::move(self);
@@ -80,7 +84,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     request_.set_resumed_text_bytes(state_->delivered_text);
     proto::ToProto(r.params, request_.mutable_params());
     request_.set_prefill_address(placement_.prefill_address);
-    placement_.decode_stub->async()->Generate(&context_, &request_, this);
+    decode_stub_->async()->Generate(&context_, &request_, this);
     StartRead(&response_);
     StartCall();
   }
@@ -189,6 +193,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
 
   std::shared_ptr<CallState> state_;
   Placement placement_;
+  std::shared_ptr<v1::Worker::Stub> decode_stub_;
   absl::Time placed_at_;
   bool observed_ = false;
   std::shared_ptr<Attempt> self_;
@@ -207,6 +212,17 @@ std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<i
   const size_t full = prompt.size() / size_t(bs);
   return pool.MatchPrefix(
       HashBlockChain(seed, std::span<const int32_t>(prompt.data(), full * bs), bs));
+}
+
+// The Worker stub of the placement's decode worker, from the snapshot it was placed on.
+std::shared_ptr<v1::Worker::Stub> DecodeStub(
+    const std::vector<WorkerView>& workers,
+    const std::vector<std::shared_ptr<v1::Worker::Stub>>& stubs, const Placement& placed) {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i].id == placed.decode_id) return stubs[i];
+  }
+  STRATA_LOG(Fatal) << "placed on " << placed.decode_id << ", which is not in the snapshot";
+  return nullptr;
 }
 
 // Places the request and starts its attempt; the placement's error when it cannot be placed.
@@ -231,12 +247,15 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
   const std::vector<WorkerMatch> matches = MatchPrompt(*pool, *prompt);
-  auto placed = b->placer()->Place(pool->Snapshot(), matches, pr);
+  std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
+  std::vector<WorkerView> workers = pool->Snapshot(&stubs);
+  auto placed = b->placer()->Place(workers, matches, pr);
   if (absl::IsUnavailable(placed.status()) && !pr.exclude.empty()) {
     // Every decode worker has failed this request once; those registered now are back (a
     // restarted process, a healed link): better one of them than no answer.
     pr.exclude.clear();
-    placed = b->placer()->Place(pool->Snapshot(), matches, pr);
+    workers = pool->Snapshot(&stubs);
+    placed = b->placer()->Place(workers, matches, pr);
   }
   if (!placed.ok()) return placed.status();
   pool->AddInflight(placed->decode_id, 1);
@@ -246,7 +265,8 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
     b->metrics().placements->WithLabels({placed->prefill_id.empty() ? "local" : "remote"})
         ->Increment();
   }
-  auto attempt = std::make_shared<Attempt>(state, std::move(*placed));
+  auto attempt =
+      std::make_shared<Attempt>(state, std::move(*placed), DecodeStub(workers, stubs, *placed));
   {
     absl::MutexLock lock(&state->mu);
     state->current = attempt;
@@ -436,7 +456,7 @@ bool ClusterBackend::Ready() const { return !draining_ && HasDecodeWorker(); }
 
 bool ClusterBackend::HasDecodeWorker() const {
   for (const auto& w : pool_->Snapshot()) {
-    if (w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED) return true;
+    if (w.role == WorkerRole::kDecode || w.role == WorkerRole::kMixed) return true;
   }
   return false;
 }

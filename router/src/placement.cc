@@ -35,7 +35,7 @@ Registry& GetRegistry() {
 }
 
 bool IsDecodeCapable(const WorkerView& w) {
-  return w.info.role() == v1::ROLE_DECODE || w.info.role() == v1::ROLE_MIXED;
+  return w.role == WorkerRole::kDecode || w.role == WorkerRole::kMixed;
 }
 
 }  // namespace
@@ -90,12 +90,11 @@ WorkerMatch MatchFor(const WorkerView& w, const std::vector<WorkerMatch>& matche
 Placement MakePlacement(const WorkerView& d, const WorkerView* p,
                         const std::vector<WorkerMatch>& matches) {
   Placement out;
-  out.decode_id = d.info.id();
-  out.decode_stub = d.stub;
+  out.decode_id = d.id;
   out.cached_blocks = MatchFor(d, matches).blocks;
   if (p != nullptr) {
-    out.prefill_id = p->info.id();
-    out.prefill_address = p->info.grpc_address();
+    out.prefill_id = p->id;
+    out.prefill_address = p->grpc_address;
   }
   return out;
 }
@@ -187,12 +186,12 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
   bool any_decode = false;
   for (const WorkerView& w : workers) {
     const auto& ex = request.exclude;
-    if (std::find(ex.begin(), ex.end(), w.info.id()) != ex.end()) continue;
+    if (std::find(ex.begin(), ex.end(), w.id) != ex.end()) continue;
     const bool full = OutstandingRequests(w) >= options_.max_inflight_per_worker;
     if (IsDecodeCapable(w)) {
       any_decode = true;
       if (!full) decode.push_back(&w);
-    } else if (w.info.role() == v1::ROLE_PREFILL && !full && !request.local_prefill) {
+    } else if (w.role == WorkerRole::kPrefill && !full && !request.local_prefill) {
       prefill.push_back(&w);
     }
   }
@@ -249,7 +248,7 @@ void Placer::LiveState(const std::vector<const WorkerView*>& workers,
   absl::MutexLock lock(&mu_);
   if (correction_.empty() && pending_.empty()) return;  // nothing observed yet: no hashing
   for (size_t i = 0; i < workers.size(); ++i) {
-    const std::string& id = workers[i]->info.id();
+    const std::string& id = workers[i]->id;
     if (auto it = correction_.find(id); it != correction_.end()) (*correction)[i] = it->second;
     if (auto it = pending_.find(id); it != pending_.end()) (*pending)[i] = it->second;
   }

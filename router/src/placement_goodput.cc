@@ -233,7 +233,7 @@ class GoodputPolicy final : public PlacementPolicy {
     const WorkerMatch& m = *w.match;
     // At least the last prompt token is computed (it yields the first output token).
     const int64_t cached = std::min<int64_t>(m.blocks, (prompt - 1) / bs);
-    const int64_t queued = std::max(w.view->load.queued_prefill_tokens(), w.pending);
+    const int64_t queued = std::max(w.view->load.queued_prefill_tokens, w.pending);
     const int64_t max_tokens = std::max<int64_t>(1, profile_.max_batch_tokens);
     PrefillSide ps;
     ps.tokens = prompt - cached * bs;
@@ -285,11 +285,11 @@ class GoodputPolicy final : public PlacementPolicy {
   // prompts the router placed there that the last heartbeat does not show yet.
   int64_t Context(const PlacementContext& ctx, const WorkerView& d) const {
     const int bs = BlockSize(ctx);
-    int64_t context = d.load.decode_context_tokens();
+    int64_t context = d.load.decode_context_tokens;
     if (context <= 0) {
-      context = int64_t{std::max(0, d.load.total_kv_blocks() - d.load.free_kv_blocks())} * bs;
+      context = int64_t{std::max(0, d.load.total_kv_blocks - d.load.free_kv_blocks)} * bs;
     }
-    const int64_t unseen = d.inflight - (d.load.running() + d.load.waiting());
+    const int64_t unseen = d.inflight - (d.load.running + d.load.waiting);
     return context + std::max<int64_t>(0, unseen) * ctx.request.prompt_tokens;
   }
 

@@ -65,10 +65,10 @@ class KvCostPolicy final : public PlacementPolicy {
     const int bs = std::max(1, ctx.request.block_size);
     const int64_t prompt_blocks = (int64_t{ctx.request.prompt_tokens} + bs - 1) / bs;
     auto decode_active = [bs](const WorkerView& w) -> double {
-      return ActiveDecodeBlocks(w, bs) + CeilDiv(w.load.queued_prefill_tokens(), bs);
+      return ActiveDecodeBlocks(w, bs) + CeilDiv(w.load.queued_prefill_tokens, bs);
     };
     auto prefill_active = [bs](const WorkerView& w) -> double {
-      return CeilDiv(w.load.queued_prefill_tokens(), bs);
+      return CeilDiv(w.load.queued_prefill_tokens, bs);
     };
     const WorkerView* d = Cheapest(ctx.decode, ctx.matches, prompt_blocks, decode_active);
     const WorkerView* p =
@@ -79,8 +79,8 @@ class KvCostPolicy final : public PlacementPolicy {
 
   // Blocks of the running sequences: their context when reported, else the used KV blocks.
   static double ActiveDecodeBlocks(const WorkerView& w, int bs) {
-    if (w.load.decode_context_tokens() > 0) return CeilDiv(w.load.decode_context_tokens(), bs);
-    return std::max(0, w.load.total_kv_blocks() - w.load.free_kv_blocks());
+    if (w.load.decode_context_tokens > 0) return CeilDiv(w.load.decode_context_tokens, bs);
+    return std::max(0, w.load.total_kv_blocks - w.load.free_kv_blocks);
   }
 
  private:

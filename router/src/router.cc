@@ -6,16 +6,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "cluster_backend.h"
 #include "strata/common/logging.h"
 #include "strata/common/metrics.h"
 #include "strata/common/status_macros.h"
-#include "strata/engine/chat_template.h"
 #include "strata/engine/model_config.h"
-#include "strata/engine/tokenizer.h"
 #include "strata/http/server.h"
 #include "strata/openai/api_metrics.h"
 #include "strata/openai/frontend.h"
-#include "cluster_backend.h"
+#include "strata/text/chat_template.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata::router {
 namespace {
@@ -111,8 +111,8 @@ class RouterImpl final : public Router {
     STRATA_ASSIGN_OR_RETURN(placer_, Placer::Create(options_.placement));
     STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(options_.model_dir));
     STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
-    auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
-    if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
+    if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
     InitMetrics();
     if (!options_.record_trace.empty()) {
       STRATA_ASSIGN_OR_RETURN(recorder_, TrafficRecorder::Open(options_.record_trace,
@@ -202,7 +202,7 @@ class RouterImpl final : public Router {
     for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_MIXED}) {
       callbacks_.push_back(workers.AddCallback({RoleName(role)}, [this, role] {
         int n = 0;
-        for (const auto& w : pool_.Snapshot()) n += w.info.role() == role;
+        for (const auto& w : pool_.Snapshot()) n += w.role == RoleFromProto(role);
         return double(n);
       }));
     }
@@ -280,7 +280,7 @@ class RouterImpl final : public Router {
   RegistryService service_;
   std::unique_ptr<Placer> placer_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<engine::ChatTemplate> chat_template_;
+  std::unique_ptr<ChatTemplate> chat_template_;
   metrics::Registry registry_;
   std::unique_ptr<openai::ApiMetrics> api_metrics_;
   ClusterBackendMetrics backend_metrics_;

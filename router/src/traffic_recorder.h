@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata::router {
 

@@ -8,6 +8,34 @@
 
 namespace strata::router {
 
+WorkerRole RoleFromProto(v1::Role role) {
+  switch (role) {
+    case v1::ROLE_PREFILL:
+      return WorkerRole::kPrefill;
+    case v1::ROLE_DECODE:
+      return WorkerRole::kDecode;
+    case v1::ROLE_MIXED:
+      return WorkerRole::kMixed;
+    case v1::ROLE_KVSTORE:
+      return WorkerRole::kKvstore;
+    default:
+      return WorkerRole::kUnspecified;
+  }
+}
+
+LoadReport LoadFromProto(const v1::WorkerLoad& load) {
+  LoadReport out;
+  out.queued_prefill_tokens = load.queued_prefill_tokens();
+  out.running = load.running();
+  out.waiting = load.waiting();
+  out.free_kv_blocks = load.free_kv_blocks();
+  out.total_kv_blocks = load.total_kv_blocks();
+  out.step_seconds_ema = load.step_seconds_ema();
+  out.decode_context_tokens = load.decode_context_tokens();
+  out.prefill_tokens_per_second = load.prefill_tokens_per_second();
+  return out;
+}
+
 WorkerPool::WorkerPool(absl::Duration dead_after)
     : dead_after_(dead_after), epoch_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {}
 
@@ -41,14 +69,17 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
     block_size_ = info.block_size();
   }
   auto it = workers_.find(info.id());
-  if (it != workers_.end()) (void)index_.RemoveWorker(it->second.index_id);
-  WorkerView v;
-  v.index_id = next_index_id_++;
-  v.info = info;
-  v.last_heartbeat = absl::Now();
-  v.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
-  (void)index_.RegisterWorker(v.index_id);
-  workers_[info.id()] = std::move(v);
+  if (it != workers_.end()) (void)index_.RemoveWorker(it->second.view.index_id);
+  Entry e;
+  e.view.index_id = next_index_id_++;
+  e.view.id = info.id();
+  e.view.role = RoleFromProto(info.role());
+  e.view.grpc_address = info.grpc_address();
+  e.view.last_heartbeat = absl::Now();
+  e.info = info;
+  e.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
+  (void)index_.RegisterWorker(e.view.index_id);
+  workers_[info.id()] = std::move(e);
   STRATA_LOG(Info) << "worker " << info.id() << " registered (" << v1::Role_Name(info.role())
                    << " at " << info.grpc_address() << ")";
   return epoch_;
@@ -63,9 +94,9 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
     if (it == workers_.end() || req.epoch() != epoch_) {
       return absl::NotFoundError(absl::StrCat("unknown worker ", req.worker_id()));
     }
-    it->second.load = req.load();
-    it->second.last_heartbeat = absl::Now();
-    index_id = it->second.index_id;
+    it->second.view.load = LoadFromProto(req.load());
+    it->second.view.last_heartbeat = absl::Now();
+    index_id = it->second.view.index_id;
     is_kvstore = it->second.info.role() == v1::ROLE_KVSTORE;
   }
   // Workers report their device pool (tier 0) and their lower tiers (1 host, 2 disk); a kvstore
@@ -94,7 +125,7 @@ void WorkerPool::Remove(const std::string& worker_id, const std::string& reason)
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
-  (void)index_.RemoveWorker(it->second.index_id);
+  (void)index_.RemoveWorker(it->second.view.index_id);
   workers_.erase(it);
   STRATA_LOG(Warning) << "worker " << worker_id << " removed: " << reason;
 }
@@ -104,22 +135,30 @@ std::vector<std::string> WorkerPool::ExpireStale() {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
-    for (const auto& [id, v] : workers_) {
-      if (now - v.last_heartbeat > dead_after_) stale.push_back(id);
+    for (const auto& [id, e] : workers_) {
+      if (now - e.view.last_heartbeat > dead_after_) stale.push_back(id);
     }
   }
   for (const auto& id : stale) Remove(id, "missed heartbeats");
   return stale;
 }
 
-std::vector<WorkerView> WorkerPool::Snapshot() const {
+std::vector<WorkerView> WorkerPool::Snapshot(
+    std::vector<std::shared_ptr<v1::Worker::Stub>>* stubs) const {
   absl::MutexLock lock(&mu_);
-  std::vector<WorkerView> out;
-  out.reserve(workers_.size());
-  for (const auto& [id, v] : workers_) out.push_back(v);
+  std::vector<const Entry*> entries;
+  entries.reserve(workers_.size());
+  for (const auto& [id, e] : workers_) entries.push_back(&e);
   // A stable order, so round-robin rotates and ties break the same way every time.
-  std::sort(out.begin(), out.end(),
-            [](const WorkerView& a, const WorkerView& b) { return a.info.id() < b.info.id(); });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry* a, const Entry* b) { return a->view.id < b->view.id; });
+  std::vector<WorkerView> out;
+  out.reserve(entries.size());
+  for (const Entry* e : entries) out.push_back(e->view);
+  if (stubs != nullptr) {
+    stubs->clear();
+    for (const Entry* e : entries) stubs->push_back(e->stub);
+  }
   return out;
 }
 
@@ -127,8 +166,8 @@ std::vector<std::string> WorkerPool::KvstoreAddresses() const {
   std::vector<std::string> out;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, v] : workers_) {
-      if (v.info.role() == v1::ROLE_KVSTORE) out.push_back(v.info.grpc_address());
+    for (const auto& [id, e] : workers_) {
+      if (e.info.role() == v1::ROLE_KVSTORE) out.push_back(e.info.grpc_address());
     }
   }
   std::sort(out.begin(), out.end());
@@ -139,7 +178,7 @@ std::vector<std::string> WorkerPool::KvstoreAddresses() const {
 void WorkerPool::AddInflight(const std::string& worker_id, int64_t delta) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it != workers_.end()) it->second.inflight += delta;
+  if (it != workers_.end()) it->second.view.inflight += delta;
 }
 
 int WorkerPool::num_workers() const {

@@ -6,7 +6,7 @@
 
 namespace strata::sim {
 
-SimWorker::SimWorker(int index, v1::Role role, const router::WorkerProfile& profile,
+SimWorker::SimWorker(int index, router::WorkerRole role, const router::WorkerProfile& profile,
                      int64_t max_batch_tokens, bool record_gaps, std::vector<SimRequest>* requests,
                      WorkerListener* listener)
     : index_(index),
@@ -186,14 +186,14 @@ void SimWorker::Finished(int request, double now) {
   listener_->OnFinished(request, now, index_);
 }
 
-v1::WorkerLoad SimWorker::Load() const {
-  v1::WorkerLoad load;
-  load.set_queued_prefill_tokens(queued_prefill_tokens_);
-  load.set_running(static_cast<int32_t>(prefilling_.size() + decoding_));
-  load.set_waiting(static_cast<int32_t>(waiting_.size()));
-  load.set_free_kv_blocks(static_cast<int32_t>(std::min<int64_t>(cache_.available(), INT32_MAX)));
-  load.set_total_kv_blocks(static_cast<int32_t>(std::min<int64_t>(cache_.capacity(), INT32_MAX)));
-  load.set_step_seconds_ema(step_ema_);
+router::LoadReport SimWorker::Load() const {
+  router::LoadReport load;
+  load.queued_prefill_tokens = queued_prefill_tokens_;
+  load.running = static_cast<int32_t>(prefilling_.size() + decoding_);
+  load.waiting = static_cast<int32_t>(waiting_.size());
+  load.free_kv_blocks = static_cast<int32_t>(std::min<int64_t>(cache_.available(), INT32_MAX));
+  load.total_kv_blocks = static_cast<int32_t>(std::min<int64_t>(cache_.capacity(), INT32_MAX));
+  load.step_seconds_ema = step_ema_;
   return load;
 }
 

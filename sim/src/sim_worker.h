@@ -6,8 +6,8 @@
 #include <queue>
 #include <vector>
 
-#include "strata/proto/protocol.h"
 #include "strata/router/latency_model.h"
+#include "strata/router/worker_view.h"
 #include "strata/sim/prefix_cache.h"
 
 namespace strata::sim {
@@ -48,7 +48,7 @@ class WorkerListener {
 
 class SimWorker {
  public:
-  SimWorker(int index, v1::Role role, const router::WorkerProfile& profile,
+  SimWorker(int index, router::WorkerRole role, const router::WorkerProfile& profile,
             int64_t max_batch_tokens, bool record_gaps, std::vector<SimRequest>* requests,
             WorkerListener* listener);
 
@@ -59,7 +59,7 @@ class SimWorker {
   void FinishStep(double now);
 
   bool busy() const { return busy_; }
-  v1::WorkerLoad Load() const;  // what a heartbeat would report now
+  router::LoadReport Load() const;  // what a heartbeat would report now
   std::vector<router::KvEvent>& pending_events() { return events_; }
   const PrefixCache& cache() const { return cache_; }
   int64_t steps() const { return step_count_; }
@@ -84,7 +84,7 @@ class SimWorker {
   int64_t BlocksFor(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
   const int index_;
-  const v1::Role role_;
+  const router::WorkerRole role_;
   const router::WorkerProfile& profile_;
   const int block_size_;
   const int64_t max_batch_tokens_;

@@ -87,7 +87,7 @@ class Simulation final : public WorkerListener, public router::AdmissionObserver
   void OnRejected(router::AdmissionReject reason) override;
 
  private:
-  void AddWorker(v1::Role role, const std::string& name, int64_t max_batch_tokens);
+  void AddWorker(router::WorkerRole role, const std::string& name, int64_t max_batch_tokens);
   void Push(double time, EventKind kind, int32_t target);
   void Arrive(int request);
   // Places the request now and starts it on its workers; the placement's error otherwise.
@@ -129,19 +129,16 @@ class Simulation final : public WorkerListener, public router::AdmissionObserver
   SimStats stats_;
 };
 
-void Simulation::AddWorker(v1::Role role, const std::string& name, int64_t max_batch_tokens) {
+void Simulation::AddWorker(router::WorkerRole role, const std::string& name,
+                           int64_t max_batch_tokens) {
   const int index = static_cast<int>(workers_.size());
   workers_.push_back(std::make_unique<SimWorker>(index, role, o_.profile, max_batch_tokens,
                                                  o_.record_gaps, &requests_, this));
   router::WorkerView v;
   v.index_id = static_cast<router::WorkerId>(index + 1);
-  v.info.set_id(name);
-  v.info.set_role(role);
-  v.info.set_grpc_address(absl::StrCat("sim:", index));
-  v.info.set_model("sim");
-  v.info.set_block_size(o_.profile.block_size);
-  v.info.set_num_kv_blocks(
-      static_cast<int32_t>(std::min<int64_t>(o_.profile.num_kv_blocks, INT32_MAX)));
+  v.id = name;
+  v.role = role;
+  v.grpc_address = absl::StrCat("sim:", index);
   v.load = workers_.back()->Load();
   views_.push_back(std::move(v));
   worker_of_[name] = index;
@@ -151,10 +148,15 @@ absl::Status Simulation::Init() {
   const ClusterShape& s = o_.shape;
   const int64_t budget =
       o_.max_batch_tokens > 0 ? o_.max_batch_tokens : o_.profile.max_batch_tokens;
-  for (int i = 0; i < s.prefill; ++i)
-    AddWorker(v1::ROLE_PREFILL, absl::StrCat("prefill-", i), budget);
-  for (int i = 0; i < s.decode; ++i) AddWorker(v1::ROLE_DECODE, absl::StrCat("decode-", i), budget);
-  for (int i = 0; i < s.mixed; ++i) AddWorker(v1::ROLE_MIXED, absl::StrCat("mixed-", i), budget);
+  for (int i = 0; i < s.prefill; ++i) {
+    AddWorker(router::WorkerRole::kPrefill, absl::StrCat("prefill-", i), budget);
+  }
+  for (int i = 0; i < s.decode; ++i) {
+    AddWorker(router::WorkerRole::kDecode, absl::StrCat("decode-", i), budget);
+  }
+  for (int i = 0; i < s.mixed; ++i) {
+    AddWorker(router::WorkerRole::kMixed, absl::StrCat("mixed-", i), budget);
+  }
   for (const router::WorkerView& v : views_) {
     if (absl::Status st = index_.RegisterWorker(v.index_id); !st.ok()) return st;
   }
@@ -360,7 +362,7 @@ void Simulation::OnFinished(int request, double now, int worker) {
 void Simulation::OnUnservable(int request, int worker) {
   placer_->OnFirstToken(placements_[request], -1);
   Fail(request, ErrorKind::kHttp4xx, 400, "invalid_request_error",
-       absl::StrCat("the request needs more KV blocks than ", views_[worker].info.id(), " has"));
+       absl::StrCat("the request needs more KV blocks than ", views_[worker].id, " has"));
 }
 
 void Simulation::Fail(int request, ErrorKind kind, int http_status, std::string type,

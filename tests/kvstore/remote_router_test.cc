@@ -56,7 +56,7 @@ int HeldInTier(const router::WorkerPool& pool, const std::string& worker,
                std::span<const BlockHash> chain, router::Tier tier) {
   router::WorkerId id = 0;
   for (const auto& w : pool.Snapshot()) {
-    if (w.info.id() == worker) id = w.index_id;
+    if (w.id == worker) id = w.index_id;
   }
   for (const auto& m : pool.MatchPrefix(chain)) {
     if (m.worker == id) return m.tier_blocks[static_cast<int>(tier)];
@@ -87,8 +87,8 @@ TEST(RemoteRouterTest, DaemonEventsReachTheKvIndexAtTierThree) {
   ASSERT_TRUE(WaitFor([&] { return (*server)->registered(); }, absl::Seconds(10)));
   auto snapshot = pool.Snapshot();
   ASSERT_EQ(snapshot.size(), 1u);
-  EXPECT_EQ(snapshot[0].info.role(), v1::ROLE_KVSTORE);
-  EXPECT_EQ(snapshot[0].info.grpc_address(), (*server)->address());
+  EXPECT_EQ(snapshot[0].role, router::WorkerRole::kKvstore);
+  EXPECT_EQ(snapshot[0].grpc_address, (*server)->address());
   // Never a placement candidate: with only a kvstore registered there is no decode worker.
   auto placer = router::Placer::Create({});
   ASSERT_TRUE(placer.ok());

@@ -55,10 +55,10 @@ class FrontendTest : public ::testing::Test {
     tokenizer_ = std::move(*tok);
     const std::string dir = kFixtures + "/chat_templates/qwen2_5";
     Json cases = Json::parse(ReadFile(dir + "/cases.json"));
-    auto tmpl = engine::ChatTemplate::FromString(ReadFile(dir + "/template.jinja"),
-                                                 cases["bos_token"], cases["eos_token"]);
+    auto tmpl = ChatTemplate::FromString(ReadFile(dir + "/template.jinja"), cases["bos_token"],
+                                         cases["eos_token"]);
     ASSERT_TRUE(tmpl.ok()) << tmpl.status();
-    template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
     options_.observer = &observer_;
     MakeFrontend();
   }
@@ -110,7 +110,7 @@ class FrontendTest : public ::testing::Test {
   RecordingObserver observer_;
   FrontendOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<engine::ChatTemplate> template_;
+  std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<Frontend> frontend_;
 };
 

@@ -1,7 +1,7 @@
-// Routing policies on constructed clusters (WorkerViews with null stubs, as `strata sim` builds
-// them): kv-cost's arithmetic, goodput's conditional disaggregation by prompt length and cache,
-// tier costs, admission control with a retry-after hint, SLO classes, the router's pending
-// prefill ledger and the online TTFT correction, and the policy registry.
+// Routing policies on constructed clusters (plain WorkerViews, as `strata sim` builds them):
+// kv-cost's arithmetic, goodput's conditional disaggregation by prompt length and cache, tier
+// costs, admission control with a retry-after hint, SLO classes, the router's pending prefill
+// ledger and the online TTFT correction, and the policy registry.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,19 +14,18 @@ namespace {
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
-WorkerView View(WorkerId index_id, const std::string& id, v1::Role role) {
+WorkerView View(WorkerId index_id, const std::string& id, WorkerRole role) {
   WorkerView w;
   w.index_id = index_id;
-  w.info.set_id(id);
-  w.info.set_role(role);
-  w.info.set_grpc_address(id + ":1");
-  w.info.set_block_size(16);
+  w.id = id;
+  w.role = role;
+  w.grpc_address = id + ":1";
   return w;
 }
 
 void SetDecodeLoad(WorkerView& w, int running, int64_t context) {
-  w.load.set_running(running);
-  w.load.set_decode_context_tokens(context);
+  w.load.running = running;
+  w.load.decode_context_tokens = context;
   w.inflight = running;
 }
 
@@ -99,12 +98,14 @@ TEST(PolicyRegistryTest, BuiltinsAndCustomPoliciesAreSelectedByName) {
   EXPECT_EQ(RegisterPlacementPolicy("kv-cost", nullptr).code(), absl::StatusCode::kAlreadyExists);
   auto placer = Placer::Create({.policy = "last"});
   ASSERT_TRUE(placer.ok());
-  std::vector<WorkerView> w = {View(1, "d0", v1::ROLE_DECODE), View(2, "d1", v1::ROLE_DECODE)};
+  std::vector<WorkerView> w = {View(1, "d0", WorkerRole::kDecode),
+                               View(2, "d1", WorkerRole::kDecode)};
   EXPECT_EQ((*placer)->Place(w, {}, Request(10))->decode_id, "d1");
 }
 
 TEST(KvCostPolicyTest, OverlapWeightTradesCachedBlocksAgainstActiveLoad) {
-  std::vector<WorkerView> w = {View(1, "d0", v1::ROLE_DECODE), View(2, "d1", v1::ROLE_DECODE)};
+  std::vector<WorkerView> w = {View(1, "d0", WorkerRole::kDecode),
+                               View(2, "d1", WorkerRole::kDecode)};
   SetDecodeLoad(w[0], 2, 160);  // 10 active blocks
   const std::vector<WorkerMatch> m = {Match(1, 3, {3, 0, 0, 0})};
   // 64-token prompt = 4 blocks. weight 1: d0 = 1 + 10 = 11, d1 = 4 + 0 = 4.
@@ -116,18 +117,19 @@ TEST(KvCostPolicyTest, OverlapWeightTradesCachedBlocksAgainstActiveLoad) {
   EXPECT_EQ(p.decode_id, "d0");
   EXPECT_EQ(p.cached_blocks, 3);
   // Without a reported context, used KV blocks are the active load: d0 = 4 + 10 used.
-  w[0].load.set_decode_context_tokens(0);
-  w[0].load.set_total_kv_blocks(100);
-  w[0].load.set_free_kv_blocks(90);
+  w[0].load.decode_context_tokens = 0;
+  w[0].load.total_kv_blocks = 100;
+  w[0].load.free_kv_blocks = 90;
   EXPECT_EQ((*p5)->Place(w, m, Request(64))->decode_id, "d0");
-  w[0].load.set_free_kv_blocks(80);  // 20 used: 5 + 20 = 25 > 20
+  w[0].load.free_kv_blocks = 80;  // 20 used: 5 + 20 = 25 > 20
   EXPECT_EQ((*p5)->Place(w, m, Request(64))->decode_id, "d1");
 }
 
 TEST(KvCostPolicyTest, PrefillPoolIsChosenByOverlapAndQueue) {
-  std::vector<WorkerView> w = {View(1, "p0", v1::ROLE_PREFILL), View(2, "p1", v1::ROLE_PREFILL),
-                               View(3, "d0", v1::ROLE_DECODE)};
-  w[0].load.set_queued_prefill_tokens(16 * 3);  // 3 blocks queued
+  std::vector<WorkerView> w = {View(1, "p0", WorkerRole::kPrefill),
+                               View(2, "p1", WorkerRole::kPrefill),
+                               View(3, "d0", WorkerRole::kDecode)};
+  w[0].load.queued_prefill_tokens = 16 * 3;  // 3 blocks queued
   const std::vector<WorkerMatch> m = {Match(1, 2, {2, 0, 0, 0})};
   auto placer = Placer::Create({.policy = "kv-cost"});
   // 8-block prompt: p0 = 6 + 3 = 9, p1 = 8.
@@ -141,8 +143,8 @@ class GoodputTest : public ::testing::Test {
   // One prefill worker with a 200-token queue (0.2 s) and one decode worker running 4
   // sequences over 2,000 context tokens (each prefill step also carries their 24 ms of decode).
   void SetUp() override {
-    workers_ = {View(1, "p0", v1::ROLE_PREFILL), View(2, "d0", v1::ROLE_DECODE)};
-    workers_[0].load.set_queued_prefill_tokens(200);
+    workers_ = {View(1, "p0", WorkerRole::kPrefill), View(2, "d0", WorkerRole::kDecode)};
+    workers_[0].load.queued_prefill_tokens = 200;
     SetDecodeLoad(workers_[1], 4, 2000);
   }
   std::vector<WorkerView> workers_;
@@ -178,8 +180,8 @@ TEST_F(GoodputTest, ACachedPrefixOnTheDecodeWorkerKeepsPrefillLocal) {
 TEST_F(GoodputTest, LowerTiersCostTheirFetchTime) {
   auto placer = MakeGoodput({2.0, 0.2});
   // p0 idle and holding the whole 63-block prefix, 30 blocks on disk beyond 30 in G1 ...
-  workers_[0].load.set_queued_prefill_tokens(0);
-  workers_.push_back(View(3, "p1", v1::ROLE_PREFILL));
+  workers_[0].load.queued_prefill_tokens = 0;
+  workers_.push_back(View(3, "p1", WorkerRole::kPrefill));
   const std::vector<WorkerMatch> disk = {Match(1, 60, {30, 0, 60, 0})};
   // ... p0: 30 x 10 ms fetch + 40 tokens (0.05 s) = 0.35 s beats p1's full 1.01 s prefill.
   Placement p = *placer->Place(workers_, disk, Request(1000, 16));
@@ -193,9 +195,9 @@ TEST_F(GoodputTest, LowerTiersCostTheirFetchTime) {
 
 TEST_F(GoodputTest, AdmissionRejectsUnderPredictedOverloadWithRetryAfter) {
   auto placer = MakeGoodput({1.0, 0.2});
-  workers_[0].load.set_queued_prefill_tokens(3000);  // 3 s queue on the prefill worker
+  workers_[0].load.queued_prefill_tokens = 3000;  // 3 s queue on the prefill worker
   SetDecodeLoad(workers_[1], 8, 4000);
-  workers_[1].load.set_queued_prefill_tokens(2000);  // and 2 s on the decode worker
+  workers_[1].load.queued_prefill_tokens = 2000;  // and 2 s on the decode worker
   auto r = placer->Place(workers_, {}, Request(500, 16));
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(r.status().message(), HasSubstr("SLO"));
@@ -208,7 +210,7 @@ TEST_F(GoodputTest, AdmissionRejectsUnderPredictedOverloadWithRetryAfter) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   // A full decode batch cannot take more: TPOT is infinite.
   SetDecodeLoad(workers_[1], 64, 4000);
-  workers_[1].load.set_queued_prefill_tokens(0);
+  workers_[1].load.queued_prefill_tokens = 0;
   EXPECT_EQ(placer->Place(workers_, {}, Request(10, 16, "relaxed")).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(RetryAfterSeconds(absl::ResourceExhaustedError("x")).has_value());
@@ -239,13 +241,12 @@ TEST_F(GoodputTest, AFullDecodeBatchSaysWaitingForASlotCouldHelp) {
 // are large: both give the same decisions.
 TEST(GoodputMatchLookupTest, LargeWorkerIdsDecideLikeSmallOnes) {
   for (WorkerId base : {WorkerId{0}, WorkerId{1} << 20}) {
-    std::vector<WorkerView> w = {View(base + 1, "p0", v1::ROLE_PREFILL),
-                                 View(base + 2, "d0", v1::ROLE_DECODE),
-                                 View(base + 3, "p1", v1::ROLE_PREFILL),
-                                 View(base + 4, "d1", v1::ROLE_DECODE)};
+    std::vector<WorkerView> w = {
+        View(base + 1, "p0", WorkerRole::kPrefill), View(base + 2, "d0", WorkerRole::kDecode),
+        View(base + 3, "p1", WorkerRole::kPrefill), View(base + 4, "d1", WorkerRole::kDecode)};
     SetDecodeLoad(w[1], 4, 2000);
     SetDecodeLoad(w[3], 2, 1000);
-    w[2].load.set_queued_prefill_tokens(500);
+    w[2].load.queued_prefill_tokens = 500;
     // p1 holds 50 blocks in G1, d1 30 in G1, p0 20 on disk; a worker not in the pool 63.
     const std::vector<WorkerMatch> m = {Match(base + 1, 20, {0, 0, 20, 0}),
                                         Match(base + 3, 50, {50, 0, 0, 0}),
@@ -265,7 +266,7 @@ TEST(GoodputMatchLookupTest, LargeWorkerIdsDecideLikeSmallOnes) {
 
 TEST(GoodputLedgerTest, PendingPrefillFillsTheGapBetweenHeartbeats) {
   // One idle mixed worker; every admitted 400-token prompt queues 0.41 s more before the next.
-  std::vector<WorkerView> w = {View(1, "m0", v1::ROLE_MIXED)};
+  std::vector<WorkerView> w = {View(1, "m0", WorkerRole::kMixed)};
   auto placer = MakeGoodput({1.0, 0.2}, /*ledger=*/true);
   std::vector<Placement> admitted;
   for (int i = 0; i < 5; ++i) {
@@ -285,7 +286,7 @@ TEST(GoodputLedgerTest, PendingPrefillFillsTheGapBetweenHeartbeats) {
 }
 
 TEST(GoodputCorrectionTest, ObservedTtftScalesLaterPredictions) {
-  std::vector<WorkerView> w = {View(1, "m0", v1::ROLE_MIXED)};
+  std::vector<WorkerView> w = {View(1, "m0", WorkerRole::kMixed)};
   auto placer = MakeGoodput({10.0, 0.2});
   Placement p = *placer->Place(w, {}, Request(90));
   EXPECT_NEAR(p.predicted_ttft_s, 0.1, 1e-9);

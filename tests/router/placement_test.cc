@@ -58,7 +58,7 @@ TEST(WorkerPoolTest, HeartbeatsFeedTheIndexAndUnknownWorkersMustReregister) {
   auto m = pool.MatchPrefix(chain);
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0].blocks, 3);
-  EXPECT_EQ(pool.Snapshot()[0].load.running(), 3);
+  EXPECT_EQ(pool.Snapshot()[0].load.running, 3);
   EXPECT_EQ(pool.Heartbeat(Beat("ghost", epoch, 0)).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(pool.Heartbeat(Beat("d0", epoch + 1, 0)).code(), absl::StatusCode::kNotFound);
   pool.Remove("d0", "test");

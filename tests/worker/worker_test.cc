@@ -10,8 +10,8 @@
 #include <functional>
 
 #include "strata/engine/presets.h"
-#include "strata/engine/tokenizer.h"
 #include "strata/proto/protocol.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata::worker {
 namespace {

@@ -10,11 +10,11 @@
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/decode/decode_driver.h"
-#include "strata/engine/chat_template.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/http/server.h"
 #include "strata/openai/frontend.h"
 #include "strata/prefill/prefill_driver.h"
+#include "strata/text/chat_template.h"
 #include "strata/transport/agent.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
@@ -90,8 +90,8 @@ class WorkerImpl final : public Worker {
     service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());
     STRATA_ASSIGN_OR_RETURN(tokenizer_,
                             Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
-    auto tmpl = engine::ChatTemplate::FromModelDir(options_.model_dir);
-    if (tmpl.ok()) chat_template_ = std::make_unique<engine::ChatTemplate>(std::move(*tmpl));
+    auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
+    if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
     metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
                                                prefill_.get(), decode_.get());
     if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
@@ -218,7 +218,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<decode::DecodeDriver> decode_;
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<engine::ChatTemplate> chat_template_;
+  std::unique_ptr<ChatTemplate> chat_template_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<http::Server> http_;
   std::unique_ptr<LocalBackend> backend_;

@@ -20,7 +20,7 @@
 #include "strata/engine/model_runner.h"
 #include "strata/engine/request.h"
 #include "strata/engine/scheduler.h"
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata {
 

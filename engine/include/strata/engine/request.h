@@ -8,12 +8,10 @@
 #include "strata/common/block_hash.h"
 #include "strata/engine/block_manager.h"
 #include "strata/engine/sampling.h"
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
+#include "strata/types/finish_reason.h"
 
 namespace strata {
-
-enum class FinishReason { kNone, kLength, kStop, kAbort };
-const char* FinishReasonName(FinishReason reason);  // "length", "stop", "abort"
 
 struct Request {
   enum class State { kWaiting, kRunning, kFinished };

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "strata/engine/request.h"
-#include "strata/engine/sampling.h"
+#include "strata/types/finish_reason.h"
+#include "strata/types/sampling.h"
 
 namespace strata::openai {
 

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "strata/engine/request.h"
-#include "strata/engine/sampling.h"
-#include "strata/engine/tokenizer.h"
 #include "strata/openai/protocol.h"
+#include "strata/text/tokenizer.h"
+#include "strata/types/finish_reason.h"
+#include "strata/types/sampling.h"
 
 namespace strata::openai {
 

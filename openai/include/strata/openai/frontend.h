@@ -20,11 +20,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "strata/engine/chat_template.h"
-#include "strata/engine/tokenizer.h"
 #include "strata/http/server.h"
 #include "strata/openai/backend.h"
 #include "strata/openai/protocol.h"
+#include "strata/text/chat_template.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata::openai {
 namespace internal {
@@ -34,7 +34,7 @@ struct JobSpec;
 struct ServedModel {
   std::string name;                                  // the `model` clients must send
   const Tokenizer* tokenizer = nullptr;              // required; not owned
-  const engine::ChatTemplate* chat_template = nullptr;  // null: chat answers 400; not owned
+  const ChatTemplate* chat_template = nullptr;       // null: chat answers 400; not owned
   int64_t max_model_len = 0;                         // context window (prompt + output)
   int vocab_size = 0;                                // the model's; bounds prompt token ids
 };

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
-#include "strata/engine/sampling.h"
+#include "strata/types/sampling.h"
 
 namespace strata::openai {
 

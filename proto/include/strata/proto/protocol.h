@@ -1,13 +1,13 @@
 #pragma once
 // Shared helpers of the control-plane protocol (strata.proto): the version every request
-// carries, message-size limits, and conversions between messages and engine/absl types.
+// carries, message-size limits, and conversions between messages and request/absl types.
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
-#include "strata/engine/sampling.h"
 #include "strata/proto/strata.grpc.pb.h"
 #include "strata/proto/strata.pb.h"
+#include "strata/types/sampling.h"
 
 namespace strata::proto {
 

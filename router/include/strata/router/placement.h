@@ -18,8 +18,9 @@
 //       candidate can meet the request's SLO (admission control), plus kMinTtftPayload when
 //       waiting for a decode slot could (the router's AdmissionQueue, when enabled, queues it).
 //
-// The Placer needs no gRPC connections (WorkerView::stub may be null, as in `strata sim`) and is
-// deterministic given its inputs, options and the sequence of calls made on it.
+// The Placer works over plain worker views (worker_view.h), with no gRPC or protobuf types, so
+// `strata sim` runs it as the router does; it is deterministic given its inputs, options and the
+// sequence of calls made on it.
 // Thread-safety: every method is thread-safe.
 #include <atomic>
 #include <map>
@@ -32,8 +33,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "strata/router/kv_index.h"
 #include "strata/router/latency_model.h"
-#include "strata/router/worker_pool.h"
+#include "strata/router/worker_view.h"
 
 namespace strata::router {
 
@@ -98,7 +100,6 @@ struct PlacementRequest {
 
 struct Placement {
   std::string decode_id;
-  std::shared_ptr<v1::Worker::Stub> decode_stub;
   std::string prefill_id;       // empty: prefill on the decode worker
   std::string prefill_address;  // its Worker service address
   int32_t cached_blocks = 0;    // prefix blocks the decode worker holds (index view)

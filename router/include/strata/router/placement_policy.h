@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<PlacementPolicy>> CreatePlacementPolicy(
 // Requests outstanding on a worker: the router's own count reacts at once, the heartbeat's
 // covers work from other routers.
 inline int64_t OutstandingRequests(const WorkerView& w) {
-  return std::max<int64_t>(w.inflight, w.load.running() + w.load.waiting());
+  return std::max<int64_t>(w.inflight, w.load.running + w.load.waiting);
 }
 // The index's match for a worker (all zero when it holds nothing of the prompt).
 WorkerMatch MatchFor(const WorkerView& w, const std::vector<WorkerMatch>& matches);

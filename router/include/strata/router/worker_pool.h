@@ -11,23 +11,19 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/status/statusor.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "strata/proto/protocol.h"
 #include "strata/router/kv_index.h"
+#include "strata/router/worker_view.h"
 
 namespace strata::router {
 
-struct WorkerView {
-  WorkerId index_id = 0;  // the worker's id in the KV index
-  v1::WorkerInfo info;
-  v1::WorkerLoad load;
-  absl::Time last_heartbeat;
-  int64_t inflight = 0;  // requests the router has placed and not seen finish
-  std::shared_ptr<v1::Worker::Stub> stub;
-};
+// The placement view of a registration and a heartbeat's load: the protobuf edge of placement.
+WorkerRole RoleFromProto(v1::Role role);
+LoadReport LoadFromProto(const v1::WorkerLoad& load);
 
 class WorkerPool {
  public:
@@ -42,7 +38,10 @@ class WorkerPool {
   // Drops workers whose last heartbeat is older than dead_after. Returns their ids.
   std::vector<std::string> ExpireStale();
 
-  std::vector<WorkerView> Snapshot() const;
+  // Every registered worker, sorted by id. With `stubs`, also each one's Worker stub, in the
+  // same order.
+  std::vector<WorkerView> Snapshot(
+      std::vector<std::shared_ptr<v1::Worker::Stub>>* stubs = nullptr) const;
   // The gRPC (KvStore service) addresses of the registered kvstore daemons, sorted: what the
   // Registry tells workers that discover their remote tier.
   std::vector<std::string> KvstoreAddresses() const;
@@ -60,10 +59,16 @@ class WorkerPool {
   std::string model_identity() const;
 
  private:
+  struct Entry {
+    WorkerView view;
+    v1::WorkerInfo info;
+    std::shared_ptr<v1::Worker::Stub> stub;
+  };
+
   const absl::Duration dead_after_;
   const uint64_t epoch_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, WorkerView> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
   WorkerId next_index_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string model_identity_ ABSL_GUARDED_BY(mu_);
   int block_size_ ABSL_GUARDED_BY(mu_) = 0;

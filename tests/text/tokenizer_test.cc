@@ -1,7 +1,7 @@
 // Tokenizer tests: golden comparisons with Hugging Face `tokenizers` (fixtures made by
 // scripts/fixtures/make_tokenizer_fixtures.py), streaming detokenization, load errors, and the
 // deterministic BPE trainer.
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 
 Value Value::Undefined(std::string hint) {
   Value v;
@@ -400,4 +400,4 @@ std::string EncodeUtf8(std::u32string_view s) {
   return out;
 }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

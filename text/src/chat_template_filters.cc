@@ -9,7 +9,7 @@
 #include "chat_template_builtins.h"
 #include "strata/common/status_macros.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 namespace {
 
 using K = Value::Kind;
@@ -265,4 +265,4 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& v, const Cal
   return Err(absl::StrCat("no test named '", name, "'"));
 }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

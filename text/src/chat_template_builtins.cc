@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "strata/common/status_macros.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 namespace {
 
 using K = Value::Kind;
@@ -370,4 +370,4 @@ absl::StatusOr<Value> CallGlobal(absl::string_view name, const CallArgs& a) {
   return absl::NotFoundError(name);
 }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

@@ -7,7 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "chat_template_value.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 
 struct CallArgs {
   std::vector<Value> args;
@@ -35,4 +35,4 @@ absl::StatusOr<Value> CallMethod(const Value& obj, absl::string_view name, const
 // range, namespace, dict, strftime_now. NotFound for unknown names.
 absl::StatusOr<Value> CallGlobal(absl::string_view name, const CallArgs& a);
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "strata/common/status_macros.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 namespace {
 
 using K = Value::Kind;
@@ -484,4 +484,4 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   return r;
 }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "chat_template_value.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 
 struct Token {
   enum class Type {
@@ -96,4 +96,4 @@ struct Node {
 
 absl::StatusOr<std::vector<Node>> Parse(absl::string_view source, std::vector<Token> tokens);
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

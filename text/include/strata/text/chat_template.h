@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::engine {
+namespace strata {
 
 class ChatTemplate {
  public:
@@ -66,4 +66,4 @@ class ChatTemplate {
   std::unique_ptr<const Parsed> parsed_;
 };
 
-}  // namespace strata::engine
+}  // namespace strata

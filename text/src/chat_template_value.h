@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 
 struct Node;
 struct Value;
@@ -86,4 +86,4 @@ absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys);
 std::u32string DecodeUtf8(absl::string_view s);
 std::string EncodeUtf8(std::u32string_view s);
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

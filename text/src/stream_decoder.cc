@@ -1,4 +1,4 @@
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 #include "tokenizer_text.h"
 
 namespace strata {

@@ -8,7 +8,7 @@
 #include "chat_template_ast.h"
 #include "strata/common/status_macros.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 namespace {
 
 using ExprPtr = std::unique_ptr<Expr>;
@@ -551,4 +551,4 @@ absl::StatusOr<std::vector<Node>> Parse(absl::string_view source, std::vector<To
   return Parser(source, std::move(tokens)).ParseTemplate();
 }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "strata/common/status_macros.h"
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 #include "tokenizer_added.h"
 #include "tokenizer_pre.h"
 #include "tokenizer_text.h"

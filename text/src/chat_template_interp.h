@@ -10,7 +10,7 @@
 #include "chat_template_builtins.h"
 #include "chat_template_value.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 
 // Renders one template once. Not thread-safe; make one per render (it is cheap).
 class Interpreter {
@@ -55,4 +55,4 @@ class Interpreter {
   int depth_ = 0;
 };
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

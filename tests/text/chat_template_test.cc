@@ -1,7 +1,7 @@
 // ChatTemplate renders byte-identically to Hugging Face apply_chat_template on the fixture
 // cases written by scripts/fixtures/make_chat_template_fixtures.py, and reports template
 // errors the way the serving path needs them.
-#include "strata/engine/chat_template.h"
+#include "strata/text/chat_template.h"
 
 #include <filesystem>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "strata/common/file_util.h"
 
-namespace strata::engine {
+namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
@@ -262,4 +262,4 @@ TEST_F(ChatTemplateModelDirTest, MissingTemplateIsNotFound) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata

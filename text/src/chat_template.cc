@@ -1,4 +1,4 @@
-#include "strata/engine/chat_template.h"
+#include "strata/text/chat_template.h"
 
 #include <filesystem>
 #include <utility>
@@ -11,7 +11,7 @@
 #include "strata/common/file_util.h"
 #include "strata/common/status_macros.h"
 
-namespace strata::engine {
+namespace strata {
 
 struct ChatTemplate::Parsed {
   std::vector<jinja::Node> nodes;
@@ -179,4 +179,4 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::json& messages,
   return Render(convert(messages), add_generation_prompt, convert(extra_context));
 }
 
-}  // namespace strata::engine
+}  // namespace strata

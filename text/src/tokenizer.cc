@@ -1,4 +1,4 @@
-#include "strata/engine/tokenizer.h"
+#include "strata/text/tokenizer.h"
 
 #include <algorithm>
 #include <utility>

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "chat_template_ast.h"
 
-namespace strata::engine::jinja {
+namespace strata::jinja {
 namespace {
 
 bool IsSpace(char c) {
@@ -247,4 +247,4 @@ absl::Status SyntaxError(absl::string_view source, size_t pos, absl::string_view
 
 absl::StatusOr<std::vector<Token>> Lex(absl::string_view source) { return Lexer(source).Run(); }
 
-}  // namespace strata::engine::jinja
+}  // namespace strata::jinja

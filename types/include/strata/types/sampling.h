@@ -1,0 +1,45 @@
+#pragma once
+// A request's sampling parameters and one sampled token with its logprobs: what a client asks
+// for and what it gets back, shared by the engine's sampler (strata/engine/sampling.h), the
+// control-plane messages and the OpenAI front end.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace strata {
+
+struct SamplingParams {
+  int max_tokens = 16;
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // <= 0: disabled
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;  // reproducible sampling when set
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<std::string> stop;        // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;  // extra stop tokens (included in token output)
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; N >= 0: the chosen token's logprob and the top N
+  bool skip_special_tokens = true;
+
+  // InvalidArgument naming the parameter when out of range.
+  absl::Status Validate(int vocab_size) const;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token;
+  float logprob = 0.0f;           // of the chosen token (when logprobs >= 0)
+  std::vector<TokenLogprob> top;  // top `logprobs` tokens, descending
+};
+
+}  // namespace strata
