@@ -4,6 +4,6 @@ strata_cc_test(NAME kvstore_eviction_policy_test SRCS eviction_policy_test.cc
 strata_cc_test(NAME kvstore_host_tier_test SRCS host_tier_test.cc
   DEPS strata::kvstore absl::synchronization)
 # host_tier_internal.h (the chunked checksumming copy) is tested against BlockChecksum.
-target_include_directories(kvstore_host_tier_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src)
+target_include_directories(kvstore_host_tier_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src/core)
 strata_cc_test(NAME kvstore_tiered_store_test SRCS tiered_store_test.cc
   DEPS strata::kvstore absl::synchronization)
