@@ -1,6 +1,8 @@
-# Tests of the kvstore core: eviction policies, the G2 host tier, TieredStore.
+# Tests of the kvstore core: eviction policies, the use sketch, the G2 host tier, TieredStore.
 strata_cc_test(NAME kvstore_eviction_policy_test SRCS eviction_policy_test.cc
   DEPS strata::kvstore)
+strata_cc_test(NAME kvstore_count_min_sketch_test SRCS count_min_sketch_test.cc
+  DEPS strata::kvstore_eviction)
 strata_cc_test(NAME kvstore_host_tier_test SRCS host_tier_test.cc
   DEPS strata::kvstore absl::synchronization)
 # host_tier_internal.h (the chunked checksumming copy) is tested against BlockChecksum.
