@@ -9,3 +9,6 @@ strata_cc_test(NAME kvstore_host_tier_test SRCS host_tier_test.cc
 target_include_directories(kvstore_host_tier_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src/core)
 strata_cc_test(NAME kvstore_tiered_store_test SRCS tiered_store_test.cc
   DEPS strata::kvstore absl::synchronization)
+# The tiering policy (tiering_policy.h): fetch or recompute, offload modes, G4 discovery.
+strata_cc_test(NAME kvstore_tiering_policy_test SRCS tiering_policy_test.cc
+  DEPS strata::kvstore)

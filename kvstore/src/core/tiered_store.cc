@@ -482,13 +482,6 @@ void TieredStoreImpl::Emit(const TierEvent& event) {
 
 }  // namespace
 
-absl::StatusOr<OffloadMode> ParseOffloadMode(std::string_view name) {
-  if (name == "write-back") return OffloadMode::kWriteBack;
-  if (name == "write-through") return OffloadMode::kWriteThrough;
-  return absl::InvalidArgumentError(absl::StrCat("unknown offload mode \"", std::string(name),
-                                                 "\"; known: write-back, write-through"));
-}
-
 absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(const TieredStoreOptions& options,
                                                                  std::unique_ptr<Tier> host,
                                                                  std::unique_ptr<Tier> disk,
