@@ -3,6 +3,7 @@
 # in gflags, TBB, ...); pkg-config is the lighter way in.
 pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 strata_cc_library(NAME kvstore_disk
-  SRCS src/disk_tier.cc src/disk_tier_open.cc src/disk_tier_file.cc src/disk_tier_format.cc
+  SRCS src/disk/disk_tier.cc src/disk/disk_tier_open.cc src/disk/disk_tier_file.cc
+       src/disk/disk_tier_format.cc
   DEPS strata::kvstore PkgConfig::ROCKSDB absl::flat_hash_map absl::strings
        absl::synchronization)

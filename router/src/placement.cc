@@ -9,26 +9,19 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "placement_internal.h"
+#include "strata/common/registry.h"
 #include "strata/router/placement_policy.h"
 
 namespace strata::router {
 namespace {
 
-// The policy registry: name -> factory, built-ins added on first use (function-local static,
-// so a static library's registrations cannot be dropped by the linker).
-struct Registry {
-  absl::Mutex mu;
-  std::map<std::string, PlacementPolicyFactory> factories ABSL_GUARDED_BY(mu);
-};
-
-Registry& GetRegistry() {
-  static Registry* registry = [] {
-    auto* r = new Registry;
-    absl::MutexLock lock(&r->mu);
-    internal::RegisterBuiltinPolicies(
-        [r](const std::string& name, PlacementPolicyFactory f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          r->factories[name] = std::move(f);
-        });
+// The policy registry, built-ins added on first use (see strata/common/registry.h).
+FactoryRegistry<PlacementPolicyFactory>& GetRegistry() {
+  static auto* registry = [] {
+    auto* r = new FactoryRegistry<PlacementPolicyFactory>("routing policy");
+    internal::RegisterBuiltinPolicies([r](const std::string& name, PlacementPolicyFactory f) {
+      r->RegisterOrReplace(name, std::move(f));
+    });
     return r;
   }();
   return *registry;
@@ -43,37 +36,14 @@ bool IsDecodeCapable(const WorkerView& w) {
 // ---- registry ------------------------------------------------------------------------------
 
 absl::Status RegisterPlacementPolicy(const std::string& name, PlacementPolicyFactory factory) {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  if (!r.factories.emplace(name, std::move(factory)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("routing policy '", name, "' exists"));
-  }
-  return absl::OkStatus();
+  return GetRegistry().Register(name, std::move(factory));
 }
 
-std::vector<std::string> PlacementPolicyNames() {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, f] : r.factories) names.push_back(name);
-  return names;
-}
+std::vector<std::string> PlacementPolicyNames() { return GetRegistry().Names(); }
 
 absl::StatusOr<std::unique_ptr<PlacementPolicy>> CreatePlacementPolicy(
     const std::string& name, const PlacementOptions& options) {
-  PlacementPolicyFactory factory;
-  {
-    Registry& r = GetRegistry();
-    absl::MutexLock lock(&r.mu);
-    auto it = r.factories.find(name);
-    if (it != r.factories.end()) factory = it->second;
-  }
-  if (!factory) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown routing policy '", name, "' (",
-                                                   absl::StrJoin(PlacementPolicyNames(), ", "),
-                                                   ")"));
-  }
-  return factory(options);
+  return GetRegistry().Create(name, options);
 }
 
 // ---- helpers -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ strata_cc_test(NAME kvstore_disk_test
   SRCS disk_tier_test.cc disk_tier_file_test.cc
   DEPS strata::kvstore_disk
   LABELS kvstore_disk)
-target_include_directories(kvstore_disk_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src)
+target_include_directories(kvstore_disk_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src/disk)
 
 # Crash safety: disk_crash_writer is SIGKILLed mid-write by kvstore_disk_crash_test, which
 # reopens its tier and checks it (scripts/soak_kvstore_crash.sh runs 100+ iterations).
@@ -14,7 +14,7 @@ strata_cc_test(NAME kvstore_disk_crash_test
   DEPS strata::kvstore_disk
   TIMEOUT 120
   LABELS kvstore_disk)
-target_include_directories(kvstore_disk_crash_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src)
+target_include_directories(kvstore_disk_crash_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src/disk)
 target_compile_definitions(kvstore_disk_crash_test PRIVATE
   STRATA_DISK_CRASH_WRITER="$<TARGET_FILE:disk_crash_writer>")
 add_dependencies(kvstore_disk_crash_test disk_crash_writer)

@@ -136,27 +136,6 @@ TEST_F(KvTieringTest, MismatchedBlockSizeIsRejected) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(KvstoreDiscoveryTest, FollowsTheRouterWithAGracePeriod) {
-  KvstoreDiscovery d(absl::Seconds(5));
-  const absl::Time t0 = absl::FromUnixSeconds(1000);
-  // The first answer always comes, even when the router lists nothing yet.
-  EXPECT_EQ(d.Update({}, t0), std::vector<std::string>{});
-  EXPECT_EQ(d.Update({}, t0), std::nullopt);
-  EXPECT_EQ(d.Update({"b:1", "a:1"}, t0), (std::vector<std::string>{"a:1", "b:1"}));
-  EXPECT_EQ(d.Update({"a:1", "b:1"}, t0 + absl::Seconds(1)), std::nullopt) << "same set";
-  // b drops out of the list (missed heartbeats, or the router restarted): kept for the grace.
-  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(2)), std::nullopt);
-  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(3)), std::nullopt);
-  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(6)), std::nullopt) << "b listed 5 s ago";
-  EXPECT_EQ(d.Update({"a:1"}, t0 + absl::Seconds(7)), std::vector<std::string>{"a:1"});
-  // A new daemon joins at once.
-  EXPECT_EQ(d.Update({"c:1", "a:1"}, t0 + absl::Seconds(8)),
-            (std::vector<std::string>{"a:1", "c:1"}));
-  // The router lists none for longer than the grace: all go.
-  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(12)), std::nullopt);
-  EXPECT_EQ(d.Update({}, t0 + absl::Seconds(14)), std::vector<std::string>{});
-}
-
 TEST_F(KvTieringTest, RemoteDaemonsFromTheRouterFollowItsList) {
   KvTierOptions t;
   t.host_bytes = 1 << 20;

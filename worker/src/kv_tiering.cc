@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "strata/common/block_hash.h"
@@ -112,23 +111,6 @@ absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions&
     tiering->applier_ = std::thread([self] { self->ApplyMembership(); });
   }
   return tiering;
-}
-
-std::optional<std::vector<std::string>> KvstoreDiscovery::Update(
-    const std::vector<std::string>& listed, absl::Time now) {
-  for (const std::string& address : listed) last_listed_[address] = now;
-  std::vector<std::string> use;
-  for (auto it = last_listed_.begin(); it != last_listed_.end();) {
-    if (now - it->second > grace_) {
-      it = last_listed_.erase(it);
-      continue;
-    }
-    use.push_back(it->first);
-    ++it;
-  }
-  if (current_ == use) return std::nullopt;
-  current_ = use;
-  return use;
 }
 
 bool KvTiering::discovers_kvstores() const {
@@ -309,31 +291,6 @@ int KvTiering::LeadingInDevice(std::span<const BlockHash> hashes) const {
   return n;
 }
 
-int KvTiering::PlanFetch(const std::vector<kvstore::TierKind>& located) const {
-  double rate = loop_->load().prefill_tokens_per_second;
-  if (rate <= 0) rate = options_.default_prefill_tokens_per_second;
-  const size_t block_bytes = store_->block_bytes();
-  // Per tier, blocks fetched so far in the prefix [0, k); a run from several tiers costs one
-  // fetch call per tier involved.
-  absl::flat_hash_map<int, int64_t> per_tier;
-  int best = 0;
-  double best_saving = 0;
-  for (size_t k = 0; k < located.size(); ++k) {
-    ++per_tier[static_cast<int>(located[k])];
-    double fetch = 0;
-    for (const auto& [tier, blocks] : per_tier) {
-      fetch += store_->cost(static_cast<kvstore::TierKind>(tier)).Seconds(blocks, block_bytes);
-    }
-    const double compute = static_cast<double>((k + 1) * block_size_) / rate;
-    const double saving = compute * options_.fetch_margin - fetch;
-    if (saving > best_saving) {
-      best_saving = saving;
-      best = static_cast<int>(k + 1);
-    }
-  }
-  return best;
-}
-
 void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) {
   std::vector<BlockHash> hashes = HashBlockChain(hash_seed_, prompt, block_size_);
   const int device = LeadingInDevice(hashes);
@@ -341,12 +298,10 @@ void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(Engine
   const std::span<const BlockHash> rest(hashes.data() + device, hashes.size() - device);
   const std::vector<kvstore::TierKind> located =
       rest.empty() ? std::vector<kvstore::TierKind>{} : store_->Locate(rest);
-  int plan = located.empty() ? 0 : PlanFetch(located);
-  // Fetched blocks wait in G2 until the engine imports them: a run longer than half of G2 could
-  // push its own head out before the import reads it.
-  const int64_t host_blocks = store_->tier(kvstore::TierKind::kHost)->usage().capacity_bytes /
-                              static_cast<int64_t>(store_->block_bytes());
-  plan = static_cast<int>(std::min<int64_t>(plan, std::max<int64_t>(1, host_blocks / 2)));
+  const int plan = located.empty()
+                       ? 0
+                       : kvstore::PlanFetch(options_.fetch, *store_, located, block_size_,
+                                            loop_->load().prefill_tokens_per_second);
   {
     absl::MutexLock lock(&mu_);
     ++stats_.staged;

@@ -4,11 +4,11 @@
 // the longest cached prefix beyond the engine's own cache across G2/G3/G4, decides per run
 // whether fetching beats recomputing (the tiers' measured fetch cost against the engine's
 // measured prefill rate), fetches asynchronously into G2 and imports the run into the engine's
-// prefix cache right before the request is added.
+// prefix cache right before the request is added. The decisions are the tiering policy's
+// (strata/kvstore/tiering_policy.h); this is the glue that carries them out on the engine.
 //
 // Thread-safety: every public method is thread-safe.
 #include <atomic>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +24,7 @@
 #include "strata/common/metrics.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/kvstore/tiered_store.h"
+#include "strata/kvstore/tiering_policy.h"
 #include "strata/proto/protocol.h"
 #include "strata/worker/worker.h"
 
@@ -33,30 +34,9 @@ class RemoteTier;
 
 namespace strata::worker {
 
-// Which kvstore daemons a worker that discovers them from the router places G4 blocks on: the
-// ones the router lists now, plus, for `grace`, each one it listed before and lists no more (a
-// router that just restarted lists none until the daemons register again; a daemon that
-// missed its heartbeats may come back). Sorted by address.
-class KvstoreDiscovery {
- public:
-  explicit KvstoreDiscovery(absl::Duration grace) : grace_(grace) {}
-  // The daemons to use after the router listed `listed` at `now`; nullopt when that is the
-  // same set as the previous answer (the first call always answers).
-  std::optional<std::vector<std::string>> Update(const std::vector<std::string>& listed,
-                                                 absl::Time now);
-
- private:
-  const absl::Duration grace_;
-  std::map<std::string, absl::Time> last_listed_;
-  std::optional<std::vector<std::string>> current_;
-};
-
 struct KvTieringOptions {
   kvstore::OffloadMode offload = kvstore::OffloadMode::kWriteBack;
-  // Prefill rate assumed until the engine has measured one (tokens/s).
-  double default_prefill_tokens_per_second = 2000;
-  // Fetch only when it is predicted at least this much faster than recomputing (ratio < 1).
-  double fetch_margin = 0.9;
+  kvstore::FetchPolicy fetch;  // fetch or recompute (tiering_policy.h)
 };
 
 class KvTiering final : public PromptStager {
@@ -86,8 +66,8 @@ class KvTiering final : public PromptStager {
   // Whether G4's daemons come from the router (KvTierOptions::remote_from_router).
   bool discovers_kvstores() const ABSL_LOCKS_EXCLUDED(discovery_mu_);
   // The kvstore daemons the router lists now (from a registration or heartbeat answer): G4's
-  // membership follows them (see KvstoreDiscovery), applied on a thread of the tiering's own,
-  // so the caller never waits for a daemon. A no-op unless discovers_kvstores().
+  // membership follows them (see kvstore::KvstoreDiscovery), applied on a thread of the
+  // tiering's own, so the caller never waits for a daemon. A no-op unless discovers_kvstores().
   void OnKvstoresListed(const std::vector<std::string>& listed) ABSL_LOCKS_EXCLUDED(discovery_mu_);
   // How many membership changes that thread has applied (for tests).
   int64_t membership_changes_applied() const ABSL_LOCKS_EXCLUDED(discovery_mu_);
@@ -106,8 +86,6 @@ class KvTiering final : public PromptStager {
             EngineLoop* loop);
   void Install(metrics::Registry* registry);
   int LeadingInDevice(std::span<const BlockHash> hashes) const;
-  // How many of the `located` blocks after the device prefix to fetch (0: recompute them).
-  int PlanFetch(const std::vector<kvstore::TierKind>& located) const;
   EngineTask ImportTask(std::vector<BlockHash> hashes, int device_blocks, int fetched,
                         kvstore::TieredStore::PrefetchPins pins = nullptr);
   // The applier thread: hands each new membership to G4 (SetDaemons) until the destructor.
@@ -127,7 +105,7 @@ class KvTiering final : public PromptStager {
   kvstore::RemoteTier* remote_ = nullptr;  // G4 (owned by store_), if any
   // What decides G4's daemons when they come from the router.
   mutable absl::Mutex discovery_mu_;
-  std::optional<KvstoreDiscovery> discovery_ ABSL_GUARDED_BY(discovery_mu_);
+  std::optional<kvstore::KvstoreDiscovery> discovery_ ABSL_GUARDED_BY(discovery_mu_);
   std::optional<std::vector<std::string>> pending_ ABSL_GUARDED_BY(discovery_mu_);
   int64_t applied_ ABSL_GUARDED_BY(discovery_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(discovery_mu_) = false;

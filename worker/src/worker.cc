@@ -10,6 +10,7 @@
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/decode/decode_driver.h"
+#include "strata/decode/decode_service.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/http/server.h"
 #include "strata/openai/frontend.h"
@@ -77,11 +78,8 @@ class WorkerImpl final : public Worker {
       decode::DecodeDriverOptions d;
       d.model_identity = model_identity_;
       d.block_size = options_.engine.runner.block_size;
-      d.self.set_agent_name(options_.id);
-      d.self.set_agent_metadata(agent_->Metadata());
-      STRATA_ASSIGN_OR_RETURN(std::string region, agent_->ExportRegion(kv_region_));
-      d.self.set_region(region);
-      d.self.set_block_bytes(block_bytes);
+      STRATA_ASSIGN_OR_RETURN(
+          d.self, decode::DescribeKvDestination(*agent_, options_.id, kv_region_, block_bytes));
       d.on_transfer = [this](double seconds, uint64_t bytes) {
         metrics_->ObserveTransfer(seconds, bytes);
       };

@@ -1,22 +1,16 @@
 #include "worker_metrics.h"
 
+#include <utility>
+
+#include "strata/prefill/prefill_service.h"
+
 namespace strata::worker {
 
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
                              transport::Agent* agent, prefill::PrefillDriver* prefill,
                              decode::DecodeDriver* decode)
     : api_(registry_, "strata_worker"),
-      transfer_seconds_(registry_
-                            .HistogramOrDie("strata_worker_kv_transfer_seconds",
-                                            "KV transfer time of a remote prefill into this "
-                                            "worker (first write posted to last landed)",
-                                            metrics::ExponentialBuckets(0.0001, 2, 18))
-                            .Default()),
-      transfer_bytes_(registry_
-                          .HistogramOrDie("strata_worker_kv_transfer_bytes",
-                                          "KV bytes of one remote prefill into this worker",
-                                          metrics::ExponentialBuckets(4096, 4, 12))
-                          .Default()) {
+      decode_(std::make_unique<decode::DecodeMetrics>(registry_, decode)) {
   Gauge("strata_worker_running_requests", "Sequences in the running batch",
         [loop] { return loop->load().running; });
   Gauge("strata_worker_waiting_requests", "Sequences waiting for admission (queue depth)",
@@ -41,25 +35,14 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
             [agent] { return double(agent->Stats().bytes_written); });
   CounterFn("strata_worker_transport_transfers_failed_total", "KV transfers that failed",
             [agent] { return double(agent->Stats().transfers_failed); });
-  if (prefill != nullptr) {
-    CounterFn("strata_worker_prefill_jobs_total", "Prefills computed for decode workers",
-              [prefill] { return double(prefill->stats().jobs); });
-    CounterFn("strata_worker_prefill_failed_total", "Prefills for decode workers that failed",
-              [prefill] { return double(prefill->stats().failed); });
-    CounterFn("strata_worker_prefill_aborted_before_start_total",
-              "Prefills refused because the decode worker's abort arrived before them",
-              [prefill] { return double(prefill->stats().aborted_before_start); });
-  }
-  if (decode != nullptr) {
-    CounterFn("strata_worker_kv_received_bytes_total", "KV bytes prefill workers wrote here",
-              [decode] { return double(decode->stats().bytes_received); });
+  for (auto& handle : prefill::RegisterPrefillMetrics(registry_, prefill)) {
+    callbacks_.push_back(std::move(handle));
   }
   (void)worker_id;
 }
 
 void WorkerMetrics::ObserveTransfer(double seconds, uint64_t bytes) {
-  transfer_seconds_->Observe(seconds);
-  transfer_bytes_->Observe(double(bytes));
+  decode_->ObserveTransfer(seconds, bytes);
 }
 
 void WorkerMetrics::Gauge(const std::string& name, const std::string& help,

@@ -1,12 +1,14 @@
 #pragma once
-// A worker's /metrics: engine load, KV blocks, KV transfers, and (mixed role) the API's
-// request metrics. Values owned elsewhere are read at scrape time through callbacks.
+// A worker's /metrics: engine load, KV blocks, the transport, the roles' families (prefill/ and
+// decode/ add their own), and (mixed role) the API's request metrics. Values owned elsewhere
+// are read at scrape time through callbacks.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "strata/common/metrics.h"
 #include "strata/decode/decode_driver.h"
+#include "strata/decode/decode_service.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/openai/api_metrics.h"
 #include "strata/prefill/prefill_driver.h"
@@ -33,8 +35,7 @@ class WorkerMetrics {
   metrics::Registry registry_;
   openai::ApiMetrics api_;
   std::vector<metrics::CallbackHandle> callbacks_;
-  metrics::Histogram* transfer_seconds_;
-  metrics::Histogram* transfer_bytes_;
+  std::unique_ptr<decode::DecodeMetrics> decode_;
 };
 
 }  // namespace strata::worker

@@ -5,6 +5,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "strata/common/logging.h"
+#include "strata/decode/decode_service.h"
+#include "strata/prefill/prefill_service.h"
 
 namespace strata::worker {
 namespace {
@@ -89,12 +91,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::optional<grpc::Status> pending_status_ ABSL_GUARDED_BY(mu_);
 };
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, grpc::Status status) {
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(std::move(status));
-  return reactor;
-}
-
 }  // namespace
 
 v1::GenerateResponse ToResponse(const RequestOutput& out) {
@@ -115,7 +111,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   const std::string id = request->request_id();
   const int32_t resumed = request->resumed_tokens();
-  const bool remote_prefill = !request->prefill_address().empty() && resumed == 0;
+  const bool remote_prefill = decode::WantsRemotePrefill(*request);
   decode::DecodeDriver* decode = decode_;
   EngineLoop* loop = loop_;
   auto reactor = std::make_shared<GenerateReactor>([=] {
@@ -127,9 +123,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
   if (bad.ok() && role_ == v1::ROLE_PREFILL) {
     bad = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a prefill worker does not decode");
   }
-  if (bad.ok() && remote_prefill && decode_ == nullptr) {
-    bad = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this worker cannot take KV");
-  }
+  if (bad.ok()) bad = decode::CheckRemotePrefill(*request, decode_);
   if (bad.ok() && (resumed < 0 || resumed >= request->prompt_size())) {
     bad = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                        "resumed_tokens must be >= 0 and below the prompt's length");
@@ -148,50 +142,31 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
     }
     r->Push(ToResponse(out), out.finished);
   };
-  std::vector<int32_t> prompt(request->prompt().begin(), request->prompt().end());
-  SamplingParams params = proto::FromProto(request->params());
   if (remote_prefill) {
-    decode_->Start(id, std::move(prompt), std::move(params), request->prefill_address(),
-                   std::move(on_output));
-  } else {
-    ResumedOutput resumed_output;
-    resumed_output.tokens.assign(prompt.end() - resumed, prompt.end());
-    resumed_output.text_emitted = request->resumed_text_bytes();
-    prompt.resize(prompt.size() - size_t(resumed));
-    loop_->Submit(id, std::move(prompt), std::move(params), std::move(on_output),
-                  std::move(resumed_output));
+    decode::StartRemotePrefill(*decode_, *request, std::move(on_output));
+    return reactor.get();
   }
+  std::vector<int32_t> prompt(request->prompt().begin(), request->prompt().end());
+  ResumedOutput resumed_output;
+  resumed_output.tokens.assign(prompt.end() - resumed, prompt.end());
+  resumed_output.text_emitted = request->resumed_text_bytes();
+  prompt.resize(prompt.size() - size_t(resumed));
+  loop_->Submit(id, std::move(prompt), proto::FromProto(request->params()), std::move(on_output),
+                std::move(resumed_output));
   return reactor.get();
 }
 
 grpc::ServerUnaryReactor* WorkerService::Prefill(grpc::CallbackServerContext* context,
                                                  const v1::PrefillRequest* request,
                                                  v1::PrefillResponse* response) {
-  grpc::Status bad = proto::CheckVersion(request->protocol_version());
-  if (!bad.ok()) return FinishNow(context, bad);
-  if (prefill_ == nullptr) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                           "this worker does not prefill for others"));
-  }
-  if (request->model_identity() != loop_->engine_for_config().model_identity()) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                           "decode and prefill workers serve different models"));
-  }
-  auto* reactor = context->DefaultReactor();
-  prefill_->Start(*request, [reactor, response](const absl::Status& st,
-                                                const v1::PrefillResponse& resp) {
-    *response = resp;
-    reactor->Finish(proto::ToGrpc(st));
-  });
-  return reactor;
+  return prefill::ServePrefill(prefill_, loop_->engine_for_config().model_identity(), context,
+                               request, response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::AbortPrefill(grpc::CallbackServerContext* context,
                                                       const v1::AbortPrefillRequest* request,
                                                       v1::AbortPrefillResponse* response) {
-  grpc::Status bad = proto::CheckVersion(request->protocol_version());
-  if (bad.ok() && prefill_ != nullptr) prefill_->Abort(request->request_id());
-  return FinishNow(context, bad);
+  return prefill::ServeAbortPrefill(prefill_, context, request);
 }
 
 }  // namespace strata::worker

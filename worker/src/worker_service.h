@@ -1,6 +1,8 @@
 #pragma once
-// The Worker gRPC service (strata.proto): Generate streams a request's tokens to the router,
-// Prefill / AbortPrefill serve decode workers. Callback API: no thread is parked per stream.
+// The Worker gRPC service (strata.proto) of a worker process: Generate streams a request's
+// tokens to the router (run on the local engine loop, or prefilled remotely through the decode
+// role, decode/decode_service.h); Prefill / AbortPrefill go to the prefill role
+// (prefill/prefill_service.h). Callback API: no thread is parked per stream.
 #include <memory>
 
 #include "strata/decode/decode_driver.h"

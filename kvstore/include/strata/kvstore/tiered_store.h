@@ -29,15 +29,9 @@
 #include "absl/status/statusor.h"
 #include "strata/common/metrics.h"
 #include "strata/kvstore/tier.h"
+#include "strata/kvstore/tiering_policy.h"
 
 namespace strata::kvstore {
-
-enum class OffloadMode : uint8_t {
-  kWriteBack,     // the engine offloads a block when its pool evicts it
-  kWriteThrough,  // the engine offloads a block as soon as it is committed (cached)
-};
-// "write-back" / "write-through"; InvalidArgument otherwise.
-absl::StatusOr<OffloadMode> ParseOffloadMode(std::string_view name);
 
 struct TieredStoreOptions {
   OffloadMode offload = OffloadMode::kWriteBack;
@@ -48,19 +42,6 @@ struct TieredStoreOptions {
   // Prometheus registry for the per-tier metrics (strata_kvstore_*{tier=...}); nullptr: none.
   metrics::Registry* metrics = nullptr;
   std::string metrics_prefix = "strata_kvstore";
-};
-
-// Measured cost of reading from a tier, for fetch-vs-recompute decisions: an exponential
-// moving average over recent fetches, seeded with conservative defaults until measured.
-struct TierCost {
-  double bytes_per_second = 0;
-  double latency_seconds = 0;  // per fetch call (one run of blocks)
-  int64_t samples = 0;         // fetches measured so far
-  // Predicted seconds to fetch `blocks` blocks of `block_bytes` in one run.
-  double Seconds(int64_t blocks, size_t block_bytes) const {
-    return latency_seconds +
-           static_cast<double>(blocks * static_cast<int64_t>(block_bytes)) / bytes_per_second;
-  }
 };
 
 class TieredStore {

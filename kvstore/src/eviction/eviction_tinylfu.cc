@@ -26,71 +26,18 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "eviction_internal.h"
+#include "strata/kvstore/count_min_sketch.h"
 
 namespace strata::kvstore::internal {
 namespace {
 
-// Count-min sketch of 4-bit counters (stored in bytes for simplicity) with periodic halving.
-class FrequencySketch {
- public:
-  FrequencySketch(int64_t capacity, int64_t sample_factor)
-      : sample_size_(std::max<int64_t>(16, sample_factor * capacity)) {
-    uint64_t width = 64;
-    while (width < static_cast<uint64_t>(capacity) * 4) width <<= 1;
-    mask_ = width - 1;
-    table_.assign(kRows * width, 0);
-  }
-
-  // Conservative update: only the smallest of the key's counters grow.
-  void Increment(BlockHash key) {
-    std::array<size_t, kRows> slots = Slots(key);
-    uint8_t low = kMax;
-    for (size_t s : slots) low = std::min(low, table_[s]);
-    if (low < kMax) {
-      for (size_t s : slots) {
-        if (table_[s] == low) ++table_[s];
-      }
-    }
-    if (++additions_ >= sample_size_) Halve();
-  }
-
-  int Estimate(BlockHash key) const {
-    uint8_t low = kMax;
-    for (size_t s : Slots(key)) low = std::min(low, table_[s]);
-    return low;
-  }
-
- private:
-  static constexpr int kRows = 4;
-  static constexpr uint8_t kMax = 15;
-
-  static uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-  }
-
-  std::array<size_t, kRows> Slots(BlockHash key) const {
-    std::array<size_t, kRows> slots;
-    for (int row = 0; row < kRows; ++row) {
-      const uint64_t h = Mix(key + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(row + 1));
-      slots[row] = static_cast<size_t>(row) * (mask_ + 1) + (h & mask_);
-    }
-    return slots;
-  }
-
-  void Halve() {
-    for (uint8_t& c : table_) c >>= 1;
-    additions_ /= 2;
-  }
-
-  std::vector<uint8_t> table_;
-  uint64_t mask_ = 0;
-  int64_t additions_ = 0;
-  int64_t sample_size_;
-};
+// Frequencies up to 15, halved every sample_factor * capacity uses (at least 16).
+CountMinSketch::Options SketchOptions(int64_t capacity, int64_t sample_factor) {
+  return {.width = std::max<uint64_t>(64, static_cast<uint64_t>(capacity) * 4),
+          .max_count = 15,
+          .age_every = std::max<int64_t>(16, sample_factor * capacity),
+          .halve_additions = true};
+}
 
 enum class Queue : uint8_t { kWindow, kProbation, kProtected, kOrphan };
 
@@ -101,7 +48,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
         adaptive_(options.adaptive),
         capacity_(capacity),
         protected_fraction_(options.protected_fraction),
-        sketch_(capacity, options.sample_factor),
+        sketch_(SketchOptions(capacity, options.sample_factor)),
         climber_(capacity, options.adapt_period) {
     SetWindow(static_cast<int64_t>(std::llround(options.window_fraction * capacity)));
   }
@@ -118,7 +65,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
     auto it = entries_.find(key);
     if (it == entries_.end()) return;
     Sample(/*hit=*/true);
-    sketch_.Increment(key);
+    sketch_.Add(key);
     switch (it->second.queue) {
       case Queue::kWindow:
       case Queue::kProtected:
@@ -210,7 +157,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
   void Add(BlockHash key, std::optional<BlockHash> parent) {
     if (entries_.contains(key)) return Touch(key);
     Sample(/*hit=*/false);
-    sketch_.Increment(key);
+    sketch_.Add(key);
     Queue queue = Queue::kWindow;
     if (prefix_aware_ && parent.has_value()) {
       children_[*parent].insert(key);
@@ -254,7 +201,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
   int64_t window_cap_ = 1;
   int64_t main_cap_ = 0;
   int64_t protected_cap_ = 0;
-  FrequencySketch sketch_;
+  CountMinSketch sketch_;
   WindowClimber climber_;
   std::list<BlockHash> window_, probation_, protected_, orphan_;
   absl::flat_hash_map<BlockHash, Entry> entries_;

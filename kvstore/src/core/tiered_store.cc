@@ -23,7 +23,6 @@ namespace {
 
 using internal::CostEstimator;
 using internal::StoreMetrics;
-using internal::UseSketch;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -100,7 +99,7 @@ class TieredStoreImpl final : public TieredStore {
   TierEventListener listener_ ABSL_GUARDED_BY(listener_mu_);
 
   mutable absl::Mutex sketch_mu_;
-  UseSketch sketch_ ABSL_GUARDED_BY(sketch_mu_);
+  CountMinSketch sketch_ ABSL_GUARDED_BY(sketch_mu_);
 
   mutable absl::Mutex cost_mu_;
   std::array<CostEstimator, kNumTierKinds> costs_ ABSL_GUARDED_BY(cost_mu_);
@@ -123,7 +122,8 @@ TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, std::unique_
       host_(std::move(host)),
       disk_(std::move(disk)),
       remote_(std::move(remote)),
-      sketch_(host_->usage().capacity_bytes / static_cast<int64_t>(host_->block_bytes())),
+      sketch_(internal::UseSketchOptions(host_->usage().capacity_bytes /
+                                         static_cast<int64_t>(host_->block_bytes()))),
       costs_{CostEstimator(internal::DefaultTierCost(TierKind::kDevice)),
              CostEstimator(internal::DefaultTierCost(TierKind::kHost)),
              CostEstimator(internal::DefaultTierCost(TierKind::kDisk)),
@@ -481,13 +481,6 @@ void TieredStoreImpl::Emit(const TierEvent& event) {
 }
 
 }  // namespace
-
-absl::StatusOr<OffloadMode> ParseOffloadMode(std::string_view name) {
-  if (name == "write-back") return OffloadMode::kWriteBack;
-  if (name == "write-through") return OffloadMode::kWriteThrough;
-  return absl::InvalidArgumentError(absl::StrCat("unknown offload mode \"", std::string(name),
-                                                 "\"; known: write-back, write-through"));
-}
 
 absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(const TieredStoreOptions& options,
                                                                  std::unique_ptr<Tier> host,

@@ -1,4 +1,4 @@
-// UseSketch, CostEstimator and StoreMetrics (see tiered_store_internal.h).
+// UseSketchOptions, CostEstimator and StoreMetrics (see tiered_store_internal.h).
 #include <algorithm>
 #include <bit>
 #include <functional>
@@ -9,46 +9,15 @@
 
 namespace strata::kvstore::internal {
 
-// ---- UseSketch -------------------------------------------------------------------------------
+// ---- use sketch -----------------------------------------------------------------------------
 
-UseSketch::UseSketch(int64_t expected_keys) {
+CountMinSketch::Options UseSketchOptions(int64_t expected_keys) {
   const uint64_t width =
       std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(1024, expected_keys)) * 4);
-  mask_ = width - 1;
-  counters_.assign(kRows * width, 0);
-  age_every_ = static_cast<int64_t>(width) * 10;
-}
-
-// splitmix64 of the key with a per-row constant: rows hash independently.
-size_t UseSketch::Index(int row, BlockHash key) const {
-  uint64_t z = key + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(row + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  return static_cast<size_t>(row) * (mask_ + 1) + (z & mask_);
-}
-
-// Conservative update: only the counters at the current minimum grow.
-void UseSketch::Add(BlockHash key) {
-  const int estimate = Estimate(key);
-  if (estimate < 255) {
-    for (int row = 0; row < kRows; ++row) {
-      uint8_t& c = counters_[Index(row, key)];
-      if (c == estimate) ++c;
-    }
-  }
-  if (++additions_ >= age_every_) Age();
-}
-
-int UseSketch::Estimate(BlockHash key) const {
-  int m = 255;
-  for (int row = 0; row < kRows; ++row) m = std::min<int>(m, counters_[Index(row, key)]);
-  return m;
-}
-
-void UseSketch::Age() {
-  for (uint8_t& c : counters_) c >>= 1;
-  additions_ = 0;
+  return {.width = width,
+          .max_count = 255,
+          .age_every = static_cast<int64_t>(width) * 10,
+          .halve_additions = false};
 }
 
 // ---- CostEstimator ---------------------------------------------------------------------------

@@ -9,34 +9,17 @@
 
 #include "absl/status/statusor.h"
 #include "strata/common/metrics.h"
+#include "strata/kvstore/count_min_sketch.h"
 #include "strata/kvstore/tier.h"
 #include "strata/kvstore/tiered_store.h"
 
 namespace strata::kvstore::internal {
 
-// Approximate use counts in bounded memory: a count-min sketch (4 rows of 8-bit saturating
-// counters, conservative update) with TinyLFU-style aging — every 10 x width additions all
-// counters are halved, so counts describe recent traffic and old blocks fade. Estimates never
-// undercount recent uses (between agings); collisions can only overcount, i.e. admit a block to
-// disk early, never refuse a block that earned it. Not thread-safe.
-class UseSketch {
- public:
-  // Width: a power of two >= 4 x expected_keys (at least 4096 counters per row).
-  explicit UseSketch(int64_t expected_keys);
-  void Add(BlockHash key);
-  int Estimate(BlockHash key) const;
-  size_t memory_bytes() const { return counters_.size(); }
-
- private:
-  static constexpr int kRows = 4;
-  size_t Index(int row, BlockHash key) const;
-  void Age();
-
-  uint64_t mask_ = 0;
-  std::vector<uint8_t> counters_;  // kRows x width
-  int64_t additions_ = 0;
-  int64_t age_every_ = 0;
-};
+// The use counter of the G3 frequency filter (count_min_sketch.h): width a power of two >= 4 x
+// expected_keys (at least 4096 counters per row), counts up to 255, aged every 10 x width
+// additions. Collisions can only overcount, i.e. admit a block to disk early, never refuse a
+// block that earned it.
+CountMinSketch::Options UseSketchOptions(int64_t expected_keys);
 
 // TierCost as an exponential moving average: keeps EMAs of run bytes x, run seconds y, x^2
 // and x*y and fits y = latency + x / bandwidth by least squares over them. While runs are all
