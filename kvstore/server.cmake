@@ -5,5 +5,3 @@ strata_cc_library(NAME kvstore_server
   DEPS strata::kvstore strata::transport strata::proto strata::http strata::common
        absl::status absl::statusor absl::synchronization absl::flat_hash_map absl::strings
        absl::time)
-# The daemon's pool is a HostTier laid out in transport memory (host_tier_internal.h).
-target_include_directories(strata_kvstore_server PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/core)

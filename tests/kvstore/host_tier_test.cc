@@ -489,8 +489,8 @@ class MemoryRoomTest : public ::testing::Test {
               "MemAvailable:    8388608 kB\nBuffers:          1000 kB\n");
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
-  internal::MemoryRoom Read() {
-    return internal::ReadMemoryRoom((root_ / "proc").string(), (root_ / "cg").string());
+  kvstore::MemoryRoom Read() {
+    return kvstore::ReadMemoryRoom((root_ / "proc").string(), (root_ / "cg").string());
   }
   std::filesystem::path root_;
 };
@@ -499,11 +499,11 @@ TEST_F(MemoryRoomTest, MachineOnlyWithoutACgroupLimit) {
   WriteFile(root_ / "proc/self/cgroup", "0::/user.slice/session-1.scope\n");
   WriteFile(root_ / "cg/user.slice/session-1.scope/memory.max", "max\n");
   WriteFile(root_ / "cg/user.slice/session-1.scope/memory.current", "123456\n");
-  const internal::MemoryRoom room = Read();
+  const kvstore::MemoryRoom room = Read();
   EXPECT_EQ(room.available, int64_t{8} << 30);
   EXPECT_EQ(room.cgroup_room, -1);
-  EXPECT_TRUE(internal::CheckMemoryFits(size_t{8} << 30, "pool", room).ok());
-  const absl::Status s = internal::CheckMemoryFits((size_t{8} << 30) + 1, "pool", room);
+  EXPECT_TRUE(kvstore::CheckMemoryFits(size_t{8} << 30, "pool", room).ok());
+  const absl::Status s = kvstore::CheckMemoryFits((size_t{8} << 30) + 1, "pool", room);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(s.message(),
             "pool of 8.0 GiB does not fit in memory: this machine has 8.0 GiB available");
@@ -518,11 +518,11 @@ TEST_F(MemoryRoomTest, TheTightestAncestorOfACgroupV2Counts) {
   WriteFile(root_ / "cg/kubepods/pod1/memory.current", std::to_string(int64_t{1} << 30) + "\n");
   WriteFile(root_ / "cg/kubepods/memory.max", std::to_string(int64_t{16} << 30) + "\n");
   WriteFile(root_ / "cg/kubepods/memory.current", "0\n");
-  const internal::MemoryRoom room = Read();
+  const kvstore::MemoryRoom room = Read();
   EXPECT_EQ(room.cgroup_room, int64_t{2} << 30);
   EXPECT_EQ(room.cgroup, (root_ / "cg/kubepods/pod1").string());
-  EXPECT_TRUE(internal::CheckMemoryFits(size_t{2} << 30, "pool", room).ok());
-  const absl::Status s = internal::CheckMemoryFits(size_t{3} << 30, "kvstore k pool", room);
+  EXPECT_TRUE(kvstore::CheckMemoryFits(size_t{2} << 30, "pool", room).ok());
+  const absl::Status s = kvstore::CheckMemoryFits(size_t{3} << 30, "kvstore k pool", room);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(
       std::string(s.message()),
@@ -538,9 +538,9 @@ TEST_F(MemoryRoomTest, CgroupV1MemoryControllerCounts) {
             std::to_string(int64_t{3} << 30) + "\n");
   WriteFile(root_ / "cg/memory/memory.limit_in_bytes", "9223372036854771712\n");  // no limit
   WriteFile(root_ / "cg/memory/memory.usage_in_bytes", "5\n");
-  const internal::MemoryRoom room = Read();
+  const kvstore::MemoryRoom room = Read();
   EXPECT_EQ(room.cgroup_room, int64_t{1} << 30);
-  EXPECT_FALSE(internal::CheckMemoryFits((size_t{1} << 30) + 4096, "pool", room).ok());
+  EXPECT_FALSE(kvstore::CheckMemoryFits((size_t{1} << 30) + 4096, "pool", room).ok());
 }
 
 // Page cache of files counts as room (the kernel reclaims it first); shared memory does not.
@@ -552,7 +552,7 @@ TEST_F(MemoryRoomTest, FileCacheIsRoomButSharedMemoryIsNot) {
   WriteFile(root_ / "cg/pod/memory.stat",
             "anon 2147483648\nfile 5368709120\nshmem 2147483648\nactive_file 1073741824\n"
             "inactive_file 2147483648\nactive_anon 3221225472\n");
-  internal::MemoryRoom room = Read();
+  kvstore::MemoryRoom room = Read();
   EXPECT_EQ(room.cgroup_room, int64_t{4} << 30);  // 8 - (7 - 3)
   // v1 names its hierarchical totals total_*.
   WriteFile(root_ / "proc/self/cgroup", "4:memory:/pod\n");
@@ -567,17 +567,17 @@ TEST_F(MemoryRoomTest, FileCacheIsRoomButSharedMemoryIsNot) {
 
 TEST_F(MemoryRoomTest, NothingKnownRefusesNothing) {
   std::filesystem::remove(root_ / "proc/meminfo");
-  const internal::MemoryRoom room = Read();
+  const kvstore::MemoryRoom room = Read();
   EXPECT_EQ(room.available, -1);
   EXPECT_EQ(room.cgroup_room, -1);
-  EXPECT_TRUE(internal::CheckMemoryFits(size_t{1} << 50, "pool", room).ok());
+  EXPECT_TRUE(kvstore::CheckMemoryFits(size_t{1} << 50, "pool", room).ok());
 }
 
 // The real reading of this machine: some memory is available, and a petabyte is refused by
 // HostTier::Create before anything is mapped. (An address-space limit for the duration makes
 // sure that a broken check fails the mmap instead of faulting the machine's memory away.)
 TEST(HostTierTest, APoolLargerThanTheMachineIsRefused) {
-  EXPECT_GT(internal::ReadMemoryRoom().available, 0);
+  EXPECT_GT(kvstore::ReadMemoryRoom().available, 0);
   rlimit before{};
   ASSERT_EQ(::getrlimit(RLIMIT_AS, &before), 0);
   rlimit guard = before;

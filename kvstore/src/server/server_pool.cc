@@ -1,9 +1,9 @@
 // The kvstore daemon's block pool and its event log (server_internal.h).
 
 #include "absl/strings/str_cat.h"
-#include "host_tier_internal.h"
 #include "server_internal.h"
 #include "strata/common/status_macros.h"
+#include "strata/kvstore/host_memory.h"
 
 namespace strata::kvstore::server {
 
@@ -61,14 +61,14 @@ absl::Status Pool::ReserveLocked() {
   if (memory_.addr != nullptr) return absl::OkStatus();
   // Refused here rather than OOM-killed while faulting in; a transport that falls back to a
   // file in /dev/shm would also leave that file behind, filling the tmpfs for everyone.
-  STRATA_RETURN_IF_ERROR(internal::CheckMemoryFits(static_cast<size_t>(options_.capacity_bytes),
+  STRATA_RETURN_IF_ERROR(kvstore::CheckMemoryFits(static_cast<size_t>(options_.capacity_bytes),
                                                    absl::StrCat("kvstore ", options_.id, " pool")));
   STRATA_ASSIGN_OR_RETURN(memory_,
                           agent_->AllocateMemory(static_cast<size_t>(options_.capacity_bytes)));
   // Fault the pool in now, as the host tier does with its own memory: otherwise the first
   // commit into every page pays page faults inside a client's put (perf showed them next to
   // the checksum in the daemon's profile).
-  internal::PopulatePages(static_cast<std::byte*>(memory_.addr), memory_.length);
+  kvstore::PopulatePages(static_cast<std::byte*>(memory_.addr), memory_.length);
   return absl::OkStatus();
 }
 
