@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "strata/common/json_limits.h"
 #include "strata/openai/backend.h"
 
 namespace strata::openai {
@@ -95,7 +96,16 @@ class Fields {
   const Json& object_;
 };
 
+// Refuses a body nested deeper than kMaxJsonDepth before anything parses it.
+std::optional<ApiError> CheckBodyDepth(std::string_view body) {
+  if (absl::Status depth = CheckJsonDepth(body); !depth.ok()) {
+    return ApiError::BadRequest(absl::StrCat("request body: ", depth.message()));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseBody(std::string_view body, Json* out) {
+  STRATA_RETURN_IF_API_ERROR(CheckBodyDepth(body));
   *out = Json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) {
     return ApiError::BadRequest("request body is not valid JSON");
@@ -450,6 +460,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
 }
 
 std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out) {
+  STRATA_RETURN_IF_API_ERROR(CheckBodyDepth(body));
   // ordered_json keeps the clients' key order inside messages (templates' tojson shows it).
   nlohmann::ordered_json ordered =
       nlohmann::ordered_json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);

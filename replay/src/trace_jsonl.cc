@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "strata/common/json_limits.h"
 #include "strata/common/status_macros.h"
 #include "strata/replay/trace.h"
 #include "trace_parse_util.h"
@@ -110,6 +111,10 @@ using RecordFn = absl::StatusOr<TraceRequest> (*)(const json&);
 // Parses one line into `request`; every failure carries the format and line number.
 absl::Status ParseLine(TraceFormat format, RecordFn record_fn, const Line& line,
                        TraceRequest& request) {
+  if (absl::Status depth = CheckJsonDepth({line.text.data(), line.text.size()});
+      !depth.ok()) {
+    return LineError(format, line.number, depth.message());
+  }
   json object =
       json::parse(line.text.begin(), line.text.end(), nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) return LineError(format, line.number, "invalid JSON");

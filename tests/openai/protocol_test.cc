@@ -249,6 +249,37 @@ TEST(ChatParseTest, InvalidRequests) {
   }
 }
 
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// A small body of deeply nested arrays is refused before it is parsed (copying or converting it
+// would recurse once per level and overflow the stack); nesting a request needs is accepted.
+TEST(RequestDepthTest, DeepNestingIsRefusedAnywhereInTheBody) {
+  const std::vector<std::string> chats = {
+      Chat(R"("chat_template_kwargs":{"a":)" + Nested(100000) + "}"),
+      R"({"model":"m","messages":[{"role":"user","content":"hi","x":)" + Nested(100000) + "}]}",
+      Chat(R"("metadata":)" + Nested(129)),
+  };
+  for (const std::string& body : chats) {
+    ChatRequest r;
+    std::optional<ApiError> e = ParseChatRequest(body, &r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->type, "invalid_request_error");
+    EXPECT_THAT(e->message, HasSubstr("nested deeper than 128 levels"));
+  }
+  CompletionRequest c;
+  std::optional<ApiError> e = ParseCompletionRequest(Completion(R"("x":)" + Nested(100000)), &c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_THAT(e->message, HasSubstr("nested deeper than 128 levels"));
+
+  // 128 levels in all (the body's object is the first) still parse; brackets in strings and
+  // escaped quotes do not count.
+  const std::string deep_ok =
+      Chat(R"("chat_template_kwargs":{"a":)" + Nested(126) + R"(,"s":"[[[[\"{{{{"})");
+  ChatRequest ok = ParseChatOk(deep_ok);
+  EXPECT_TRUE(ok.chat_template_kwargs.is_object());
+}
+
 TEST(ApiErrorTest, StatusMapping) {
   EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kInvalidArgument), 400);
   EXPECT_EQ(HttpStatusForCode(absl::StatusCode::kNotFound), 404);

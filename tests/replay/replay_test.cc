@@ -213,6 +213,8 @@ std::vector<BadCase> BadCases() {
   return {
       {mc, mc_ok + "{\"timestamp\": 11,", "mooncake line 2: invalid JSON"},
       {mc, mc_ok + "\n[1, 2]\n", "mooncake line 3: expected a JSON object"},
+      {mc, mc_ok + "{\"timestamp\": 11, \"x\": " + std::string(100000, '[') + "}",
+       "mooncake line 2: JSON nested deeper than 128 levels"},
       {mc, "{\"input_length\": 1, \"output_length\": 1, \"hash_ids\": [0]}",
        "mooncake line 1: missing field \"timestamp\""},
       {mc, mc_ok + "{\"timestamp\": 11, \"output_length\": 1, \"hash_ids\": [0]}",
