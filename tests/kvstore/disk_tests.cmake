@@ -1,6 +1,6 @@
 # G3 disk tier tests (owned with kvstore/disk.cmake); run with `ctest -L kvstore_disk`.
 strata_cc_test(NAME kvstore_disk_test
-  SRCS disk_tier_test.cc disk_tier_file_test.cc
+  SRCS disk_tier_test.cc disk_tier_file_test.cc disk_corrupt_index_test.cc
   DEPS strata::kvstore_disk
   LABELS kvstore_disk)
 target_include_directories(kvstore_disk_test PRIVATE ${PROJECT_SOURCE_DIR}/kvstore/src/disk)

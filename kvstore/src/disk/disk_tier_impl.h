@@ -2,6 +2,7 @@
 // The G3 tier's implementation class (disk_tier.h has the contract). Split by concern:
 //   disk_tier.cc       the data path: Put, Get, Erase, slots
 //   disk_tier_open.cc  opening, rebuilding the index, reopening after a failed write, Create
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -54,6 +55,7 @@ class DiskTierImpl final : public DiskTier {
   std::string data_file_path() const override;
   absl::StatusOr<uint64_t> SlotOffsetForTest(BlockHash hash) const override;
   absl::Status PutRawForTest(BlockHash hash, std::string_view payload, uint64_t checksum) override;
+  IndexRecovery index_recovery() const override;
 
  private:
   // What the in-memory index holds per block (the IndexRecord, minus the key).
@@ -78,11 +80,20 @@ class DiskTierImpl final : public DiskTier {
 
   // --- disk_tier_open.cc ---
   absl::Status OpenDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // Opens the index and rebuilds from it. ResourceExhausted when the disk is full; any other
+  // error means the index's content is bad.
+  absl::Status LoadIndexLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Closes the index, moves it aside (deleting it where it cannot be moved) with a warning
+  // naming `why`, prunes old moved-aside indexes and counts the reset.
+  absl::Status ResetIndexLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Deletes all but the newest kKeptCorruptIndexes moved-aside indexes.
+  void PruneCorruptIndexes();
   void CloseDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // (Re)builds the index, a fresh policy and the free slots from the RocksDB index, in store
   // order; drops unreadable records, records of another block size or beyond the slots, a slot
-  // claimed twice (the older claim) and blocks beyond capacity (the oldest); publishes
-  // kRemoved for indexed blocks that are no longer there.
+  // claimed twice (the older claim) (these three counted in dropped_entries_) and blocks
+  // beyond capacity (the oldest); publishes kRemoved for indexed blocks that are no longer
+  // there.
   absl::Status RebuildIndex() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // After a failed index write RocksDB refuses all further writes (DB::Resume cannot clear a
   // log write error): reopen it and rebuild the index before the next write.
@@ -152,6 +163,10 @@ class DiskTierImpl final : public DiskTier {
   // Slots in the file: total_slots_, or more while blocks from a larger past capacity remain.
   uint64_t slot_limit_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::unique_ptr<AlignedBuffer> write_staging_ ABSL_GUARDED_BY(write_mu_);
+
+  // index_recovery()'s counts, written under write_mu_.
+  std::atomic<int64_t> index_resets_{0};
+  std::atomic<int64_t> dropped_entries_{0};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<BlockHash, Entry> index_ ABSL_GUARDED_BY(mu_);

@@ -1,13 +1,18 @@
 // G3 disk tier: opening the data file and the index, rebuilding the in-memory index, reopening
 // the index after a failed write, Create (disk_tier.h).
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "disk_tier_impl.h"
 #include "rocksdb/env.h"
+#include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 
 namespace strata::kvstore {
@@ -24,6 +29,35 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   }
   return absl::InternalError(msg);
 }
+
+namespace {
+
+inline constexpr char kCorruptIndexPrefix[] = "index.corrupt-";
+
+// A full disk is the operator's to fix, not a sign of a bad index.
+absl::Status FromRocksAtOpen(const rocksdb::Status& s, std::string_view what) {
+  if (s.IsNoSpace()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("disk tier ", std::string(what), ": ", s.ToString()));
+  }
+  return FromRocks(s, what);
+}
+
+// UTC now as 20260102T030405.123456Z: moved-aside indexes sort by age.
+std::string UtcStamp() {
+  const auto now = std::chrono::system_clock::now();
+  const time_t secs = std::chrono::system_clock::to_time_t(now);
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y%m%dT%H%M%S", &tm);
+  return absl::StrCat(buf, ".", absl::Dec(micros, absl::kZeroPad6), "Z");
+}
+
+}  // namespace
 
 size_t WriteBufferBytes(const DiskTierOptions& options) {
   if (options.write_buffer_bytes > 0) return options.write_buffer_bytes;
@@ -77,12 +111,80 @@ absl::Status DiskTierImpl::Open() {
   }
   staging_ = options_.huge_page_staging && file_->direct_io() && TransparentHugePagesAvailable();
   absl::MutexLock w(&write_mu_);
+  if (absl::Status s = LoadIndexLocked(); !s.ok()) {
+    // The directory and the data file are usable, so the setting is right: the index's
+    // content is bad (unless the disk is full). A cache starts empty rather than not at all.
+    if (absl::IsResourceExhausted(s)) return s;
+    STRATA_RETURN_IF_ERROR(ResetIndexLocked(s));
+    STRATA_RETURN_IF_ERROR(LoadIndexLocked());
+  }
+  return file_->Resize(slot_limit_ * slot_bytes_);
+}
+
+DiskTier::IndexRecovery DiskTierImpl::index_recovery() const {
+  return {index_resets_.load(), dropped_entries_.load()};
+}
+
+absl::Status DiskTierImpl::LoadIndexLocked() {
   {
     absl::MutexLock d(&db_mu_);
     STRATA_RETURN_IF_ERROR(OpenDbLocked());
   }
-  STRATA_RETURN_IF_ERROR(RebuildIndex());
-  return file_->Resize(slot_limit_ * slot_bytes_);
+  return RebuildIndex();
+}
+
+absl::Status DiskTierImpl::ResetIndexLocked(const absl::Status& why) {
+  {
+    absl::MutexLock d(&db_mu_);
+    CloseDbLocked();
+  }
+  const std::string dir = absl::StrCat(options_.path, "/", kIndexDirName);
+  std::string aside = absl::StrCat(options_.path, "/", kCorruptIndexPrefix, UtcStamp());
+  rocksdb::Env* env = options_.env != nullptr ? options_.env : rocksdb::Env::Default();
+  for (int n = 1; env->FileExists(aside).ok(); ++n) {
+    aside = absl::StrCat(options_.path, "/", kCorruptIndexPrefix, UtcStamp(), "-", n);
+  }
+  bool moved = env->RenameFile(dir, aside).ok();
+  if (!moved) {
+    rocksdb::Options o(MakeIndexDbOptions(options_), MakeIndexFamilyOptions());
+    rocksdb::Status destroyed = rocksdb::DestroyDB(dir, o);
+    if (!destroyed.ok()) {
+      return FromRocks(destroyed,
+                       absl::StrCat("delete unreadable index ", dir, " (", why.ToString(), ")"));
+    }
+  }
+  ++index_resets_;
+  STRATA_LOG(Warning) << "disk tier: index " << dir << " is unreadable (" << why.message() << "); "
+                      << (moved ? "moved to " + aside : std::string("deleted"))
+                      << ", starting empty";
+  PruneCorruptIndexes();
+  return absl::OkStatus();
+}
+
+void DiskTierImpl::PruneCorruptIndexes() {
+  rocksdb::Env* env = options_.env != nullptr ? options_.env : rocksdb::Env::Default();
+  std::vector<std::string> children, aside;
+  if (!env->GetChildren(options_.path, &children).ok()) return;
+  for (const std::string& c : children) {
+    if (absl::StartsWith(c, kCorruptIndexPrefix)) aside.push_back(c);
+  }
+  if (aside.size() <= static_cast<size_t>(kKeptCorruptIndexes)) return;
+  std::sort(aside.begin(), aside.end());
+  aside.resize(aside.size() - kKeptCorruptIndexes);  // the oldest
+  for (const std::string& c : aside) {
+    const std::string p = absl::StrCat(options_.path, "/", c);
+    if (options_.env == nullptr) {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+      continue;
+    }
+    std::vector<std::string> files;
+    if (env->GetChildren(p, &files).ok()) {
+      for (const std::string& f : files)
+        env->DeleteFile(absl::StrCat(p, "/", f)).PermitUncheckedError();
+    }
+    env->DeleteDir(p).PermitUncheckedError();
+  }
 }
 
 absl::Status DiskTierImpl::OpenDbLocked() {
@@ -92,7 +194,7 @@ absl::Status DiskTierImpl::OpenDbLocked() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(MakeIndexDbOptions(options_), dir, families, &handles, &db);
-  if (!s.ok()) return FromRocks(s, absl::StrCat("open ", dir));
+  if (!s.ok()) return FromRocksAtOpen(s, absl::StrCat("open ", dir));
   db_.reset(db);
   // The default family's handle is owned by the DB; this one may be deleted.
   for (auto* h : handles) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
@@ -113,6 +215,7 @@ absl::Status DiskTierImpl::RebuildIndex() {
       Loaded l{};
       if (!DecodeKey(it->key().ToStringView(), &l.hash) ||
           !DecodeIndexRecord(it->value().ToStringView(), &l.record)) {
+        ++dropped_entries_;
         drop.Delete(it->key()).PermitUncheckedError();
         continue;
       }
@@ -136,10 +239,10 @@ absl::Status DiskTierImpl::RebuildIndex() {
   slot_limit_ = static_cast<uint64_t>(total_slots_);
   for (const Loaded& l : loaded) {
     next_sequence_ = std::max(next_sequence_, l.record.sequence + 1);
-    const bool ok = l.record.slot < file_slots && !claimed[l.record.slot] &&
-                    l.record.length == options_.block_bytes &&
-                    static_cast<int64_t>(kept.size()) < capacity_blocks_;
-    if (!ok) {
+    const bool valid = l.record.slot < file_slots && !claimed[l.record.slot] &&
+                       l.record.length == options_.block_bytes;
+    if (!valid) ++dropped_entries_;
+    if (!valid || static_cast<int64_t>(kept.size()) >= capacity_blocks_) {
       const Key key = EncodeKey(l.hash);
       drop.Delete(rocksdb::Slice(key.data(), key.size())).PermitUncheckedError();
       continue;
@@ -169,7 +272,7 @@ absl::Status DiskTierImpl::RebuildIndex() {
     }
   }
   if (drop.Count() == 0) return absl::OkStatus();
-  STRATA_RETURN_IF_ERROR(FromRocks(WriteLocked(&drop), "drop at open"));
+  STRATA_RETURN_IF_ERROR(FromRocksAtOpen(WriteLocked(&drop), "drop at open"));
   // The dropped records' slots are free already: make their deletion durable first.
   if (options_.sync == DiskSyncMode::kNoWal) return FlushIndexLocked();
   return absl::OkStatus();

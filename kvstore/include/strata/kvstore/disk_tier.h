@@ -29,6 +29,13 @@
 // kRemoved and reported as DataLoss. On any error `dst`'s contents are unspecified (the block
 // may be read straight into it).
 //
+// A damaged index is a lost cache, never a failed start: Open moves an index that cannot be
+// opened or scanned (corrupt or missing RocksDB files) aside to PATH/index.corrupt-<UTC time>
+// (keeping the newest kKeptCorruptIndexes), logs one warning and starts empty; index entries
+// that do not decode or that no slot can hold are dropped one by one. Both are counted
+// (index_recovery()). Settings that are wrong (PATH a file, no permission to create it, no
+// space to create the files) still fail Create.
+//
 // A failed write (I/O error) is rejected and leaves nothing visible (no new block, no
 // eviction); after a failed index write RocksDB refuses writes, so the next write reopens the
 // index first (a disk that healed needs no restart).
@@ -106,7 +113,9 @@ struct DiskTierOptions {
 class DiskTier : public Tier {
  public:
   // Opens (or creates) the store at options.path and rebuilds the index. InvalidArgument for
-  // bad options; Unavailable / DataLoss when the files cannot be opened.
+  // bad options; Unavailable when the directory or the data file cannot be created or opened,
+  // ResourceExhausted when the disk is full, or an error when even a fresh index cannot be
+  // made. A corrupt or unreadable index is not an error (it is reset, above).
   static absl::StatusOr<std::unique_ptr<DiskTier>> Create(const DiskTierOptions& options);
 
   // Every block held (unordered), e.g. to republish kStored events for the blocks that
@@ -115,6 +124,15 @@ class DiskTier : public Tier {
 
   // Makes everything stored so far durable: fdatasync of the data file, index memtable flush.
   [[nodiscard]] virtual absl::Status Flush() = 0;
+
+  // What Open recovered from (the header comment; counts since Create).
+  struct IndexRecovery {
+    int64_t resets = 0;           // indexes moved aside, the tier started empty
+    int64_t dropped_entries = 0;  // malformed index entries dropped while loading
+  };
+  virtual IndexRecovery index_recovery() const = 0;
+  // How many moved-aside indexes Open keeps (the newest); older ones are deleted.
+  static constexpr int kKeptCorruptIndexes = 2;
 
   // Whether the data file is read and written with O_DIRECT.
   virtual bool direct_io() const = 0;
