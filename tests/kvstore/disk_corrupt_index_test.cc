@@ -14,6 +14,7 @@
 #include "disk_tier_internal.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "strata/kvstore/disk_tier.h"
 
 namespace strata::kvstore {
@@ -297,6 +298,38 @@ TEST_F(DiskCorruptIndexTest, OnlyTheNewestMovedAsideIndexesAreKept) {
     ExpectServes(**opened, 100 + i);
   }
   EXPECT_EQ(CorruptDirs(), DiskTier::kKeptCorruptIndexes);
+}
+
+// Through a rocksdb::Env (here an in-memory one, which cannot rename a directory): the index
+// is deleted instead of moved aside, and the tier starts empty.
+TEST_F(DiskCorruptIndexTest, GarbageCurrentThroughAnEnvStartsEmpty) {
+  std::unique_ptr<rocksdb::Env> env(rocksdb::NewMemEnv(rocksdb::Env::Default()));
+  DiskTierOptions o = Options();
+  o.env = env.get();
+  {
+    auto tier = DiskTier::Create(o);
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    ExpectServes(**tier, 1);
+    ASSERT_TRUE((*tier)->Flush().ok());
+  }
+  {
+    std::unique_ptr<rocksdb::WritableFile> f;
+    const std::string current = o.path + "/" + disk_internal::kIndexDirName + "/CURRENT";
+    ASSERT_TRUE(env->NewWritableFile(current, &f, rocksdb::EnvOptions()).ok());
+    ASSERT_TRUE(f->Append("garbage\n").ok());
+    ASSERT_TRUE(f->Close().ok());
+  }
+  {
+    auto tier = DiskTier::Create(o);
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    EXPECT_EQ((*tier)->index_recovery().resets, 1);
+    EXPECT_FALSE((*tier)->Contains(1));
+    ExpectServes(**tier, 2);
+  }
+  auto tier = DiskTier::Create(o);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->index_recovery().resets, 0);
+  ExpectBlock(**tier, 2);
 }
 
 // Wrong settings are not a bad cache: they fail Create, and nothing is moved aside.
