@@ -101,6 +101,7 @@ class DiskCorruptIndexTest : public ::testing::Test {
       DiskTier& tier = **opened;
       const DiskTier::IndexRecovery r = tier.index_recovery();
       EXPECT_EQ(r.resets, want_reset ? 1 : 0);
+      EXPECT_EQ(tier.stats().index_resets, r.resets);  // what the metric exports
       EXPECT_EQ(CorruptDirs(), want_reset ? 1 : 0);
       EXPECT_EQ(tier.usage().blocks, want_reset ? 0 : static_cast<int64_t>(std::size(kStored)));
       for (BlockHash h : kStored) {
@@ -243,6 +244,7 @@ TEST_F(DiskCorruptIndexTest, MalformedIndexEntriesAreDropped) {
     DiskTier& tier = **opened;
     EXPECT_EQ(tier.index_recovery().resets, 0);
     EXPECT_EQ(tier.index_recovery().dropped_entries, 3);
+    EXPECT_EQ(tier.stats().index_dropped_entries, 3);
     EXPECT_FALSE(tier.Contains(2));
     EXPECT_FALSE(tier.Contains(9));
     for (BlockHash h : {1, 3, 4}) ExpectBlock(tier, h);

@@ -86,6 +86,10 @@ absl::Status StoreMetrics::Register(metrics::Registry& registry, const std::stri
       {"checksum_failures", "Reads whose checksum did not match.",
        [](auto& s) { return s.checksum_failures; }},
       {"rejected", "Puts refused (no room or errors).", [](auto& s) { return s.rejected; }},
+      {"index_resets", "Corrupt indexes moved aside, the tier started empty.",
+       [](auto& s) { return s.index_resets; }},
+      {"index_dropped_entries", "Malformed index entries dropped while loading.",
+       [](auto& s) { return s.index_dropped_entries; }},
   };
   using UsageFn = std::function<double(const TierUsage&)>;
   struct GaugeSpec {

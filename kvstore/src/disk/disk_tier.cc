@@ -341,8 +341,14 @@ TierUsage DiskTierImpl::usage() const {
 }
 
 TierStats DiskTierImpl::stats() const {
-  absl::ReaderMutexLock l(&mu_);
-  return stats_;
+  TierStats s;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    s = stats_;
+  }
+  s.index_resets = index_resets_.load();
+  s.index_dropped_entries = dropped_entries_.load();
+  return s;
 }
 
 void DiskTierImpl::SetEventListener(TierEventListener listener) {

@@ -89,6 +89,8 @@ struct TierStats {
   int64_t evictions = 0;           // blocks dropped to make room
   int64_t checksum_failures = 0;   // reads whose checksum did not match (counted in misses too)
   int64_t rejected = 0;            // Puts refused (no room: everything leased/pinned, or errors)
+  int64_t index_resets = 0;        // corrupt indexes moved aside and started empty (disk tier)
+  int64_t index_dropped_entries = 0;  // malformed index entries dropped while loading (disk)
 };
 
 class Tier {
