@@ -27,6 +27,9 @@ cp -n "${root}/tests/fuzz/corpus/${target}/"* "${corpus}/" 2>/dev/null || true
 dict=()
 if [[ -f ${root}/tests/fuzz/${target}.dict ]]; then dict=(-dict="${root}/tests/fuzz/${target}.dict"); fi
 # -rss_limit_mb: ASan's shadow memory counts; -timeout: an input slower than this is a hang.
+rc=0
 "${build}/bin/fuzz_${target}" "${corpus}" "${dict[@]}" -max_total_time="${seconds}" \
   -timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
-  -artifact_prefix="${crashes}/" ${FUZZ_ARGS:-}
+  -artifact_prefix="${crashes}/" ${FUZZ_ARGS:-} || rc=$?
+rmdir "${crashes}" "$(dirname "${crashes}")" 2>/dev/null || true  # nothing found: no folders
+exit "${rc}"
