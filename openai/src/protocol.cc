@@ -434,7 +434,9 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       "logit_bias", "tools", "tool_choice", "response_format", "functions", "function_call",
       "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
   for (const auto& [key, value] : body.items()) {
-    auto in = [&](auto& list) { return std::find(std::begin(list), std::end(list), key) != std::end(list); };
+    auto in = [&name = key](auto& list) {
+      return std::find(std::begin(list), std::end(list), name) != std::end(list);
+    };
     if (in(kCommon) || in(endpoint_fields)) continue;
     if (in(kUnsupported)) {
       if (value.is_null()) continue;
