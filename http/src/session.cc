@@ -37,6 +37,13 @@ std::string RemoteString(const tcp::socket& socket) {
   return absl::StrCat(address.to_string(), ":", endpoint.port());
 }
 
+bool IsParseError(const beast::error_code& ec) {
+  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
+}
+
+}  // namespace
+
 Request ToRequest(bhttp::request<bhttp::string_body>&& message, std::string remote) {
   Request request;
   request.method = Str(message.method_string());
@@ -51,13 +58,6 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& message, std::string remo
   request.remote = std::move(remote);
   return request;
 }
-
-bool IsParseError(const beast::error_code& ec) {
-  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
-         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
-}
-
-}  // namespace
 
 Session::Session(tcp::socket socket, uint64_t id, SessionHost* host)
     : id_(id),

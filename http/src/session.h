@@ -21,6 +21,11 @@
 
 namespace strata::http::internal {
 
+// A parsed HTTP/1.1 message as the server hands it to a handler: header names lower-cased,
+// repeated headers joined with ", ", the path without its query.
+Request ToRequest(boost::beast::http::request<boost::beast::http::string_body>&& message,
+                  std::string remote);
+
 // What a connection needs from its server.
 class SessionHost {
  public:

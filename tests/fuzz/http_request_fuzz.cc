@@ -14,8 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
+#include "session.h"
 #include "strata/http/server.h"
 
 namespace {
@@ -24,22 +23,6 @@ namespace bhttp = boost::beast::http;
 
 constexpr size_t kHeaderLimit = 64 << 10;
 constexpr int kMaxRequestsPerInput = 16;
-
-std::string Str(boost::beast::string_view s) { return std::string(s.data(), s.size()); }
-
-strata::http::Request ToRequest(bhttp::request<bhttp::string_body>&& message) {
-  strata::http::Request request;
-  request.method = Str(message.method_string());
-  request.target = Str(message.target());
-  request.path = request.target.substr(0, request.target.find('?'));
-  for (const auto& field : message) {
-    std::string name = absl::AsciiStrToLower(Str(field.name_string()));
-    auto [it, inserted] = request.headers.emplace(std::move(name), Str(field.value()));
-    if (!inserted) absl::StrAppend(&it->second, ", ", Str(field.value()));
-  }
-  request.body = std::move(message.body());
-  return request;
-}
 
 }  // namespace
 
@@ -73,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (ec || !parser->is_done()) return 0;
     const bool keep_alive = parser->get().keep_alive();
-    const strata::http::Request request = ToRequest(parser->release());
+    const strata::http::Request request = strata::http::internal::ToRequest(parser->release(), "");
     (void)request.Header("content-type");
     (void)request.Header("expect");
     if (!keep_alive) return 0;
