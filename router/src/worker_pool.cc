@@ -76,7 +76,6 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   e.view.role = RoleFromProto(info.role());
   e.view.grpc_address = info.grpc_address();
   e.view.last_heartbeat = absl::Now();
-  e.info = info;
   e.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
   (void)index_.RegisterWorker(e.view.index_id);
   workers_[info.id()] = std::move(e);
@@ -97,7 +96,7 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
     it->second.view.load = LoadFromProto(req.load());
     it->second.view.last_heartbeat = absl::Now();
     index_id = it->second.view.index_id;
-    is_kvstore = it->second.info.role() == v1::ROLE_KVSTORE;
+    is_kvstore = it->second.view.role == WorkerRole::kKvstore;
   }
   // Workers report their device pool (tier 0) and their lower tiers (1 host, 2 disk); a kvstore
   // daemon's blocks are the remote tier (3), whatever its events say. Events are applied per
@@ -167,7 +166,7 @@ std::vector<std::string> WorkerPool::KvstoreAddresses() const {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, e] : workers_) {
-      if (e.info.role() == v1::ROLE_KVSTORE) out.push_back(e.info.grpc_address());
+      if (e.view.role == WorkerRole::kKvstore) out.push_back(e.view.grpc_address);
     }
   }
   std::sort(out.begin(), out.end());

@@ -61,7 +61,6 @@ class WorkerPool {
  private:
   struct Entry {
     WorkerView view;
-    v1::WorkerInfo info;
     std::shared_ptr<v1::Worker::Stub> stub;
   };
 
