@@ -145,6 +145,16 @@ typedef struct strata_sample_params {
 
 #define STRATA_MAX_LOGPROBS 20
 
+/* Bytes of an opaque inter-process memory handle (ipc_export / ipc_open). */
+#define STRATA_IPC_HANDLE_BYTES 64
+
+/* One contiguous byte range of a batched copy (copy_runs). */
+typedef struct strata_copy_run {
+  uint64_t src_offset; /* bytes from the source base */
+  uint64_t dst_offset; /* bytes from the destination base */
+  uint64_t bytes;      /* > 0 */
+} strata_copy_run;
+
 typedef struct strata_plugin_api_v1 {
   uint32_t api_version; /* == STRATA_PLUGIN_API_VERSION */
   uint32_t struct_size; /* sizeof(strata_plugin_api_v1) as the plugin was built */
@@ -329,6 +339,32 @@ typedef struct strata_plugin_api_v1 {
                                      int32_t renormalize, strata_tensor* topk_weights,
                                      strata_tensor* topk_ids, const strata_tensor* w_gate_up,
                                      const strata_tensor* w_down, strata_tensor* out);
+
+  /* --- device memory shared between processes (optional: all three NULL when absent) -------
+   * ipc_export(b, ptr, handle) writes STRATA_IPC_HANDLE_BYTES opaque bytes naming the whole
+   * allocation `ptr` (a value returned by alloc on b), which another process on the same host
+   * passes to ipc_open. The handle stays valid while the allocation lives.
+   * ipc_open(b, handle, out) maps an allocation another process exported; *out is its base,
+   * device memory of b until ipc_close(b, *out) (destroy closes what is left open).
+   * STRATA_ERR_UNSUPPORTED when this backend cannot reach that memory (another host, a device
+   * without peer access, or the exporting process itself). Opening the same handle twice
+   * without closing may fail. */
+  strata_status (*ipc_export)(strata_backend b, void* ptr,
+                              uint8_t handle[STRATA_IPC_HANDLE_BYTES]);
+  strata_status (*ipc_open)(strata_backend b, const uint8_t handle[STRATA_IPC_HANDLE_BYTES],
+                            void** out);
+  void (*ipc_close)(strata_backend b, void* ptr);
+
+  /* --- batched copy (optional: NULL when absent) --------------------------------------------
+   * For i < n: copy runs[i].bytes bytes from src + runs[i].src_offset to
+   * dst + runs[i].dst_offset, enqueued on s as one batched operation (never one device call
+   * per run). dst and src are each device memory of b (from alloc or ipc_open) or host memory
+   * registered with host_register (for a backend whose device memory is host memory, any
+   * host memory). `runs` is a host array the call does not keep. Destination ranges overlap
+   * neither each other nor any source range. n == 0 does nothing. A failing call writes
+   * nothing. */
+  strata_status (*copy_runs)(strata_backend b, strata_stream s, void* dst, const void* src,
+                             const strata_copy_run* runs, int64_t n);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);
