@@ -67,6 +67,23 @@ void ApplyConfigDefaults(ucp_config_t* config) {
   }
 }
 
+// Who can open this process's device memory: processes under the same kernel (boot id) on the
+// same host name.
+std::string HostIdentity() {
+  std::string boot_id;
+  if (FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (fgets(buf, sizeof(buf), f) != nullptr) boot_id = buf;
+    fclose(f);
+    while (!boot_id.empty() && (boot_id.back() == '\n' || boot_id.back() == ' ')) {
+      boot_id.pop_back();
+    }
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(boot_id, "/", host);
+}
+
 }  // namespace
 
 absl::Status PeerFailedError(const std::string& peer, ucs_status_t status) {
@@ -83,7 +100,7 @@ absl::Status UcxError(ucs_status_t status, absl::string_view what, absl::string_
 
 absl::StatusOr<std::unique_ptr<Agent>> UcxAgent::Create(const AgentOptions& options) {
   if (options.name.empty()) return absl::InvalidArgumentError("agent name must not be empty");
-  std::unique_ptr<UcxAgent> agent(new UcxAgent(options.name));
+  std::unique_ptr<UcxAgent> agent(new UcxAgent(options));
   STRATA_RETURN_IF_ERROR(agent->Init());
   agent->StartProgressThread();
   return std::unique_ptr<Agent>(std::move(agent));
@@ -105,6 +122,7 @@ absl::Status UcxAgent::Init() {
   STRATA_RETURN_IF_ERROR(InitWorker());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  host_id_ = HostIdentity();
   return absl::OkStatus();
 }
 
@@ -138,6 +156,7 @@ absl::Status UcxAgent::InitWorker() {
 
 void UcxAgent::StartProgressThread() {
   progress_thread_ = std::thread([this] { ProgressLoop(); });
+  if (device_ != nullptr) copy_thread_ = std::thread([this] { CopyLoop(); });
 }
 
 // Sleeps on the worker's event fd; ucp_worker_arm() says whether it is safe to sleep.
@@ -175,6 +194,7 @@ void UcxAgent::KickProgressThread() {
 UcxAgent::~UcxAgent() { Shutdown(); }
 
 void UcxAgent::Shutdown() {
+  StopCopyThread();  // the copy in progress finishes; queued ones fail with their transfers
   if (progress_thread_.joinable()) {
     {
       absl::MutexLock lock(&mu_);
@@ -209,8 +229,11 @@ void UcxAgent::Shutdown() {
     closing_.clear();
     transfers_.clear();
     completions_.clear();
-    for (auto& [id, region] : local_regions_) ucp_mem_unmap(context_, region.memh);
+    for (auto& [id, region] : local_regions_) {
+      if (region.memh != nullptr) ucp_mem_unmap(context_, region.memh);
+    }
     local_regions_.clear();
+    mappings_.clear();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
@@ -220,10 +243,11 @@ void UcxAgent::Shutdown() {
   wake_fd_ = -1;
 }
 
-absl::StatusOr<uint64_t> UcxAgent::RegisterMemory(void* addr, size_t length) {
+absl::StatusOr<uint64_t> UcxAgent::RegisterMemory(void* addr, size_t length, MemoryKind kind) {
   if (addr == nullptr || length == 0) {
     return absl::InvalidArgumentError("RegisterMemory: null address or zero length");
   }
+  if (kind == MemoryKind::kDevice) return RegisterDeviceMemory(addr, length);
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = addr;
@@ -281,7 +305,7 @@ absl::Status UcxAgent::DeregisterMemory(uint64_t region) {
   if (it == local_regions_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown local region ", region));
   }
-  ucs_status_t s = ucp_mem_unmap(context_, it->second.memh);
+  ucs_status_t s = it->second.memh == nullptr ? UCS_OK : ucp_mem_unmap(context_, it->second.memh);
   local_regions_.erase(it);
   if (s != UCS_OK) return UcxError(s, "ucp_mem_unmap");
   return absl::OkStatus();
@@ -292,6 +316,15 @@ absl::StatusOr<std::string> UcxAgent::ExportRegion(uint64_t region) const {
   auto it = local_regions_.find(region);
   if (it == local_regions_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown local region ", region));
+  }
+  if (it->second.kind == MemoryKind::kDevice) {
+    wire::RegionDescriptor d;
+    d.address = reinterpret_cast<uint64_t>(it->second.addr);
+    d.length = it->second.length;
+    d.kind = static_cast<uint32_t>(MemoryKind::kDevice);
+    d.host_id = host_id_;
+    d.device_handle = it->second.device_handle;
+    return wire::EncodeRegion(d);
   }
   void* packed = nullptr;
   size_t packed_size = 0;
@@ -385,6 +418,7 @@ absl::StatusOr<uint64_t> UcxAgent::ImportRegion(const std::string& peer,
   if (d.address + d.length < d.address) {
     return absl::InvalidArgumentError("ImportRegion: region wraps the address space");
   }
+  if (d.kind == static_cast<uint32_t>(MemoryKind::kDevice)) return ImportDeviceRegion(peer, d);
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<Peer> p, UsablePeerLocked(peer));
   ucp_rkey_h rkey = nullptr;
@@ -392,8 +426,17 @@ absl::StatusOr<uint64_t> UcxAgent::ImportRegion(const std::string& peer,
   if (s != UCS_OK) return UcxError(s, "ucp_ep_rkey_unpack", peer);
   p->rkeys.push_back(rkey);
   const uint64_t id = next_id_++;
-  remote_regions_[id] = RemoteRegion{std::move(p), d.address, d.length, rkey};
+  remote_regions_[id] = RemoteRegion{std::move(p), d.address, d.length, rkey, nullptr};
   return id;
+}
+
+absl::StatusOr<std::string> UcxAgent::RegionPath(uint64_t remote_region) const {
+  absl::MutexLock lock(&mu_);
+  auto it = remote_regions_.find(remote_region);
+  if (it == remote_regions_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown remote region ", remote_region));
+  }
+  return std::string(it->second.mapping != nullptr ? "ipc" : "ucx");
 }
 
 absl::StatusOr<std::shared_ptr<UcxAgent::Peer>> UcxAgent::UsablePeerLocked(

@@ -13,9 +13,15 @@
 // nothing tracked per run), then ucp_ep_flush_nbx; the flush completes only when every earlier
 // operation on the endpoint is complete at the target. Then, if there is a notification, one
 // eager active message carries it; the transfer is done when that send completes.
+//
+// Device regions (ucx_agent_device.cc): a write between a local device region and a peer's
+// device region mapped here (the ipc path) is one DeviceMemory::Copy of all its runs, run by the
+// agent's copy thread in post order; when it returns, the notification (if any) goes out as
+// above and the transfer is done.
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "strata/transport/agent.h"
+#include "wire_format.h"
 
 namespace strata::transport {
 
@@ -44,10 +51,12 @@ class UcxAgent final : public Agent {
  public:
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& options);
   ~UcxAgent() override;
+  UcxAgent(const UcxAgent&) = delete;
+  UcxAgent& operator=(const UcxAgent&) = delete;
 
   const std::string& name() const override { return name_; }
   std::string Metadata() const override { return metadata_; }
-  absl::StatusOr<uint64_t> RegisterMemory(void* addr, size_t length) override;
+  absl::StatusOr<uint64_t> RegisterMemory(void* addr, size_t length, MemoryKind kind) override;
   absl::StatusOr<uint64_t> MapLocked(ucp_mem_map_params_t& params, char** addr, size_t* length)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<AllocatedRegion> AllocateMemory(size_t length) override;
@@ -57,6 +66,7 @@ class UcxAgent final : public Agent {
   void RemovePeer(const std::string& peer) override;
   absl::StatusOr<uint64_t> ImportRegion(const std::string& peer,
                                         const std::string& blob) override;
+  absl::StatusOr<std::string> RegionPath(uint64_t remote_region) const override;
   absl::StatusOr<uint64_t> PostWrite(const std::string& peer, uint64_t local_region,
                                      uint64_t remote_region, std::span<const Run> runs,
                                      std::string notification) override;
@@ -82,15 +92,25 @@ class UcxAgent final : public Agent {
   struct LocalRegion {
     char* addr = nullptr;
     size_t length = 0;
-    ucp_mem_h memh = nullptr;
+    ucp_mem_h memh = nullptr;  // host memory only
+    MemoryKind kind = MemoryKind::kHost;
+    std::string device_handle;  // device memory: its DeviceMemory::Export handle, made once
+  };
+  // A peer's device allocation opened here; closed when the last region or copy using it ends.
+  struct Mapping {
+    DeviceMemory* device = nullptr;
+    std::string handle;
+    void* base = nullptr;
+    ~Mapping() { device->Close(base); }
   };
   struct RemoteRegion {
     std::shared_ptr<Peer> peer;
     uint64_t addr = 0;
     uint64_t length = 0;
-    ucp_rkey_h rkey = nullptr;
+    ucp_rkey_h rkey = nullptr;                // host memory
+    std::shared_ptr<const Mapping> mapping;  // device memory (the ipc path)
   };
-  enum class Phase { kFlushing, kNotifying, kDone, kFailed };
+  enum class Phase { kCopying, kFlushing, kNotifying, kDone, kFailed };
   struct Transfer {
     uint64_t id = 0;
     std::shared_ptr<Peer> peer;
@@ -106,13 +126,21 @@ class UcxAgent final : public Agent {
     Transfer* transfer;
     ucs_status_t status;
   };
+  // A device write waiting for (or running on) the copy thread.
+  struct CopyJob {
+    Transfer* transfer;
+    void* dst;
+    const void* src;
+    std::vector<CopyRun> runs;
+    std::shared_ptr<const Mapping> mapping;  // keeps the destination mapped until the copy ends
+  };
   // An endpoint being closed; its peer (and rkeys) live until the close request finishes.
   struct Closing {
     std::shared_ptr<Peer> peer;
     void* request;  // nullptr once closed
   };
 
-  explicit UcxAgent(std::string name) : name_(std::move(name)) {}
+  explicit UcxAgent(const AgentOptions& options) : name_(options.name), device_(options.device) {}
   absl::Status Init();
   absl::Status InitWorker();
   void StartProgressThread();
@@ -125,6 +153,8 @@ class UcxAgent final : public Agent {
   absl::StatusOr<uint64_t> Post(bool is_write, const std::string& peer, uint64_t local_region,
                                 uint64_t remote_region, std::span<const Run> runs,
                                 std::string notification);
+  Transfer* AddTransferLocked(std::shared_ptr<Peer> peer, bool is_write, std::span<const Run> runs,
+                              const std::string& notification) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateRuns(const LocalRegion& local, const RemoteRegion& remote,
                             std::span<const Run> runs) const;
   absl::Status PostRunsLocked(bool is_write, const Peer& peer, const LocalRegion& local,
@@ -146,6 +176,18 @@ class UcxAgent final : public Agent {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Shutdown();
 
+  // Device regions (ucx_agent_device.cc).
+  absl::StatusOr<uint64_t> RegisterDeviceMemory(void* addr, size_t length);
+  absl::StatusOr<std::string> ExportDeviceRegion(uint64_t region) const;
+  absl::StatusOr<uint64_t> ImportDeviceRegion(const std::string& peer,
+                                              const wire::RegionDescriptor& d);
+  absl::StatusOr<std::shared_ptr<const Mapping>> OpenMapping(const std::string& handle);
+  // Queues the copy of a validated device write; the transfer is kCopying until it ends.
+  absl::Status PostDeviceLocked(Transfer* t, const LocalRegion& local, const RemoteRegion& remote,
+                                std::span<const Run> runs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CopyLoop();
+  void StopCopyThread();
+
   // UCX callbacks: run inside ucp_worker_progress, i.e. with `mu_` held by the progressor.
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void OnRequestDone(void* request, ucs_status_t status, void* user_data);
@@ -153,6 +195,8 @@ class UcxAgent final : public Agent {
                                      void* data, size_t length, const ucp_am_recv_param_t* param);
 
   const std::string name_;
+  DeviceMemory* const device_;  // may be null: host memory only
+  std::string host_id_;         // this host's identity (boot id + hostname), set by Init
   std::string metadata_;  // immutable after Init
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -172,6 +216,15 @@ class UcxAgent final : public Agent {
   std::vector<Completion> completions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> notifications_ ABSL_GUARDED_BY(mu_);
   AgentStats stats_ ABSL_GUARDED_BY(mu_);
+  // Device handle -> its mapping here, while any region or copy holds it (a handle is opened
+  // once per process).
+  absl::flat_hash_map<std::string, std::weak_ptr<const Mapping>> mappings_ ABSL_GUARDED_BY(mu_);
+
+  // The copy thread and its queue (device writes, in post order).
+  absl::Mutex copy_mu_;
+  std::deque<CopyJob> copy_queue_ ABSL_GUARDED_BY(copy_mu_);
+  bool copy_stopping_ ABSL_GUARDED_BY(copy_mu_) = false;
+  std::thread copy_thread_;
 };
 
 }  // namespace strata::transport

@@ -69,23 +69,42 @@ absl::StatusOr<uint64_t> UcxAgent::Post(bool is_write, const std::string& peer,
                                                    " was not imported from peer '", peer, "'"));
   }
   STRATA_RETURN_IF_ERROR(ValidateRuns(local->second, remote->second, runs));
+  const bool device =
+      local->second.kind == MemoryKind::kDevice || remote->second.mapping != nullptr;
+  if (device && !runs.empty()) {
+    if (!is_write) return absl::UnimplementedError("reads of device regions are not supported");
+    if (local->second.kind != MemoryKind::kDevice || remote->second.mapping == nullptr) {
+      return absl::InvalidArgumentError(
+          "a transfer between a host region and a device region is not supported");
+    }
+    Transfer* t = AddTransferLocked(std::move(p), is_write, runs, notification);
+    STRATA_RETURN_IF_ERROR(PostDeviceLocked(t, local->second, remote->second, runs));
+    return t->id;
+  }
   if (absl::Status s = PostRunsLocked(is_write, *p, local->second, remote->second, runs);
       !s.ok()) {
     stats_.transfers_failed++;
     return p->failed ? PeerFailedError(peer, p->error) : s;
   }
+  Transfer* t = AddTransferLocked(std::move(p), is_write, runs, notification);
+  StartFlushLocked(t);
+  WakeProgressThread();
+  return t->id;
+}
+
+UcxAgent::Transfer* UcxAgent::AddTransferLocked(std::shared_ptr<Peer> peer, bool is_write,
+                                                std::span<const Run> runs,
+                                                const std::string& notification) {
   auto t = std::make_unique<Transfer>();
   t->id = next_id_++;
-  t->peer = std::move(p);
+  t->peer = std::move(peer);
   t->is_write = is_write;
   for (const Run& r : runs) t->bytes += r.length;
   if (!notification.empty()) t->notification = wire::EncodeNotification(name_, notification);
   Transfer* raw = t.get();
   transfers_[raw->id] = std::move(t);
   stats_.transfers_posted++;
-  StartFlushLocked(raw);
-  WakeProgressThread();
-  return raw->id;
+  return raw;
 }
 
 absl::Status UcxAgent::PostRunsLocked(bool is_write, const Peer& peer, const LocalRegion& local,

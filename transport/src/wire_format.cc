@@ -12,6 +12,8 @@ constexpr uint32_t kMetadataMagic = 0x4d525453;  // "STRM"
 constexpr uint32_t kRegionMagic = 0x52525453;    // "STRR"
 constexpr uint32_t kNotificationMagic = 0x4e525453;  // "STRN"
 constexpr uint32_t kVersion = 1;
+// Region blobs carry a memory kind since version 2.
+constexpr uint32_t kRegionVersion = 2;
 
 void PutU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -44,12 +46,12 @@ class Reader {
         absl::StrCat("malformed transport ", what_, " (", bytes_.size(), " bytes)"));
   }
   // Checks magic and version at the front.
-  absl::Status Header(uint32_t magic) {
+  absl::Status Header(uint32_t magic, uint32_t version = kVersion) {
     uint32_t m = 0, v = 0;
     if (!U32(&m) || m != magic) return Malformed();
-    if (!U32(&v) || v != kVersion) {
+    if (!U32(&v) || v != version) {
       return absl::InvalidArgumentError(
-          absl::StrCat("transport ", what_, " version ", v, ", expected ", kVersion));
+          absl::StrCat("transport ", what_, " version ", v, ", expected ", version));
     }
     return absl::OkStatus();
   }
@@ -97,19 +99,26 @@ absl::StatusOr<AgentMetadata> DecodeMetadata(std::string_view bytes) {
 std::string EncodeRegion(const RegionDescriptor& region) {
   std::string out;
   PutU32(out, kRegionMagic);
-  PutU32(out, kVersion);
+  PutU32(out, kRegionVersion);
   PutU64(out, region.address);
   PutU64(out, region.length);
+  PutU32(out, region.kind);
   PutBytes(out, region.packed_rkey);
+  PutBytes(out, region.host_id);
+  PutBytes(out, region.device_handle);
   return out;
 }
 
 absl::StatusOr<RegionDescriptor> DecodeRegion(std::string_view bytes) {
   Reader r(bytes, "region blob");
-  if (absl::Status s = r.Header(kRegionMagic); !s.ok()) return s;
+  if (absl::Status s = r.Header(kRegionMagic, kRegionVersion); !s.ok()) return s;
   RegionDescriptor d;
-  if (!r.U64(&d.address) || !r.U64(&d.length) || !r.Bytes(&d.packed_rkey) || !r.AtEnd() ||
-      d.packed_rkey.empty()) {
+  if (!r.U64(&d.address) || !r.U64(&d.length) || !r.U32(&d.kind) || !r.Bytes(&d.packed_rkey) ||
+      !r.Bytes(&d.host_id) || !r.Bytes(&d.device_handle) || !r.AtEnd() || d.kind > 1) {
+    return r.Malformed();
+  }
+  // Host memory is reached through its remote key, device memory through its handle.
+  if (d.kind == 0 ? d.packed_rkey.empty() : d.device_handle.empty() || d.host_id.empty()) {
     return r.Malformed();
   }
   return d;

@@ -18,11 +18,16 @@ struct AgentMetadata {
 std::string EncodeMetadata(const AgentMetadata& metadata);
 absl::StatusOr<AgentMetadata> DecodeMetadata(std::string_view bytes);
 
-// Agent::ExportRegion(): the exported buffer's address and length and its packed remote key.
+// Agent::ExportRegion(): the exported buffer's address, length and memory kind; for host memory
+// its packed remote key, for device memory the exporter's host identity and the DeviceMemory
+// handle a process on that host opens.
 struct RegionDescriptor {
   uint64_t address = 0;
   uint64_t length = 0;
+  uint32_t kind = 0;  // MemoryKind
   std::string packed_rkey;
+  std::string host_id;
+  std::string device_handle;
 };
 std::string EncodeRegion(const RegionDescriptor& region);
 absl::StatusOr<RegionDescriptor> DecodeRegion(std::string_view bytes);

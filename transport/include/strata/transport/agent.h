@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/transport/device_memory.h"
 
 namespace strata::transport {
 
@@ -57,6 +58,9 @@ struct AgentOptions {
   std::string name;
   // Registered backends: "ucx".
   std::string backend = "ucx";
+  // Device memory services (not owned; must outlive the agent). Without it only host memory
+  // can be registered. See device_memory.h.
+  DeviceMemory* device = nullptr;
 };
 
 // One contiguous byte range to move: [local_offset, +length) of the local region to/from
@@ -86,6 +90,9 @@ struct AgentStats {
   uint64_t notifications_received = 0;
   uint64_t peer_failures = 0;        // endpoints the error handler marked failed
   uint64_t waits_blocked = 0;        // Waits that outlasted their spin and slept (no CPU)
+  uint64_t device_regions_mapped = 0;  // peer device regions imported on the ipc path
+  uint64_t device_copies = 0;          // batched device copies completed (one per ipc write)
+  uint64_t device_bytes = 0;           // bytes those copies moved
 };
 
 class Agent {
@@ -102,8 +109,11 @@ class Agent {
 
   // Registers [addr, addr + length) for RMA (once; pin/map cost is paid here, not per
   // transfer). The memory must stay valid until DeregisterMemory or the Agent's destruction.
-  // Returns a local region id.
-  [[nodiscard]] virtual absl::StatusOr<uint64_t> RegisterMemory(void* addr, size_t length) = 0;
+  // Returns a local region id. Device memory (kDevice) needs AgentOptions::device and must be
+  // a whole allocation (it is exported as one); it is written only by peers that map it (the
+  // ipc path: RegionPath) and writes from it go only to such peers.
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> RegisterMemory(
+      void* addr, size_t length, MemoryKind kind = MemoryKind::kHost) = 0;
   // Allocates `length` bytes through UCX and registers them. Prefer this for memory that peers
   // write into or read from (a decode worker's KV pool): on one host UCX backs it with shared
   // memory that the peer maps, so a put is a plain memcpy by the initiator with no work on this
@@ -123,10 +133,17 @@ class Agent {
   // Closes the endpoint and forgets the peer's imported regions. Unknown names are ignored.
   virtual void RemovePeer(const std::string& peer) = 0;
   // Imports a region another agent exported; valid for `peer` until it is removed or replaced.
+  // A device region is mapped here (the ipc path); when that cannot be done the import fails
+  // with kFailedPrecondition saying why.
   [[nodiscard]] virtual absl::StatusOr<uint64_t> ImportRegion(const std::string& peer,
                                                               const std::string& blob) = 0;
+  // How writes to an imported region travel: "ucx" (host memory) or "ipc" (device memory
+  // mapped into this process). kNotFound for an unknown region.
+  [[nodiscard]] virtual absl::StatusOr<std::string> RegionPath(uint64_t remote_region) const = 0;
 
-  // Posts one put (get) per Run, then completes remotely; `notification`, when non-empty, is
+  // Posts one put (get) per Run, then completes remotely (between device regions on the ipc
+  // path: one batched device copy of all runs on the agent's copy thread; a device read is
+  // kUnimplemented, as is mixing host and device regions). `notification`, when non-empty, is
   // delivered to the peer after all the data is visible there. Every run is bounds-checked
   // against both regions before anything is posted. An empty `runs` with a notification is a
   // pure notification. Returns a transfer id to Check/Wait and finally Release.
