@@ -10,13 +10,15 @@ namespace strata::decode {
 
 absl::StatusOr<v1::KvDestination> DescribeKvDestination(transport::Agent& agent,
                                                         const std::string& agent_name,
-                                                        uint64_t kv_region, size_t block_bytes) {
+                                                        uint64_t kv_region, size_t block_bytes,
+                                                        const v1::KvLayout& layout) {
   v1::KvDestination self;
   self.set_agent_name(agent_name);
   self.set_agent_metadata(agent.Metadata());
   STRATA_ASSIGN_OR_RETURN(std::string region, agent.ExportRegion(kv_region));
   self.set_region(region);
   self.set_block_bytes(block_bytes);
+  *self.mutable_layout() = layout;
   return self;
 }
 

@@ -38,12 +38,13 @@ struct Job {
 class PrefillDriverImpl final : public PrefillDriver {
  public:
   PrefillDriverImpl(EngineLoop* loop, transport::Agent* agent, uint64_t kv_region,
-                    size_t block_bytes, int block_size)
+                    size_t block_bytes, int block_size, v1::KvLayout layout)
       : loop_(loop),
         agent_(agent),
         kv_region_(kv_region),
         block_bytes_(block_bytes),
-        block_size_(block_size) {
+        block_size_(block_size),
+        layout_(std::move(layout)) {
     loop_->SetAfterStep([this](Engine& e) { PostCompleted(e); });
     poller_ = std::thread([this] { PollLoop(); });
   }
@@ -94,6 +95,11 @@ class PrefillDriverImpl final : public PrefillDriver {
  private:
   absl::Status Validate(const v1::PrefillRequest& r, Job& job) {
     const auto& d = r.destination();
+    if (d.has_layout()) {
+      absl::Status same = proto::CheckSameKvLayout(layout_, d.layout(),
+                                                   absl::StrCat("decode worker ", d.agent_name()));
+      if (!same.ok()) return absl::InvalidArgumentError(same.message());
+    }
     if (d.block_bytes() != block_bytes_) {
       return absl::InvalidArgumentError(absl::StrCat("destination block size ", d.block_bytes(),
                                                      " B differs from ours (", block_bytes_,
@@ -329,6 +335,7 @@ class PrefillDriverImpl final : public PrefillDriver {
   uint64_t kv_region_;
   uint64_t block_bytes_;
   int block_size_;
+  const v1::KvLayout layout_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> imported_ ABSL_GUARDED_BY(mu_);
@@ -343,8 +350,9 @@ class PrefillDriverImpl final : public PrefillDriver {
 
 std::unique_ptr<PrefillDriver> PrefillDriver::Create(EngineLoop* loop, transport::Agent* agent,
                                                      uint64_t kv_region, size_t block_bytes,
-                                                     int block_size) {
-  return std::make_unique<PrefillDriverImpl>(loop, agent, kv_region, block_bytes, block_size);
+                                                     int block_size, v1::KvLayout layout) {
+  return std::make_unique<PrefillDriverImpl>(loop, agent, kv_region, block_bytes, block_size,
+                                             std::move(layout));
 }
 
 }  // namespace strata::prefill

@@ -4,6 +4,25 @@
 
 namespace strata::proto {
 
+std::string DescribeKvLayout(const v1::KvLayout& l) {
+  return absl::StrCat(l.dtype().empty() ? "?" : l.dtype(), " KV, ", l.block_size(),
+                      " tokens/block, ", l.num_layers(), " layers x ", l.num_kv_heads(),
+                      " KV heads x ", l.head_dim(), ", ",
+                      l.memory().empty() ? "host" : l.memory(), " memory");
+}
+
+absl::Status CheckSameKvLayout(const v1::KvLayout& ours, const v1::KvLayout& theirs,
+                               const std::string& who) {
+  const bool same = ours.dtype() == theirs.dtype() && ours.block_size() == theirs.block_size() &&
+                    ours.num_layers() == theirs.num_layers() &&
+                    ours.num_kv_heads() == theirs.num_kv_heads() &&
+                    ours.head_dim() == theirs.head_dim() && ours.memory() == theirs.memory();
+  if (same) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(who, "'s KV pool (", DescribeKvLayout(theirs), ") does not match this one (",
+                   DescribeKvLayout(ours), "): blocks cannot move between them"));
+}
+
 grpc::Status CheckVersion(uint32_t version) {
   if (version == kProtocolVersion) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

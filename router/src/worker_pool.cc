@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "strata/common/logging.h"
+#include "strata/common/status_macros.h"
 
 namespace strata::router {
 
@@ -64,10 +65,17 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", info.id(), " uses block size ", info.block_size(), ", cluster ", block_size_));
   }
+  // Prefill and decode workers hand blocks to each other: their pools must match exactly.
+  const bool handoff = info.role() == v1::ROLE_PREFILL || info.role() == v1::ROLE_DECODE;
+  if (handoff && info.has_kv_layout() && kv_layout_.has_value()) {
+    STRATA_RETURN_IF_ERROR(proto::CheckSameKvLayout(*kv_layout_, info.kv_layout(),
+                                                    absl::StrCat("worker ", info.id())));
+  }
   if (!kvstore) {
     model_identity_ = info.model_identity();
     block_size_ = info.block_size();
   }
+  if (handoff && info.has_kv_layout() && !kv_layout_.has_value()) kv_layout_ = info.kv_layout();
   auto it = workers_.find(info.id());
   if (it != workers_.end()) (void)index_.RemoveWorker(it->second.view.index_id);
   Entry e;

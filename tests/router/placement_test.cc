@@ -1,5 +1,6 @@
 // The router's worker pool and placement, without processes: registration rules, heartbeats
 // feeding the KV index, expiry, and each policy's choices, 429 and 503.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "strata/router/placement.h"
@@ -48,6 +49,37 @@ TEST(WorkerPoolTest, RegistrationRejectsForeignModelsAndBlockSizes) {
   EXPECT_EQ(pool.Register(Info("x", v1::ROLE_UNSPECIFIED)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(pool.num_workers(), 1);
+}
+
+v1::KvLayout Layout(const std::string& dtype, const std::string& memory) {
+  v1::KvLayout l;
+  l.set_dtype(dtype);
+  l.set_block_size(16);
+  l.set_num_layers(32);
+  l.set_num_kv_heads(8);
+  l.set_head_dim(128);
+  l.set_memory(memory);
+  return l;
+}
+
+TEST(WorkerPoolTest, PrefillAndDecodeWorkersMustShareOneKvLayout) {
+  WorkerPool pool;
+  v1::WorkerInfo p0 = Info("p0", v1::ROLE_PREFILL);
+  *p0.mutable_kv_layout() = Layout("bf16", "device");
+  ASSERT_TRUE(pool.Register(p0).ok());
+  v1::WorkerInfo d0 = Info("d0", v1::ROLE_DECODE);
+  *d0.mutable_kv_layout() = Layout("f32", "host");
+  auto refused = pool.Register(d0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("worker d0's KV pool (f32 KV, 16 tokens/block, 32 layers x 8 "
+                                   "KV heads x 128, host memory) does not match"));
+  *d0.mutable_kv_layout() = Layout("bf16", "device");
+  EXPECT_TRUE(pool.Register(d0).ok());
+  // A mixed worker never hands blocks over: its pool may differ.
+  v1::WorkerInfo m0 = Info("m0", v1::ROLE_MIXED);
+  *m0.mutable_kv_layout() = Layout("f32", "host");
+  EXPECT_TRUE(pool.Register(m0).ok());
 }
 
 TEST(WorkerPoolTest, HeartbeatsFeedTheIndexAndUnknownWorkersMustReregister) {

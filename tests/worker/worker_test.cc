@@ -3,6 +3,7 @@
 // prefill on the same worker, and the protocol's rejection of bad or foreign messages.
 #include "strata/worker/worker.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -169,6 +170,37 @@ TEST_F(WorkerTest, RolesAndModelsAreChecked) {
   grpc::ClientContext c1;
   v1::PrefillResponse resp;
   EXPECT_EQ(stub->Prefill(&c1, pr, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(WorkerTest, ADestinationWithAnotherKvLayoutIsRefusedNamingBoth) {
+  EngineOptions eo;
+  eo.runner.num_kv_blocks = 8;
+  auto engine = Engine::Create(*dir_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const strata_kv_cache& kv = (*engine)->runner().kv_cache();
+  v1::PrefillRequest pr;
+  pr.set_protocol_version(proto::kProtocolVersion);
+  pr.set_request_id("other-layout");
+  for (int i = 0; i < 20; ++i) pr.add_prompt(5);
+  pr.set_model_identity((*engine)->model_identity());
+  v1::KvDestination* d = pr.mutable_destination();
+  d->set_agent_name("gpu-decode");
+  d->set_block_bytes((*engine)->runner().kv_block_bytes());
+  d->add_dest_blocks(0);
+  d->add_dest_blocks(1);
+  v1::KvLayout* l = d->mutable_layout();
+  l->set_dtype("bf16");  // the CPU pool holds f32
+  l->set_block_size(kv.block_size);
+  l->set_num_layers(kv.num_layers);
+  l->set_num_kv_heads(kv.num_kv_heads);
+  l->set_head_dim(kv.head_dim);
+  l->set_memory("device");
+  grpc::ClientContext c;
+  v1::PrefillResponse resp;
+  grpc::Status st = Stub(*prefill_)->Prefill(&c, pr, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("decode worker gpu-decode's KV pool (bf16"));
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("device memory) does not match this one (f32"));
 }
 
 TEST_F(WorkerTest, AnUnreachablePrefillWorkerFailsTheRequestAndFreesTheReservation) {

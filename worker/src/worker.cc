@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kv_tiering.h"
 #include "local_backend.h"
+#include "plugin_device_memory.h"
 #include "registry_client.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
@@ -26,7 +27,16 @@ namespace {
 class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(WorkerOptions options) : options_(std::move(options)) {}
-  ~WorkerImpl() override { Shutdown(absl::ZeroDuration()); }
+  ~WorkerImpl() override {
+    Shutdown(absl::ZeroDuration());
+    // The agent maps peers' device memory through the engine's backend: it goes first. (A
+    // host pool is the agent's own memory, used by the engine until the engine is gone.)
+    if (device_memory_ != nullptr) {
+      metrics_.reset();
+      agent_.reset();
+      device_memory_.reset();
+    }
+  }
 
   absl::Status Init() {
     STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create({.name = options_.id}));
@@ -48,38 +58,65 @@ class WorkerImpl final : public Worker {
     model_identity_ = e.model_identity();
     const size_t block_bytes = e.runner().kv_block_bytes();
     const strata_kv_cache& kv = e.runner().kv_cache();
+    kv_layout_.set_dtype(DtypeName(kv.dtype));
+    kv_layout_.set_block_size(kv.block_size);
+    kv_layout_.set_num_layers(kv.num_layers);
+    kv_layout_.set_num_kv_heads(kv.num_kv_heads);
+    kv_layout_.set_head_dim(kv.head_dim);
+    kv_layout_.set_memory(pool_registered ? "host" : "device");
     num_kv_blocks_ = kv.num_blocks;
     loop_ = std::make_unique<EngineLoop>(std::move(*engine));
     const v1::Role role = options_.role;
-    if (pool_registered) return FinishInit(role, max_model_len, vocab, true, block_bytes);
-    auto region = agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks));
+    if (pool_registered) {
+      handoff_path_ = "ucx";
+      return FinishInit(role, max_model_len, vocab, true, block_bytes);
+    }
+    auto region = RegisterDevicePool(e, block_bytes);
     if (!region.ok()) {
-      // E.g. device memory with a UCX build lacking CUDA transports. A mixed worker still serves
-      // on its own; the disaggregated roles cannot work without it.
+      // A mixed worker still serves on its own; the disaggregated roles cannot work without it.
       if (role != v1::ROLE_MIXED) {
         return absl::FailedPreconditionError(absl::StrCat(
             "the KV pool cannot be registered with the transport: ", region.status().message()));
       }
       STRATA_LOG(Warning) << "KV pool not registered with the transport ("
                           << region.status().message() << "); serving without KV handoff";
+      handoff_path_ = "none";
       return FinishInit(role, max_model_len, vocab, /*handoff=*/false, block_bytes);
     }
     kv_region_ = *region;
+    handoff_path_ = "ipc";
     return FinishInit(role, max_model_len, vocab, /*handoff=*/true, block_bytes);
+  }
+
+  // A device KV pool: the agent is made again with the plugin's device memory services, and the
+  // pool is registered as device memory that peers on this host map (the ipc path).
+  absl::StatusOr<uint64_t> RegisterDevicePool(Engine& e, size_t block_bytes) {
+    const strata_kv_cache& kv = e.runner().kv_cache();
+    STRATA_ASSIGN_OR_RETURN(device_memory_, PluginDeviceMemory::Create(&e.runner().backend()));
+    agent_.reset();
+    STRATA_ASSIGN_OR_RETURN(
+        agent_, transport::Agent::Create({.name = options_.id, .device = device_memory_.get()}));
+    STRATA_ASSIGN_OR_RETURN(
+        uint64_t region, agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks),
+                                                transport::MemoryKind::kDevice));
+    STRATA_LOG(Info) << "KV handoff: device pool of " << kv.num_blocks << " blocks over ipc ("
+                     << device_memory_->Describe() << ")";
+    return region;
   }
 
   absl::Status FinishInit(v1::Role role, int64_t max_model_len, int vocab, bool handoff,
                           size_t block_bytes) {
     if (handoff && (role == v1::ROLE_PREFILL || role == v1::ROLE_MIXED)) {
       prefill_ = prefill::PrefillDriver::Create(loop_.get(), agent_.get(), kv_region_, block_bytes,
-                                                options_.engine.runner.block_size);
+                                                options_.engine.runner.block_size, kv_layout_);
     }
     if (handoff && (role == v1::ROLE_DECODE || role == v1::ROLE_MIXED)) {
       decode::DecodeDriverOptions d;
       d.model_identity = model_identity_;
       d.block_size = options_.engine.runner.block_size;
       STRATA_ASSIGN_OR_RETURN(
-          d.self, decode::DescribeKvDestination(*agent_, options_.id, kv_region_, block_bytes));
+          d.self,
+          decode::DescribeKvDestination(*agent_, options_.id, kv_region_, block_bytes, kv_layout_));
       d.on_transfer = [this](double seconds, uint64_t bytes) {
         metrics_->ObserveTransfer(seconds, bytes);
       };
@@ -91,7 +128,7 @@ class WorkerImpl final : public Worker {
     auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
     if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
     metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
-                                               prefill_.get(), decode_.get());
+                                               prefill_.get(), decode_.get(), handoff_path_);
     if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
       return absl::InvalidArgumentError("G4 daemons from the router need a router address");
     }
@@ -161,6 +198,7 @@ class WorkerImpl final : public Worker {
       info.set_block_size(options_.engine.runner.block_size);
       info.set_num_kv_blocks(num_kv_blocks_);
       info.set_max_model_len(loop_->engine_for_config().max_model_len());
+      *info.mutable_kv_layout() = kv_layout_;
       registry_ = MakeRegistryClient(options_.router_address, info, loop_.get(), tiering_.get(),
                                      options_.heartbeat_interval);
       registry_->Start();
@@ -207,7 +245,12 @@ class WorkerImpl final : public Worker {
   WorkerOptions options_;
   std::string model_identity_;
   int num_kv_blocks_ = 0;
-  std::unique_ptr<transport::Agent> agent_;  // owns the KV pool memory: outlives loop_
+  // A device KV pool's transport services (the engine's backend); null for a host pool.
+  std::unique_ptr<PluginDeviceMemory> device_memory_;
+  // Owns a host KV pool's memory: outlives loop_. With a device pool it is destroyed first.
+  std::unique_ptr<transport::Agent> agent_;
+  std::string handoff_path_ = "none";
+  v1::KvLayout kv_layout_;
   uint64_t kv_region_ = 0;
   std::unique_ptr<EngineLoop> loop_;
   // Set before the first request; destroyed before loop_, which Shutdown() has stopped.

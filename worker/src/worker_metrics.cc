@@ -8,7 +8,7 @@ namespace strata::worker {
 
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
                              transport::Agent* agent, prefill::PrefillDriver* prefill,
-                             decode::DecodeDriver* decode)
+                             decode::DecodeDriver* decode, const std::string& handoff_path)
     : api_(registry_, "strata_worker"),
       decode_(std::make_unique<decode::DecodeMetrics>(registry_, decode)) {
   Gauge("strata_worker_running_requests", "Sequences in the running batch",
@@ -35,6 +35,19 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
             [agent] { return double(agent->Stats().bytes_written); });
   CounterFn("strata_worker_transport_transfers_failed_total", "KV transfers that failed",
             [agent] { return double(agent->Stats().transfers_failed); });
+  CounterFn("strata_worker_transport_device_copies_total",
+            "Batched device-to-device KV copies into peers' mapped pools (the ipc path)",
+            [agent] { return double(agent->Stats().device_copies); });
+  CounterFn("strata_worker_transport_device_bytes_total",
+            "KV bytes moved by device-to-device copies (the ipc path)",
+            [agent] { return double(agent->Stats().device_bytes); });
+  callbacks_.push_back(
+      registry_
+          .GaugeOrDie("strata_worker_kv_handoff_path",
+                      "How this worker's KV pool takes part in prefill/decode handoffs: ucx "
+                      "(host memory), ipc (device memory mapped between processes), none",
+                      {"path"})
+          .AddCallback({handoff_path}, [] { return 1.0; }));
   for (auto& handle : prefill::RegisterPrefillMetrics(registry_, prefill)) {
     callbacks_.push_back(std::move(handle));
   }

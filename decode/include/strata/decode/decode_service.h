@@ -16,10 +16,12 @@
 namespace strata::decode {
 
 // Where prefill workers write this worker's KV: `agent_name`'s transport descriptors and the
-// exported `kv_region` (the engine's whole KV pool, registered with `agent`).
+// exported `kv_region` (the engine's whole KV pool, registered with `agent`, laid out as
+// `layout`).
 absl::StatusOr<v1::KvDestination> DescribeKvDestination(transport::Agent& agent,
                                                         const std::string& agent_name,
-                                                        uint64_t kv_region, size_t block_bytes);
+                                                        uint64_t kv_region, size_t block_bytes,
+                                                        const v1::KvLayout& layout);
 
 // Whether `request` asks to be prefilled on another worker.
 bool WantsRemotePrefill(const v1::GenerateRequest& request);

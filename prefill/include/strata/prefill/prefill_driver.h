@@ -35,10 +35,11 @@ class PrefillDriver {
  public:
   using Done = std::function<void(const absl::Status&, const v1::PrefillResponse&)>;
 
-  // `kv_region` is the engine's whole KV pool registered with `agent`.
+  // `kv_region` is the engine's whole KV pool registered with `agent`; `layout` describes it
+  // (a destination with another layout is refused).
   static std::unique_ptr<PrefillDriver> Create(EngineLoop* loop, transport::Agent* agent,
                                                uint64_t kv_region, size_t block_bytes,
-                                               int block_size);
+                                               int block_size, v1::KvLayout layout);
   virtual ~PrefillDriver() = default;
 
   // Starts a job; `done` runs exactly once: OK with the first token after the last block

@@ -25,6 +25,13 @@ grpc::Status CheckVersion(uint32_t version);
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
+// "bf16 KV, 16 tokens/block, 32 layers x 8 KV heads x 128, device memory".
+std::string DescribeKvLayout(const v1::KvLayout& layout);
+// OK when a prefill worker with pool `ours` may write into a decode worker's pool `theirs`;
+// else FailedPrecondition naming both layouts (`who` names the other worker).
+absl::Status CheckSameKvLayout(const v1::KvLayout& ours, const v1::KvLayout& theirs,
+                               const std::string& who);
+
 void ToProto(const SamplingParams& params, v1::SamplingParams* out);
 SamplingParams FromProto(const v1::SamplingParams& params);
 void ToProto(const SampleResult& sample, v1::Sample* out);

@@ -71,6 +71,8 @@ class WorkerPool {
   WorkerId next_index_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string model_identity_ ABSL_GUARDED_BY(mu_);
   int block_size_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first prefill or decode worker's KV pool layout; later ones must match it.
+  std::optional<v1::KvLayout> kv_layout_ ABSL_GUARDED_BY(mu_);
   KvIndex index_;
 };
 
