@@ -1,4 +1,4 @@
-#include "plugin_device_memory.h"
+#include "strata/worker/plugin_device_memory.h"
 
 #include <cstring>
 #include <vector>

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kv_tiering.h"
 #include "local_backend.h"
-#include "plugin_device_memory.h"
+#include "strata/worker/plugin_device_memory.h"
 #include "registry_client.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
