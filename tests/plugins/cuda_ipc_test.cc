@@ -114,13 +114,16 @@ int Child(int fd) {
   if (absl::Status st = be.CopyToDevice(*pool, bytes.data(), bytes.size()); !st.ok()) {
     return Fail(fd, &hello, std::string(st.message()));
   }
-  if (absl::Status st = be.Synchronize(); !st.ok()) return Fail(fd, &hello, std::string(st.message()));
+  if (absl::Status st = be.Synchronize(); !st.ok())
+    return Fail(fd, &hello, std::string(st.message()));
   auto handle = be.IpcExport(*pool);
   if (!handle.ok()) return Fail(fd, &hello, std::string(handle.status().message()));
   auto self = be.IpcOpen(*handle);
   if (self.status().code() != absl::StatusCode::kUnimplemented) {
-    return Fail(fd, &hello, "opening the handle in the exporting process did not give "
-                            "Unimplemented: " + self.status().ToString());
+    return Fail(fd, &hello,
+                "opening the handle in the exporting process did not give "
+                "Unimplemented: " +
+                    self.status().ToString());
   }
   hello.state = kReady;
   std::memcpy(hello.handle, handle->data(), STRATA_IPC_HANDLE_BYTES);
@@ -177,8 +180,8 @@ TEST_F(CudaIpcTest, AnotherProcessReadsAndWritesAnExportedPoolWithCopyRuns) {
   auto backend = Backend::Create(*plugin);
   ASSERT_TRUE(backend.ok()) << backend.status();
   Backend& be = **backend;
-  auto pool = be.IpcOpen(std::string(reinterpret_cast<const char*>(hello.handle),
-                                     STRATA_IPC_HANDLE_BYTES));
+  auto pool =
+      be.IpcOpen(std::string(reinterpret_cast<const char*>(hello.handle), STRATA_IPC_HANDLE_BYTES));
   ASSERT_TRUE(pool.ok()) << pool.status();
 
   // Gather runs of the child's pool (aligned, unaligned, one over 1 MiB) into a buffer here.

@@ -453,7 +453,8 @@ TEST_F(CudaPluginTest, CopyRunsPastFourGibibytes) {
   char* s = static_cast<char*>(src->data());
   char* d = static_cast<char*>(dst->data());
   ASSERT_TRUE(upload(s, 0, 1 << 20, true) && upload(s, 3 * kGiB, 2 * kGiB, true));
-  ASSERT_TRUE(upload(d, 0, 2 << 20, false) && upload(d, 5 * kGiB / 2, 2 * kGiB + (128 << 10), false));
+  ASSERT_TRUE(upload(d, 0, 2 << 20, false));
+  ASSERT_TRUE(upload(d, 5 * kGiB / 2, 2 * kGiB + (128 << 10), false));
   ASSERT_TRUE(cuda_->CopyRuns(nullptr, d, s, runs).ok());
   for (const strata_copy_run& r : runs) {
     const uint64_t margin = 64;

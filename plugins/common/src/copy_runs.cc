@@ -20,7 +20,10 @@ Status CheckCopyRuns(const char* op, const void* dst, const void* src, const str
   if (n < 0) return InvalidArgument(op, "n is negative (", n, ")");
   if (n == 0) return Status();
   if (dst == nullptr || src == nullptr || runs == nullptr) {
-    return InvalidArgument(op, dst == nullptr ? "dst" : src == nullptr ? "src" : "runs",
+    return InvalidArgument(op,
+                           dst == nullptr   ? "dst"
+                           : src == nullptr ? "src"
+                                            : "runs",
                            " is NULL with n = ", n);
   }
   CopyRunsSummary s;

@@ -26,8 +26,8 @@ uint64_t RoundDown(uint64_t v, uint64_t align) { return v / align * align; }
 
 // Runs of the given lengths: each source anywhere in [0, src_bytes), the destinations laid out
 // in a random order with random gaps, so that no two overlap. Offsets are multiples of `align`.
-RunSet MakeRuns(Rng& rng, const std::vector<uint64_t>& lengths, uint64_t src_bytes,
-                uint64_t align, int32_t max_gap) {
+RunSet MakeRuns(Rng& rng, const std::vector<uint64_t>& lengths, uint64_t src_bytes, uint64_t align,
+                int32_t max_gap) {
   RunSet set;
   set.src_bytes = src_bytes;
   set.runs.resize(lengths.size());
@@ -73,9 +73,8 @@ absl::Status CopyViaHost(OpContext& ctx, Path path, int dst, int src, const RunS
   const int host_id = to_host ? dst : src;
   const size_t bytes = ((to_host ? set.dst_bytes : set.src_bytes) + 3) / 4 * 4;  // the array
   std::vector<uint8_t> host(bytes);
-  STRATA_RETURN_IF_ERROR(
-      ctx.Check(api.copy_d2h(ctx.backend(), ctx.stream(), host.data(), ctx.Ptr(host_id), bytes),
-                "copy_d2h"));
+  STRATA_RETURN_IF_ERROR(ctx.Check(
+      api.copy_d2h(ctx.backend(), ctx.stream(), host.data(), ctx.Ptr(host_id), bytes), "copy_d2h"));
   STRATA_RETURN_IF_ERROR(ctx.Check(api.stream_synchronize(ctx.backend(), ctx.stream()), "sync"));
   STRATA_RETURN_IF_ERROR(
       ctx.Check(api.host_register(ctx.backend(), host.data(), bytes), "host_register"));
@@ -131,40 +130,46 @@ RunSet PackedBlocks(Rng& rng, int32_t pool_blocks, int32_t n, uint64_t block_byt
 }
 
 void AddDeviceCases(uint64_t seed, CaseList* out) {
-  AddCopy(seed, "one byte", Path::kDevice,
-          [](Rng& rng) { return MakeRuns(rng, {1}, 64, 1, 8); }, out);
-  AddCopy(seed, "200 aligned runs of 16 B - 4 KiB", Path::kDevice,
-          [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 200, 1, 256, 16), 1 << 20, 16, 256); },
-          out);
-  AddCopy(seed, "300 unaligned runs of 1 B - 3000 B", Path::kDevice,
-          [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 300, 1, 3000), 1 << 20, 1, 50); }, out);
+  AddCopy(
+      seed, "one byte", Path::kDevice, [](Rng& rng) { return MakeRuns(rng, {1}, 64, 1, 8); }, out);
+  AddCopy(
+      seed, "200 aligned runs of 16 B - 4 KiB", Path::kDevice,
+      [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 200, 1, 256, 16), 1 << 20, 16, 256); }, out);
+  AddCopy(
+      seed, "300 unaligned runs of 1 B - 3000 B", Path::kDevice,
+      [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 300, 1, 3000), 1 << 20, 1, 50); }, out);
   AddCopy(seed, "a run of 1.5 MiB + 3 B among 50 unaligned ones", Path::kDevice, LargeAmongSmall,
           out);
-  AddCopy(seed, "a 3 MiB run, source and destination out of 16-byte phase", Path::kDevice,
-          [](Rng&) {
-            return RunSet{{{5, 11, (uint64_t{3} << 20) - 7}}, uint64_t{3} << 20,
-                          (uint64_t{3} << 20) + 64};
-          },
-          out);
-  AddCopy(seed, "10000 runs of 1 B - 64 B", Path::kDevice,
-          [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 10000, 1, 64), 1 << 20, 1, 8); }, out);
-  AddCopy(seed, "10000 aligned runs of 16 B - 128 B", Path::kDevice,
-          [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 10000, 1, 8, 16), 1 << 20, 16, 32); },
-          out);
-  AddCopy(seed, "48 of 256 blocks of 32 KiB packed", Path::kDevice,
-          [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
+  AddCopy(
+      seed, "a 3 MiB run, source and destination out of 16-byte phase", Path::kDevice,
+      [](Rng&) {
+        return RunSet{
+            {{5, 11, (uint64_t{3} << 20) - 7}}, uint64_t{3} << 20, (uint64_t{3} << 20) + 64};
+      },
+      out);
+  AddCopy(
+      seed, "10000 runs of 1 B - 64 B", Path::kDevice,
+      [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 10000, 1, 64), 1 << 20, 1, 8); }, out);
+  AddCopy(
+      seed, "10000 aligned runs of 16 B - 128 B", Path::kDevice,
+      [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 10000, 1, 8, 16), 1 << 20, 16, 32); }, out);
+  AddCopy(
+      seed, "48 of 256 blocks of 32 KiB packed", Path::kDevice,
+      [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
 }
 
 void AddHostCases(uint64_t seed, CaseList* out) {
-  AddCopy(seed, "to registered host memory: 48 of 256 blocks of 32 KiB", Path::kToHost,
-          [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
+  AddCopy(
+      seed, "to registered host memory: 48 of 256 blocks of 32 KiB", Path::kToHost,
+      [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
   AddCopy(seed, "to registered host memory: a run of 1.5 MiB + 3 B among 50 unaligned ones",
           Path::kToHost, LargeAmongSmall, out);
-  AddCopy(seed, "from registered host memory: 48 of 256 blocks of 32 KiB", Path::kFromHost,
-          [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
-  AddCopy(seed, "from registered host memory: 2000 unaligned runs of 1 B - 700 B",
-          Path::kFromHost,
-          [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 2000, 1, 700), 1 << 20, 1, 20); }, out);
+  AddCopy(
+      seed, "from registered host memory: 48 of 256 blocks of 32 KiB", Path::kFromHost,
+      [](Rng& rng) { return PackedBlocks(rng, 256, 48, 32 << 10); }, out);
+  AddCopy(
+      seed, "from registered host memory: 2000 unaligned runs of 1 B - 700 B", Path::kFromHost,
+      [](Rng& rng) { return MakeRuns(rng, Lengths(rng, 2000, 1, 700), 1 << 20, 1, 20); }, out);
 }
 
 // n == 0 with NULL pointers does nothing (the destination is compared whole).

@@ -60,10 +60,10 @@ int64_t ForEachMerged(const strata_copy_run* runs, int64_t n, Fn&& fn) {
 }
 
 Status CopyOne(Stream& s, char* dst, const char* src, const strata_copy_run& r) {
-  return CudaStatus(kOp,
-                    cudaMemcpyAsync(dst + r.dst_offset, src + r.src_offset, r.bytes,
-                                    cudaMemcpyDefault, s.stream),
-                    "cudaMemcpyAsync");
+  return CudaStatus(
+      kOp,
+      cudaMemcpyAsync(dst + r.dst_offset, src + r.src_offset, r.bytes, cudaMemcpyDefault, s.stream),
+      "cudaMemcpyAsync");
 }
 
 // Device to device: the merged runs with their starts in the concatenation, then one kernel.
@@ -82,10 +82,10 @@ Status CopyOnDevice(Stream& s, char* dst, const char* src, const strata_copy_run
     start += r.bytes;
   });
   STRATA_PLUGIN_RETURN_IF_ERROR(s.UploadRunList(kOp, bytes));
-  return CudaStatus(kOp,
-                    LaunchCopyRuns(dst, src, static_cast<const CopyRunSpan*>(device), merged,
-                                   total, s.stream),
-                    "kernel launch");
+  return CudaStatus(
+      kOp,
+      LaunchCopyRuns(dst, src, static_cast<const CopyRunSpan*>(device), merged, total, s.stream),
+      "kernel launch");
 }
 
 // Either side in page-locked host memory: one batch on the copy engines, each source read in

@@ -233,8 +233,8 @@ void Backend::UnregisterHost(void* ptr) {
 
 absl::StatusOr<std::string> Backend::IpcExport(void* ptr) {
   if (!plugin_->has_ipc()) {
-    return absl::UnimplementedError(
-        absl::StrCat(plugin_->origin(), ": the plugin cannot share device memory between processes"));
+    return absl::UnimplementedError(absl::StrCat(
+        plugin_->origin(), ": the plugin cannot share device memory between processes"));
   }
   std::string handle(STRATA_IPC_HANDLE_BYTES, '\0');
   absl::Status st = Check(
@@ -245,8 +245,8 @@ absl::StatusOr<std::string> Backend::IpcExport(void* ptr) {
 
 absl::StatusOr<void*> Backend::IpcOpen(std::string_view handle) {
   if (!plugin_->has_ipc()) {
-    return absl::UnimplementedError(
-        absl::StrCat(plugin_->origin(), ": the plugin cannot share device memory between processes"));
+    return absl::UnimplementedError(absl::StrCat(
+        plugin_->origin(), ": the plugin cannot share device memory between processes"));
   }
   if (handle.size() != STRATA_IPC_HANDLE_BYTES) {
     return absl::InvalidArgumentError(absl::StrCat(plugin_->origin(), ": ipc_open: a handle is ",
