@@ -431,5 +431,44 @@ TEST_F(CudaPluginTest, PageLockedHostMemoryRoundTripsAsynchronousCopies) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("host_register"));
 }
 
+// copy_runs with offsets and a concatenation past 4 GiB (64-bit offsets, tiles and starts): a
+// 1.5 GiB run in 16-byte words that ends past 4 GiB, an unaligned one starting past it, and a
+// small one; the bytes around the destinations stay as they were. Skips without 10 GiB free.
+uint8_t SourceByte(uint64_t offset) { return static_cast<uint8_t>((offset * 2654435761u) >> 13); }
+
+TEST_F(CudaPluginTest, CopyRunsPastFourGibibytes) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  auto src = DeviceBuffer::Allocate(cuda_.get(), 5 * kGiB);
+  auto dst = DeviceBuffer::Allocate(cuda_.get(), 5 * kGiB);
+  if (!src.ok() || !dst.ok()) GTEST_SKIP() << "needs 10 GiB of device memory";
+  const std::vector<strata_copy_run> runs = {{3 * kGiB, 5 * kGiB / 2 + 64, 3 * kGiB / 2},
+                                             {4 * kGiB + 5, 1, (1 << 20) + 3},
+                                             {17, 9 * kGiB / 2, 64 << 10}};
+  // Source bytes for [0, 1 MiB) and [3 GiB, 5 GiB); the destination zeroed around the runs.
+  auto upload = [&](char* base, uint64_t at, uint64_t bytes, bool pattern) {
+    std::vector<uint8_t> host(bytes);
+    for (uint64_t j = 0; j < bytes; ++j) host[j] = pattern ? SourceByte(at + j) : 0;
+    return cuda_->CopyToDevice(base + at, host.data(), bytes).ok() && cuda_->Synchronize().ok();
+  };
+  char* s = static_cast<char*>(src->data());
+  char* d = static_cast<char*>(dst->data());
+  ASSERT_TRUE(upload(s, 0, 1 << 20, true) && upload(s, 3 * kGiB, 2 * kGiB, true));
+  ASSERT_TRUE(upload(d, 0, 2 << 20, false));
+  ASSERT_TRUE(upload(d, 5 * kGiB / 2, 2 * kGiB + (128 << 10), false));
+  ASSERT_TRUE(cuda_->CopyRuns(nullptr, d, s, runs).ok());
+  for (const strata_copy_run& r : runs) {
+    const uint64_t margin = 64;
+    std::vector<uint8_t> host(r.bytes + 2 * margin);
+    const uint64_t from = r.dst_offset >= margin ? r.dst_offset - margin : 0;
+    ASSERT_TRUE(cuda_->CopyToHost(host.data(), d + from, host.size()).ok());
+    for (uint64_t j = 0; j < host.size(); ++j) {
+      const uint64_t at = from + j;
+      const bool inside = at >= r.dst_offset && at < r.dst_offset + r.bytes;
+      const uint8_t expect = inside ? SourceByte(r.src_offset + (at - r.dst_offset)) : 0;
+      ASSERT_EQ(host[j], expect) << "destination byte " << at;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/plugin_common/copy_runs.h"
 #include "strata/plugin_common/entry.h"
 #include "strata/plugin_common/op_args.h"
 #include "strata/plugin_common/status.h"
@@ -543,6 +544,38 @@ TEST(CommonApiTest, FillsVersionLifecycleAndEveryOpEntry) {
   EXPECT_EQ(api.gemm(nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr),
             STRATA_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(api.last_error(nullptr), "gemm: backend is NULL");
+}
+
+TEST(CheckCopyRunsTest, SummarizesValidRuns) {
+  char dst[64], src[64];
+  const strata_copy_run runs[] = {{0, 40, 8}, {10, 4, 20}};
+  CopyRunsSummary s;
+  ASSERT_TRUE(CheckCopyRuns("copy_runs", dst, src, runs, 2, &s).ok());
+  EXPECT_EQ(s.total_bytes, 28u);
+  EXPECT_EQ(s.dst_begin, 4u);
+  EXPECT_EQ(s.dst_end, 48u);
+  // n == 0 is valid whatever the pointers.
+  ASSERT_TRUE(CheckCopyRuns("copy_runs", nullptr, nullptr, nullptr, 0, &s).ok());
+  EXPECT_EQ(s.total_bytes, 0u);
+}
+
+TEST(CheckCopyRunsTest, RejectsBadArgumentsNamingTheRun) {
+  char dst[64], src[64];
+  CopyRunsSummary s;
+  auto check = [&](const void* d, const void* sp, const strata_copy_run* runs, int64_t n) {
+    const Status st = CheckCopyRuns("copy_runs", d, sp, runs, n, &s);
+    EXPECT_EQ(st.code(), STRATA_ERR_INVALID_ARGUMENT);
+    return st.message();
+  };
+  const strata_copy_run ok{0, 0, 4};
+  EXPECT_EQ(check(dst, src, &ok, -1), "copy_runs: n is negative (-1)");
+  EXPECT_EQ(check(nullptr, src, &ok, 1), "copy_runs: dst is NULL with n = 1");
+  EXPECT_EQ(check(dst, nullptr, &ok, 1), "copy_runs: src is NULL with n = 1");
+  EXPECT_EQ(check(dst, src, nullptr, 1), "copy_runs: runs is NULL with n = 1");
+  const strata_copy_run zero[] = {ok, {8, 8, 0}};
+  EXPECT_EQ(check(dst, src, zero, 2), "copy_runs: runs[1] has 0 bytes");
+  const strata_copy_run wraps[] = {ok, {~uint64_t{0} - 2, 0, 4}};
+  EXPECT_NE(check(dst, src, wraps, 2).find("runs[1]"), std::string::npos);
 }
 
 }  // namespace

@@ -137,6 +137,13 @@ TEST_F(PluginLoaderTest, TableEndingBeforeTheOptionalEntriesLoadsWithoutThem) {
   EXPECT_NE((*plugin)->api().gemm, nullptr);
 }
 
+TEST_F(PluginLoaderTest, TableEndingBeforeTheOptionalEntriesHasNoIpcOrBatchedCopy) {
+  auto plugin = Plugin::Load(TestPlugin("pre_sample"));
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  EXPECT_FALSE((*plugin)->has_ipc());
+  EXPECT_FALSE((*plugin)->has_copy_runs());
+}
+
 TEST_F(PluginLoaderTest, MissingRequiredEntryIsInvalidArgumentNamingIt) {
   auto plugin = Plugin::Load(TestPlugin("missing_entry"));
   EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);
@@ -169,6 +176,107 @@ TEST_F(PluginLoaderTest, TheNaiveReferenceIsABuiltInTable) {
   EXPECT_EQ((*backend)->info().kv_dtype, STRATA_DTYPE_F32);
   // A config the naive backend does not understand fails creation.
   EXPECT_FALSE(Backend::Create(*plugin, R"({"dtype":"int4"})").ok());
+}
+
+// --- the optional ipc trio and copy_runs through the Backend wrapper --------------------------
+// A fake trio on the naive table: export writes a recognizable handle, open refuses (as a
+// backend does for the exporting process itself) after recording what it was given.
+
+std::string last_opened_handle;
+
+strata_status FakeIpcExport(strata_backend, void*, uint8_t handle[STRATA_IPC_HANDLE_BYTES]) {
+  for (int i = 0; i < STRATA_IPC_HANDLE_BYTES; ++i) handle[i] = static_cast<uint8_t>(i + 1);
+  return STRATA_OK;
+}
+
+strata_status FakeIpcOpen(strata_backend, const uint8_t handle[STRATA_IPC_HANDLE_BYTES], void**) {
+  last_opened_handle.assign(reinterpret_cast<const char*>(handle), STRATA_IPC_HANDLE_BYTES);
+  return STRATA_ERR_UNSUPPORTED;
+}
+
+void FakeIpcClose(strata_backend, void*) {}
+
+TEST(PluginIpcTest, OnlySomeIpcEntriesIsInvalidArgumentNamingTheMissingOnes) {
+  strata_plugin_api_v1 table = *NaivePluginApi();
+  table.ipc_export = FakeIpcExport;
+  auto plugin = Plugin::FromTable(&table, "half-ipc");
+  EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(plugin.status()),
+              AllOf(StartsWith("half-ipc: "), HasSubstr("ipc_open, ipc_close"),
+                    ::testing::Not(HasSubstr("ipc_export"))));
+  table.ipc_open = FakeIpcOpen;
+  table.ipc_close = FakeIpcClose;
+  plugin = Plugin::FromTable(&table, "ipc");
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  EXPECT_TRUE((*plugin)->has_ipc());
+}
+
+TEST(PluginIpcTest, BackendWrapsTheIpcEntries) {
+  strata_plugin_api_v1 table = *NaivePluginApi();
+  table.ipc_export = FakeIpcExport;
+  table.ipc_open = FakeIpcOpen;
+  table.ipc_close = FakeIpcClose;
+  auto plugin = Plugin::FromTable(&table, "ipc");
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  auto backend = Backend::Create(*plugin);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto handle = (*backend)->IpcExport(reinterpret_cast<void*>(0x1000));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_EQ(handle->size(), size_t{STRATA_IPC_HANDLE_BYTES});
+  EXPECT_EQ((*handle)[0], 1);
+  EXPECT_EQ((*handle)[STRATA_IPC_HANDLE_BYTES - 1], STRATA_IPC_HANDLE_BYTES);
+
+  // A handle of the wrong length never reaches the plugin.
+  last_opened_handle.clear();
+  auto wrong = (*backend)->IpcOpen(handle->substr(1));
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(wrong.status()), HasSubstr("63"));
+  EXPECT_TRUE(last_opened_handle.empty());
+  // The plugin's UNSUPPORTED is Unimplemented, and it saw the whole handle.
+  auto refused = (*backend)->IpcOpen(*handle);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(refused.status()), HasSubstr("ipc_open"));
+  EXPECT_EQ(last_opened_handle, *handle);
+}
+
+TEST(PluginIpcTest, WithoutTheEntriesTheWrappersAreUnimplemented) {
+  auto plugin = NaivePlugin();
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  EXPECT_FALSE((*plugin)->has_ipc());
+  auto backend = Backend::Create(*plugin);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->IpcExport(nullptr).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ((*backend)->IpcOpen(std::string(STRATA_IPC_HANDLE_BYTES, 'x')).status().code(),
+            absl::StatusCode::kUnimplemented);
+
+  strata_plugin_api_v1 table = *NaivePluginApi();
+  table.copy_runs = nullptr;
+  auto no_copy = Plugin::FromTable(&table, "no-copy-runs");
+  ASSERT_TRUE(no_copy.ok()) << no_copy.status();
+  auto no_copy_backend = Backend::Create(*no_copy);
+  ASSERT_TRUE(no_copy_backend.ok()) << no_copy_backend.status();
+  char byte = 0;
+  const strata_copy_run run{0, 0, 1};
+  EXPECT_EQ((*no_copy_backend)->CopyRuns(nullptr, &byte, &byte, {&run, 1}).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(PluginCopyRunsTest, BackendCopiesRunsAndMapsErrors) {
+  auto plugin = NaivePlugin();
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  EXPECT_TRUE((*plugin)->has_copy_runs());
+  auto backend = Backend::Create(*plugin);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const std::string src = "abcdefghij";
+  std::string dst(6, '.');
+  const strata_copy_run runs[] = {{7, 0, 3}, {0, 4, 2}};
+  ASSERT_TRUE((*backend)->CopyRuns(nullptr, dst.data(), src.data(), runs).ok());
+  ASSERT_TRUE((*backend)->Synchronize().ok());
+  EXPECT_EQ(dst, "hij.ab");
+  const strata_copy_run empty{0, 0, 0};
+  const absl::Status bad = (*backend)->CopyRuns(nullptr, dst.data(), src.data(), {&empty, 1});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(bad), AllOf(StartsWith("naive: copy_runs: "), HasSubstr("runs[0]")));
 }
 
 }  // namespace

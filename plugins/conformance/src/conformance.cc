@@ -43,6 +43,7 @@ constexpr OpEntry kOps[] = {
     {"attention_prologue", AddAttentionPrologueCases},
     {"gemm_silu_mul", AddGemmSiluMulCases},
     {"moe_route_experts", AddMoeRouteExpertsCases},
+    {"copy_runs", AddCopyRunsCases},
 };
 
 strata_dtype DtypeFor(const Backend& backend, Role role) {
@@ -172,13 +173,19 @@ BackendRun RunCase(Backend& backend, const TestCase& c,
     const char* msg = backend.api().last_error(backend.handle());
     run.raw_message = msg != nullptr ? msg : "";
   }
-  if (!run.status.ok()) return run;
+  // A negative case that failed as expected reads its outputs back too: they must be unchanged.
+  const bool failed_as_expected = c.expect_error != STRATA_OK && run.raw == c.expect_error;
+  if (!run.status.ok() && !failed_as_expected) return run;
   run.outputs.resize(c.arrays.size());
   for (size_t i = 0; i < c.arrays.size(); ++i) {
     if (!c.arrays[i].compared) continue;
     std::vector<uint8_t> bytes(buffers[i].size());
-    run.status = backend.CopyToHost(bytes.data(), buffers[i].data(), bytes.size());
-    if (!run.status.ok()) return run;
+    absl::Status st = backend.CopyToHost(bytes.data(), buffers[i].data(), bytes.size());
+    if (!st.ok()) {
+      run.status = st;
+      run.raw = STRATA_OK;  // a readback failure, not the op's
+      return run;
+    }
     run.outputs[i] = Decode(bytes, dtypes[i]);
   }
   return run;
@@ -233,11 +240,28 @@ void Judge(const TestCase& c, const BackendRun& cand, const BackendRun& ref, Cas
   if (r->passed) r->error.clear();
 }
 
-void JudgeNegative(const TestCase& c, const BackendRun& cand, CaseResult* r) {
+// "" when every compared array of a failed negative case holds what was uploaded.
+std::string UnchangedOutputs(const TestCase& c, const Backend& backend,
+                             const std::vector<std::vector<float>>& values,
+                             const BackendRun& run) {
+  for (size_t i = 0; i < c.arrays.size(); ++i) {
+    if (!c.arrays[i].compared) continue;
+    const strata_dtype dtype = DtypeFor(backend, c.arrays[i].role);
+    const std::vector<double> uploaded = Decode(Encode(c.arrays[i], values[i], dtype), dtype);
+    const std::string diff = CompareInts(c.arrays[i], run.outputs[i], uploaded);
+    if (!diff.empty()) return absl::StrCat("the failing call wrote its output: ", diff);
+  }
+  return "";
+}
+
+void JudgeNegative(const TestCase& c, const Backend& candidate,
+                   const std::vector<std::vector<float>>& values, const BackendRun& cand,
+                   CaseResult* r) {
   if (cand.raw == STRATA_OK && !cand.status.ok()) {  // setup failed before the op ran
     r->error = std::string(cand.status.message());
   } else if (cand.raw == c.expect_error && !cand.raw_message.empty()) {
-    r->passed = true;
+    r->error = UnchangedOutputs(c, candidate, values, cand);
+    r->passed = r->error.empty();
   } else if (cand.raw == c.expect_error) {
     r->error = "returned the expected error code but last_error() is empty";
   } else {
@@ -254,6 +278,17 @@ double ToleranceFor(const TestCase& c, const Backend& a, const Backend& b,
     }
   }
   return options.f32_tolerance;
+}
+
+// Whether `plugin` has the optional entry `name` ("" names none: true).
+bool HasEntry(const Plugin& plugin, const std::string& name) {
+  const strata_plugin_api_v1& api = plugin.api();
+  if (name == "attention_prologue") return api.attention_prologue != nullptr;
+  if (name == "gemm_silu_mul") return api.gemm_silu_mul != nullptr;
+  if (name == "moe_route_experts") return api.moe_route_experts != nullptr;
+  if (name == "copy_runs") return plugin.has_copy_runs();
+  if (name == "host_register") return plugin.has_host_register();
+  return name.empty();
 }
 
 CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
@@ -274,24 +309,23 @@ CaseResult RunOne(Backend& candidate, Backend& reference, const TestCase& c,
                            " has no sample entry");
     return r;
   }
-  auto has_entry = [&](const Backend& b) {
-    const strata_plugin_api_v1& api = b.api();
-    if (c.needs_entry == "attention_prologue") return api.attention_prologue != nullptr;
-    if (c.needs_entry == "gemm_silu_mul") return api.gemm_silu_mul != nullptr;
-    if (c.needs_entry == "moe_route_experts") return api.moe_route_experts != nullptr;
-    return c.needs_entry.empty();
-  };
+  auto has_entry = [&](const Backend& b) { return HasEntry(b.plugin(), c.needs_entry); };
   if (!(has_entry(candidate) && has_entry(reference))) {
     r.skipped = true;
     r.error = absl::StrCat(has_entry(candidate) ? "reference" : "candidate", " has no ",
                            c.needs_entry, " entry");
     return r;
   }
+  if (!HasEntry(candidate.plugin(), c.candidate_entry)) {
+    r.skipped = true;
+    r.error = absl::StrCat("candidate has no ", c.candidate_entry, " entry");
+    return r;
+  }
   const auto values = SharedValues(c, candidate, reference);
   const BackendRun cand = RunCase(candidate, c, values);
   r.candidate_seconds = cand.seconds;
   if (c.expect_error != STRATA_OK) {
-    JudgeNegative(c, cand, &r);
+    JudgeNegative(c, candidate, values, cand, &r);
     return r;
   }
   if (!cand.status.ok()) {

@@ -91,8 +91,13 @@ struct TestCase {
   // An optional ABI entry the case calls ("attention_prologue", "gemm_silu_mul"; "" = none):
   // skipped unless both backends have it.
   std::string needs_entry;
+  // An optional entry only the candidate needs ("host_register"; "" = none): skipped unless
+  // the candidate has it; the case's run computes the same outputs without it on a reference
+  // that lacks it.
+  std::string candidate_entry;
   // Negative case: the candidate must return this code (with a message) and the reference is
-  // not run. STRATA_OK for ordinary cases.
+  // not run. STRATA_OK for ordinary cases. Its compared arrays must come back unchanged (a
+  // failing op writes nothing).
   strata_status expect_error = STRATA_OK;
 };
 
@@ -139,5 +144,6 @@ void AddMoeRouteExpertsCases(uint64_t seed, CaseList* out);
 void AddSampleCases(uint64_t seed, CaseList* out);
 void AddAttentionPrologueCases(uint64_t seed, CaseList* out);
 void AddGemmSiluMulCases(uint64_t seed, CaseList* out);
+void AddCopyRunsCases(uint64_t seed, CaseList* out);
 
 }  // namespace strata::conformance

@@ -204,6 +204,33 @@ strata_status Copy(strata_backend, strata_stream, void* dst, const void* src, si
   return STRATA_OK;
 }
 
+// Device memory is host memory: every run is checked first (a failing call writes nothing),
+// then copied with memcpy.
+strata_status CopyRuns(strata_backend b, strata_stream, void* dst, const void* src,
+                       const strata_copy_run* runs, int64_t n) {
+  if (n < 0) return Invalid(b, absl::StrCat("copy_runs: n = ", n));
+  if (n > 0 && (dst == nullptr || src == nullptr || runs == nullptr)) {
+    return Invalid(b, "copy_runs: dst, src or runs is NULL");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (runs[i].bytes == 0) return Invalid(b, absl::StrCat("copy_runs: runs[", i, "] is empty"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(static_cast<char*>(dst) + runs[i].dst_offset,
+                static_cast<const char*>(src) + runs[i].src_offset, runs[i].bytes);
+  }
+  return STRATA_OK;
+}
+
+// Nothing to page-lock: copies to and from host memory are synchronous here. The entries exist
+// so that cases needing host_register run with the naive reference as the candidate too.
+strata_status HostRegister(strata_backend b, void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return Invalid(b, "host_register: ptr is NULL or bytes is 0");
+  return STRATA_OK;
+}
+
+void HostUnregister(strata_backend, void*) {}
+
 // --- dense ops ----------------------------------------------------------------------------------
 strata_status Embedding(strata_backend b, strata_stream, const strata_tensor* table,
                         const strata_tensor* ids, strata_tensor* out) {
@@ -436,6 +463,9 @@ strata_plugin_api_v1 MakeTable() {
   t.attention_prologue = AttentionPrologue;
   t.gemm_silu_mul = GemmSiluMul;
   t.moe_route_experts = MoeRouteExperts;
+  t.host_register = HostRegister;
+  t.host_unregister = HostUnregister;
+  t.copy_runs = CopyRuns;
   return t;
 }
 

@@ -14,6 +14,7 @@
 #include "cpu_backend.h"
 #include "cpu_ops.h"
 #include "strata/plugin/abi.h"
+#include "strata/plugin_common/copy_runs.h"
 #include "strata/plugin_common/entry.h"
 
 struct strata_stream_s {
@@ -128,6 +129,25 @@ constexpr char kCopyH2D[] = "copy_h2d";
 constexpr char kCopyD2H[] = "copy_d2h";
 constexpr char kCopyD2D[] = "copy_d2d";
 
+// Device memory is host memory: one memcpy per run (a large run split over the pool). Every run
+// is checked before the first byte moves, so a failing call writes nothing.
+strata_status CopyRuns(strata_backend b, strata_stream stream, void* dst, const void* src,
+                       const strata_copy_run* runs, int64_t n) noexcept {
+  constexpr const char* kOp = "copy_runs";
+  return Guard(b, kOp, [&](CpuBackend& be) {
+    if (stream != nullptr && stream->magic != kStreamMagic) {
+      return InvalidArgument(kOp, "not a stream of this plugin");
+    }
+    plugin_common::CopyRunsSummary summary;
+    STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckCopyRuns(kOp, dst, src, runs, n, &summary));
+    for (int64_t i = 0; i < n; ++i) {
+      ParallelCopy(be, static_cast<char*>(dst) + runs[i].dst_offset,
+                   static_cast<const char*>(src) + runs[i].src_offset, runs[i].bytes);
+    }
+    return Status();
+  });
+}
+
 // ---- the entry table ------------------------------------------------------------------
 
 constexpr strata_plugin_api_v1 MakeApi() {
@@ -141,6 +161,7 @@ constexpr strata_plugin_api_v1 MakeApi() {
   api.copy_h2d = Copy<kCopyH2D>;
   api.copy_d2h = Copy<kCopyD2H>;
   api.copy_d2d = Copy<kCopyD2D>;
+  api.copy_runs = CopyRuns;
   return api;
 }
 

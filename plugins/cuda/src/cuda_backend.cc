@@ -60,6 +60,47 @@ Status Stream::Workspace(const char* op, size_t bytes, void** out) {
   return Status();
 }
 
+Status Stream::ReserveRunList(const char* op, size_t bytes, void** host, void** device) {
+  if (capturing) return Unsupported(op, "a copy cannot be recorded in a graph");
+  if (run_list_uploaded_ == nullptr) {
+    STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(
+        op, cudaEventCreateWithFlags(&run_list_uploaded_, cudaEventDisableTiming),
+        "cudaEventCreate"));
+  } else {
+    // Usually long done: the upload is a few microseconds of a call enqueued earlier.
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        CudaStatus(op, cudaEventSynchronize(run_list_uploaded_), "cudaEventSynchronize"));
+  }
+  if (bytes > run_list_bytes_) {
+    if (run_list_device_ != nullptr) {
+      STRATA_PLUGIN_RETURN_IF_ERROR(
+          CudaStatus(op, cudaFreeAsync(run_list_device_, stream), "cudaFreeAsync"));
+      run_list_device_ = nullptr;
+    }
+    if (run_list_host_ != nullptr) {
+      STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(op, cudaFreeHost(run_list_host_), "cudaFreeHost"));
+      run_list_host_ = nullptr;
+    }
+    run_list_bytes_ = 0;
+    const size_t grown = std::max(bytes, size_t{64} << 10);
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        CudaStatus(op, cudaMallocHost(&run_list_host_, grown), "cudaMallocHost"));
+    STRATA_PLUGIN_RETURN_IF_ERROR(
+        CudaStatus(op, cudaMallocAsync(&run_list_device_, grown, stream), "cudaMallocAsync"));
+    run_list_bytes_ = grown;
+  }
+  *host = run_list_host_;
+  *device = run_list_device_;
+  return Status();
+}
+
+Status Stream::UploadRunList(const char* op, size_t bytes) {
+  STRATA_PLUGIN_RETURN_IF_ERROR(CudaStatus(
+      op, cudaMemcpyAsync(run_list_device_, run_list_host_, bytes, cudaMemcpyHostToDevice, stream),
+      "cudaMemcpyAsync"));
+  return CudaStatus(op, cudaEventRecord(run_list_uploaded_, stream), "cudaEventRecord");
+}
+
 Status Stream::FlushPrologue(const char* op) {
   if (!deferred_prologue) return Status();
   const PrologueArgs p = *deferred_prologue;
@@ -78,6 +119,10 @@ int64_t PrologueInAttentionMaxRows() {
 
 Stream::~Stream() {
   if (workspace_ != nullptr && stream != nullptr) cudaFreeAsync(workspace_, stream);
+  if (run_list_device_ != nullptr && stream != nullptr) cudaFreeAsync(run_list_device_, stream);
+  if (run_list_uploaded_ != nullptr) cudaEventSynchronize(run_list_uploaded_);
+  if (run_list_host_ != nullptr) cudaFreeHost(run_list_host_);
+  if (run_list_uploaded_ != nullptr) cudaEventDestroy(run_list_uploaded_);
   if (blas != nullptr) cublasDestroy(blas);
   if (stream != nullptr) cudaStreamDestroy(stream);
   magic = 0;
@@ -118,6 +163,34 @@ Status CudaBackend::CreateOnDevice(const char* config_json, std::unique_ptr<Cuda
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (default_stream_ != nullptr) cudaStreamSynchronize(default_stream_->stream);
+  for (void* ptr : ipc_opened_) cudaIpcCloseMemHandle(ptr);
+  cudaGetLastError();
+}
+
+Status CudaBackend::IpcOpen(const char* op, const cudaIpcMemHandle_t& handle, void** out) {
+  void* ptr = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err == cudaErrorMemoryAllocation) return CudaStatus(op, err, "cudaIpcOpenMemHandle");
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Unsupported(op, "this backend cannot map the exported allocation (exported by this "
+                       "same process, on another host, or on a device without peer access): "
+                       "cudaIpcOpenMemHandle: ", cudaGetErrorName(err), " (",
+                       cudaGetErrorString(err), ")");
+  }
+  std::lock_guard<std::mutex> lock(ipc_mu_);
+  ipc_opened_.insert(ptr);
+  *out = ptr;
+  return Status();
+}
+
+void CudaBackend::IpcClose(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(ipc_mu_);
+    if (ipc_opened_.erase(ptr) == 0) return;  // not a pointer ipc_open returned
+  }
+  cudaIpcCloseMemHandle(ptr);
+  cudaGetLastError();
 }
 
 void CudaBackend::RecordError(std::string_view prefix, std::string_view message) noexcept {

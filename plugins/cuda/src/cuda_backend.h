@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cuda_common.h"
 #include "strata/kernels/cuda_kernels.h"
@@ -50,6 +51,14 @@ struct Stream {
   // Launches a held-back prologue now, if any (an error names `op`, the entry running).
   Status FlushPrologue(const char* op);
 
+  // copy_runs' run list (cuda_ops_copy.cc), per stream: ReserveRunList returns a page-locked
+  // host buffer of at least `bytes`, free to write (the previous upload has read it), and the
+  // device buffer it goes to, both grown as needed and never shrunk; UploadRunList enqueues the
+  // copy of its first `bytes`. The device buffer stays valid for work enqueued on this stream
+  // until the next ReserveRunList that grows it.
+  Status ReserveRunList(const char* op, size_t bytes, void** host, void** device);
+  Status UploadRunList(const char* op, size_t bytes);
+
   // Creates a non-blocking stream and its cuBLAS handle on the current device.
   static Status Create(const char* op, std::unique_ptr<Stream>* out);
   ~Stream();
@@ -60,6 +69,10 @@ struct Stream {
  private:
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* run_list_host_ = nullptr;  // cudaMallocHost
+  void* run_list_device_ = nullptr;
+  size_t run_list_bytes_ = 0;
+  cudaEvent_t run_list_uploaded_ = nullptr;  // recorded after each upload
 };
 
 // The largest batch (rows) whose attention_prologue is held back for the decode attention
@@ -96,6 +109,11 @@ class CudaBackend {
 
   // Records prefix + message (truncated to 1 KiB) for the calling thread, without throwing.
   void RecordError(std::string_view prefix, std::string_view message = {}) noexcept;
+  // ipc_open / ipc_close: the allocations this backend mapped from other processes; the
+  // backend's destruction closes those still open.
+  Status IpcOpen(const char* op, const cudaIpcMemHandle_t& handle, void** out);
+  void IpcClose(void* ptr);
+
   // The calling thread's last message on this backend ("" if none).
   const char* LastError();
   // Error bookkeeping for calls that have no backend (create, or a NULL handle).
@@ -113,6 +131,8 @@ class CudaBackend {
   std::unique_ptr<Stream> default_stream_;
   std::mutex error_mu_;
   std::unordered_map<std::thread::id, std::string> errors_;  // guarded by error_mu_
+  std::mutex ipc_mu_;
+  std::unordered_set<void*> ipc_opened_;  // guarded by ipc_mu_
 };
 
 }  // namespace strata::cuda

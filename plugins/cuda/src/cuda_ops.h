@@ -38,6 +38,10 @@ Status KvGather(Stream& s, const strata_kv_cache* cache, const strata_tensor* bl
 Status KvScatter(Stream& s, const strata_kv_cache* cache, const strata_tensor* blocks,
                  const void* src);
 
+// abi.h copy_runs (cuda_ops_copy.cc): dst and src device memory of the current device or
+// page-locked host memory.
+Status CopyRuns(Stream& s, void* dst, const void* src, const strata_copy_run* runs, int64_t n);
+
 Status MoeRoute(Stream& s, const strata_tensor* router_logits, int32_t top_k, int32_t renormalize,
                 strata_tensor* topk_weights, strata_tensor* topk_ids);
 Status MoeExperts(Stream& s, const strata_tensor* x, const strata_tensor* topk_weights,

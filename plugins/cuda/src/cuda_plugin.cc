@@ -1,6 +1,6 @@
 // libstrata_cuda.so: the CUDA plugin. This file holds the exported entry table (lifecycle and
-// op trampolines from plugins/common), get_info, memory, streams, copies and step replay; the
-// ops live in cuda_ops_*.cc, the kernels in kernels/cuda.
+// op trampolines from plugins/common), get_info, memory, streams, copies, device memory shared
+// between processes and step replay; the ops live in cuda_ops_*.cc, the kernels in kernels/cuda.
 //
 // Every entry point catches everything: no C++ exception crosses the C ABI. Each one first
 // makes the backend's device current (the host may call from any thread) and clears any stale
@@ -173,6 +173,54 @@ constexpr char kCopyH2D[] = "copy_h2d";
 constexpr char kCopyD2H[] = "copy_d2h";
 constexpr char kCopyD2D[] = "copy_d2d";
 
+strata_status CopyRunsEntry(strata_backend b, strata_stream stream, void* dst, const void* src,
+                            const strata_copy_run* runs, int64_t n) noexcept {
+  return GuardOp(b, stream, "copy_runs",
+                 [&](Stream& s) { return CopyRuns(s, dst, src, runs, n); });
+}
+
+// ---- device memory shared between processes -------------------------------------------
+
+static_assert(sizeof(cudaIpcMemHandle_t) == STRATA_IPC_HANDLE_BYTES);
+
+strata_status IpcExport(strata_backend b, void* ptr,
+                        uint8_t handle[STRATA_IPC_HANDLE_BYTES]) noexcept {
+  constexpr const char* kOp = "ipc_export";
+  return Guard(b, kOp, [&](CudaBackend&) {
+    if (ptr == nullptr || handle == nullptr) return InvalidArgument(kOp, "ptr or handle is NULL");
+    cudaIpcMemHandle_t h;
+    const cudaError_t err = cudaIpcGetMemHandle(&h, ptr);
+    if (err == cudaErrorInvalidValue) {
+      return InvalidArgument(kOp, "ptr is not device memory from alloc: ", cudaGetErrorName(err));
+    }
+    if (err != cudaSuccess) {
+      return Unsupported(kOp, "cudaIpcGetMemHandle: ", cudaGetErrorName(err), " (",
+                         cudaGetErrorString(err), ")");
+    }
+    std::memcpy(handle, &h, sizeof(h));
+    return Status();
+  });
+}
+
+strata_status IpcOpen(strata_backend b, const uint8_t handle[STRATA_IPC_HANDLE_BYTES],
+                      void** out) noexcept {
+  constexpr const char* kOp = "ipc_open";
+  return Guard(b, kOp, [&](CudaBackend& be) {
+    if (handle == nullptr || out == nullptr) return InvalidArgument(kOp, "handle or out is NULL");
+    *out = nullptr;
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle, sizeof(h));
+    return be.IpcOpen(kOp, h, out);
+  });
+}
+
+void IpcClose(strata_backend b, void* ptr) noexcept {
+  CudaBackend* be = CudaBackend::FromHandle(b);
+  if (be == nullptr || ptr == nullptr) return;
+  cudaSetDevice(be->device());
+  be->IpcClose(ptr);
+}
+
 // ---- step replay --------------------------------------------------------------------
 
 strata_status GraphBeginEntry(strata_backend b, strata_stream st) noexcept {
@@ -212,6 +260,10 @@ constexpr strata_plugin_api_v1 MakeApi() {
   api.graph_destroy = GraphDestroyEntry;
   api.host_register = HostRegister;
   api.host_unregister = HostUnregister;
+  api.ipc_export = IpcExport;
+  api.ipc_open = IpcOpen;
+  api.ipc_close = IpcClose;
+  api.copy_runs = CopyRunsEntry;
   return api;
 }
 

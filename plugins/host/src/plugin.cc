@@ -48,6 +48,17 @@ std::vector<const char*> MissingRequiredEntries(const strata_plugin_api_v1& a) {
   return missing;
 }
 
+// The ipc entries come as a trio: a table with some of them names the ones it lacks.
+std::vector<const char*> MissingIpcEntries(const strata_plugin_api_v1& a) {
+  const bool any = a.ipc_export != nullptr || a.ipc_open != nullptr || a.ipc_close != nullptr;
+  std::vector<const char*> missing;
+  if (!any) return missing;
+  if (a.ipc_export == nullptr) missing.push_back("ipc_export");
+  if (a.ipc_open == nullptr) missing.push_back("ipc_open");
+  if (a.ipc_close == nullptr) missing.push_back("ipc_close");
+  return missing;
+}
+
 std::string ExecutableDir() {
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -87,6 +98,12 @@ absl::StatusOr<std::shared_ptr<Plugin>> Plugin::FromTable(const strata_plugin_ap
   // The host reads its own full-size copy: optional entries past the plugin's table are NULL.
   strata_plugin_api_v1 table{};
   std::memcpy(&table, api, std::min<size_t>(api->struct_size, sizeof(table)));
+  missing = MissingIpcEntries(table);
+  if (!missing.empty()) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat(origin, ": plugin has only some of the ipc entries; missing: ",
+                     absl::StrJoin(missing, ", "))));
+  }
   return std::shared_ptr<Plugin>(new Plugin(table, std::move(origin), dl_handle));
 }
 
@@ -212,6 +229,50 @@ absl::Status Backend::RegisterHost(void* ptr, size_t bytes) {
 
 void Backend::UnregisterHost(void* ptr) {
   if (api().host_unregister != nullptr) api().host_unregister(handle_, ptr);
+}
+
+absl::StatusOr<std::string> Backend::IpcExport(void* ptr) {
+  if (!plugin_->has_ipc()) {
+    return absl::UnimplementedError(absl::StrCat(
+        plugin_->origin(), ": the plugin cannot share device memory between processes"));
+  }
+  std::string handle(STRATA_IPC_HANDLE_BYTES, '\0');
+  absl::Status st = Check(
+      api().ipc_export(handle_, ptr, reinterpret_cast<uint8_t*>(handle.data())), "ipc_export");
+  if (!st.ok()) return st;
+  return handle;
+}
+
+absl::StatusOr<void*> Backend::IpcOpen(std::string_view handle) {
+  if (!plugin_->has_ipc()) {
+    return absl::UnimplementedError(absl::StrCat(
+        plugin_->origin(), ": the plugin cannot share device memory between processes"));
+  }
+  if (handle.size() != STRATA_IPC_HANDLE_BYTES) {
+    return absl::InvalidArgumentError(absl::StrCat(plugin_->origin(), ": ipc_open: a handle is ",
+                                                   STRATA_IPC_HANDLE_BYTES, " bytes, got ",
+                                                   handle.size()));
+  }
+  void* ptr = nullptr;
+  absl::Status st = Check(
+      api().ipc_open(handle_, reinterpret_cast<const uint8_t*>(handle.data()), &ptr), "ipc_open");
+  if (!st.ok()) return st;
+  return ptr;
+}
+
+void Backend::IpcClose(void* ptr) {
+  if (ptr != nullptr && api().ipc_close != nullptr) api().ipc_close(handle_, ptr);
+}
+
+absl::Status Backend::CopyRuns(strata_stream stream, void* dst, const void* src,
+                               std::span<const strata_copy_run> runs) {
+  if (!plugin_->has_copy_runs()) {
+    return absl::UnimplementedError(
+        absl::StrCat(plugin_->origin(), ": the plugin has no batched copy (copy_runs)"));
+  }
+  return Check(api().copy_runs(handle_, stream != nullptr ? stream : stream_, dst, src,
+                               runs.data(), static_cast<int64_t>(runs.size())),
+               "copy_runs");
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Backend* backend, size_t bytes) {

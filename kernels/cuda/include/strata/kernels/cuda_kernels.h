@@ -113,6 +113,24 @@ cudaError_t LaunchCopyBlocks(char* pool, int64_t block_bytes, int64_t num_blocks
                              const int32_t* src_ids, const int32_t* dst_ids, char* packed,
                              int64_t n, cudaStream_t stream);
 
+// ---- batched copies (kernels_copy.cu) --------------------------------------------------------
+// One run of LaunchCopyRuns: its bytes go from src + src_offset to dst + dst_offset; `start` is
+// where it begins in the concatenation of all runs (the sum of the bytes of the runs before it).
+struct CopyRunSpan {
+  uint64_t src_offset = 0;
+  uint64_t dst_offset = 0;
+  uint64_t start = 0;
+};
+// abi.h copy_runs between two bases the device reaches (device memory, IPC-mapped or mapped host
+// memory) in one kernel: runs (device memory, n entries) with runs[0].start == 0 and strictly
+// increasing starts, the last run ending at total_bytes. The concatenation is cut into 64 KiB
+// tiles; each CTA finds a tile's runs by binary search over the starts. A segment moves in
+// 16-byte words where its source and destination share their 16-byte alignment (every offset
+// and length a multiple of 16 on 16-byte aligned bases), else in the widest word they share,
+// down to single bytes. Destinations must not overlap each other or any source.
+cudaError_t LaunchCopyRuns(char* dst, const char* src, const CopyRunSpan* runs, int64_t n,
+                           uint64_t total_bytes, cudaStream_t stream);
+
 // attention_prologue (abi.h) in one kernel: q/k RMSNorm (when q_norm is set), rope, and the
 // k / v rows into the pool, bit for bit what the separate kernels compute. Only where
 // AttentionPrologueFused(head_dim, rotary half): head_dim 64 or 128, the half a multiple of 32.

@@ -7,7 +7,9 @@
 // several threads only on distinct streams (the ABI's rule).
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,7 +21,8 @@ class Plugin {
  public:
   // dlopen(path, RTLD_NOW | RTLD_LOCAL), resolve strata_plugin_get_api, check the version and
   // the required entries. Errors name the file: NotFound (no file), InvalidArgument (not a
-  // plugin, missing symbol or entry), FailedPrecondition (API version mismatch).
+  // plugin, missing symbol or entry, only some entries of the ipc trio), FailedPrecondition
+  // (API version mismatch).
   static absl::StatusOr<std::shared_ptr<Plugin>> Load(const std::string& path);
 
   // Checks a table (from a file or built in) the way Load does; `origin` names it in errors.
@@ -38,6 +41,11 @@ class Plugin {
   bool has_host_register() const {
     return api_.host_register != nullptr && api_.host_unregister != nullptr;
   }
+  // ipc_export, ipc_open and ipc_close (Load refuses a table with only some of them).
+  bool has_ipc() const {
+    return api_.ipc_export != nullptr && api_.ipc_open != nullptr && api_.ipc_close != nullptr;
+  }
+  bool has_copy_runs() const { return api_.copy_runs != nullptr; }
   bool has_graphs() const {
     return api_.graph_capture_begin != nullptr && api_.graph_capture_end != nullptr &&
            api_.graph_launch != nullptr && api_.graph_destroy != nullptr;
@@ -87,6 +95,26 @@ class Backend {
   // Unimplemented when the plugin has no such entry (its copies then work on pageable memory).
   absl::Status RegisterHost(void* ptr, size_t bytes);
   void UnregisterHost(void* ptr);
+
+  // Device memory shared between processes on one host (the plugin's ipc entries; Unimplemented
+  // when it has none). IpcExport: a STRATA_IPC_HANDLE_BYTES-byte handle naming the allocation
+  // `ptr` (a value Alloc returned), valid while it lives. IpcOpen: maps the allocation another
+  // process exported and returns its base, device memory of this backend until IpcClose (the
+  // backend's destruction closes what is left); InvalidArgument for a handle of the wrong length,
+  // Unimplemented when this backend cannot reach that memory (the exporting process itself,
+  // another host, a device without peer access).
+  absl::StatusOr<std::string> IpcExport(void* ptr);
+  absl::StatusOr<void*> IpcOpen(std::string_view handle);
+  void IpcClose(void* ptr);
+
+  // The plugin's copy_runs on `stream` (nullptr: the default stream): for every run,
+  // run.bytes bytes from src + run.src_offset to dst + run.dst_offset, as one batched
+  // operation. dst and src are device memory of this backend (Alloc, IpcOpen) or host memory
+  // registered with RegisterHost; destination ranges overlap neither each other nor a source
+  // range. Asynchronous like the other copies: the bytes are there after the stream's next
+  // synchronize. Unimplemented when the plugin has no copy_runs entry.
+  absl::Status CopyRuns(strata_stream stream, void* dst, const void* src,
+                        std::span<const strata_copy_run> runs);
 
  private:
   Backend(std::shared_ptr<Plugin> plugin, strata_backend handle)
