@@ -69,6 +69,7 @@ void ArgParser::AllowPositional(std::vector<std::string>* out, const std::string
 }
 
 absl::Status ArgParser::Parse(const std::vector<std::string>& args) {
+  given_.clear();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -106,6 +107,7 @@ absl::Status ArgParser::Parse(const std::vector<std::string>& args) {
       return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
     }
     if (absl::Status st = flag->set(value); !st.ok()) return st;
+    given_.insert(name);
   }
   return absl::OkStatus();
 }

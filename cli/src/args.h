@@ -2,6 +2,7 @@
 // A small declarative flag parser for subcommands: `--name value`, `--name=value`, boolean
 // `--flag`, repeatable flags. Unknown flags and bad values are errors with a one-line reason.
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ class ArgParser {
   // Returns InvalidArgument with a one-line reason. Sets help_requested() on --help / -h.
   absl::Status Parse(const std::vector<std::string>& args);
   bool help_requested() const { return help_requested_; }
+  // Whether the last Parse() saw flag `name` ("--kv-cache-mb"), so a default can be told apart
+  // from the same value given explicitly.
+  bool given(const std::string& name) const { return given_.contains(name); }
   std::string Help() const;
 
  private:
@@ -42,6 +46,7 @@ class ArgParser {
   std::vector<std::string>* positional_ = nullptr;
   std::string positional_help_;
   bool help_requested_ = false;
+  std::set<std::string> given_;
 };
 
 }  // namespace strata::cli

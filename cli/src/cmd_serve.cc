@@ -129,6 +129,10 @@ int RunWorker(const Args& args) {
   p.AddInt("--block-size", &o.engine.runner.block_size, "tokens per KV block");
   p.AddInt("--num-kv-blocks", &num_kv_blocks, "KV blocks (0: from --kv-cache-mb)");
   p.AddInt("--kv-cache-mb", &kv_cache_mb, "KV cache size when --num-kv-blocks is 0");
+  double gpu_memory_share = 0;
+  p.AddDouble("--gpu-memory-share", &gpu_memory_share,
+              "this worker's part of its device's total memory, in (0, 1]: weights, a reserve "
+              "for activations, and a KV pool of the rest; instead of --kv-cache-mb (0: off)");
   p.AddInt("--max-num-seqs", &o.engine.scheduler.max_num_seqs, "running batch limit");
   p.AddInt("--max-num-batched-tokens", &o.engine.scheduler.max_num_batched_tokens,
            "token budget of one engine step");
@@ -186,6 +190,19 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
+  if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
+    return Fail("worker",
+                absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",
+                             gpu_memory_share),
+                2);
+  }
+  const bool kv_cache_mb_given = p.given("--kv-cache-mb") && kv_cache_mb != 0;
+  if (gpu_memory_share > 0 && (kv_cache_mb_given || num_kv_blocks > 0)) {
+    return Fail("worker",
+                "--gpu-memory-share excludes --kv-cache-mb and --num-kv-blocks other than 0 (each "
+                "sizes the KV pool)",
+                2);
+  }
   if (o.role != v1::ROLE_MIXED && o.router_address.empty()) {
     return Fail("worker", "a " + role + " worker needs --router", 2);
   }
@@ -200,7 +217,8 @@ int RunWorker(const Args& args) {
   o.engine.device_sampling = !host_sampling;
   o.engine.kv_staging_bytes = static_cast<size_t>(kv_staging_mb) << 20;
   o.engine.runner.graphs = !no_graphs;
-  o.engine.runner.kv_cache_bytes = int64_t{kv_cache_mb} << 20;
+  o.engine.runner.kv_cache_bytes = gpu_memory_share > 0 ? 0 : int64_t{kv_cache_mb} << 20;
+  o.engine.runner.memory_share = gpu_memory_share;
   o.engine.max_model_len = max_model_len;
   sigset_t set;
   BlockStopSignals(&set);

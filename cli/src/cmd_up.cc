@@ -18,8 +18,10 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "args.h"
 #include "strata/common/cluster_config.h"
 #include "strata/engine/presets.h"
@@ -30,7 +32,7 @@ namespace {
 
 struct UpFlags {
   std::string config_path;
-  std::string model, host, log_dir, restart;
+  std::string model, host, log_dir, restart, gpus;
   int port = -1, prefill = -1, decode = -1, mixed = -1;  // -1 = keep the config's value
   double grace_seconds = 10;
   double ready_timeout_seconds = 120;
@@ -44,6 +46,9 @@ void AddFlags(ArgParser& p, UpFlags& f) {
   p.AddInt("--prefill", &f.prefill, "override: number of prefill workers");
   p.AddInt("--decode", &f.decode, "override: number of decode workers");
   p.AddInt("--mixed", &f.mixed, "override: number of mixed (prefill+decode) workers");
+  p.AddString("--gpus", &f.gpus,
+              "override: GPU ids for every pool, comma-separated (worker i of a pool on the i-th, "
+              "round robin), e.g. 0 or 0,1");
   p.AddString("--log-dir", &f.log_dir, "override: directory for <process>.log files");
   p.AddString("--restart", &f.restart, "override: restart.policy, on-failure | always | never");
   p.AddDouble("--grace-seconds", &f.grace_seconds,
@@ -67,6 +72,18 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
   if (f.prefill != -1) c.prefill.count = f.prefill;
   if (f.decode != -1) c.decode.count = f.decode;
   if (f.mixed != -1) c.mixed.count = f.mixed;
+  if (!f.gpus.empty()) {
+    std::vector<int> ids;
+    for (absl::string_view part : absl::StrSplit(f.gpus, ',')) {
+      int id = 0;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gpus expects comma-separated GPU ids, got '", f.gpus, "'"));
+      }
+      ids.push_back(id);
+    }
+    for (ClusterConfig::Pool* pool : {&c.prefill, &c.decode, &c.mixed}) pool->gpus = ids;
+  }
   if (auto st = ValidateClusterConfig(c); !st.ok()) return st;
   if (!(f.grace_seconds >= 0) || !(f.ready_timeout_seconds > 0)) {
     return absl::InvalidArgumentError(
@@ -191,6 +208,25 @@ std::vector<std::string> Names(const std::vector<ProcessSpec>& specs) {
   return names;
 }
 
+// One line per worker that has a device or a KV pool size of its own, e.g.
+// "  decode-0: GPU 0, gpu_memory_share 0.45".
+void SayPlacement(const ClusterConfig& c) {
+  auto placed = PlaceWorkers(c);
+  if (!placed.ok()) return;
+  for (const WorkerPlacement& w : *placed) {
+    std::vector<std::string> parts;
+    if (w.gpu >= 0) parts.push_back(absl::StrCat("GPU ", w.gpu));
+    if (c.engine.num_kv_blocks == 0 && w.kv_cache_mb > 0) {
+      parts.push_back(absl::StrCat("kv_cache_mb ", w.kv_cache_mb));
+    } else if (c.engine.num_kv_blocks == 0 && w.memory_share > 0) {
+      parts.push_back(absl::StrCat("gpu_memory_share ", w.memory_share));
+    }
+    if (!parts.empty()) {
+      Say(absl::StrCat("  ", w.role, "-", w.index, ": ", absl::StrJoin(parts, ", ")));
+    }
+  }
+}
+
 int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace, double timeout) {
   RestartRules rules;
   rules.policy = c.restart.policy;
@@ -241,7 +277,7 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
 int RunUp(const Args& args) {
   UpFlags f;
   ArgParser p("strata up [--config FILE] [--model M] [--prefill N] [--decode N] [--mixed N] "
-              "[--port P] [--host H]",
+              "[--gpus IDS] [--port P] [--host H]",
               "Run a whole strata cluster on this machine: a router and prefill/decode/mixed\n"
               "workers as separate processes, until Ctrl-C (see docs/configuration.md).");
   AddFlags(p, f);
@@ -268,8 +304,10 @@ int RunUp(const Args& args) {
   if (auto st = InstallSignalHandlers(); !st.ok()) return Fail("up", std::string(st.message()), 1);
   Say(absl::StrCat("model: ", *model_dir));
   Say(absl::StrCat("logs: ", c.log_dir));
-  const ClusterPlan plan = PlanCluster(c, exe, *model_dir, c.log_dir, *worker_ports);
-  return StartAndServe(c, plan, f.grace_seconds, f.ready_timeout_seconds);
+  auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, *worker_ports);
+  if (!plan.ok()) return Fail("up", std::string(plan.status().message()), 2);
+  SayPlacement(c);
+  return StartAndServe(c, *plan, f.grace_seconds, f.ready_timeout_seconds);
 }
 
 }  // namespace strata::cli

@@ -469,9 +469,22 @@ ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const st
                      absl::StrCat(log_dir, "/", id, ".log")};
 }
 
+// The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
+void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
+                       std::vector<std::string>& argv) {
+  if (c.engine.num_kv_blocks > 0) {
+    argv.insert(argv.end(), {"--num-kv-blocks", absl::StrCat(c.engine.num_kv_blocks)});
+  } else if (w.kv_cache_mb > 0) {
+    argv.insert(argv.end(), {"--kv-cache-mb", absl::StrCat(w.kv_cache_mb)});
+  } else if (w.memory_share > 0) {
+    argv.insert(argv.end(), {"--gpu-memory-share", absl::StrCat(w.memory_share)});
+  }
+}
+
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
-                       const std::string& role, const std::string& id, std::pair<int, int> ports,
+                       const WorkerPlacement& w, std::pair<int, int> ports,
                        const std::string& log_dir, bool kvstores) {
+  const std::string role = w.role, id = absl::StrCat(w.role, "-", w.index);
   const std::string router = absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
   std::vector<std::string> argv = {exe,
                                    "worker",
@@ -496,12 +509,8 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
                                    "--block-size",
                                    absl::StrCat(c.engine.block_size)};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
-  if (!c.engine.plugin_config.empty()) {
-    argv.insert(argv.end(), {"--plugin-config", c.engine.plugin_config});
-  }
-  if (c.engine.num_kv_blocks > 0) {
-    argv.insert(argv.end(), {"--num-kv-blocks", absl::StrCat(c.engine.num_kv_blocks)});
-  }
+  if (!w.plugin_config.empty()) argv.insert(argv.end(), {"--plugin-config", w.plugin_config});
+  AppendKvPoolFlags(c, w, argv);
   argv.insert(argv.end(),
               {"--max-num-seqs", absl::StrCat(c.engine.max_num_seqs), "--max-num-batched-tokens",
                absl::StrCat(c.engine.max_num_batched_tokens)});
@@ -516,9 +525,11 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
 
 }  // namespace
 
-ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
-                        const std::string& model_dir, const std::string& log_dir,
-                        const std::vector<std::pair<int, int>>& worker_ports) {
+absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::string& exe,
+                                        const std::string& model_dir, const std::string& log_dir,
+                                        const std::vector<std::pair<int, int>>& worker_ports) {
+  absl::StatusOr<std::vector<WorkerPlacement>> placed = PlaceWorkers(c);
+  if (!placed.ok()) return placed.status();
   ClusterPlan plan;
   std::vector<std::string> argv = {exe,
                                    "router",
@@ -550,14 +561,9 @@ ClusterPlan PlanCluster(const ClusterConfig& c, const std::string& exe,
     plan.kvstores.push_back(KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir));
   }
   const bool kvstores = !plan.kvstores.empty();
-  size_t next = 0;
-  for (const auto& [role, count] : {std::pair<std::string, int>{"prefill", c.prefill.count},
-                                    {"decode", c.decode.count},
-                                    {"mixed", c.mixed.count}}) {
-    for (int i = 0; i < count && next < worker_ports.size(); ++i) {
-      plan.workers.push_back(WorkerSpec(c, exe, model_dir, role, absl::StrCat(role, "-", i),
-                                        worker_ports[next++], log_dir, kvstores));
-    }
+  for (size_t i = 0; i < placed->size() && i < worker_ports.size(); ++i) {
+    plan.workers.push_back(
+        WorkerSpec(c, exe, model_dir, (*placed)[i], worker_ports[i], log_dir, kvstores));
   }
   return plan;
 }

@@ -153,10 +153,13 @@ struct ClusterPlan {
 
 // `config` must have its router ports resolved (non-zero); `worker_ports` holds an (http, grpc)
 // pair per worker in the order prefill, decode, mixed, then one per kvstore daemon
-// (kv_tiers.kvstore_count). `model_dir` is the resolved checkpoint.
-ClusterPlan PlanCluster(const ClusterConfig& config, const std::string& exe,
-                        const std::string& model_dir, const std::string& log_dir,
-                        const std::vector<std::pair<int, int>>& worker_ports);
+// (kv_tiers.kvstore_count). `model_dir` is the resolved checkpoint. Each worker gets its
+// PlaceWorkers() device (in --plugin-config) and KV pool size: engine.num_kv_blocks, else
+// --kv-cache-mb, else --gpu-memory-share, else none (the worker's default). Errors: those of
+// PlaceWorkers() for a config that did not pass ValidateClusterConfig().
+absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& config, const std::string& exe,
+                                        const std::string& model_dir, const std::string& log_dir,
+                                        const std::vector<std::pair<int, int>>& worker_ports);
 
 // The address to connect to for a bind address: wildcards (0.0.0.0, ::, "") mean 127.0.0.1.
 std::string ConnectHost(const std::string& bind_host);

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +110,65 @@ std::string CheckBlockSize(const int& v) {
   return absl::StrCat("must be a power of two in 1..256", Got(v));
 }
 
+// engine.plugin_config (empty or a JSON object) as an object.
+nlohmann::json PluginConfigObject(const std::string& text) {
+  if (text.empty()) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+std::string CheckShare(const double& v) {
+  if (v == 0 || (v > 0 && v <= 1)) return "";
+  return absl::StrCat("must be in (0, 1], or 0 for an automatic share", Got(v));
+}
+
+constexpr int kMaxGpuId = 1023;
+constexpr size_t kMaxGpuList = 1024;
+
+// A pool's `gpus`: a list of device ids.
+FieldSpec GpuList(std::string path, Ref<std::vector<int>> ref) {
+  FieldSpec f;
+  f.path = std::move(path);
+  f.parse = [ref](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    std::vector<int>& gpus = ref(c);
+    gpus.clear();
+    if (node.IsNull()) return "";
+    const char* expected = "expected a list of GPU ids, e.g. [0, 1]";
+    if (!node.IsSequence()) return expected;
+    if (node.size() > kMaxGpuList) return absl::StrCat("at most ", kMaxGpuList, " GPU ids");
+    for (const auto& item : node) {
+      int id = 0;
+      if (!item.IsScalar() || !YAML::convert<int>::decode(item, id)) return expected;
+      gpus.push_back(id);
+    }
+    return "";
+  };
+  f.check = [ref](const ClusterConfig& c) -> std::string {
+    for (int id : ref(const_cast<ClusterConfig&>(c))) {
+      if (id < 0 || id > kMaxGpuId) return absl::StrCat("GPU ids must be in 0..", kMaxGpuId, Got(id));
+    }
+    return "";
+  };
+  return f;
+}
+
+// The keys of pool `name` (prefill, decode, mixed).
+std::vector<FieldSpec> PoolFields(const std::string& name, ClusterConfig::Pool ClusterConfig::*pool,
+                                  int max_workers) {
+  return {
+      Scalar<int>(
+          name + ".count", "an integer", [pool](auto& c) -> auto& { return (c.*pool).count; },
+          IntRange(0, max_workers)),
+      GpuList(name + ".gpus", [pool](auto& c) -> auto& { return (c.*pool).gpus; }),
+      Scalar<double>(
+          name + ".gpu_memory_share", "a number",
+          [pool](auto& c) -> auto& { return (c.*pool).gpu_memory_share; }, CheckShare),
+      Scalar<int64_t>(
+          name + ".kv_cache_mb", "an integer",
+          [pool](auto& c) -> auto& { return (c.*pool).kv_cache_mb; }, CheckMegabytes),
+  };
+}
+
 FieldSpec ApiKeys() {
   FieldSpec f;
   f.path = "api_keys";
@@ -125,9 +186,9 @@ FieldSpec ApiKeys() {
   return f;
 }
 
-const std::vector<FieldSpec>& Fields() {
-  constexpr int kMaxWorkers = 1024;
-  static const auto* fields = new std::vector<FieldSpec>{
+// The keys before the worker pools.
+std::vector<FieldSpec> HeadFields() {
+  return {
       Scalar<std::string>(
           "model", "a string", [](auto& c) -> auto& { return c.model; }, CheckNonEmpty),
       Scalar<std::string>(
@@ -138,15 +199,12 @@ const std::vector<FieldSpec>& Fields() {
       Scalar<int>(
           "router.grpc_port", "an integer", [](auto& c) -> auto& { return c.router.grpc_port; },
           IntRange(0, 65535)),
-      Scalar<int>(
-          "prefill.count", "an integer", [](auto& c) -> auto& { return c.prefill.count; },
-          IntRange(0, kMaxWorkers)),
-      Scalar<int>(
-          "decode.count", "an integer", [](auto& c) -> auto& { return c.decode.count; },
-          IntRange(0, kMaxWorkers)),
-      Scalar<int>(
-          "mixed.count", "an integer", [](auto& c) -> auto& { return c.mixed.count; },
-          IntRange(0, kMaxWorkers)),
+  };
+}
+
+// The keys after the worker pools.
+std::vector<FieldSpec> TailFields() {
+  return {
       Scalar<std::string>(
           "engine.plugin", "a string", [](auto& c) -> auto& { return c.engine.plugin; },
           CheckNonEmpty),
@@ -222,6 +280,21 @@ const std::vector<FieldSpec>& Fields() {
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
   };
+}
+
+// Every key, in the order of docs/examples/cluster.yaml.
+const std::vector<FieldSpec>& Fields() {
+  constexpr int kMaxWorkers = 1024;
+  static const auto* fields = [] {
+    auto* all = new std::vector<FieldSpec>(HeadFields());
+    for (auto [name, pool] : {std::pair{"prefill", &ClusterConfig::prefill},
+                              {"decode", &ClusterConfig::decode},
+                              {"mixed", &ClusterConfig::mixed}}) {
+      for (auto& f : PoolFields(name, pool, kMaxWorkers)) all->push_back(std::move(f));
+    }
+    for (auto& f : TailFields()) all->push_back(std::move(f));
+    return all;
+  }();
   return *fields;
 }
 
@@ -244,17 +317,120 @@ std::vector<std::string> KeysUnder(const std::string& prefix) {
   return keys;
 }
 
-std::string CrossCheck(const ClusterConfig& c) {
+// A config error found across keys: the key it is reported at ("" = the last worker pool's
+// section) and the reason. Empty reason = none.
+struct Problem {
+  std::string key;
+  std::string reason;
+};
+
+using PoolRef = std::pair<const char*, const ClusterConfig::Pool*>;
+
+std::vector<PoolRef> Pools(const ClusterConfig& c) {
+  return {{"prefill", &c.prefill}, {"decode", &c.decode}, {"mixed", &c.mixed}};
+}
+
+// One pool's sizing and GPU keys against each other and the engine section.
+Problem CheckPool(const ClusterConfig& c, const std::string& name, const ClusterConfig::Pool& p) {
+  const std::string share = name + ".gpu_memory_share", mb = name + ".kv_cache_mb";
+  if (p.gpu_memory_share > 0 && p.kv_cache_mb > 0) {
+    return {mb, absl::StrCat("set one of ", share, " and ", mb, " (each sizes the KV pool)")};
+  }
+  if (c.engine.num_kv_blocks > 0 && (p.gpu_memory_share > 0 || p.kv_cache_mb > 0)) {
+    return {p.kv_cache_mb > 0 ? mb : share,
+            "engine.num_kv_blocks sizes every worker's KV pool already; set one of them"};
+  }
+  if (p.gpus.empty()) return {};
+  if (IsCpuPlugin(c.engine.plugin)) {
+    return {name + ".gpus",
+            "the cpu plugin runs on the host; GPU ids need a GPU plugin (engine.plugin: cuda)"};
+  }
+  if (PluginConfigObject(c.engine.plugin_config).contains("device")) {
+    return {name + ".gpus",
+            "engine.plugin_config sets \"device\" as well; remove it there (gpus gives each "
+            "worker its device)"};
+  }
+  return {};
+}
+
+// The workers of one device, for the automatic shares.
+struct DeviceLoad {
+  double explicit_share = 0;  // sum of explicit gpu_memory_share values
+  std::string explicit_key;   // the first pool with one
+  int unshared = 0;           // workers without an explicit share (automatic or kv_cache_mb)
+  int automatic = 0;          // workers with neither
+};
+
+// Fills in automatic shares (see PlaceWorkers in the header).
+Problem ShareDevices(std::vector<WorkerPlacement>& workers) {
+  std::map<int, DeviceLoad> devices;
+  for (const auto& w : workers) {
+    DeviceLoad& d = devices[std::max(w.gpu, 0)];
+    if (w.memory_share > 0) {
+      d.explicit_share += w.memory_share;
+      if (d.explicit_key.empty()) d.explicit_key = w.role + ".gpu_memory_share";
+    } else {
+      ++d.unshared;
+      d.automatic += w.kv_cache_mb == 0 ? 1 : 0;
+    }
+  }
+  for (const auto& [gpu, d] : devices) {
+    const std::string sum =
+        absl::StrCat("the gpu_memory_share of the workers on GPU ", gpu, " adds up to ",
+                     d.explicit_share);
+    if (d.explicit_share > 1 + 1e-9) return {d.explicit_key, sum + ", more than 1"};
+    if (d.automatic > 0 && d.explicit_share >= kAutoGpuShare - 1e-9) {
+      return {d.explicit_key,
+              absl::StrCat(sum, ", leaving nothing of ", kAutoGpuShare,
+                           " for the workers there without gpu_memory_share or kv_cache_mb")};
+    }
+  }
+  for (auto& w : workers) {
+    if (w.memory_share > 0 || w.kv_cache_mb > 0) continue;
+    const DeviceLoad& d = devices[std::max(w.gpu, 0)];
+    w.memory_share = (kAutoGpuShare - d.explicit_share) / d.unshared;
+  }
+  return {};
+}
+
+Problem Place(const ClusterConfig& c, std::vector<WorkerPlacement>& out) {
+  out.clear();
+  for (const auto& [name, pool] : Pools(c)) {
+    for (int i = 0; i < pool->count; ++i) {
+      WorkerPlacement w;
+      w.role = name;
+      w.index = i;
+      w.gpu = pool->gpus.empty() ? -1 : pool->gpus[size_t(i) % pool->gpus.size()];
+      w.plugin_config = c.engine.plugin_config;
+      if (w.gpu >= 0) {
+        nlohmann::json config = PluginConfigObject(c.engine.plugin_config);
+        config["device"] = w.gpu;
+        w.plugin_config = config.dump();
+      }
+      w.memory_share = pool->gpu_memory_share;
+      w.kv_cache_mb = pool->kv_cache_mb;
+      out.push_back(std::move(w));
+    }
+  }
+  if (IsCpuPlugin(c.engine.plugin) || c.engine.num_kv_blocks > 0) return {};
+  return ShareDevices(out);
+}
+
+Problem CrossCheck(const ClusterConfig& c) {
   if (c.decode.count + c.mixed.count < 1) {
-    return "at least one decode or mixed worker is required (decode.count + mixed.count >= 1)";
+    return {"", "at least one decode or mixed worker is required (decode.count + mixed.count >= 1)"};
   }
   const auto& t = c.kv_tiers;
   if (t.host_mb == 0 && (t.disk_mb > 0 || t.kvstore_count > 0)) {
-    return "kv_tiers.disk_mb and kv_tiers.kvstore_count need kv_tiers.host_mb > 0 (blocks reach "
-           "the disk and remote tiers through the host tier)";
+    return {"", "kv_tiers.disk_mb and kv_tiers.kvstore_count need kv_tiers.host_mb > 0 (blocks "
+                "reach the disk and remote tiers through the host tier)"};
   }
-  if (t.disk_mb > 0 && t.disk_path.empty()) return "kv_tiers.disk_mb needs kv_tiers.disk_path";
-  return "";
+  if (t.disk_mb > 0 && t.disk_path.empty()) return {"", "kv_tiers.disk_mb needs kv_tiers.disk_path"};
+  for (const auto& [name, pool] : Pools(c)) {
+    if (Problem p = CheckPool(c, name, *pool); !p.reason.empty()) return p;
+  }
+  std::vector<WorkerPlacement> workers;
+  return Place(c, workers);
 }
 
 class Parser {
@@ -277,6 +453,7 @@ class Parser {
       const std::string key = kv.first.Scalar();
       const std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
       if (!seen.insert(key).second) return Error(mark, path, "duplicate key");
+      marks_[path] = mark;
       if (const FieldSpec* field = FindField(path)) {
         if (auto err = field->parse(kv.second, c); !err.empty()) return Error(mark, path, err);
         if (auto err = field->check(c); !err.empty()) return Error(mark, path, err);
@@ -315,13 +492,23 @@ class Parser {
     } catch (const YAML::Exception& e) {
       return Error(e.mark, "", e.msg);
     }
-    if (auto err = CrossCheck(config); !err.empty()) return Error(last_pool_mark_, "", err);
+    if (Problem p = CrossCheck(config); !p.reason.empty()) {
+      return Error(MarkOf(p.key), p.key, p.reason);
+    }
     return config;
   }
 
  private:
+  // Where `key` was written: its own line, else its section's, else the last worker pool's.
+  YAML::Mark MarkOf(const std::string& key) const {
+    if (auto it = marks_.find(key); it != marks_.end()) return it->second;
+    if (auto it = marks_.find(key.substr(0, key.find('.'))); it != marks_.end()) return it->second;
+    return last_pool_mark_;
+  }
+
   std::string source_;
   YAML::Mark last_pool_mark_ = YAML::Mark::null_mark();
+  std::map<std::string, YAML::Mark> marks_;  // every key read, by path
 };
 
 }  // namespace
@@ -343,8 +530,22 @@ absl::Status ValidateClusterConfig(const ClusterConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(f.path, ": ", err));
     }
   }
-  if (auto err = CrossCheck(config); !err.empty()) return absl::InvalidArgumentError(err);
+  if (Problem p = CrossCheck(config); !p.reason.empty()) {
+    return absl::InvalidArgumentError(p.key.empty() ? p.reason : p.key + ": " + p.reason);
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<WorkerPlacement>> PlaceWorkers(const ClusterConfig& config) {
+  std::vector<WorkerPlacement> workers;
+  if (Problem p = Place(config, workers); !p.reason.empty()) {
+    return absl::InvalidArgumentError(p.key + ": " + p.reason);
+  }
+  return workers;
+}
+
+bool IsCpuPlugin(const std::string& plugin) {
+  return plugin == "cpu" || plugin == "libstrata_cpu.so" || plugin.ends_with("/libstrata_cpu.so");
 }
 
 std::string DefaultLogDir() {

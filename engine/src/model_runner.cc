@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model_runner_internal.h"
 #include "strata/common/half.h"
 #include "strata/common/logging.h"
@@ -15,7 +16,48 @@ namespace {
 
 size_t ElemSize(strata_dtype d) { return DtypeSize(d); }
 
+// Blocks of the KV pool as RunnerOptions describes; at least 2.
+absl::StatusOr<int64_t> KvPoolBlocks(const RunnerOptions& options, const strata_backend_info& info,
+                                     size_t weight_bytes, size_t block_bytes) {
+  int64_t blocks = options.num_kv_blocks;
+  if (blocks <= 0) {
+    int64_t budget = options.kv_cache_bytes;
+    if (budget <= 0 && options.memory_share > 0) {
+      STRATA_ASSIGN_OR_RETURN(budget, KvPoolBytesForShare(options.memory_share, info.total_memory,
+                                                          weight_bytes, block_bytes));
+    }
+    if (budget <= 0) budget = static_cast<int64_t>(info.free_memory * options.kv_cache_fraction);
+    blocks = budget / static_cast<int64_t>(block_bytes);
+  }
+  if (blocks < 2) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache too small: ", blocks, " blocks of ",
+                                                     block_bytes, " bytes (raise the budget)"));
+  }
+  return blocks;
+}
+
 }  // namespace
+
+absl::StatusOr<int64_t> KvPoolBytesForShare(double share, uint64_t total_memory,
+                                            uint64_t weight_bytes, uint64_t block_bytes) {
+  if (!(share > 0 && share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory share must be in (0, 1], got ", share));
+  }
+  constexpr double kGiB = double(int64_t{1} << 30);
+  const double share_bytes = share * static_cast<double>(total_memory);
+  const double reserve = std::max(kGiB, 0.05 * share_bytes);
+  const double pool = share_bytes - static_cast<double>(weight_bytes) - reserve;
+  if (pool < 2.0 * static_cast<double>(block_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "memory share %g of %.2f GiB is %.2f GiB, too small for %.2f GiB of weights, a %.2f GiB "
+        "reserve for activations and 2 KV blocks of %d bytes (raise the share or size the pool "
+        "in blocks or MiB)",
+        share, total_memory / kGiB, share_bytes / kGiB, weight_bytes / kGiB, reserve / kGiB,
+        block_bytes));
+  }
+  return static_cast<int64_t>(pool);
+}
 
 size_t ModelRunner::kv_block_bytes() const {
   return static_cast<size_t>(cache_.num_layers) * 2 * cache_.block_size * cache_.num_kv_heads *
@@ -38,6 +80,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
     return absl::FailedPreconditionError(absl::StrCat(
         plugin->origin(), ": plugin has no MoE ops but ", weights.origin(), " is a MoE model"));
   }
+  if (options.memory_share != 0 && !(options.memory_share > 0 && options.memory_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory share must be in (0, 1] (0 = off), got ", options.memory_share));
+  }
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   STRATA_ASSIGN_OR_RETURN(runner->backend_, Backend::Create(plugin, options.backend_config));
   runner->graph_batches_ = options.graphs ? options.graph_batches : std::vector<int>();
@@ -50,16 +96,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
   c.num_kv_heads = config.num_kv_heads;
   c.head_dim = config.head_dim;
   const size_t block_bytes = runner->kv_block_bytes();
-  int64_t blocks = options.num_kv_blocks;
-  if (blocks <= 0) {
-    int64_t budget = options.kv_cache_bytes;
-    if (budget <= 0) budget = static_cast<int64_t>(info.free_memory * options.kv_cache_fraction);
-    blocks = budget / static_cast<int64_t>(block_bytes);
-  }
-  if (blocks < 2) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache too small: ", blocks, " blocks of ",
-                                                     block_bytes, " bytes (raise the budget)"));
-  }
+  STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
+                          KvPoolBlocks(options, info, runner->weight_bytes(), block_bytes));
   c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, 1 << 30));
   const size_t pool_bytes = block_bytes * size_t(c.num_blocks);
   if (options.host_kv_pool && std::string_view(info.name) == "cpu") {

@@ -3,6 +3,7 @@
 #include "strata/common/cluster_config.h"
 
 #include <cstdlib>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,11 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_EQ(c->policy, "kv-aware");
   EXPECT_TRUE(c->api_keys.empty());
   EXPECT_TRUE(c->log_dir.empty());
+  for (const auto* pool : {&c->prefill, &c->decode, &c->mixed}) {
+    EXPECT_TRUE(pool->gpus.empty());
+    EXPECT_EQ(pool->gpu_memory_share, 0);
+    EXPECT_EQ(pool->kv_cache_mb, 0);
+  }
   EXPECT_TRUE(ValidateClusterConfig(*c).ok());
 }
 
@@ -143,6 +149,91 @@ TEST(ClusterConfigTest, KvTiersParse) {
   EXPECT_EQ(c->kv_tiers.kvstore_mb, 1024);
 }
 
+TEST(ClusterConfigTest, PoolsTakeGpusShareAndKvCacheMb) {
+  auto c = ParseClusterConfig(R"(
+engine: {plugin: cuda}
+prefill: {count: 1, gpus: [0], gpu_memory_share: 0.3}
+decode:
+  count: 3
+  gpus: [0, 1]
+  kv_cache_mb: 20000
+mixed: {count: 0, gpus: []}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prefill.count, 1);
+  EXPECT_THAT(c->prefill.gpus, ElementsAre(0));
+  EXPECT_EQ(c->prefill.gpu_memory_share, 0.3);
+  EXPECT_EQ(c->prefill.kv_cache_mb, 0);
+  EXPECT_EQ(c->decode.count, 3);
+  EXPECT_THAT(c->decode.gpus, ElementsAre(0, 1));
+  EXPECT_EQ(c->decode.gpu_memory_share, 0);
+  EXPECT_EQ(c->decode.kv_cache_mb, 20000);
+  EXPECT_TRUE(c->mixed.gpus.empty());
+}
+
+TEST(ClusterConfigTest, ShippedGpuExampleIsOnePrefillAndOneDecodeOnGpuZero) {
+  auto c = LoadClusterConfig(STRATA_SOURCE_DIR "/docs/examples/cluster-gpu.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.plugin, "cuda");
+  EXPECT_EQ(c->prefill.count, 1);
+  EXPECT_THAT(c->prefill.gpus, ElementsAre(0));
+  EXPECT_EQ(c->decode.count, 1);
+  EXPECT_THAT(c->decode.gpus, ElementsAre(0));
+  auto placed = PlaceWorkers(*c);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->size(), 2u);
+  for (const auto& w : *placed) {
+    EXPECT_EQ(w.gpu, 0);
+    EXPECT_EQ(w.memory_share, 0.45);
+  }
+}
+
+TEST(PlaceWorkersTest, CpuPluginKeepsPluginConfigAndGetsNoShares) {
+  ClusterConfig c;
+  c.engine.plugin_config = R"({"threads": 2})";
+  auto placed = PlaceWorkers(c);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->size(), 2u);
+  EXPECT_EQ((*placed)[0].role, "prefill");
+  EXPECT_EQ((*placed)[1].role, "decode");
+  for (const auto& w : *placed) {
+    EXPECT_EQ(w.gpu, -1);
+    EXPECT_EQ(w.plugin_config, R"({"threads": 2})");
+    EXPECT_EQ(w.memory_share, 0);
+    EXPECT_EQ(w.kv_cache_mb, 0);
+  }
+}
+
+TEST(PlaceWorkersTest, AutomaticSharesSplitWhatExplicitSharesLeaveOnEachGpu) {
+  ClusterConfig c;
+  c.engine.plugin = "/opt/strata/lib/strata/libstrata_cuda.so";
+  c.engine.plugin_config = R"({"streams": 2})";
+  c.prefill = {2, {0, 1}, 0.5, 0};  // prefill-0 on GPU 0, prefill-1 on GPU 1, 0.5 each
+  c.decode = {2, {0, 1}, 0, 0};     // automatic: 0.4 each
+  c.mixed = {1, {}, 0, 0};          // no GPU id: counts as GPU 0, so GPU 0's 0.4 is split
+  auto placed = PlaceWorkers(c);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->size(), 5u);
+  const std::vector<std::tuple<std::string, int, double>> expected = {
+      {"prefill", 0, 0.5}, {"prefill", 1, 0.5}, {"decode", 0, 0.2}, {"decode", 1, 0.4},
+      {"mixed", -1, 0.2}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const auto& w = (*placed)[i];
+    EXPECT_EQ(w.role, std::get<0>(expected[i])) << i;
+    EXPECT_EQ(w.gpu, std::get<1>(expected[i])) << i;
+    EXPECT_NEAR(w.memory_share, std::get<2>(expected[i]), 1e-12) << i;
+  }
+  EXPECT_EQ((*placed)[3].plugin_config, R"({"device":1,"streams":2})");
+  EXPECT_EQ((*placed)[4].plugin_config, R"({"streams": 2})");
+}
+
+TEST(PlaceWorkersTest, IsCpuPluginByNameOrPath) {
+  EXPECT_TRUE(IsCpuPlugin("cpu"));
+  EXPECT_TRUE(IsCpuPlugin("/opt/strata/lib/strata/libstrata_cpu.so"));
+  EXPECT_FALSE(IsCpuPlugin("cuda"));
+  EXPECT_FALSE(IsCpuPlugin("/opt/strata/lib/strata/libstrata_cuda.so"));
+}
+
 struct BadCase {
   const char* text;
   const char* message;  // the whole one-line error
@@ -210,6 +301,45 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slo:\n  tpot_s: fast\n", "cluster.yaml:2: slo.tpot_s: expected a number"},
         BadCase{"model: [a, b]\n", "cluster.yaml:1: model: expected a string"},
         BadCase{"model:\n", "cluster.yaml:1: model: expected a string"},
+        BadCase{"prefill: 2\n",
+                "cluster.yaml:1: prefill: expected a mapping with keys count, gpus, "
+                "gpu_memory_share, kv_cache_mb"},
+        BadCase{"engine: {plugin: cuda}\nprefill:\n  gpus: 0\n",
+                "cluster.yaml:3: prefill.gpus: expected a list of GPU ids, e.g. [0, 1]"},
+        BadCase{"engine: {plugin: cuda}\ndecode: {gpus: [0, one]}\n",
+                "cluster.yaml:2: decode.gpus: expected a list of GPU ids, e.g. [0, 1]"},
+        BadCase{"engine: {plugin: cuda}\ndecode: {gpus: [-1]}\n",
+                "cluster.yaml:2: decode.gpus: GPU ids must be in 0..1023, got -1"},
+        BadCase{"decode:\n  gpu_memory_share: 1.5\n",
+                "cluster.yaml:2: decode.gpu_memory_share: must be in (0, 1], or 0 for an "
+                "automatic share, got 1.5"},
+        BadCase{"decode:\n  gpu_memory_share: -0.1\n",
+                "cluster.yaml:2: decode.gpu_memory_share: must be in (0, 1], or 0 for an "
+                "automatic share, got -0.1"},
+        BadCase{"mixed:\n  kv_cache_mb: -5\n",
+                "cluster.yaml:2: mixed.kv_cache_mb: must be a size in MiB in 0..1073741824, got -5"},
+        BadCase{"decode:\n  gpu_memory_share: 0.4\n  kv_cache_mb: 1024\n",
+                "cluster.yaml:3: decode.kv_cache_mb: set one of decode.gpu_memory_share and "
+                "decode.kv_cache_mb (each sizes the KV pool)"},
+        BadCase{"engine: {num_kv_blocks: 64}\nprefill:\n  kv_cache_mb: 1024\n",
+                "cluster.yaml:3: prefill.kv_cache_mb: engine.num_kv_blocks sizes every worker's "
+                "KV pool already; set one of them"},
+        BadCase{"prefill:\n  count: 1\n  gpus: [0]\n",
+                "cluster.yaml:3: prefill.gpus: the cpu plugin runs on the host; GPU ids need a "
+                "GPU plugin (engine.plugin: cuda)"},
+        BadCase{"engine:\n  plugin: cuda\n  plugin_config: '{\"device\": 1}'\n"
+                "decode:\n  gpus: [0]\n",
+                "cluster.yaml:5: decode.gpus: engine.plugin_config sets \"device\" as well; "
+                "remove it there (gpus gives each worker its device)"},
+        BadCase{"engine: {plugin: cuda}\nprefill: {gpus: [0], gpu_memory_share: 0.7}\n"
+                "decode: {gpus: [0], gpu_memory_share: 0.5}\n",
+                "cluster.yaml:2: prefill.gpu_memory_share: the gpu_memory_share of the workers "
+                "on GPU 0 adds up to 1.2, more than 1"},
+        BadCase{"engine: {plugin: cuda}\nprefill: {gpus: [1], gpu_memory_share: 0.9}\n"
+                "decode: {gpus: [1]}\n",
+                "cluster.yaml:2: prefill.gpu_memory_share: the gpu_memory_share of the workers "
+                "on GPU 1 adds up to 0.9, leaving nothing of 0.9 for the workers there "
+                "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
@@ -232,6 +362,15 @@ TEST(ClusterConfigTest, ValidateCatchesOverrides) {
   EXPECT_TRUE(ValidateClusterConfig(c).ok());
   c.router.http_port = 65536;
   EXPECT_EQ(ValidateClusterConfig(c).message(), "router.http_port: must be in 0..65535, got 65536");
+  c.router.http_port = 8000;
+  c.decode.gpus = {0};  // e.g. `strata up --gpus 0` with the default cpu plugin
+  EXPECT_EQ(ValidateClusterConfig(c).message(),
+            "decode.gpus: the cpu plugin runs on the host; GPU ids need a GPU plugin "
+            "(engine.plugin: cuda)");
+  c.engine.plugin = "cuda";
+  EXPECT_TRUE(ValidateClusterConfig(c).ok());
+  c.decode.gpus = {1024};
+  EXPECT_EQ(ValidateClusterConfig(c).message(), "decode.gpus: GPU ids must be in 0..1023, got 1024");
 }
 
 TEST(ClusterConfigTest, DefaultLogDirUsesXdgRuntimeDir) {

@@ -358,8 +358,10 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
   c.mixed.count = 1;
   c.engine.num_kv_blocks = 128;
   c.api_keys = {"k1", "k2"};
-  const ClusterPlan plan =
+  auto planned =
       PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ClusterPlan& plan = *planned;
   ASSERT_EQ(plan.router.size(), 1u);
   EXPECT_THAT(plan.router[0].argv,
               ElementsAre("/bin/strata", "router", "--host", "0.0.0.0", "--http-port", "8000",
@@ -388,8 +390,9 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
 TEST(ClusterPlanTest, PluginConfigReachesEveryWorker) {
   ClusterConfig c;
   c.engine.plugin_config = R"({"threads": 1})";
-  const ClusterPlan plan =
-      PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ClusterPlan& plan = *planned;
   ASSERT_EQ(plan.workers.size(), 2u);
   for (const auto& w : plan.workers) {
     EXPECT_THAT(w.argv, testing::Contains("--plugin-config")) << w.name;
@@ -409,8 +412,10 @@ TEST(ClusterPlanTest, KvTiersAddDaemonsAndWorkerTierFlags) {
   c.kv_tiers.disk_mb = 1024;
   c.kv_tiers.kvstore_count = 1;
   c.kv_tiers.kvstore_mb = 512;
-  const ClusterPlan plan =
+  auto planned =
       PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ClusterPlan& plan = *planned;
   ASSERT_EQ(plan.kvstores.size(), 1u);
   EXPECT_THAT(plan.kvstores[0].argv,
               ElementsAre("/bin/strata", "kvstore", "--id", "kvstore-0", "--host", "127.0.0.1",
@@ -425,6 +430,130 @@ TEST(ClusterPlanTest, KvTiersAddDaemonsAndWorkerTierFlags) {
                                 "/data/kv/prefill-0",
                                 "--kv-disk-mb", "1024", "--kv-disk-policy", "lru",
                                 "--kv-disk-admit-uses", "2", "--kv-remote-from-router"));
+}
+
+// The value after `flag` in a worker's argv; "(absent)" without the flag.
+std::string FlagValue(const std::vector<std::string>& argv, const std::string& flag) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag) return argv[i + 1];
+  }
+  return "(absent)";
+}
+
+std::vector<ProcessSpec> PlanWorkers(const ClusterConfig& c) {
+  std::vector<std::pair<int, int>> ports;
+  for (int i = 0; i < c.prefill.count + c.decode.count + c.mixed.count; ++i) {
+    ports.emplace_back(8100 + i, 9100 + i);
+  }
+  auto plan = PlanCluster(c, "/bin/strata", "/models/m", "/logs", ports);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? plan->workers : std::vector<ProcessSpec>();
+}
+
+ClusterConfig CudaConfig() {
+  ClusterConfig c;
+  c.router.grpc_port = 9000;
+  c.engine.plugin = "cuda";
+  return c;
+}
+
+TEST(ClusterPlanTest, CpuWorkersGetNoDeviceOrPoolFlags) {
+  ClusterConfig c;
+  c.router.grpc_port = 9000;
+  for (const auto& w : PlanWorkers(c)) {
+    EXPECT_EQ(FlagValue(w.argv, "--plugin-config"), "(absent)") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--gpu-memory-share"), "(absent)") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--kv-cache-mb"), "(absent)") << w.name;
+  }
+}
+
+TEST(ClusterPlanTest, PrefillAndDecodeOnOneGpuGetItsDeviceAndHalfOfNinetyPercent) {
+  ClusterConfig c = CudaConfig();
+  c.engine.plugin_config = R"({"streams": 2})";
+  c.prefill.gpus = {0};
+  c.decode.gpus = {0};
+  const auto workers = PlanWorkers(c);
+  ASSERT_EQ(workers.size(), 2u);
+  for (const auto& w : workers) {
+    EXPECT_EQ(FlagValue(w.argv, "--plugin"), "cuda") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--plugin-config"), R"({"device":0,"streams":2})") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--gpu-memory-share"), "0.45") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--kv-cache-mb"), "(absent)") << w.name;
+  }
+}
+
+TEST(ClusterPlanTest, GpuPluginWithoutGpuIdsSharesTheDefaultDevice) {
+  ClusterConfig c = CudaConfig();
+  c.decode.count = 2;
+  const auto workers = PlanWorkers(c);
+  ASSERT_EQ(workers.size(), 3u);
+  for (const auto& w : workers) {
+    EXPECT_EQ(FlagValue(w.argv, "--plugin-config"), "(absent)") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--gpu-memory-share"), "0.3") << w.name;
+  }
+}
+
+TEST(ClusterPlanTest, WorkersGoRoundRobinOverTheirPoolsGpus) {
+  ClusterConfig c = CudaConfig();
+  c.prefill.gpus = {0};
+  c.decode.count = 3;
+  c.decode.gpus = {0, 1};
+  const auto workers = PlanWorkers(c);
+  ASSERT_EQ(workers.size(), 4u);
+  // GPU 0: prefill-0, decode-0, decode-2; GPU 1: decode-1.
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {R"({"device":0})", "0.3"},
+      {R"({"device":0})", "0.3"},
+      {R"({"device":1})", "0.9"},
+      {R"({"device":0})", "0.3"}};
+  for (size_t i = 0; i < workers.size(); ++i) {
+    EXPECT_EQ(FlagValue(workers[i].argv, "--plugin-config"), expected[i].first) << workers[i].name;
+    EXPECT_EQ(FlagValue(workers[i].argv, "--gpu-memory-share"), expected[i].second)
+        << workers[i].name;
+  }
+}
+
+TEST(ClusterPlanTest, ExplicitShareAndKvCacheMbWin) {
+  ClusterConfig c = CudaConfig();
+  c.prefill.gpus = {0};
+  c.prefill.gpu_memory_share = 0.3;
+  c.decode.gpus = {0};
+  c.decode.kv_cache_mb = 20000;
+  c.mixed.count = 1;
+  c.mixed.gpus = {0};
+  const auto workers = PlanWorkers(c);
+  ASSERT_EQ(workers.size(), 3u);
+  EXPECT_EQ(FlagValue(workers[0].argv, "--gpu-memory-share"), "0.3");
+  EXPECT_EQ(FlagValue(workers[0].argv, "--kv-cache-mb"), "(absent)");
+  EXPECT_EQ(FlagValue(workers[1].argv, "--kv-cache-mb"), "20000");
+  EXPECT_EQ(FlagValue(workers[1].argv, "--gpu-memory-share"), "(absent)");
+  // The mixed worker splits what the explicit 0.3 leaves of 0.9 with the kv_cache_mb one.
+  EXPECT_EQ(FlagValue(workers[2].argv, "--gpu-memory-share"), "0.3");
+}
+
+TEST(ClusterPlanTest, NumKvBlocksSizesEveryWorkerWithoutShares) {
+  ClusterConfig c = CudaConfig();
+  c.engine.num_kv_blocks = 512;
+  c.prefill.gpus = {0};
+  c.decode.gpus = {0};
+  for (const auto& w : PlanWorkers(c)) {
+    EXPECT_EQ(FlagValue(w.argv, "--num-kv-blocks"), "512") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--gpu-memory-share"), "(absent)") << w.name;
+    EXPECT_EQ(FlagValue(w.argv, "--plugin-config"), R"({"device":0})") << w.name;
+  }
+}
+
+TEST(ClusterPlanTest, OversubscribedGpuIsAnError) {
+  ClusterConfig c = CudaConfig();
+  c.prefill.gpus = {0};
+  c.prefill.gpu_memory_share = 0.6;
+  c.decode.gpus = {0};
+  c.decode.gpu_memory_share = 0.6;
+  auto plan = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "prefill.gpu_memory_share: the gpu_memory_share of the workers on GPU 0 adds up to "
+            "1.2, more than 1");
 }
 
 }  // namespace

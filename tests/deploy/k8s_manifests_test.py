@@ -13,7 +13,9 @@ usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
    define.
 3. Lint: every container has a pinned image, liveness/readiness probes, CPU and memory requests and
    limits, and a restrictive securityContext; every $(VAR) in args is defined; grace periods cover
-   the drain; selectors match pods; workers advertise their pod IP; the gpu overlay asks for GPUs.
+   the drain; selectors match pods; workers advertise their pod IP; workers' KV pool and device
+   flags are ones `strata worker` accepts; the gpu overlay asks for one GPU per worker, device 0
+   and a memory share of it.
    The lint's own checks are tested on broken copies, so a lint that accepts everything fails.
 
 Exits 77 (ctest: skipped) when no kubectl is installed (Debian: kubernetes-client).
@@ -187,6 +189,54 @@ def lint_kv_remote(obj, objects):
   return problems
 
 
+def expanded_flag(c, name, objects):
+  """The value of --name= with every $(VAR) replaced from the container's ConfigMaps; None
+  without the flag."""
+  value = flag(c, name)
+  if value is None:
+    return None
+  env = {}
+  for src in c.get("envFrom", []):
+    ref = src.get("configMapRef")
+    for o in objects:
+      if ref and o["kind"] == "ConfigMap" and o["metadata"]["name"] == ref["name"]:
+        env.update(o.get("data", {}))
+  return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def lint_kv_pool(obj, objects):
+  """A worker's KV pool and device flags as `strata worker` accepts them: --gpu-memory-share in
+  [0, 1], and when > 0 no --kv-cache-mb or --num-kv-blocks other than 0; --plugin-config a JSON
+  object. A pod with a GPU limit has one GPU, which it sees as device 0."""
+  problems = []
+  for c in pod_spec(obj)["containers"]:
+    where = f"{name_of(obj)} container {c['name']}"
+    share = expanded_flag(c, "gpu-memory-share", objects) or "0"
+    try:
+      share = float(share)
+    except ValueError:
+      problems.append(f"{where}: --gpu-memory-share={share!r} is not a number")
+      continue
+    if not 0 <= share <= 1:
+      problems.append(f"{where}: --gpu-memory-share={share} is not in [0, 1]")
+    for other in ("kv-cache-mb", "num-kv-blocks"):
+      if share > 0 and (expanded_flag(c, other, objects) or "0") != "0":
+        problems.append(f"{where}: --gpu-memory-share and --{other} both size the KV pool")
+    try:
+      config = json.loads(expanded_flag(c, "plugin-config", objects) or "{}")
+    except json.JSONDecodeError:
+      config = None
+    if not isinstance(config, dict):
+      problems.append(f"{where}: --plugin-config is not a JSON object")
+      continue
+    gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if gpus is not None and str(gpus) != "1":
+      problems.append(f"{where}: nvidia.com/gpu {gpus}; a worker uses one GPU")
+    if gpus is not None and config.get("device", 0) != 0:
+      problems.append(f"{where}: plugin device {config['device']}, but the pod's GPU is device 0")
+  return problems
+
+
 def selects(selector, labels):
   return all(labels.get(k) == v for k, v in selector.items())
 
@@ -202,7 +252,7 @@ def lint_objects(objects):
     if component in ("prefill", "decode", "kvstore"):
       problems += lint_worker(o)
     if component in ("prefill", "decode"):
-      problems += lint_kv_remote(o, objects)
+      problems += lint_kv_remote(o, objects) + lint_kv_pool(o, objects)
     pod_labels = o["spec"]["template"]["metadata"]["labels"]
     if not any(p["kind"] == "PodDisruptionBudget" and
                selects(p["spec"]["selector"]["matchLabels"], pod_labels) for p in objects):
@@ -319,14 +369,44 @@ class Lint(unittest.TestCase):
     self.assertEqual(config["data"]["STRATA_PLUGIN"], "cuda")
     for o in objects:
       if o["kind"] == "Deployment" and o["metadata"]["name"] in ("strata-prefill", "strata-decode"):
-        limits = pod_spec(o)["containers"][0]["resources"]["limits"]
-        self.assertEqual(str(limits.get("nvidia.com/gpu")), "1", name_of(o))
+        c = pod_spec(o)["containers"][0]
+        self.assertEqual(str(c["resources"]["limits"].get("nvidia.com/gpu")), "1", name_of(o))
+        # The pod's one GPU, a share of it for weights, activations and the KV pool.
+        self.assertEqual(json.loads(expanded_flag(c, "plugin-config", objects)), {"device": 0})
+        self.assertEqual(float(expanded_flag(c, "gpu-memory-share", objects)), 0.9, name_of(o))
+        self.assertEqual(expanded_flag(c, "kv-cache-mb", objects), "0", name_of(o))
     hpa_metrics = {o["metadata"]["name"]: o["spec"]["metrics"][0]
                    for o in objects if o["kind"] == "HorizontalPodAutoscaler"}
     self.assertEqual(hpa_metrics["strata-prefill"]["pods"]["metric"]["name"],
                      "strata_worker_queued_prefill_tokens")
     self.assertEqual(hpa_metrics["strata-decode"]["pods"]["metric"]["name"],
                      "strata_worker_running_requests")
+
+  def test_lint_rejects_broken_gpu_workers(self):
+    base = RENDERED["overlays/gpu"]
+
+    def broken(mutate):
+      objects = copy.deepcopy(base)
+      decode = next(o for o in objects if o["metadata"]["name"] == "strata-decode"
+                    and o["kind"] == "Deployment")
+      config = next(o for o in objects if o["kind"] == "ConfigMap" and
+                    o["metadata"]["name"].startswith("strata-config"))
+      mutate(pod_spec(decode)["containers"][0], config["data"])
+      return lint_objects(objects)
+
+    mutations = {
+        "share above 1": lambda c, d: d.update(STRATA_GPU_MEMORY_SHARE="1.5"),
+        "share not a number": lambda c, d: d.update(STRATA_GPU_MEMORY_SHARE="most"),
+        "share and kv-cache-mb": lambda c, d: d.update(STRATA_KV_CACHE_MB="40960"),
+        "share and num-kv-blocks": lambda c, d: c["args"].append("--num-kv-blocks=4096"),
+        "device 1 in a one-GPU pod": lambda c, d: d.update(STRATA_PLUGIN_CONFIG='{"device":1}'),
+        "plugin config not an object": lambda c, d: d.update(STRATA_PLUGIN_CONFIG="device=0"),
+        "two GPUs": lambda c, d: c["resources"]["limits"].update({"nvidia.com/gpu": 2}),
+    }
+    self.assertEqual(broken(lambda c, d: None), [])
+    for what, mutate in mutations.items():
+      with self.subTest(what):
+        self.assertNotEqual(broken(mutate), [], what)
 
   def test_cpu_demo_scales_on_cpu(self):
     for o in RENDERED["overlays/cpu-demo"]:

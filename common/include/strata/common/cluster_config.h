@@ -21,8 +21,14 @@ struct ClusterConfig {
     int grpc_port = 0;     // where workers register; 0 = pick a free port
   } router;
 
+  // A pool of workers of one role. Worker i runs on device gpus[i % gpus.size()] (the plugin's
+  // "device" config key); empty = the plugin's default device. Its KV pool is sized by
+  // engine.num_kv_blocks, else kv_cache_mb, else gpu_memory_share, else as PlaceWorkers() says.
   struct Pool {
     int count = 0;
+    std::vector<int> gpus;
+    double gpu_memory_share = 0;  // part of the device's total memory, in (0, 1]; 0 = automatic
+    int64_t kv_cache_mb = 0;      // KV pool per worker in MiB; 0 = unset
   };
   Pool prefill{1};
   Pool decode{1};
@@ -83,6 +89,32 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path);
 // The range checks ParseClusterConfig applies, for a config changed after parsing (command-line
 // overrides). InvalidArgument naming the key.
 absl::Status ValidateClusterConfig(const ClusterConfig& config);
+
+// One worker of the cluster, where it runs and how its KV pool is sized.
+struct WorkerPlacement {
+  std::string role;           // prefill | decode | mixed
+  int index = 0;              // within its pool: the worker's id is <role>-<index>
+  int gpu = -1;               // device id from the pool's gpus; -1 = the plugin's default
+  std::string plugin_config;  // engine.plugin_config, with "device": gpu when gpu >= 0
+  double memory_share = 0;    // worker flag --gpu-memory-share; 0 = not passed
+  int64_t kv_cache_mb = 0;    // worker flag --kv-cache-mb; 0 = not passed
+};
+
+// The share of a device that workers with an automatic share split between them.
+inline constexpr double kAutoGpuShare = 0.9;
+
+// Every worker in the order prefill, decode, mixed. Each keeps its pool's kv_cache_mb or
+// gpu_memory_share. Automatic shares apply when the plugin is not the CPU plugin (whose "device"
+// is host memory) and engine.num_kv_blocks is 0: on each device (a worker without a GPU id counts
+// as on device 0, the CUDA plugin's default), the k workers without an explicit share split
+// what kAutoGpuShare leaves after the explicit shares there, each (0.9 - explicit) / k; those
+// with kv_cache_mb count among the k but keep their size. The 10% left is for the device
+// contexts of the processes. InvalidArgument ("key: reason") when explicit shares on one device
+// add up past 1, or leave nothing for the automatic ones.
+absl::StatusOr<std::vector<WorkerPlacement>> PlaceWorkers(const ClusterConfig& config);
+
+// Whether `plugin` (engine.plugin: a name or a path) is the CPU reference plugin.
+bool IsCpuPlugin(const std::string& plugin);
 
 // A fresh per-run directory for process logs: $XDG_RUNTIME_DIR/strata/run-<time>-<pid> if
 // XDG_RUNTIME_DIR is set, else /tmp/strata-<uid>/run-<time>-<pid>. Not created.

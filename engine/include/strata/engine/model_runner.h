@@ -22,10 +22,15 @@ namespace strata {
 
 struct RunnerOptions {
   int block_size = 16;
-  // KV pool size: num_kv_blocks if > 0, else kv_cache_bytes, else kv_cache_fraction of the
-  // backend's free memory after the weights are loaded.
+  // KV pool size: num_kv_blocks if > 0, else kv_cache_bytes if > 0, else memory_share of the
+  // device if > 0 (KvPoolBytesForShare), else kv_cache_fraction of the backend's free memory
+  // after the weights are loaded.
   int num_kv_blocks = 0;
   int64_t kv_cache_bytes = 0;
+  // This runner's part of the device's total memory, weights and activations included: for
+  // several processes on one device, where "free memory" depends on which one starts first.
+  // 0 = off; otherwise in (0, 1] (InvalidArgument from Create when outside).
+  double memory_share = 0;
   double kv_cache_fraction = 0.5;
   std::string backend_config;  // JSON passed to the plugin's create()
   // For a backend whose device memory is host memory (the CPU plugin, "cpu"): memory of the
@@ -39,6 +44,14 @@ struct RunnerOptions {
   bool graphs = true;
   std::vector<int> graph_batches = {1, 2, 4, 8, 16, 32, 64, 128};
 };
+
+// The KV pool bytes of RunnerOptions::memory_share: share * total_memory, less the weights, less
+// a reserve for what the runner and the plugin allocate besides weights and KV (step
+// activations and logits, library workspaces, recorded graphs, the device context): the larger
+// of 1 GiB and 5% of the share. InvalidArgument for a share outside (0, 1]; ResourceExhausted,
+// naming every number, when fewer than 2 blocks of block_bytes are left.
+absl::StatusOr<int64_t> KvPoolBytesForShare(double share, uint64_t total_memory,
+                                            uint64_t weight_bytes, uint64_t block_bytes);
 
 struct ForwardSeq {
   enum class Logits { kNone, kLast, kAll };
