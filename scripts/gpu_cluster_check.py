@@ -1,5 +1,7 @@
 """The GPU cluster check: `strata up` with the CUDA plugin, disaggregated (1 prefill + 2 decode
-workers, all on GPU 0) and mixed (1 worker on GPU 0), on the trained golden fixtures.
+workers, all on GPU 0, KV over CUDA IPC), disaggregated on the staged path (1 + 1, KV through
+pinned host memory and UCX, with G2, G3 and G4 tiers) and mixed (1 worker on GPU 0), on the
+trained golden fixtures.
 
 Usage: gpu_cluster_check.py BIN_DIR [FIXTURE ...]   (scripts/gpu_cluster_check.sh runs it)
 
@@ -98,9 +100,9 @@ def gpu_memory_mib(pids):
     return sum(used.get(p, 0) for p in pids)
 
 
-def config(model, plugin, pools, extra=""):
+def config(model, plugin, pools, extra="", engine=""):
     return (f"model: {model}\nrouter: {{http_port: 0}}\n"
-            f"engine: {{plugin: {plugin}, num_kv_blocks: 64, max_num_batched_tokens: 64}}\n"
+            f"engine: {{plugin: {plugin}, num_kv_blocks: 64, max_num_batched_tokens: 64{engine}}}\n"
             f"{pools}{extra}")
 
 
@@ -123,7 +125,7 @@ def run_fixture(strata, plugin, fixture, tmp):
         json.dump(tc, f)
     with open(os.path.join(model, "reference.json")) as f:
         cases = json.load(f)["cases"]
-    disagg = mixed = None
+    disagg = mixed = staged = None
     try:
         disagg = Cluster(strata, tmp, fixture + "-disagg", config(
             model, plugin, "prefill: {count: 1, gpus: [0]}\n"
@@ -138,8 +140,17 @@ def run_fixture(strata, plugin, fixture, tmp):
         global MODEL
         MODEL = served
         fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed)
+        if fixture == DEFAULT_FIXTURES[0]:
+            disagg.stop()
+            disagg = None
+            staged = Cluster(strata, tmp, fixture + "-staged", config(
+                model, plugin, "prefill: {count: 1, gpus: [0]}\ndecode: {count: 1, gpus: [0]}\n",
+                f"kv_tiers: {{host_mb: 1, disk_path: {tmp}/{fixture}-disk, disk_mb: 16, "
+                f"disk_admit_uses: 1, kvstore_count: 1, kvstore_mb: 64}}\n",
+                engine=", kv_device_path: staged"))
+            staged_checks(fixture, cases, staged, mixed)
     finally:
-        for c in (disagg, mixed):
+        for c in (disagg, mixed, staged):
             if c is not None:
                 rc = c.stop()
                 if rc != 0:
@@ -197,16 +208,19 @@ def fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed):
     check(f"{fixture}: prefix-cache hit gives the same text", prefix_hit)
 
     def g2_fetch():
-        port = next(iter(prefill_port.values()))
-        hits0 = cu.metric(port, "strata_kvstore_hits_total", {"tier": "host"}) or 0
+        ports = list(prefill_port.values()) + list(decode_ports.values())
+        g2_hits = lambda: sum(cu.metric(p, "strata_kvstore_hits_total", {"tier": "host"}) or 0
+                              for p in ports)
+        hits0 = g2_hits()
         ref = complete(mixed.http, PREFIX, 16)["choices"][0]["text"]
-        # Other prompts push PREFIX's blocks out of the prefill worker's 64-block pool into G2.
-        for s in range(1, 9):
+        # Other prompts push PREFIX's blocks out of every worker's 64-block pool into G2: 20
+        # prompts of 12 blocks, about 120 blocks for each decode worker and 240 for the prefill.
+        for s in range(1, 21):
             complete(disagg.http, [(t * 7 + s * 13) % 300 + 10 for t in range(180)], 4)
         got = complete(disagg.http, PREFIX, 16)["choices"][0]["text"]
-        hits = (cu.metric(port, "strata_kvstore_hits_total", {"tier": "host"}) or 0) - hits0
+        hits = g2_hits() - hits0
         expect(got == ref, f"{got!r} != {ref!r}")
-        expect(hits > 0, "no G2 (host) hits on the prefill worker")
+        expect(hits > 0, "no G2 (host) hits on any worker")
         print(f"      G2 block hits {hits:.0f}", flush=True)
     check(f"{fixture}: a G2 fetch gives the same text", g2_fetch)
 
@@ -229,20 +243,25 @@ def fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed):
     def memory_after_cancels():
         pids = disagg.pids()
         ports = list(prefill_port.values()) + list(decode_ports.values())
-        for i in range(4):  # warm: every decode worker has taken a handoff
-            complete(disagg.http, [10 + i] * 40, 4)
-        base = gpu_memory_mib(pids)
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda i: cu.open_stream_and_drop(
-                disagg.http, body([30 + i] * 100, 150, stream=True)), range(16)))
+
+        def cancel_round(seed):
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda i: cu.open_stream_and_drop(
+                    disagg.http, body([seed + i] * 100, 150, stream=True)), range(16)))
 
         def idle():
             return all((cu.metric(p, "strata_worker_kv_blocks_used") or 0) == 0 and
                        (cu.metric(p, "strata_worker_running_requests") or 0) == 0 for p in ports)
+        # A first round sizes the engines' batch-16 buffers (kept for reuse, not leaked); the
+        # baseline is taken after it, and a second round must leave memory where it was.
+        cancel_round(30)
+        expect(cu.wait_until(idle, timeout=30), "KV blocks still in use after the first cancels")
+        base = gpu_memory_mib(pids)
+        cancel_round(60)
         expect(cu.wait_until(idle, timeout=30), "KV blocks still in use after the cancels")
         after = gpu_memory_mib(pids)
         print(f"      GPU memory of the cluster's processes: {base} MiB before, {after} MiB "
-              f"after 16 cancelled streams", flush=True)
+              f"after 16 more cancelled streams", flush=True)
         expect(after <= base + 2, f"GPU memory grew from {base} to {after} MiB")
     check(f"{fixture}: KV blocks and GPU memory back to baseline after cancels",
           memory_after_cancels)
@@ -273,6 +292,51 @@ def fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed):
         print(f"      killed {killed[0]}; router resumed streams {resumed}", flush=True)
     check(f"{fixture}: decode worker SIGKILLed mid-stream: resumed, same text",
           killed_decode_resumes)
+
+
+def staged_checks(fixture, cases, staged, mixed):
+    prefill = staged.worker_ports("prefill")
+    decode = staged.worker_ports("decode")
+
+    def same_text():
+        for c in cases:
+            n = len(c["greedy_new_ids"])
+            a = complete(staged.http, c["prompt"], n)["choices"][0]["text"]
+            b = complete(mixed.http, c["prompt"], n)["choices"][0]["text"]
+            expect(a == b, f"{c['prompt']!r}: staged {a!r} != mixed {b!r}")
+        for n_, p in list(prefill.items()) + list(decode.items()):
+            expect(cu.metric(p, "strata_worker_kv_handoff_path", {"path": "staged"}) == 1,
+                   f"{n_} is not on the staged path")
+        pieces = sum(cu.metric(p, "strata_worker_transport_staged_pieces_total") or 0
+                     for p in prefill.values())
+        copies = sum(cu.metric(p, "strata_worker_transport_device_copies_total") or 0
+                     for p in prefill.values())
+        expect(pieces > 0 and copies == 0, f"staged pieces {pieces}, ipc copies {copies}")
+        print(f"      staged pieces sent {pieces:.0f}", flush=True)
+    check(f"{fixture}: staged path (pinned host + UCX): disaggregated == mixed "
+          f"({len(cases)} cases)", same_text)
+
+    def lower_tiers():
+        port = next(iter(prefill.values()))
+        prompt = [(t * 11 + 5) % 300 + 10 for t in range(160)]
+        ref = complete(mixed.http, prompt, 16)["choices"][0]["text"]
+        first = complete(staged.http, prompt, 16)["choices"][0]["text"]
+        # 64 blocks of G1 and 256 of G2 (1 MiB of 4 KiB blocks): 40 other prompts of 12 blocks
+        # push the prompt's blocks down to G3 (and G4).
+        for s in range(1, 41):
+            complete(staged.http, [(t * 7 + s * 131) % 300 + 10 for t in range(190)], 1)
+        expect(cu.wait_until(lambda: (cu.metric(port, "strata_kvstore_usage_blocks",
+                                                {"tier": "disk"}) or 0) > 0, timeout=60),
+               "nothing reached the disk tier")
+        lower = lambda: sum(cu.metric(port, "strata_kvstore_hits_total", {"tier": t}) or 0
+                            for t in ("disk", "remote"))
+        hits0 = lower()
+        got = complete(staged.http, prompt, 16)["choices"][0]["text"]
+        hits = lower() - hits0
+        expect(first == ref and got == ref, f"{first!r} / {got!r} != {ref!r}")
+        expect(hits > 0, "no G3 or G4 hits on the prefill worker")
+        print(f"      G3 + G4 block hits {hits:.0f}", flush=True)
+    check(f"{fixture}: a prompt pushed down to G3/G4 comes back with the same text", lower_tiers)
 
 
 def worker_pid(cluster, name):

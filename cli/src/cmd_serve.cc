@@ -147,6 +147,10 @@ int RunWorker(const Args& args) {
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
   worker::KvTierOptions& t = o.kv_tiers;
+  std::string kv_device_path = "auto";
+  p.AddString("--kv-device-path", &kv_device_path,
+              "device KV handoffs: auto (ipc on this host, else staged) or staged (always "
+              "through pinned host memory and UCX)");
   p.AddInt64("--kv-host-mb", &kv_host_mb, "G2 pinned host KV tier size (0: no lower tiers)");
   p.AddString("--kv-host-policy", &t.host_policy, "G2 eviction: lru, s3-fifo, arc, w-tinylfu, prefix-tinylfu, ghost-lru, ...");
   p.AddString("--kv-offload", &t.offload, "G1 -> G2: write-back (on eviction) or write-through");
@@ -190,6 +194,11 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
+  if (kv_device_path != "auto" && kv_device_path != "staged") {
+    return Fail("worker", "--kv-device-path must be auto or staged, not '" + kv_device_path + "'",
+                2);
+  }
+  o.kv_device_staged = kv_device_path == "staged";
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",

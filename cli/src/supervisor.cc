@@ -517,6 +517,9 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }
+  if (c.engine.kv_device_path != "auto") {
+    argv.insert(argv.end(), {"--kv-device-path", c.engine.kv_device_path});
+  }
   AppendKvTierFlags(c, id, kvstores, argv);
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/ready"),

@@ -100,6 +100,11 @@ std::string CheckOffload(const std::string& v) {
   return absl::StrCat("must be write-back or write-through, got '", v, "'");
 }
 
+std::string CheckKvDevicePath(const std::string& v) {
+  if (v == "auto" || v == "staged") return "";
+  return absl::StrCat("must be auto or staged, got '", v, "'");
+}
+
 std::string CheckRestartPolicy(const std::string& v) {
   if (v == "on-failure" || v == "always" || v == "never") return "";
   return absl::StrCat("must be on-failure, always or never, got '", v, "'");
@@ -223,6 +228,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<int>(
           "engine.max_num_batched_tokens", "an integer",
           [](auto& c) -> auto& { return c.engine.max_num_batched_tokens; }, IntRange(1, 1 << 30)),
+      Scalar<std::string>(
+          "engine.kv_device_path", "a string",
+          [](auto& c) -> auto& { return c.engine.kv_device_path; }, CheckKvDevicePath),
       Scalar<int64_t>(
           "engine.max_model_len", "an integer",
           [](auto& c) -> auto& { return c.engine.max_model_len; },

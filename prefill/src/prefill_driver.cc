@@ -128,7 +128,12 @@ class PrefillDriverImpl final : public PrefillDriver {
     auto it = imported_.find(key);
     if (it != imported_.end()) return it->second;
     auto region = agent_->ImportRegion(peer, blob);
-    if (region.ok()) imported_[key] = *region;
+    if (region.ok()) {
+      imported_[key] = *region;
+      auto path = agent_->RegionPath(*region);
+      STRATA_LOG(Info) << "KV handoff to " << peer << " over "
+                       << (path.ok() ? *path : std::string(path.status().message()));
+    }
     return region;
   }
 

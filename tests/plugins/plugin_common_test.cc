@@ -547,7 +547,7 @@ TEST(CommonApiTest, FillsVersionLifecycleAndEveryOpEntry) {
 }
 
 TEST(CheckCopyRunsTest, SummarizesValidRuns) {
-  char dst[64], src[64];
+  char dst[64] = {}, src[64] = {};
   const strata_copy_run runs[] = {{0, 40, 8}, {10, 4, 20}};
   CopyRunsSummary s;
   ASSERT_TRUE(CheckCopyRuns("copy_runs", dst, src, runs, 2, &s).ok());
@@ -560,7 +560,7 @@ TEST(CheckCopyRunsTest, SummarizesValidRuns) {
 }
 
 TEST(CheckCopyRunsTest, RejectsBadArgumentsNamingTheRun) {
-  char dst[64], src[64];
+  char dst[64] = {}, src[64] = {};
   CopyRunsSummary s;
   auto check = [&](const void* d, const void* sp, const strata_copy_run* runs, int64_t n) {
     const Status st = CheckCopyRuns("copy_runs", d, sp, runs, n, &s);

@@ -78,6 +78,22 @@ class ShmDeviceMemory final : public DeviceMemory {
     ++closes;
   }
 
+  absl::Status RegisterHost(void* ptr, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!registered_.emplace(ptr, bytes).second) {
+      return absl::InvalidArgumentError("host range registered twice");
+    }
+    return absl::OkStatus();
+  }
+  void UnregisterHost(void* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    registered_.erase(ptr);
+  }
+  size_t host_registered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registered_.size();
+  }
+
   absl::Status Copy(void* dst, const void* src, std::span<const CopyRun> runs) override {
     if (fail_copies) return absl::InternalError("injected copy failure");
     if (copy_delay_ms > 0) usleep(copy_delay_ms * 1000);
@@ -101,6 +117,7 @@ class ShmDeviceMemory final : public DeviceMemory {
   std::mutex mu_;
   std::map<void*, Allocation> allocations_;
   std::map<void*, size_t> opened_;
+  std::map<void*, size_t> registered_;
 };
 
 }  // namespace strata::transport::testing

@@ -119,6 +119,12 @@ absl::Status UcxAgent::Init() {
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (s != UCS_OK) return UcxError(s, "ucp_init");
+  // Whether this UCX can move CUDA memory itself (Debian's cannot): reported in DevicePaths.
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) == UCS_OK) {
+    ucx_cuda_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
   STRATA_RETURN_IF_ERROR(InitWorker());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
@@ -138,11 +144,16 @@ absl::Status UcxAgent::InitWorker() {
   ucp_am_handler_param_t am{};
   am.field_mask =
       UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  am.id = kNotificationAmId;
-  am.cb = &UcxAgent::OnNotification;
   am.arg = this;
-  s = ucp_worker_set_am_recv_handler(worker_, &am);
-  if (s != UCS_OK) return UcxError(s, "ucp_worker_set_am_recv_handler");
+  for (auto [id, cb] : {std::pair<unsigned, ucp_am_recv_callback_t>{kNotificationAmId,
+                                                                    &UcxAgent::OnNotification},
+                        {kStagedPieceAmId, &UcxAgent::OnStagedPiece},
+                        {kStagedAckAmId, &UcxAgent::OnStagedAck}}) {
+    am.id = id;
+    am.cb = cb;
+    s = ucp_worker_set_am_recv_handler(worker_, &am);
+    if (s != UCS_OK) return UcxError(s, "ucp_worker_set_am_recv_handler");
+  }
 
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
@@ -217,7 +228,9 @@ void UcxAgent::Shutdown() {
       RetirePeerLocked(std::move(peer));
     }
     const absl::Time deadline = absl::Now() + kCloseTimeout;
-    while (!closing_.empty() && absl::Now() < deadline) ProgressLocked();
+    while ((!closing_.empty() || incoming_receiving_ > 0) && absl::Now() < deadline) {
+      ProgressLocked();
+    }
     if (!closing_.empty()) {
       STRATA_LOG(Warning) << "transport agent '" << name_ << "': " << closing_.size()
                           << " endpoint(s) did not close within the timeout";
@@ -227,6 +240,7 @@ void UcxAgent::Shutdown() {
       DestroyPeerResourcesLocked(*c.peer);
     }
     closing_.clear();
+    ShutdownStagingLocked();
     transfers_.clear();
     completions_.clear();
     for (auto& [id, region] : local_regions_) {
@@ -234,6 +248,8 @@ void UcxAgent::Shutdown() {
     }
     local_regions_.clear();
     mappings_.clear();
+    FreePoolLocked(send_pool_);
+    FreePoolLocked(recv_pool_);
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
@@ -436,6 +452,7 @@ absl::StatusOr<std::string> UcxAgent::RegionPath(uint64_t remote_region) const {
   if (it == remote_regions_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown remote region ", remote_region));
   }
+  if (it->second.staged) return std::string("staged");
   return std::string(it->second.mapping != nullptr ? "ipc" : "ucx");
 }
 

@@ -18,6 +18,16 @@
 // device region mapped here (the ipc path) is one DeviceMemory::Copy of all its runs, run by the
 // agent's copy thread in post order; when it returns, the notification (if any) goes out as
 // above and the transfer is done.
+//
+// The staged path (ucx_agent_staging.cc), for a peer's device region this process cannot map:
+// the write is cut into pieces of at most staging_piece_bytes. For each piece the copy thread
+// copies its runs from the device into a free slot of the send pool (page-locked host memory,
+// registered with UCX), then one rendezvous active message carries the slot to the peer (UCX
+// fetches it straight into a slot of the peer's receive pool), whose copy thread copies it into
+// the device region and answers with an ack. Slots bound what is in flight; piece i+1 is copied
+// out while piece i crosses UCX and piece i-1 is copied in. The peer delivers the notification
+// after the transfer's last piece is in place; the writer's transfer is done when every piece
+// has been acked.
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -33,6 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "strata/transport/agent.h"
 #include "wire_format.h"
 
@@ -44,8 +55,10 @@ absl::Status UcxError(ucs_status_t status, absl::string_view what, absl::string_
 // kUnavailable naming a peer whose endpoint failed.
 absl::Status PeerFailedError(const std::string& peer, ucs_status_t status);
 
-// Active-message id carrying notifications.
+// Active-message ids: notifications, staged pieces and their acks.
 inline constexpr unsigned kNotificationAmId = 17;
+inline constexpr unsigned kStagedPieceAmId = 18;
+inline constexpr unsigned kStagedAckAmId = 19;
 
 class UcxAgent final : public Agent {
  public:
@@ -78,6 +91,7 @@ class UcxAgent final : public Agent {
   void Release(uint64_t transfer) override;
   std::vector<std::pair<std::string, std::string>> TakeNotifications() override;
   AgentStats Stats() const override;
+  std::string DevicePaths() const override;
 
  private:
   struct Peer {
@@ -109,8 +123,34 @@ class UcxAgent final : public Agent {
     uint64_t length = 0;
     ucp_rkey_h rkey = nullptr;                // host memory
     std::shared_ptr<const Mapping> mapping;  // device memory (the ipc path)
+    bool staged = false;                      // device memory reached by the staged path
   };
-  enum class Phase { kCopying, kFlushing, kNotifying, kDone, kFailed };
+  // Page-locked host memory registered with UCX, cut into equal slots (the staged path).
+  struct StagingPool {
+    char* base = nullptr;
+    size_t bytes = 0;
+    size_t slot_bytes = 0;
+    ucp_mem_h memh = nullptr;
+    bool host_registered = false;  // page-locked through DeviceMemory::RegisterHost
+    std::vector<int> free_slots;
+    char* slot(int i) const { return base + static_cast<size_t>(i) * slot_bytes; }
+  };
+  // One piece of a staged write, as the writer plans it.
+  struct StagedPiece {
+    std::string descriptor;  // encoded wire::StagedPiece, written at the front of the slot
+    uint64_t payload_offset = 0;
+    uint64_t payload_bytes = 0;
+    std::vector<CopyRun> out;  // local device region -> slot (dst offsets past the descriptor)
+  };
+  struct StagedWrite {
+    char* local_base = nullptr;
+    std::vector<StagedPiece> pieces;
+    size_t next = 0;    // next piece to copy out
+    size_t acked = 0;   // pieces the peer applied
+    int in_flight = 0;  // copies out and sends not yet completed
+    absl::Status error;
+  };
+  enum class Phase { kCopying, kStaging, kFlushing, kNotifying, kDone, kFailed };
   struct Transfer {
     uint64_t id = 0;
     std::shared_ptr<Peer> peer;
@@ -120,19 +160,45 @@ class UcxAgent final : public Agent {
     Phase phase = Phase::kFlushing;
     absl::Status status;
     bool released = false;
+    std::unique_ptr<StagedWrite> staged;  // the staged path only
+  };
+  // A staged piece being sent (the send request's user data).
+  struct StagedSend {
+    Transfer* transfer;
+    int slot;
+    std::string header;
+  };
+  // A staged piece arriving: waiting for a receive slot, being received, then copied in.
+  struct IncomingPiece {
+    UcxAgent* agent = nullptr;
+    uint64_t transfer = 0;
+    uint32_t index = 0;
+    ucp_ep_h reply_ep = nullptr;
+    void* data = nullptr;  // rendezvous descriptor or persistent eager data, until received
+    bool rndv = false;
+    std::string inline_data;  // eager data UCX did not keep
+    size_t length = 0;
+    int slot = -1;
+    wire::StagedPiece piece;  // parsed once received
   };
   // A UCX request completed inside progress: handled after ucp_worker_progress returns.
   struct Completion {
     Transfer* transfer;
     ucs_status_t status;
   };
-  // A device write waiting for (or running on) the copy thread.
+  // A device copy waiting for (or running on) the copy thread: an ipc write, a staged piece
+  // copied out to the send pool, or a received piece copied into a local device region.
+  enum class CopyKind { kIpc, kStageOut, kStageIn };
   struct CopyJob {
-    Transfer* transfer;
-    void* dst;
-    const void* src;
+    CopyKind kind = CopyKind::kIpc;
+    Transfer* transfer = nullptr;  // kIpc, kStageOut
+    void* dst = nullptr;
+    const void* src = nullptr;
     std::vector<CopyRun> runs;
     std::shared_ptr<const Mapping> mapping;  // keeps the destination mapped until the copy ends
+    int slot = -1;                           // kStageOut: send slot
+    size_t piece = 0;                        // kStageOut: which piece of the transfer
+    std::unique_ptr<IncomingPiece> incoming;  // kStageIn
   };
   // An endpoint being closed; its peer (and rkeys) live until the close request finishes.
   struct Closing {
@@ -140,7 +206,12 @@ class UcxAgent final : public Agent {
     void* request;  // nullptr once closed
   };
 
-  explicit UcxAgent(const AgentOptions& options) : name_(options.name), device_(options.device) {}
+  explicit UcxAgent(const AgentOptions& options)
+      : name_(options.name),
+        device_(options.device),
+        stage_always_(options.device_path == AgentOptions::DevicePath::kStaged),
+        piece_bytes_(options.staging_piece_bytes),
+        staging_slots_(options.staging_slots) {}
   absl::Status Init();
   absl::Status InitWorker();
   void StartProgressThread();
@@ -187,15 +258,53 @@ class UcxAgent final : public Agent {
                                 std::span<const Run> runs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CopyLoop();
   void StopCopyThread();
+  // Queues a copy; false when the copy thread is stopping.
+  bool EnqueueCopy(CopyJob job);
+
+  // The staged path (ucx_agent_staging.cc).
+  absl::Status EnsurePoolLocked(StagingPool& pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreePoolLocked(StagingPool& pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PostStagedLocked(Transfer* t, const LocalRegion& local, const RemoteRegion& remote,
+                                std::span<const Run> runs, const std::string& notification)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts copying out pieces of the staged writes, oldest first, while send slots are free.
+  void PumpStagedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StageOutDoneLocked(CopyJob& job, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StagedSentLocked(StagedSend* send, ucs_status_t status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailStagedLocked(Transfer* t, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFinishStagedLocked(Transfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Receives queued pieces into free receive slots.
+  void StartIncomingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReceiveLocked(std::unique_ptr<IncomingPiece> in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_status_t status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StageInDoneLocked(CopyJob& job, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendAckLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Handles finished staged sends and receives, and staged writes whose peer failed.
+  void ProgressStagedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShutdownStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // UCX callbacks: run inside ucp_worker_progress, i.e. with `mu_` held by the progressor.
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void OnRequestDone(void* request, ucs_status_t status, void* user_data);
   static ucs_status_t OnNotification(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnStagedPiece(void* arg, const void* header, size_t header_length,
+                                    void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnStagedAck(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
+  static void OnStagedSent(void* request, ucs_status_t status, void* user_data);
+  static void OnStagedReceived(void* request, ucs_status_t status, size_t length,
+                               void* user_data);
+  static void OnAckSent(void* request, ucs_status_t status, void* user_data);
 
   const std::string name_;
   DeviceMemory* const device_;  // may be null: host memory only
+  const bool stage_always_;     // never map peers' device memory
+  const size_t piece_bytes_;
+  const int staging_slots_;
+  bool ucx_cuda_ = false;       // the UCX found at run time reports CUDA memory support
   std::string host_id_;         // this host's identity (boot id + hostname), set by Init
   std::string metadata_;  // immutable after Init
   ucp_context_h context_ = nullptr;
@@ -219,6 +328,23 @@ class UcxAgent final : public Agent {
   // Device handle -> its mapping here, while any region or copy holds it (a handle is opened
   // once per process).
   absl::flat_hash_map<std::string, std::weak_ptr<const Mapping>> mappings_ ABSL_GUARDED_BY(mu_);
+
+  // The staged path: pools (made on first use), writes in post order, pieces arriving.
+  StagingPool send_pool_ ABSL_GUARDED_BY(mu_);
+  StagingPool recv_pool_ ABSL_GUARDED_BY(mu_);
+  std::deque<Transfer*> staged_writes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<StagedSend*, ucs_status_t>> staged_sent_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<IncomingPiece>> incoming_waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<IncomingPiece*, ucs_status_t>> incoming_received_ ABSL_GUARDED_BY(mu_);
+  int incoming_receiving_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per (sender, transfer): pieces still to come in and the notification to deliver after them.
+  struct IncomingTransfer {
+    uint32_t remaining = 0;
+    std::string notification;
+    absl::Time last;
+  };
+  absl::flat_hash_map<std::string, IncomingTransfer> incoming_transfers_ ABSL_GUARDED_BY(mu_);
+  absl::Time incoming_pruned_ ABSL_GUARDED_BY(mu_);
 
   // The copy thread and its queue (device writes, in post order).
   absl::Mutex copy_mu_;

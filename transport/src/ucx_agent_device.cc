@@ -63,28 +63,38 @@ absl::StatusOr<uint64_t> UcxAgent::ImportDeviceRegion(const std::string& peer,
     return absl::FailedPreconditionError(absl::StrCat(
         "peer '", peer, "' exported device memory, and this agent has no device memory services"));
   }
-  if (d.host_id != host_id_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("peer '", peer, "' exported device memory on another host (", d.host_id,
-                     "; this host ", host_id_, "): only same-host ipc is available"));
-  }
   {
     absl::MutexLock lock(&mu_);
     STRATA_RETURN_IF_ERROR(UsablePeerLocked(peer).status());
   }
-  auto mapping = OpenMapping(d.device_handle);
-  if (!mapping.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot map peer '", peer,
-                                                      "''s device memory here (",
-                                                      device_->Describe(), "): ",
-                                                      mapping.status().message()));
+  // Mapped when this process can (same host, a device that reaches it); staged otherwise.
+  std::shared_ptr<const Mapping> mapping;
+  std::string why;
+  if (stage_always_) {
+    why = "staging is chosen by configuration";
+  } else if (d.host_id != host_id_) {
+    why = absl::StrCat("the peer is on another host (", d.host_id, "; this host ", host_id_, ")");
+  } else {
+    auto opened = OpenMapping(d.device_handle);
+    if (opened.ok()) {
+      mapping = std::move(*opened);
+    } else {
+      why = absl::StrCat("it cannot be mapped here (", device_->Describe(),
+                         "): ", opened.status().message());
+    }
   }
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<Peer> p, UsablePeerLocked(peer));
   const uint64_t id = next_id_++;
-  remote_regions_[id] = RemoteRegion{std::move(p), d.address, d.length, nullptr,
-                                     std::move(*mapping)};
-  stats_.device_regions_mapped++;
+  RemoteRegion r{std::move(p), d.address, d.length, nullptr, std::move(mapping)};
+  if (r.mapping != nullptr) {
+    stats_.device_regions_mapped++;
+  } else {
+    r.staged = true;
+    STRATA_LOG(Info) << "transport agent '" << name_ << "': writes to peer '" << peer
+                     << "''s device memory are staged through host memory: " << why;
+  }
+  remote_regions_[id] = std::move(r);
   return id;
 }
 
@@ -98,18 +108,24 @@ absl::Status UcxAgent::PostDeviceLocked(Transfer* t, const LocalRegion& local,
   job.runs.reserve(runs.size());
   for (const Run& r : runs) job.runs.push_back({r.local_offset, r.remote_offset, r.length});
   t->phase = Phase::kCopying;
-  absl::MutexLock lock(&copy_mu_);
-  if (copy_stopping_) {
+  if (!EnqueueCopy(std::move(job))) {
     transfers_.erase(t->id);
     stats_.transfers_failed++;
     return absl::UnavailableError("transport agent is shutting down");
   }
-  copy_queue_.push_back(std::move(job));
   return absl::OkStatus();
 }
 
-// One copy at a time, in post order: copies of one agent share the device's copy bandwidth, so
+bool UcxAgent::EnqueueCopy(CopyJob job) {
+  absl::MutexLock lock(&copy_mu_);
+  if (copy_stopping_) return false;
+  copy_queue_.push_back(std::move(job));
+  return true;
+}
+
+// One copy at a time, in queue order: copies of one agent share the device's copy bandwidth, so
 // running them side by side would not finish any sooner, and order keeps per-peer writes FIFO.
+// The staged path's copies out and in share this thread with ipc writes.
 void UcxAgent::CopyLoop() {
   while (true) {
     CopyJob job;
@@ -127,6 +143,14 @@ void UcxAgent::CopyLoop() {
     uint64_t bytes = 0;
     for (const CopyRun& r : job.runs) bytes += r.length;
     absl::MutexLock lock(&mu_);
+    if (job.kind == CopyKind::kStageOut) {
+      StageOutDoneLocked(job, std::move(s));
+      continue;
+    }
+    if (job.kind == CopyKind::kStageIn) {
+      StageInDoneLocked(job, std::move(s));
+      continue;
+    }
     Transfer* t = job.transfer;
     if (!s.ok()) {
       FinishLocked(t, absl::InternalError(absl::StrCat("transfer ", t->id, " device copy to peer '",
@@ -155,8 +179,19 @@ void UcxAgent::StopCopyThread() {
   }
   copy_thread_.join();
   absl::MutexLock lock(&mu_);
+  const absl::Status stopping = absl::UnavailableError("transport agent is shutting down");
   for (CopyJob& job : dropped) {
-    FinishLocked(job.transfer, absl::UnavailableError("transport agent is shutting down"));
+    switch (job.kind) {
+      case CopyKind::kIpc:
+        FinishLocked(job.transfer, stopping);
+        break;
+      case CopyKind::kStageOut:
+        StageOutDoneLocked(job, stopping);
+        break;
+      case CopyKind::kStageIn:
+        StageInDoneLocked(job, stopping);
+        break;
+    }
   }
 }
 

@@ -69,16 +69,25 @@ absl::StatusOr<uint64_t> UcxAgent::Post(bool is_write, const std::string& peer,
                                                    " was not imported from peer '", peer, "'"));
   }
   STRATA_RETURN_IF_ERROR(ValidateRuns(local->second, remote->second, runs));
-  const bool device =
-      local->second.kind == MemoryKind::kDevice || remote->second.mapping != nullptr;
-  if (device && !runs.empty()) {
+  const RemoteRegion& rr = remote->second;
+  const bool remote_device = rr.mapping != nullptr || rr.staged;
+  if ((local->second.kind == MemoryKind::kDevice || remote_device) && !runs.empty()) {
     if (!is_write) return absl::UnimplementedError("reads of device regions are not supported");
-    if (local->second.kind != MemoryKind::kDevice || remote->second.mapping == nullptr) {
+    if (local->second.kind != MemoryKind::kDevice || !remote_device) {
       return absl::InvalidArgumentError(
           "a transfer between a host region and a device region is not supported");
     }
     Transfer* t = AddTransferLocked(std::move(p), is_write, runs, notification);
-    STRATA_RETURN_IF_ERROR(PostDeviceLocked(t, local->second, remote->second, runs));
+    if (rr.staged) {
+      if (absl::Status s = PostStagedLocked(t, local->second, rr, runs, notification); !s.ok()) {
+        transfers_.erase(t->id);
+        stats_.transfers_failed++;
+        return s;
+      }
+      WakeProgressThread();
+      return t->id;
+    }
+    STRATA_RETURN_IF_ERROR(PostDeviceLocked(t, local->second, rr, runs));
     return t->id;
   }
   if (absl::Status s = PostRunsLocked(is_write, *p, local->second, remote->second, runs);
@@ -214,6 +223,8 @@ bool UcxAgent::ProgressLocked() {
     done.swap(completions_);
     for (const Completion& c : done) AdvanceLocked(c.transfer, c.status);
   }
+  if (!staged_sent_.empty() || !incoming_received_.empty()) any = true;
+  if (any || !staged_writes_.empty() || !incoming_transfers_.empty()) ProgressStagedLocked();
   if (!closing_.empty()) ReapClosedLocked();
   return any;
 }

@@ -11,6 +11,8 @@ namespace {
 constexpr uint32_t kMetadataMagic = 0x4d525453;  // "STRM"
 constexpr uint32_t kRegionMagic = 0x52525453;    // "STRR"
 constexpr uint32_t kNotificationMagic = 0x4e525453;  // "STRN"
+constexpr uint32_t kStagedPieceMagic = 0x50525453;    // "STRP"
+constexpr uint32_t kStagedAckMagic = 0x41525453;      // "STRA"
 constexpr uint32_t kVersion = 1;
 // Region blobs carry a memory kind since version 2.
 constexpr uint32_t kRegionVersion = 2;
@@ -41,6 +43,7 @@ class Reader {
     return true;
   }
   bool AtEnd() const { return pos_ == bytes_.size(); }
+  size_t pos() const { return pos_; }
   absl::Status Malformed() const {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed transport ", what_, " (", bytes_.size(), " bytes)"));
@@ -140,6 +143,97 @@ absl::StatusOr<Notification> DecodeNotification(std::string_view bytes) {
   Notification n;
   if (!r.Bytes(&n.sender) || !r.Bytes(&n.message) || !r.AtEnd()) return r.Malformed();
   return n;
+}
+
+std::string EncodeStagedPiece(const StagedPiece& piece) {
+  std::string out;
+  out.reserve(64 + piece.sender.size() + piece.notification.size() + 24 * piece.runs.size());
+  PutU32(out, kStagedPieceMagic);
+  PutU32(out, kVersion);
+  PutBytes(out, piece.sender);
+  PutU64(out, piece.transfer);
+  PutU32(out, piece.index);
+  PutU32(out, piece.count);
+  PutU64(out, piece.region);
+  PutU64(out, piece.payload_offset);
+  PutU64(out, piece.payload_bytes);
+  PutU32(out, static_cast<uint32_t>(piece.runs.size()));
+  for (const StagedRun& r : piece.runs) {
+    PutU64(out, r.payload_offset);
+    PutU64(out, r.region_offset);
+    PutU64(out, r.length);
+  }
+  PutBytes(out, piece.notification);
+  return out;
+}
+
+absl::StatusOr<StagedPiece> DecodeStagedPiece(std::string_view data) {
+  Reader r(data, "staged piece");
+  if (absl::Status s = r.Header(kStagedPieceMagic); !s.ok()) return s;
+  StagedPiece p;
+  uint32_t runs = 0;
+  if (!r.Bytes(&p.sender) || !r.U64(&p.transfer) || !r.U32(&p.index) || !r.U32(&p.count) ||
+      !r.U64(&p.region) || !r.U64(&p.payload_offset) || !r.U64(&p.payload_bytes) ||
+      !r.U32(&runs) || runs > (data.size() - r.pos()) / 24) {
+    return r.Malformed();
+  }
+  p.runs.resize(runs);
+  for (StagedRun& run : p.runs) {
+    if (!r.U64(&run.payload_offset) || !r.U64(&run.region_offset) || !r.U64(&run.length)) {
+      return r.Malformed();
+    }
+  }
+  if (!r.Bytes(&p.notification)) return r.Malformed();
+  const size_t end = r.pos();
+  if (p.count == 0 || p.index >= p.count || p.payload_offset < end ||
+      p.payload_offset > data.size() || p.payload_bytes > data.size() - p.payload_offset) {
+    return r.Malformed();
+  }
+  for (const StagedRun& run : p.runs) {
+    if (run.length == 0 || run.payload_offset < p.payload_offset ||
+        run.payload_offset - p.payload_offset > p.payload_bytes ||
+        run.length > p.payload_bytes - (run.payload_offset - p.payload_offset)) {
+      return r.Malformed();
+    }
+  }
+  return p;
+}
+
+std::string EncodeStagedHeader(uint64_t transfer, uint32_t index) {
+  std::string out;
+  PutU64(out, transfer);
+  PutU32(out, index);
+  return out;
+}
+
+bool DecodeStagedHeader(std::string_view bytes, uint64_t* transfer, uint32_t* index) {
+  Reader r(bytes, "staged header");
+  return r.U64(transfer) && r.U32(index) && r.AtEnd();
+}
+
+std::string EncodeStagedAck(const StagedAck& ack) {
+  std::string out;
+  PutU32(out, kStagedAckMagic);
+  PutU32(out, kVersion);
+  PutBytes(out, ack.receiver);
+  PutU64(out, ack.transfer);
+  PutU32(out, ack.index);
+  PutU32(out, ack.ok ? 1 : 0);
+  PutBytes(out, ack.error);
+  return out;
+}
+
+absl::StatusOr<StagedAck> DecodeStagedAck(std::string_view bytes) {
+  Reader r(bytes, "staged ack");
+  if (absl::Status s = r.Header(kStagedAckMagic); !s.ok()) return s;
+  StagedAck a;
+  uint32_t ok = 0;
+  if (!r.Bytes(&a.receiver) || !r.U64(&a.transfer) || !r.U32(&a.index) || !r.U32(&ok) ||
+      ok > 1 || !r.Bytes(&a.error) || !r.AtEnd()) {
+    return r.Malformed();
+  }
+  a.ok = ok == 1;
+  return a;
 }
 
 }  // namespace strata::transport::wire

@@ -55,6 +55,20 @@ void PluginDeviceMemory::Close(void* mapped) {
   backend_->api().ipc_close(backend_->handle(), mapped);
 }
 
+absl::Status PluginDeviceMemory::RegisterHost(void* ptr, size_t bytes) {
+  const strata_plugin_api_v1& api = backend_->api();
+  if (api.host_register == nullptr || api.host_unregister == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("plugin '", backend_->info().name, "' has no page-locked host memory"));
+  }
+  return backend_->Check(api.host_register(backend_->handle(), ptr, bytes), "host_register");
+}
+
+void PluginDeviceMemory::UnregisterHost(void* ptr) {
+  const strata_plugin_api_v1& api = backend_->api();
+  if (api.host_unregister != nullptr) api.host_unregister(backend_->handle(), ptr);
+}
+
 absl::Status PluginDeviceMemory::Copy(void* dst, const void* src,
                                       std::span<const transport::CopyRun> runs) {
   std::vector<strata_copy_run> r(runs.size());

@@ -84,23 +84,27 @@ class WorkerImpl final : public Worker {
       return FinishInit(role, max_model_len, vocab, /*handoff=*/false, block_bytes);
     }
     kv_region_ = *region;
-    handoff_path_ = "ipc";
+    handoff_path_ = options_.kv_device_staged ? "staged" : "ipc";
     return FinishInit(role, max_model_len, vocab, /*handoff=*/true, block_bytes);
   }
 
   // A device KV pool: the agent is made again with the plugin's device memory services, and the
-  // pool is registered as device memory that peers on this host map (the ipc path).
+  // pool is registered as device memory that peers on this host map (the ipc path) or write
+  // through pinned host memory (the staged path: other hosts, or chosen by configuration).
   absl::StatusOr<uint64_t> RegisterDevicePool(Engine& e, size_t block_bytes) {
     const strata_kv_cache& kv = e.runner().kv_cache();
     STRATA_ASSIGN_OR_RETURN(device_memory_, PluginDeviceMemory::Create(&e.runner().backend()));
     agent_.reset();
-    STRATA_ASSIGN_OR_RETURN(
-        agent_, transport::Agent::Create({.name = options_.id, .device = device_memory_.get()}));
+    transport::AgentOptions ao;
+    ao.name = options_.id;
+    ao.device = device_memory_.get();
+    if (options_.kv_device_staged) ao.device_path = transport::AgentOptions::DevicePath::kStaged;
+    STRATA_ASSIGN_OR_RETURN(agent_, transport::Agent::Create(ao));
     STRATA_ASSIGN_OR_RETURN(
         uint64_t region, agent_->RegisterMemory(kv.data, block_bytes * size_t(kv.num_blocks),
                                                 transport::MemoryKind::kDevice));
-    STRATA_LOG(Info) << "KV handoff: device pool of " << kv.num_blocks << " blocks over ipc ("
-                     << device_memory_->Describe() << ")";
+    STRATA_LOG(Info) << "KV handoff: device pool of " << kv.num_blocks << " blocks, "
+                     << agent_->DevicePaths() << " (" << device_memory_->Describe() << ")";
     return region;
   }
 

@@ -41,11 +41,19 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
   CounterFn("strata_worker_transport_device_bytes_total",
             "KV bytes moved by device-to-device copies (the ipc path)",
             [agent] { return double(agent->Stats().device_bytes); });
+  CounterFn("strata_worker_transport_staged_pieces_total",
+            "KV pieces sent to peers on the staged path (device memory through pinned host "
+            "buffers and UCX)",
+            [agent] { return double(agent->Stats().staged_pieces_sent); });
+  CounterFn("strata_worker_transport_staged_bytes_total",
+            "KV bytes written to peers on the staged path",
+            [agent] { return double(agent->Stats().staged_bytes_sent); });
   callbacks_.push_back(
       registry_
           .GaugeOrDie("strata_worker_kv_handoff_path",
                       "How this worker's KV pool takes part in prefill/decode handoffs: ucx "
-                      "(host memory), ipc (device memory mapped between processes), none",
+                      "(host memory), ipc (device memory mapped between processes of a host, "
+                      "staged to other hosts), staged (always through pinned host memory), none",
                       {"path"})
           .AddCallback({handoff_path}, [] { return 1.0; }));
   for (auto& handle : prefill::RegisterPrefillMetrics(registry_, prefill)) {

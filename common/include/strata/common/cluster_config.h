@@ -42,6 +42,9 @@ struct ClusterConfig {
     int max_num_seqs = 64;
     int max_num_batched_tokens = 512;
     int64_t max_model_len = 0;         // 0 = the model's max_position_embeddings
+    // How device KV pools move between prefill and decode workers: auto (mapped between
+    // processes of one host, staged through pinned host memory otherwise) | staged (always).
+    std::string kv_device_path = "auto";
   } engine;
 
   struct Slo {

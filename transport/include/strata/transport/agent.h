@@ -61,6 +61,16 @@ struct AgentOptions {
   // Device memory services (not owned; must outlive the agent). Without it only host memory
   // can be registered. See device_memory.h.
   DeviceMemory* device = nullptr;
+  // How writes between device regions travel. kAuto maps a peer's device memory when this
+  // process can (the ipc path) and stages the writes otherwise; kStaged always stages them
+  // (page-locked host buffers and UCX: the path between hosts, here by choice).
+  enum class DevicePath { kAuto, kStaged };
+  DevicePath device_path = DevicePath::kAuto;
+  // The staged path: bytes of one piece (the unit copied to host memory, sent, and copied to
+  // the peer's device, each step overlapping the others' next and previous pieces) and how
+  // many pieces this agent holds in flight, sending and receiving each.
+  size_t staging_piece_bytes = size_t{4} << 20;
+  int staging_slots = 4;
 };
 
 // One contiguous byte range to move: [local_offset, +length) of the local region to/from
@@ -93,6 +103,10 @@ struct AgentStats {
   uint64_t device_regions_mapped = 0;  // peer device regions imported on the ipc path
   uint64_t device_copies = 0;          // batched device copies completed (one per ipc write)
   uint64_t device_bytes = 0;           // bytes those copies moved
+  uint64_t staged_pieces_sent = 0;     // staged-path pieces this agent sent (and were applied)
+  uint64_t staged_bytes_sent = 0;
+  uint64_t staged_pieces_received = 0;  // staged-path pieces copied into this agent's device
+  uint64_t staged_bytes_received = 0;
 };
 
 class Agent {
@@ -133,17 +147,21 @@ class Agent {
   // Closes the endpoint and forgets the peer's imported regions. Unknown names are ignored.
   virtual void RemovePeer(const std::string& peer) = 0;
   // Imports a region another agent exported; valid for `peer` until it is removed or replaced.
-  // A device region is mapped here (the ipc path); when that cannot be done the import fails
-  // with kFailedPrecondition saying why.
+  // A device region is mapped here (the ipc path) when it can be; otherwise (another host, a
+  // device without peer access, AgentOptions::device_path kStaged) writes to it are staged.
+  // kFailedPrecondition when this agent has no device memory services.
   [[nodiscard]] virtual absl::StatusOr<uint64_t> ImportRegion(const std::string& peer,
                                                               const std::string& blob) = 0;
-  // How writes to an imported region travel: "ucx" (host memory) or "ipc" (device memory
-  // mapped into this process). kNotFound for an unknown region.
+  // How writes to an imported region travel: "ucx" (host memory), "ipc" (device memory
+  // mapped into this process) or "staged" (device memory this process cannot map: through
+  // page-locked host buffers over UCX). kNotFound for an unknown region.
   [[nodiscard]] virtual absl::StatusOr<std::string> RegionPath(uint64_t remote_region) const = 0;
 
   // Posts one put (get) per Run, then completes remotely (between device regions on the ipc
-  // path: one batched device copy of all runs on the agent's copy thread; a device read is
-  // kUnimplemented, as is mixing host and device regions). `notification`, when non-empty, is
+  // path: one batched device copy of all runs on the agent's copy thread; on the staged path:
+  // pieces of at most staging_piece_bytes, each one batched copy out, one UCX send and one
+  // batched copy in by the peer; a device read is kUnimplemented, as is mixing host and device
+  // regions). `notification`, when non-empty, is
   // delivered to the peer after all the data is visible there. Every run is bounds-checked
   // against both regions before anything is posted. An empty `runs` with a notification is a
   // pure notification. Returns a transfer id to Check/Wait and finally Release.
@@ -172,6 +190,10 @@ class Agent {
   virtual std::vector<std::pair<std::string, std::string>> TakeNotifications() = 0;
 
   virtual AgentStats Stats() const = 0;
+
+  // The paths this agent can use for device memory and why, for logs: e.g. "ipc or staged
+  // (UCX has no CUDA memory support)". Empty without device memory services.
+  virtual std::string DevicePaths() const = 0;
 };
 
 }  // namespace strata::transport

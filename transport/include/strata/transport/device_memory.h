@@ -9,6 +9,10 @@
 //   ipc     the peer's device allocation is mapped into this process (CUDA IPC: same host, same
 //           device or an NVLink/PCIe peer): a write is one batched device copy of all its runs
 //           on a transfer stream, then the optional notification over UCX.
+//   staged  the peer's memory cannot be mapped here (another host, a device without peer
+//           access, or the agent was told to stage): pieces of the write are copied to
+//           page-locked host buffers, sent over UCX and copied into the peer's device memory
+//           by the peer, pipelined (see docs/transport.md).
 //
 // Which path a region got is reported by Agent::RegionPath and counted in AgentStats.
 #include <cstddef>
@@ -50,9 +54,16 @@ class DeviceMemory {
   virtual absl::StatusOr<void*> Open(std::string_view handle) = 0;
   virtual void Close(void* mapped) = 0;
 
+  // Page-locks host memory [ptr, ptr + bytes) so that Copy moves it to or from the device at
+  // full speed. kUnimplemented when this memory needs no page-locking (its device memory is
+  // host memory) or cannot do it; Copy then still works on that range, maybe slower.
+  virtual absl::Status RegisterHost(void* ptr, size_t bytes) = 0;
+  // Undoes RegisterHost(ptr, ...); no copy on the range may be in flight.
+  virtual void UnregisterHost(void* ptr) = 0;
+
   // Copies every run from src + src_offset to dst + dst_offset as one batched operation and
   // returns when all bytes are in place (visible to any later device work, in any process).
-  // src and dst are device memory (local or opened).
+  // src and dst are each device memory (local or opened) or host memory (RegisterHost'd).
   virtual absl::Status Copy(void* dst, const void* src, std::span<const CopyRun> runs) = 0;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // The transport's DeviceMemory services over an engine plugin's backend: CUDA IPC handles
-// (ipc_export / ipc_open / ipc_close) and batched copies (copy_runs) on a stream of its own,
+// (ipc_export / ipc_open / ipc_close), page-locked host memory (host_register) and batched
+// copies (copy_runs) on a stream of its own,
 // so KV handoffs never queue behind the engine's steps.
 //
 // Lifetime: the backend must outlive this object, and this object the transport Agent that
@@ -25,6 +26,10 @@ class PluginDeviceMemory final : public transport::DeviceMemory {
   absl::StatusOr<std::string> Export(void* base) override;
   absl::StatusOr<void*> Open(std::string_view handle) override;
   void Close(void* mapped) override;
+  // host_register / host_unregister; kUnimplemented when the plugin has none (its device
+  // memory is host memory).
+  absl::Status RegisterHost(void* ptr, size_t bytes) override;
+  void UnregisterHost(void* ptr) override;
   absl::Status Copy(void* dst, const void* src,
                     std::span<const transport::CopyRun> runs) override;
 

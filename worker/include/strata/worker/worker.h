@@ -50,6 +50,9 @@ struct WorkerOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
+  // A device KV pool's handoffs: kAuto maps peers' pools on this host (ipc) and stages through
+  // pinned host memory otherwise; kStaged always stages.
+  bool kv_device_staged = false;
 };
 
 class Worker {

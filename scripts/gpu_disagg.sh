@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU disaggregation run: the device-memory transport paths and the cluster on a GPU.
+#
+#   scripts/gpu_disagg.sh pack [build_dir]
+#       Here: builds strata, both plugins, kv_handoff_bench, cuda_ipc_test and cuda_plugin_test
+#       in build_dir (default build) and packs them with their libraries into
+#       out/gpu-disagg/carry.tar.xz (out/ is git-ignored). The check's Python client (`openai`
+#       and what it needs) travels as wheels in .whl/ (see the device tool's README).
+#
+#   scripts/gpu_disagg.sh device [--quick]
+#       On the GPU machine, from the repository root, with out/gpu-disagg and .whl carried:
+#         carry: ["out/gpu-disagg", ".whl"]
+#         command: set -o pipefail; scripts/gpu_disagg.sh device 2>&1 | tee $OUT/disagg.log
+#       1. cuda_ipc_test (an exported pool written and read by another process), cuda_plugin_test
+#          and `strata plugin-test` (the conformance suite, CUDA against the CPU reference);
+#       2. kv_handoff_bench on the ipc path (vs one device copy of the same bytes) and on the
+#          staged path (vs one device-to-host plus one host-to-device copy through pinned
+#          memory), Llama-3.1-8B KV shape, 1k / 8k / 32k tokens;
+#       3. scripts/gpu_cluster_check.sh (`strata up` with the CUDA plugin: disaggregated over ipc
+#          and staged, mixed, tiers, faults), printing "N passed, M failed".
+#       --quick: the benchmark at 1k and 8k tokens only, 3 iterations.
+#
+#   scripts/gpu_disagg.sh device-check [FIXTURE ...]
+#       Step 3 alone.
+#
+#   scripts/gpu_disagg.sh device-bench [bench_disagg.py options]
+#       TTFT of 8k prompts and decode inter-token latency under 32k prefills, disaggregated
+#       (1 prefill + 1 decode on the GPU) vs mixed, alternating rounds (scripts/bench_disagg.py).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/out/gpu-disagg
+
+pack() {
+  local build=${1:-$ROOT/build}
+  ninja -C "$build" strata strata_cuda strata_cpu kv_handoff_bench cuda_ipc_test cuda_plugin_test
+  "$ROOT/scripts/pack_carry.sh" "$CARRY/carry.tar.xz" "$build/bin/strata" \
+    "$build/bin/libstrata_cuda.so" "$build/bin/libstrata_cpu.so" "$build/bin/kv_handoff_bench" \
+    "$build/bin/cuda_ipc_test" "$build/bin/cuda_plugin_test"
+}
+
+# Unpacks the carried build (once) and sets the library paths and the Python client.
+device_env() {
+  local work=/tmp/gpu-disagg
+  [[ -x $work/bin/strata ]] && [[ -n ${UCX_MODULE_DIR:-} ]] && return 0
+  mkdir -p "$work"
+  tar -C "$work" -xJf "$CARRY/carry.tar.xz"
+  local cublas
+  cublas=$(dirname "$(find / -name 'libcublas.so.13*' -path '*cuda*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$work/lib:$cublas:${LD_LIBRARY_PATH:-}
+  export UCX_MODULE_DIR=$work/lib/ucx
+  if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$ROOT"/.whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  uname -r
+}
+
+device() {
+  local quick=0
+  [[ ${1:-} == --quick ]] && quick=1
+  device_env
+  local bin=/tmp/gpu-disagg/bin rc=0
+  echo "== cuda_ipc_test"
+  timeout 120 "$bin/cuda_ipc_test" || rc=1
+  echo "== cuda_plugin_test"
+  timeout 300 "$bin/cuda_plugin_test" 2>&1 | tail -5 || rc=1
+  echo "== strata plugin-test (cuda vs cpu reference)"
+  (cd "$bin" && timeout 300 ./strata plugin-test --plugin ./libstrata_cuda.so --reference cpu \
+    2>&1 | tail -8) || rc=1
+  local tokens=1024,8192,32768 iters=10
+  if ((quick)); then tokens=1024,8192; iters=3; fi
+  for path in ipc staged; do
+    echo "== kv_handoff_bench --path $path"
+    timeout 240 "$bin/kv_handoff_bench" --plugin "$bin/libstrata_cuda.so" --path "$path" \
+      --tokens "$tokens" --iters "$iters" || rc=1
+  done
+  echo "== kv_handoff_bench --path staged --piece-mib 16 --slots 4"
+  timeout 240 "$bin/kv_handoff_bench" --plugin "$bin/libstrata_cuda.so" --path staged \
+    --piece-mib 16 --slots 4 --tokens "$tokens" --iters "$iters" || rc=1
+  echo "== gpu_cluster_check"
+  PYTHONUNBUFFERED=1 timeout 420 "$ROOT/scripts/gpu_cluster_check.sh" "$bin" || rc=1
+  return $rc
+}
+
+# TTFT and inter-token latency, disaggregated vs mixed on the GPU (scripts/bench_disagg.py).
+bench() {
+  device_env
+  PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/bench_disagg.py" /tmp/gpu-disagg/bin "$@"
+}
+
+case ${1:-} in
+  pack) shift; pack "$@" ;;
+  device) shift; device "$@" ;;
+  device-bench) shift; bench "$@" ;;
+  device-check) shift; device_env; PYTHONUNBUFFERED=1 "$ROOT/scripts/gpu_cluster_check.sh" \
+    /tmp/gpu-disagg/bin "$@" ;;
+  *) sed -n 2,31p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
