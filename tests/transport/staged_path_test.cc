@@ -239,5 +239,43 @@ TEST(StagedPathFallbackTest, APeerPoolThatCannotBeMappedIsStaged) {
   EXPECT_EQ((*a)->Stats().staged_pieces_sent, 1u);
 }
 
+// Between hosts UCX has no shared memory: the same pieces over TCP (rendezvous without
+// zero-copy gets).
+TEST(StagedPathOverTcpTest, PiecesCrossTcpByteExact) {
+  setenv("UCX_TLS", "tcp", 1);
+  ShmDeviceMemory dev_a, dev_b;
+  auto a = Agent::Create(Staged("prefill", &dev_a));
+  auto b = Agent::Create(Staged("decode", &dev_b));
+  unsetenv("UCX_TLS");
+  ASSERT_TRUE(a.ok() && b.ok());
+  char* src = static_cast<char*>(dev_a.Allocate(kPool));
+  char* dst = static_cast<char*>(dev_b.Allocate(kPool));
+  for (size_t i = 0; i < kPool; ++i) src[i] = PatternByte(3, i);
+  auto ra = (*a)->RegisterMemory(src, kPool, MemoryKind::kDevice);
+  auto rb = (*b)->RegisterMemory(dst, kPool, MemoryKind::kDevice);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  ASSERT_TRUE((*a)->AddPeer("decode", (*b)->Metadata()).ok());
+  auto remote = (*a)->ImportRegion("decode", *(*b)->ExportRegion(*rb));
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  // Every other block, reversed: 128 runs in 43 pieces.
+  std::vector<transport::Run> runs;
+  for (size_t i = 0; i < kBlocks; i += 2) runs.push_back({i * kBlock, (kBlocks - 1 - i) * kBlock, kBlock});
+  auto t = (*a)->PostWrite("decode", *ra, *remote, runs, "tcp done");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*a)->Wait(*t, kTimeout).ok());
+  for (size_t i = 0; i < kBlocks; i += 2) {
+    EXPECT_EQ(std::memcmp(src + i * kBlock, dst + (kBlocks - 1 - i) * kBlock, kBlock), 0) << i;
+  }
+  std::vector<std::pair<std::string, std::string>> got;
+  const absl::Time deadline = absl::Now() + kTimeout;
+  while (got.empty() && absl::Now() < deadline) {
+    got = (*b)->TakeNotifications();
+    if (got.empty()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].second, "tcp done");
+  EXPECT_EQ((*a)->Stats().staged_pieces_sent, 43u);
+}
+
 }  // namespace
 }  // namespace strata::transport
