@@ -262,6 +262,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"kv_tiers:\n  host_policy: mru\n",
                 "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu, "
                 "prefix-tinylfu, adaptive-tinylfu or ghost-lru, got 'mru'"},
+        BadCase{"engine:\n  kv_device_path: rdma\n",
+                "cluster.yaml:2: engine.kv_device_path: must be auto or staged, got 'rdma'"},
         BadCase{"kv_tiers:\n  offload: lazy\n",
                 "cluster.yaml:2: kv_tiers.offload: must be write-back or write-through, got "
                 "'lazy'"},

@@ -556,5 +556,20 @@ TEST(ClusterPlanTest, OversubscribedGpuIsAnError) {
             "1.2, more than 1");
 }
 
+
+TEST(ClusterPlanTest, KvDevicePathReachesEveryWorkerOnlyWhenNotAuto) {
+  ClusterConfig c;
+  c.prefill.count = 1;
+  c.decode.count = 1;
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  for (const auto& w : planned->workers) EXPECT_EQ(FlagValue(w.argv, "--kv-device-path"), "(absent)");
+  c.engine.kv_device_path = "staged";
+  planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_EQ(planned->workers.size(), 2u);
+  for (const auto& w : planned->workers) EXPECT_EQ(FlagValue(w.argv, "--kv-device-path"), "staged");
+}
+
 }  // namespace
 }  // namespace strata::cli
