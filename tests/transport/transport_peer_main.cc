@@ -1,10 +1,16 @@
 // Peer process for two_process_test: a decode-side agent in its own process.
 //
-// Usage: transport_peer <socket fd> <region bytes> <register|allocate>
+// Usage: transport_peer <socket fd> <region bytes> <register|allocate|stage-writer>
 // Protocol over the inherited socket (length-prefixed frames, see test_util.h):
-//   peer -> test: Metadata(), ExportRegion(region)
-//   then for every notification "hash <offset> <length>" received from the test's agent:
-//   peer -> test: "<sender> <fnv1a of region[offset, offset+length)>"
+//   register / allocate (a receiving peer):
+//     peer -> test: Metadata(), ExportRegion(region)
+//     then for every notification "hash <offset> <length>" received from the test's agent:
+//     peer -> test: "<sender> <fnv1a of region[offset, offset+length)>"
+//   stage-writer (a writing peer on the staged device path, device memory simulated):
+//     test -> peer: the test agent's Metadata(), its device region's ExportRegion()
+//     peer -> test: "posted" once a write of the whole region (pieces of 64 KiB) is posted
+//   stage-receiver (a receiving peer on the staged device path, copying each piece in slowly):
+//     peer -> test: Metadata(), ExportRegion(device region)
 // Exits when the socket closes (or it is killed, which is the point of the test).
 #include <poll.h>
 
@@ -16,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "shm_device_memory.h"
 #include "strata/transport/agent.h"
 #include "test_util.h"
 
@@ -68,13 +75,69 @@ int Run(int fd, size_t region_bytes, bool allocate) {
   return 0;
 }
 
+// Writes its whole "device" region into the test's device region on the staged path, then
+// waits to be killed with the write in flight.
+int RunStageWriter(int fd, size_t region_bytes) {
+  ShmDeviceMemory device;
+  strata::transport::AgentOptions o;
+  o.name = "peer";
+  o.device = &device;
+  o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
+  o.staging_piece_bytes = 64 << 10;
+  o.staging_slots = 2;
+  auto agent = Agent::Create(o);
+  if (!agent.ok()) return 1;
+  char* pool = static_cast<char*>(device.Allocate(region_bytes));
+  if (pool == nullptr) return 2;
+  for (size_t i = 0; i < region_bytes; ++i) pool[i] = PatternByte(9, i);
+  auto local = (*agent)->RegisterMemory(pool, region_bytes, strata::transport::MemoryKind::kDevice);
+  auto meta = RecvFrame(fd);
+  auto blob = RecvFrame(fd);
+  if (!local.ok() || !meta || !blob || !(*agent)->AddPeer("test", *meta).ok()) return 3;
+  auto remote = (*agent)->ImportRegion("test", *blob);
+  if (!remote.ok()) return 4;
+  const strata::transport::Run all{0, 0, region_bytes};
+  auto t = (*agent)->PostWrite("test", *local, *remote, std::span(&all, 1), "never");
+  if (!t.ok() || !SendFrame(fd, "posted")) return 5;
+  while (!SocketClosed(fd)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return 0;
+}
+
+// Takes staged writes into its "device" region, 20 ms per piece, until killed.
+int RunStageReceiver(int fd, size_t region_bytes) {
+  ShmDeviceMemory device;
+  device.copy_delay_ms = 20;
+  strata::transport::AgentOptions o;
+  o.name = "peer";
+  o.device = &device;
+  o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
+  o.staging_piece_bytes = 64 << 10;
+  o.staging_slots = 2;
+  auto agent = Agent::Create(o);
+  if (!agent.ok()) return 1;
+  void* pool = device.Allocate(region_bytes);
+  if (pool == nullptr) return 2;
+  auto region = (*agent)->RegisterMemory(pool, region_bytes, strata::transport::MemoryKind::kDevice);
+  if (!region.ok()) return 3;
+  auto blob = (*agent)->ExportRegion(*region);
+  if (!blob.ok() || !SendFrame(fd, (*agent)->Metadata()) || !SendFrame(fd, *blob)) return 4;
+  while (!SocketClosed(fd)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: transport_peer <socket fd> <region bytes> <register|allocate>\n");
+    fprintf(stderr,
+            "usage: transport_peer <socket fd> <region bytes> "
+            "<register|allocate|stage-writer|stage-receiver>\n");
     return 64;
   }
-  return Run(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])),
-             std::string(argv[3]) == "allocate");
+  const std::string mode = argv[3];
+  if (mode == "stage-writer") return RunStageWriter(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])));
+  if (mode == "stage-receiver") {
+    return RunStageReceiver(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])));
+  }
+  return Run(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])), mode == "allocate");
 }

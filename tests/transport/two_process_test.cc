@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shm_device_memory.h"
 #include "strata/transport/agent.h"
 #include "test_util.h"
 
@@ -185,6 +187,154 @@ INSTANTIATE_TEST_SUITE_P(Tls, TwoProcessTest,
                          [](const auto& info) {
                            return std::string(*info.param.first ? info.param.first : "default") +
                                   "_" + info.param.second;
+                         });
+
+// A writer process on the staged path is SIGKILLed with pieces in flight (the receiver copies
+// slowly, so pieces wait for its slots): the receiver loses nothing it holds, announces nothing
+// for the cut write, and takes a whole write from another writer afterwards (every receive
+// slot came back).
+class StagedPeerKilledTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StagedPeerKilledTest, TheReceiverRecoversEverySlot) {
+  const char* tls = GetParam();
+  if (*tls != '\0') setenv("UCX_TLS", tls, 1);
+  testing::ShmDeviceMemory device;
+  device.copy_delay_ms = 20;
+  AgentOptions o;
+  o.name = "decode";
+  o.device = &device;
+  o.device_path = AgentOptions::DevicePath::kStaged;
+  o.staging_piece_bytes = 64 << 10;
+  o.staging_slots = 2;
+  auto receiver = Agent::Create(o);
+  PeerProcess peer = Spawn("stage-writer");
+  ASSERT_GT(peer.pid, 0);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  char* pool = static_cast<char*>(device.Allocate(kRegionBytes));
+  auto region = (*receiver)->RegisterMemory(pool, kRegionBytes, MemoryKind::kDevice);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_TRUE(testing::SendFrame(peer.fd, (*receiver)->Metadata()));
+  ASSERT_TRUE(testing::SendFrame(peer.fd, *(*receiver)->ExportRegion(*region)));
+  auto posted = RecvFrame(peer.fd);
+  ASSERT_TRUE(posted.has_value()) << "peer process did not post its write";
+  // Some pieces arrive (and wait for the slow copies), then the writer dies.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*receiver)->Stats().staged_pieces_received < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(peer.pid, nullptr, 0), peer.pid);
+  close(peer.fd);
+  const uint64_t got = (*receiver)->Stats().staged_pieces_received;
+  EXPECT_LT(got, kRegionBytes / (64 << 10)) << "the whole write landed before the kill";
+  device.copy_delay_ms = 0;
+  // Every piece the dead writer had sent is applied or dropped: no receive slot stays taken.
+  const absl::Time drained = absl::Now() + absl::Seconds(10);
+  while ((*receiver)->Stats().staged_receive_slots_busy > 0 && absl::Now() < drained) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ((*receiver)->Stats().staged_receive_slots_busy, 0u);
+  const uint64_t slots_before = (*receiver)->Stats().staged_receive_slots;
+
+  // Another writer, in this process, gets a whole write through.
+  testing::ShmDeviceMemory writer_device;
+  o.name = "prefill-2";
+  o.device = &writer_device;
+  auto writer = Agent::Create(o);
+  if (*tls != '\0') unsetenv("UCX_TLS");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  char* src = static_cast<char*>(writer_device.Allocate(kRegionBytes));
+  for (size_t i = 0; i < kRegionBytes; ++i) src[i] = PatternByte(4, i);
+  auto local = (*writer)->RegisterMemory(src, kRegionBytes, MemoryKind::kDevice);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_TRUE((*writer)->AddPeer("decode", (*receiver)->Metadata()).ok());
+  auto remote = (*writer)->ImportRegion("decode", *(*receiver)->ExportRegion(*region));
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  const transport::Run all{0, 0, kRegionBytes};
+  auto t = (*writer)->PostWrite("decode", *local, *remote, std::span(&all, 1), "whole");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status s = (*writer)->Wait(*t, absl::Seconds(30));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(std::memcmp(src, pool, kRegionBytes), 0);
+  std::vector<std::string> notes;
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (notes.empty() && absl::Now() < until) {
+    for (auto& [from, note] : (*receiver)->TakeNotifications()) notes.push_back(note);
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_THAT(notes, ::testing::ElementsAre("whole"));  // never "never": the cut write
+  // The new writer's pieces fit the slots the dead one left: the pool did not have to grow.
+  EXPECT_EQ((*receiver)->Stats().staged_receive_slots, slots_before);
+  EXPECT_EQ((*receiver)->Stats().staged_receive_slots_busy, 0u);
+  writer->reset();
+  receiver->reset();  // closes cleanly with nothing of the dead writer's left behind
+}
+
+// A receiver process on the staged path is SIGKILLed with pieces of a write in flight: the
+// write fails naming the peer, promptly, and the writer's slots all come back (a whole write
+// to a new receiver goes through them).
+TEST_P(StagedPeerKilledTest, AKilledReceiverFailsTheWriteAndFreesTheWritersSlots) {
+  const char* tls = GetParam();
+  if (*tls != '\0') setenv("UCX_TLS", tls, 1);
+  PeerProcess peer = Spawn("stage-receiver");
+  testing::ShmDeviceMemory device;
+  AgentOptions o;
+  o.name = "prefill";
+  o.device = &device;
+  o.device_path = AgentOptions::DevicePath::kStaged;
+  o.staging_piece_bytes = 64 << 10;
+  o.staging_slots = 2;
+  auto writer = Agent::Create(o);
+  ASSERT_GT(peer.pid, 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  char* src = static_cast<char*>(device.Allocate(kRegionBytes));
+  for (size_t i = 0; i < kRegionBytes; ++i) src[i] = PatternByte(6, i);
+  auto local = (*writer)->RegisterMemory(src, kRegionBytes, MemoryKind::kDevice);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto meta = RecvFrame(peer.fd);
+  auto blob = RecvFrame(peer.fd);
+  ASSERT_TRUE(meta && blob) << "peer process did not start";
+  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
+  auto remote = (*writer)->ImportRegion("peer", *blob);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  const transport::Run all{0, 0, kRegionBytes};  // 64 pieces, 20 ms each at the receiver
+  auto t = (*writer)->PostWrite("peer", *local, *remote, std::span(&all, 1), "cut");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(peer.pid, nullptr, 0), peer.pid);
+  close(peer.fd);
+  const absl::Time start = absl::Now();
+  absl::Status s = (*writer)->Wait(*t, absl::Seconds(15));
+  (*writer)->Release(*t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("peer"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+
+  // A new receiver process: the whole write goes through the writer's two slots again.
+  PeerProcess again = Spawn("stage-receiver");
+  ASSERT_GT(again.pid, 0);
+  meta = RecvFrame(again.fd);
+  blob = RecvFrame(again.fd);
+  ASSERT_TRUE(meta && blob) << "second peer process did not start";
+  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
+  remote = (*writer)->ImportRegion("peer", *blob);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  const transport::Run some{0, 0, 8 * (64 << 10)};  // 8 pieces
+  t = (*writer)->PostWrite("peer", *local, *remote, std::span(&some, 1), "whole");
+  ASSERT_TRUE(t.ok()) << t.status();
+  s = (*writer)->Wait(*t, absl::Seconds(15));
+  EXPECT_TRUE(s.ok()) << s;
+  writer->reset();
+  close(again.fd);
+  kill(again.pid, SIGKILL);
+  waitpid(again.pid, nullptr, 0);
+  if (*tls != '\0') unsetenv("UCX_TLS");
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, StagedPeerKilledTest, ::testing::Values("", "tcp"),
+                         [](const auto& info) {
+                           return std::string(*info.param ? info.param : "default");
                          });
 
 }  // namespace

@@ -23,8 +23,10 @@ namespace {
 // The progress thread re-polls at least this often even without events (a backstop: UCX
 // transports that cannot signal the event fd still make progress).
 constexpr int kIdlePollMs = 20;
-// How long the destructor waits for endpoints to flush and close.
+// How long the destructor waits for endpoints to flush and close, and for receives of staged
+// pieces to end (a dead writer's fail when keepalive, every second, notices it).
 constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
+constexpr absl::Duration kReceiveDrainTimeout = absl::Seconds(5);
 
 bool IsPeerFailure(ucs_status_t s) {
   switch (s) {
@@ -217,6 +219,9 @@ void UcxAgent::Shutdown() {
   }
   absl::MutexLock lock(&mu_);
   if (worker_ != nullptr) {
+    // Acks of staged pieces already applied reach their writers before the endpoints close.
+    const absl::Time acks_deadline = absl::Now() + kCloseTimeout;
+    while (acks_in_flight_ > 0 && absl::Now() < acks_deadline) ProgressLocked();
     remote_regions_.clear();
     std::vector<std::shared_ptr<Peer>> peers;
     for (auto& [name, peer] : peers_) peers.push_back(peer);
@@ -228,7 +233,10 @@ void UcxAgent::Shutdown() {
       RetirePeerLocked(std::move(peer));
     }
     const absl::Time deadline = absl::Now() + kCloseTimeout;
-    while ((!closing_.empty() || incoming_receiving_ > 0) && absl::Now() < deadline) {
+    // Receives of staged pieces from a writer that died complete (failed) once UCX notices.
+    const absl::Time receive_deadline = absl::Now() + kReceiveDrainTimeout;
+    while ((!closing_.empty() && absl::Now() < deadline) ||
+           (incoming_receiving_ > 0 && absl::Now() < receive_deadline)) {
       ProgressLocked();
     }
     if (!closing_.empty()) {
@@ -249,7 +257,8 @@ void UcxAgent::Shutdown() {
     local_regions_.clear();
     mappings_.clear();
     FreePoolLocked(send_pool_);
-    FreePoolLocked(recv_pool_);
+    for (StagingPool& chunk : recv_pools_) FreePoolLocked(chunk);
+    recv_pools_.clear();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
@@ -357,6 +366,11 @@ absl::StatusOr<std::string> UcxAgent::ExportRegion(uint64_t region) const {
 absl::Status UcxAgent::AddPeer(const std::string& peer, const std::string& metadata) {
   STRATA_ASSIGN_OR_RETURN(wire::AgentMetadata decoded, wire::DecodeMetadata(metadata));
   absl::MutexLock lock(&mu_);
+  return AddPeerLocked(peer, metadata, decoded);
+}
+
+absl::Status UcxAgent::AddPeerLocked(const std::string& peer, const std::string& metadata,
+                                     const wire::AgentMetadata& decoded) {
   if (auto it = peers_.find(peer); it != peers_.end()) {
     if (it->second->metadata == metadata && !it->second->failed) return absl::OkStatus();
     std::shared_ptr<Peer> old = std::move(it->second);
@@ -507,7 +521,13 @@ std::vector<std::pair<std::string, std::string>> UcxAgent::TakeNotifications() {
 
 AgentStats UcxAgent::Stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  AgentStats out = stats_;
+  for (const StagingPool& chunk : recv_pools_) {
+    const size_t slots = chunk.slot_bytes == 0 ? 0 : chunk.bytes / chunk.slot_bytes;
+    out.staged_receive_slots += slots;
+    out.staged_receive_slots_busy += slots - chunk.free_slots.size();
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {

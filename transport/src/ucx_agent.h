@@ -145,6 +145,7 @@ class UcxAgent final : public Agent {
   struct StagedWrite {
     char* local_base = nullptr;
     std::vector<StagedPiece> pieces;
+    std::vector<int> slots;  // the send slot each piece holds until its ack, else -1
     size_t next = 0;    // next piece to copy out
     size_t acked = 0;   // pieces the peer applied
     int in_flight = 0;  // copies out and sends not yet completed
@@ -165,20 +166,23 @@ class UcxAgent final : public Agent {
   // A staged piece being sent (the send request's user data).
   struct StagedSend {
     Transfer* transfer;
-    int slot;
+    size_t piece;
     std::string header;
   };
-  // A staged piece arriving: waiting for a receive slot, being received, then copied in.
+  // An ack being sent (the send request's user data); `agent` counts it unless null.
+  struct AckPayload : std::string {
+    AckPayload(UcxAgent* a, std::string bytes) : std::string(std::move(bytes)), agent(a) {}
+    UcxAgent* agent;
+  };
+  // A staged piece arriving: received into a slot at once, then copied in.
   struct IncomingPiece {
     UcxAgent* agent = nullptr;
+    std::string sender;
     uint64_t transfer = 0;
     uint32_t index = 0;
-    ucp_ep_h reply_ep = nullptr;
-    void* data = nullptr;  // rendezvous descriptor or persistent eager data, until received
-    bool rndv = false;
-    std::string inline_data;  // eager data UCX did not keep
     size_t length = 0;
-    int slot = -1;
+    int slot = -1;            // in recv_pools_: chunk * staging_slots + index
+    char* at = nullptr;       // the slot's memory
     wire::StagedPiece piece;  // parsed once received
   };
   // A UCX request completed inside progress: handled after ucp_worker_progress returns.
@@ -245,6 +249,8 @@ class UcxAgent final : public Agent {
   void DestroyPeerResourcesLocked(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Peer>> UsablePeerLocked(const std::string& peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddPeerLocked(const std::string& peer, const std::string& metadata,
+                             const wire::AgentMetadata& decoded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Shutdown();
 
   // Device regions (ucx_agent_device.cc).
@@ -273,14 +279,18 @@ class UcxAgent final : public Agent {
   void StagedSentLocked(StagedSend* send, ucs_status_t status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailStagedLocked(Transfer* t, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFinishStagedLocked(Transfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Receives queued pieces into free receive slots.
-  void StartIncomingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReceiveLocked(std::unique_ptr<IncomingPiece> in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free receive slot (the receive pools grow by a chunk of staging_slots when all are taken,
+  // up to kMaxReceiveChunks): its id and memory.
+  absl::StatusOr<std::pair<int, char*>> TakeReceiveSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeReceiveSlotLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeSendSlotLocked(StagedWrite& w, size_t piece) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_status_t status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StageInDoneLocked(CopyJob& job, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendAckLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index, const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acks a piece to its writer over this agent's own endpoint to it (made from the metadata the
+  // piece carries), never over the endpoint a message came in on, which UCX may destroy.
+  void SendAckLocked(const std::string& writer, uint64_t transfer, uint32_t index,
+                     const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Handles finished staged sends and receives, and staged writes whose peer failed.
   void ProgressStagedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShutdownStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -331,12 +341,12 @@ class UcxAgent final : public Agent {
 
   // The staged path: pools (made on first use), writes in post order, pieces arriving.
   StagingPool send_pool_ ABSL_GUARDED_BY(mu_);
-  StagingPool recv_pool_ ABSL_GUARDED_BY(mu_);
+  std::vector<StagingPool> recv_pools_ ABSL_GUARDED_BY(mu_);
   std::deque<Transfer*> staged_writes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<StagedSend*, ucs_status_t>> staged_sent_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::unique_ptr<IncomingPiece>> incoming_waiting_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<IncomingPiece*, ucs_status_t>> incoming_received_ ABSL_GUARDED_BY(mu_);
   int incoming_receiving_ ABSL_GUARDED_BY(mu_) = 0;
+  int acks_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Per (sender, transfer): pieces still to come in and the notification to deliver after them.
   struct IncomingTransfer {
     uint32_t remaining = 0;

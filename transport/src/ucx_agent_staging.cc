@@ -25,6 +25,9 @@ constexpr size_t kDescriptorRoom = 128 << 10;
 constexpr uint64_t kPayloadAlign = 256;
 // A receiver forgets a transfer whose pieces stopped coming (its writer died) after this long.
 constexpr absl::Duration kIncomingTransferTtl = absl::Minutes(10);
+// Receive pools grow by one chunk of staging_slots slots when every slot is taken: a writer
+// holds at most staging_slots unacked pieces, so a chunk per concurrent writer is enough.
+constexpr size_t kMaxReceiveChunks = 32;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -111,9 +114,11 @@ absl::Status UcxAgent::PostStagedLocked(Transfer* t, const LocalRegion& local,
   }
   const uint32_t count = static_cast<uint32_t>(cuts.size());
   w->pieces.resize(count);
+  w->slots.assign(count, -1);
   for (uint32_t i = 0; i < count; ++i) {
     wire::StagedPiece d;
     d.sender = name_;
+    d.sender_metadata = metadata_;
     d.transfer = t->id;
     d.index = i;
     d.count = count;
@@ -162,11 +167,12 @@ void UcxAgent::PumpStagedLocked() {
       job.runs = p.out;
       job.slot = slot;
       job.piece = w.next;
+      w.slots[w.next] = slot;
       w.next++;
       w.in_flight++;
       if (!EnqueueCopy(std::move(job))) {
         w.in_flight--;
-        send_pool_.free_slots.push_back(slot);
+        FreeSendSlotLocked(w, w.next - 1);
         w.error = absl::UnavailableError("transport agent is shutting down");
       }
     }
@@ -188,7 +194,7 @@ void UcxAgent::StageOutDoneLocked(CopyJob& job, absl::Status status) {
                                    "peer '", t->peer->name, "' was removed during the transfer"));
   }
   if (!status.ok() || !w.error.ok()) {
-    send_pool_.free_slots.push_back(job.slot);
+    FreeSendSlotLocked(w, job.piece);
     if (!status.ok()) FailStagedLocked(t, std::move(status));
     MaybeFinishStagedLocked(t);
     PumpStagedLocked();
@@ -196,7 +202,7 @@ void UcxAgent::StageOutDoneLocked(CopyJob& job, absl::Status status) {
   }
   const uint32_t piece_index = static_cast<uint32_t>(job.piece);
   const StagedPiece& p = w.pieces[piece_index];
-  auto* send = new StagedSend{t, job.slot, wire::EncodeStagedHeader(t->id, piece_index)};
+  auto* send = new StagedSend{t, piece_index, wire::EncodeStagedHeader(name_, t->id, piece_index)};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMH;
@@ -224,19 +230,28 @@ void UcxAgent::OnStagedSent(void* request, ucs_status_t status, void* user_data)
   ucp_request_free(request);
 }
 
+// The peer has fetched the piece (or the send failed). Its slot stays taken until the ack:
+// a writer has at most staging_slots pieces the peer has not yet applied.
 void UcxAgent::StagedSentLocked(StagedSend* send, ucs_status_t status) {
   std::unique_ptr<StagedSend> owned(send);
   Transfer* t = send->transfer;
   StagedWrite& w = *t->staged;
   w.in_flight--;
-  send_pool_.free_slots.push_back(send->slot);
   if (status != UCS_OK) {
+    FreeSendSlotLocked(w, send->piece);
     FailStagedLocked(t, TransferErrorLocked(*t, status, "staged piece send"));
   } else {
     stats_.staged_pieces_sent++;
   }
   MaybeFinishStagedLocked(t);
   PumpStagedLocked();
+}
+
+void UcxAgent::FreeSendSlotLocked(StagedWrite& w, size_t piece) {
+  if (piece < w.slots.size() && w.slots[piece] >= 0) {
+    send_pool_.free_slots.push_back(w.slots[piece]);
+    w.slots[piece] = -1;
+  }
 }
 
 void UcxAgent::FailStagedLocked(Transfer* t, absl::Status status) {
@@ -251,6 +266,9 @@ void UcxAgent::MaybeFinishStagedLocked(Transfer* t) {
   auto it = std::find(staged_writes_.begin(), staged_writes_.end(), t);
   if (it == staged_writes_.end()) return;  // already finished
   staged_writes_.erase(it);
+  // Nothing is in flight: pieces sent but never acked (the write failed) give their slots back.
+  for (size_t i = 0; i < w.slots.size(); ++i) FreeSendSlotLocked(w, i);
+  PumpStagedLocked();
   if (w.error.ok()) {
     stats_.staged_bytes_sent += t->bytes;
     FinishLocked(t, absl::OkStatus());
@@ -278,6 +296,7 @@ ucs_status_t UcxAgent::OnStagedAck(void* arg, const void* header, size_t header_
                         << "' that matches no staged write";
     return UCS_OK;
   }
+  self->FreeSendSlotLocked(*t->staged, ack->index);
   if (ack->ok) {
     t->staged->acked++;
   } else {
@@ -287,11 +306,39 @@ ucs_status_t UcxAgent::OnStagedAck(void* arg, const void* header, size_t header_
                                             ack->error)));
   }
   self->MaybeFinishStagedLocked(t);
+  self->PumpStagedLocked();
   return UCS_OK;
 }
 
 // Receiver side ---------------------------------------------------------------------------
 
+absl::StatusOr<std::pair<int, char*>> UcxAgent::TakeReceiveSlotLocked() {
+  for (size_t c = 0; c < recv_pools_.size(); ++c) {
+    StagingPool& pool = recv_pools_[c];
+    if (pool.free_slots.empty()) continue;
+    const int i = pool.free_slots.back();
+    pool.free_slots.pop_back();
+    return std::make_pair(static_cast<int>(c) * std::max(staging_slots_, 1) + i, pool.slot(i));
+  }
+  if (recv_pools_.size() >= kMaxReceiveChunks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "all ", recv_pools_.size() * std::max(staging_slots_, 1), " staging receive slots are taken"));
+  }
+  recv_pools_.emplace_back();
+  if (absl::Status s = EnsurePoolLocked(recv_pools_.back()); !s.ok()) {
+    recv_pools_.pop_back();
+    return s;
+  }
+  return TakeReceiveSlotLocked();
+}
+
+void UcxAgent::FreeReceiveSlotLocked(int slot) {
+  const int per = std::max(staging_slots_, 1);
+  recv_pools_[static_cast<size_t>(slot / per)].free_slots.push_back(slot % per);
+}
+
+// Every piece is received into a slot at once (never held for later: UCX ties a held message to
+// the endpoint it came in on, which goes away with a writer that dies).
 ucs_status_t UcxAgent::OnStagedPiece(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length,
                                      const ucp_am_recv_param_t* param) {
@@ -300,82 +347,65 @@ ucs_status_t UcxAgent::OnStagedPiece(void* arg, const void* header, size_t heade
   auto in = std::make_unique<IncomingPiece>();
   in->agent = self;
   if (!wire::DecodeStagedHeader(
-          std::string_view(static_cast<const char*>(header), header_length), &in->transfer,
-          &in->index) ||
-      !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+          std::string_view(static_cast<const char*>(header), header_length), &in->sender,
+          &in->transfer, &in->index)) {
     STRATA_LOG(Warning) << "transport: dropping a malformed staged piece";
     return UCS_OK;
   }
-  in->reply_ep = param->reply_ep;
   in->length = length;
-  absl::Status usable = self->EnsurePoolLocked(self->recv_pool_);
-  if (usable.ok() && length > self->recv_pool_.slot_bytes) {
+  absl::StatusOr<std::pair<int, char*>> slot = absl::FailedPreconditionError(
+      "this agent has no device memory services for staged pieces");
+  if (self->device_ != nullptr) slot = self->TakeReceiveSlotLocked();
+  absl::Status usable = slot.status();
+  if (slot.ok() && length > self->recv_pools_.front().slot_bytes) {
+    self->FreeReceiveSlotLocked(slot->first);
     usable = absl::InvalidArgumentError(absl::StrCat("a piece of ", length,
                                                      " bytes exceeds the staging slot of ",
-                                                     self->recv_pool_.slot_bytes));
+                                                     self->recv_pools_.front().slot_bytes));
   }
   if (!usable.ok()) {
-    self->SendAckLocked(in->reply_ep, in->transfer, in->index, usable);
-    return UCS_OK;
-  }
-  const bool keep = param->recv_attr & (UCP_AM_RECV_ATTR_FLAG_RNDV | UCP_AM_RECV_ATTR_FLAG_DATA);
-  in->rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
-  if (keep) {
-    in->data = data;
-  } else {
-    in->inline_data.assign(static_cast<const char*>(data), length);
-  }
-  if (self->incoming_waiting_.empty() && !self->recv_pool_.free_slots.empty()) {
-    self->ReceiveLocked(std::move(in));
-    return UCS_OK;
-  }
-  self->incoming_waiting_.push_back(std::move(in));
-  return keep ? UCS_INPROGRESS : UCS_OK;
-}
-
-void UcxAgent::StartIncomingLocked() {
-  while (!incoming_waiting_.empty() && !recv_pool_.free_slots.empty()) {
-    std::unique_ptr<IncomingPiece> in = std::move(incoming_waiting_.front());
-    incoming_waiting_.pop_front();
-    ReceiveLocked(std::move(in));
-  }
-}
-
-// Takes a receive slot and brings the piece's data into it.
-void UcxAgent::ReceiveLocked(std::unique_ptr<IncomingPiece> in) {
-  in->slot = recv_pool_.free_slots.back();
-  recv_pool_.free_slots.pop_back();
-  char* slot = recv_pool_.slot(in->slot);
-  if (!in->rndv) {
-    if (in->data != nullptr) {
-      std::memcpy(slot, in->data, in->length);
-      ucp_am_data_release(worker_, in->data);
-      in->data = nullptr;
-    } else {
-      std::memcpy(slot, in->inline_data.data(), in->length);
-      in->inline_data.clear();
+    // Answered while the message's endpoint is valid: the writer fails the write with this.
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+      auto* payload = new AckPayload{nullptr, wire::EncodeStagedAck(
+          {self->name_, in->transfer, in->index, false, std::string(usable.message())})};
+      ucp_request_param_t p{};
+      p.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+      p.cb.send = &UcxAgent::OnAckSent;
+      p.user_data = payload;
+      p.flags = UCP_AM_SEND_FLAG_EAGER;
+      void* req = ucp_am_send_nbx(param->reply_ep, kStagedAckAmId, nullptr, 0, payload->data(),
+                                  payload->size(), &p);
+      if (req == nullptr || UCS_PTR_IS_ERR(req)) delete payload;
     }
-    IncomingPiece* raw = in.release();
-    incoming_received_.emplace_back(raw, UCS_OK);
-    return;
+    STRATA_LOG(Warning) << "transport: refusing a staged piece from '" << in->sender
+                        << "': " << usable.message();
+    return UCS_OK;
+  }
+  in->slot = slot->first;
+  in->at = slot->second;
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    std::memcpy(in->at, data, length);  // eager data: copied now, UCX keeps nothing
+    self->incoming_received_.emplace_back(in.release(), UCS_OK);
+    return UCS_OK;
   }
   IncomingPiece* raw = in.release();
-  ucp_request_param_t param{};
-  param.op_attr_mask =
+  ucp_request_param_t p{};
+  p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-  param.cb.recv_am = &UcxAgent::OnStagedReceived;
-  param.user_data = raw;
-  param.memh = recv_pool_.memh;
-  void* desc = raw->data;
-  raw->data = nullptr;  // UCX owns the descriptor from here on
-  void* req = ucp_am_recv_data_nbx(worker_, desc, slot, raw->length, &param);
+  p.cb.recv_am = &UcxAgent::OnStagedReceived;
+  p.user_data = raw;
+  const int per = std::max(self->staging_slots_, 1);
+  p.memh = self->recv_pools_[static_cast<size_t>(raw->slot / per)].memh;
+  void* req = ucp_am_recv_data_nbx(self->worker_, data, raw->at, raw->length, &p);
   if (req == nullptr) {
-    incoming_received_.emplace_back(raw, UCS_OK);
+    self->incoming_received_.emplace_back(raw, UCS_OK);
   } else if (UCS_PTR_IS_ERR(req)) {
-    incoming_received_.emplace_back(raw, UCS_PTR_STATUS(req));
+    self->incoming_received_.emplace_back(raw, UCS_PTR_STATUS(req));
   } else {
-    incoming_receiving_++;
+    self->incoming_receiving_++;
   }
+  return UCS_OK;
 }
 
 void UcxAgent::OnStagedReceived(void* request, ucs_status_t status, size_t length,
@@ -383,7 +413,6 @@ void UcxAgent::OnStagedReceived(void* request, ucs_status_t status, size_t lengt
   (void)length;
   auto* in = static_cast<IncomingPiece*>(user_data);
   ucp_request_free(request);
-  in->data = nullptr;
   UcxAgent* self = in->agent;
   self->mu_.AssertHeld();
   self->incoming_receiving_--;
@@ -392,16 +421,23 @@ void UcxAgent::OnStagedReceived(void* request, ucs_status_t status, size_t lengt
 
 void UcxAgent::IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_status_t status) {
   auto fail = [&](absl::Status why) {
-    recv_pool_.free_slots.push_back(in->slot);
-    SendAckLocked(in->reply_ep, in->transfer, in->index, why);
-    StartIncomingLocked();
+    FreeReceiveSlotLocked(in->slot);
+    SendAckLocked(in->sender, in->transfer, in->index, why);
   };
+  // A writer that died mid-send: nothing to apply and no one to answer.
   if (status != UCS_OK) return fail(UcxError(status, "receiving a staged piece"));
-  const char* slot = recv_pool_.slot(in->slot);
+  const char* slot = in->at;
   auto piece = wire::DecodeStagedPiece(std::string_view(slot, in->length));
   if (!piece.ok()) return fail(piece.status());
-  if (piece->transfer != in->transfer || piece->index != in->index) {
+  if (piece->transfer != in->transfer || piece->index != in->index ||
+      piece->sender != in->sender) {
     return fail(absl::InvalidArgumentError("staged piece header and descriptor disagree"));
+  }
+  // Acks go over this agent's own endpoint to the writer, made from its metadata once.
+  auto meta = wire::DecodeMetadata(piece->sender_metadata);
+  if (!meta.ok()) return fail(meta.status());
+  if (absl::Status s = AddPeerLocked(piece->sender, piece->sender_metadata, *meta); !s.ok()) {
+    return fail(s);
   }
   const LocalRegion* region = nullptr;
   for (const auto& [id, r] : local_regions_) {
@@ -436,7 +472,7 @@ void UcxAgent::IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_sta
 
 void UcxAgent::StageInDoneLocked(CopyJob& job, absl::Status status) {
   IncomingPiece& in = *job.incoming;
-  recv_pool_.free_slots.push_back(in.slot);
+  FreeReceiveSlotLocked(in.slot);
   if (status.ok()) {
     stats_.staged_pieces_received++;
     stats_.staged_bytes_received += in.piece.payload_bytes;
@@ -454,15 +490,17 @@ void UcxAgent::StageInDoneLocked(CopyJob& job, absl::Status status) {
       incoming_transfers_.erase(it);
     }
   }
-  SendAckLocked(in.reply_ep, in.transfer, in.index, status);
-  StartIncomingLocked();
+  SendAckLocked(in.sender, in.transfer, in.index, status);
   WakeProgressThread();
 }
 
-void UcxAgent::SendAckLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index,
+void UcxAgent::SendAckLocked(const std::string& writer, uint64_t transfer, uint32_t index,
                              const absl::Status& status) {
-  auto* payload = new std::string(wire::EncodeStagedAck(
-      {name_, transfer, index, status.ok(), std::string(status.message())}));
+  auto peer = peers_.find(writer);
+  if (peer == peers_.end() || peer->second->failed || peer->second->ep == nullptr) return;
+  ucp_ep_h ep = peer->second->ep;
+  auto* payload = new AckPayload{this, wire::EncodeStagedAck(
+      {name_, transfer, index, status.ok(), std::string(status.message())})};
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -471,12 +509,18 @@ void UcxAgent::SendAckLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index,
   param.flags = UCP_AM_SEND_FLAG_EAGER;
   void* req = ucp_am_send_nbx(ep, kStagedAckAmId, nullptr, 0, payload->data(), payload->size(),
                               &param);
-  if (req == nullptr || UCS_PTR_IS_ERR(req)) delete payload;  // sent, or the writer is gone
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+    delete payload;  // sent, or the writer is gone
+  } else {
+    acks_in_flight_++;
+  }
 }
 
 void UcxAgent::OnAckSent(void* request, ucs_status_t status, void* user_data) {
   (void)status;  // a writer that is gone no longer waits for the ack
-  delete static_cast<std::string*>(user_data);
+  auto* payload = static_cast<AckPayload*>(user_data);
+  if (payload->agent != nullptr) payload->agent->acks_in_flight_--;
+  delete payload;
   ucp_request_free(request);
 }
 
@@ -515,10 +559,6 @@ void UcxAgent::ProgressStagedLocked() {
 }
 
 void UcxAgent::ShutdownStagingLocked() {
-  for (auto& in : incoming_waiting_) {
-    if (in->data != nullptr) ucp_am_data_release(worker_, in->data);
-  }
-  incoming_waiting_.clear();
   for (auto& [send, status] : staged_sent_) delete send;
   staged_sent_.clear();
   for (auto& [in, status] : incoming_received_) delete in;

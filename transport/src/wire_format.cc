@@ -151,6 +151,7 @@ std::string EncodeStagedPiece(const StagedPiece& piece) {
   PutU32(out, kStagedPieceMagic);
   PutU32(out, kVersion);
   PutBytes(out, piece.sender);
+  PutBytes(out, piece.sender_metadata);
   PutU64(out, piece.transfer);
   PutU32(out, piece.index);
   PutU32(out, piece.count);
@@ -172,7 +173,7 @@ absl::StatusOr<StagedPiece> DecodeStagedPiece(std::string_view data) {
   if (absl::Status s = r.Header(kStagedPieceMagic); !s.ok()) return s;
   StagedPiece p;
   uint32_t runs = 0;
-  if (!r.Bytes(&p.sender) || !r.U64(&p.transfer) || !r.U32(&p.index) || !r.U32(&p.count) ||
+  if (!r.Bytes(&p.sender) || !r.Bytes(&p.sender_metadata) || !r.U64(&p.transfer) || !r.U32(&p.index) || !r.U32(&p.count) ||
       !r.U64(&p.region) || !r.U64(&p.payload_offset) || !r.U64(&p.payload_bytes) ||
       !r.U32(&runs) || runs > (data.size() - r.pos()) / 24) {
     return r.Malformed();
@@ -199,16 +200,18 @@ absl::StatusOr<StagedPiece> DecodeStagedPiece(std::string_view data) {
   return p;
 }
 
-std::string EncodeStagedHeader(uint64_t transfer, uint32_t index) {
+std::string EncodeStagedHeader(std::string_view sender, uint64_t transfer, uint32_t index) {
   std::string out;
+  PutBytes(out, sender);
   PutU64(out, transfer);
   PutU32(out, index);
   return out;
 }
 
-bool DecodeStagedHeader(std::string_view bytes, uint64_t* transfer, uint32_t* index) {
+bool DecodeStagedHeader(std::string_view bytes, std::string* sender, uint64_t* transfer,
+                        uint32_t* index) {
   Reader r(bytes, "staged header");
-  return r.U64(transfer) && r.U32(index) && r.AtEnd();
+  return r.Bytes(sender) && r.U64(transfer) && r.U32(index) && r.AtEnd();
 }
 
 std::string EncodeStagedAck(const StagedAck& ack) {

@@ -51,6 +51,7 @@ struct StagedRun {
 };
 struct StagedPiece {
   std::string sender;
+  std::string sender_metadata;  // the writer's Agent::Metadata(): where acks go
   uint64_t transfer = 0;  // the writer's transfer id
   uint32_t index = 0;     // this piece, < count
   uint32_t count = 0;     // pieces in the transfer
@@ -65,10 +66,10 @@ std::string EncodeStagedPiece(const StagedPiece& piece);
 // payload and every run lie inside it.
 absl::StatusOr<StagedPiece> DecodeStagedPiece(std::string_view data);
 
-// The fixed active-message header of a piece.
-inline constexpr size_t kStagedHeaderBytes = 12;
-std::string EncodeStagedHeader(uint64_t transfer, uint32_t index);
-bool DecodeStagedHeader(std::string_view bytes, uint64_t* transfer, uint32_t* index);
+// The active-message header of a piece: who sent it and which piece it is.
+std::string EncodeStagedHeader(std::string_view sender, uint64_t transfer, uint32_t index);
+bool DecodeStagedHeader(std::string_view bytes, std::string* sender, uint64_t* transfer,
+                        uint32_t* index);
 
 // The receiver's answer to each piece, sent once the piece is in its device memory (or could
 // not be applied: ok false and why).

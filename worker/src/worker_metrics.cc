@@ -48,6 +48,9 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
   CounterFn("strata_worker_transport_staged_bytes_total",
             "KV bytes written to peers on the staged path",
             [agent] { return double(agent->Stats().staged_bytes_sent); });
+  Gauge("strata_worker_transport_staged_receive_slots_busy",
+        "Page-locked staging slots holding a KV piece received from a peer",
+        [agent] { return double(agent->Stats().staged_receive_slots_busy); });
   callbacks_.push_back(
       registry_
           .GaugeOrDie("strata_worker_kv_handoff_path",

@@ -107,6 +107,8 @@ struct AgentStats {
   uint64_t staged_bytes_sent = 0;
   uint64_t staged_pieces_received = 0;  // staged-path pieces copied into this agent's device
   uint64_t staged_bytes_received = 0;
+  uint64_t staged_receive_slots = 0;       // page-locked receive slots made so far
+  uint64_t staged_receive_slots_busy = 0;  // of those, holding a piece now
 };
 
 class Agent {
