@@ -50,9 +50,10 @@ void ApiMetrics::OnFinished(const RequestRecord& rec) {
   requests_.WithLabels({rec.endpoint, absl::StrCat(status)})->Increment();
   if (rec.cancelled) cancelled_.Default()->Increment();
   // Counted when served: a rejected request's fields were not served without.
-  for (const std::string& name : rec.http_status < 400 ? rec.unknown_params
-                                                       : std::vector<std::string>{}) {
-    unknown_params_.WithLabels({ParamLabel(name)})->Increment();
+  if (rec.http_status < 400) {
+    for (const std::string& name : rec.unknown_params) {
+      unknown_params_.WithLabels({ParamLabel(name)})->Increment();
+    }
   }
   if (rec.ttft != absl::InfiniteDuration()) {
     ttft_.Default()->Observe(absl::ToDoubleSeconds(rec.ttft));

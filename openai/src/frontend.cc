@@ -251,10 +251,10 @@ void Frontend::HandleCompletions(const http::Request& request,
   }
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
-  if (!error) NoteUnknownParams(spec.unknown_params);
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
   if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
@@ -274,11 +274,11 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   }
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
-  if (!error) NoteUnknownParams(spec.unknown_params);
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
   if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;

@@ -199,11 +199,12 @@ class RouterInteropTest(unittest.TestCase):
         stop = full[2:5]
         base = {"model": MODEL, "prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0,
                 "ignore_eos": True, "stop": [stop]}
-        _, cut = cu.request(self.worker_http[1], "POST", "/v1/completions", base)
-        _, kept = cu.request(self.worker_http[1], "POST", "/v1/completions",
-                             {**base, "no_stop_trim": True})
-        self.assertEqual(cut["choices"][0]["text"], full[:full.index(stop)])
-        self.assertEqual(kept["choices"][0]["text"], full[:full.index(stop) + len(stop)])
+        # On a worker directly, and through strata's router (which passes it on over gRPC).
+        for port in (self.worker_http[1], self.http):
+            _, cut = cu.request(port, "POST", "/v1/completions", base)
+            _, kept = cu.request(port, "POST", "/v1/completions", {**base, "no_stop_trim": True})
+            self.assertEqual(cut["choices"][0]["text"], full[:full.index(stop)])
+            self.assertEqual(kept["choices"][0]["text"], full[:full.index(stop) + len(stop)])
 
     def test_unknown_params_policy(self):
         body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 2, "temperature": 0,
