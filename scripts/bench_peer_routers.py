@@ -4,15 +4,16 @@ mixed workers, on one multi-turn chat workload.
 
 For each router in turn: two fresh `strata worker --role mixed` processes (empty prefix caches),
 registered with a strata router (which the strata run uses; the peer routers get the workers'
-HTTP URLs with their default cache-aware policy), then S sessions of T chat turns each (a shared
-system prompt, every turn appending the answer and a new user message, so a session's next
+HTTP URLs with their default cache-aware policy), then S sessions of T chat turns each (a system
+prompt shared by all sessions, or with --distinct-system one per session; every turn appending the answer and a new user message, so a session's next
 prompt extends its previous one), C sessions at a time, streaming, greedy, fixed output length.
 Reported per router: wall time, requests/s, TTFT p50/p90/p99 as the client sees it, the share of
-prompt tokens the workers served from their prefix caches (their own counters, so it is the same
-measure for every router), and how the requests split over the two workers.
+prompt tokens served from the workers' prefix caches (the usage each answer reports), and how the
+prompt tokens the workers computed split over the two (their own counters).
 
 Usage: scripts/bench_peer_routers.py [--strata build/bin/strata] [--sessions 32] [--turns 4]
            [--concurrency 8] [--max-tokens 16] [--routers strata,vllm-router,sglang-router]
+           [--pin] [--distinct-system] [--json FILE]
 Needs the test venv's packages (build/pyenv: openai is not used; vllm-router, sglang-router).
 Loopback only; every process it starts is stopped at the end.
 """
@@ -69,17 +70,17 @@ def start_peer(name, workers, log_dir):
 
 
 def stream_chat(port, messages, max_tokens):
-    """One streamed chat turn: (TTFT seconds, answer text)."""
+    """One streamed chat turn: (TTFT seconds, answer text, usage)."""
     conn = cu.http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
                  headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"status {resp.status}: {resp.read()[:300]}")
-    ttft, text, buf = None, [], b""
+    ttft, text, buf, usage = None, [], b"", None
     while True:
         chunk = resp.read1(65536)
         if not chunk:
@@ -91,6 +92,7 @@ def stream_chat(port, messages, max_tokens):
             if payload == "[DONE]":
                 continue
             data = json.loads(payload)
+            usage = data.get("usage") or usage
             for choice in data.get("choices", []):
                 content = choice.get("delta", {}).get("content")
                 if content:
@@ -98,37 +100,47 @@ def stream_chat(port, messages, max_tokens):
                         ttft = time.perf_counter() - start
                     text.append(content)
     conn.close()
-    return ttft, "".join(text)
+    if usage is None:
+        raise RuntimeError("the stream ended without usage")
+    return ttft, "".join(text), usage
 
 
-def session(port, sid, turns, max_tokens):
-    messages = [{"role": "system", "content": SYSTEM}]
-    ttfts, texts = [], []
+def session(port, sid, turns, max_tokens, distinct_system):
+    system = f"Tenant {sid}. " + SYSTEM if distinct_system else SYSTEM
+    messages = [{"role": "system", "content": system}]
+    ttfts, texts, usages = [], [], []
     for t in range(turns):
         messages.append({"role": "user",
                          "content": f"Session {sid}, question {t}: why did worker {sid % 5} "
                                     f"restart at step {t * 7 + sid}?"})
-        ttft, text = stream_chat(port, messages, max_tokens)
+        ttft, text, usage = stream_chat(port, messages, max_tokens)
         ttfts.append(ttft)
         texts.append(text)
+        usages.append(usage)
         messages.append({"role": "assistant", "content": text})
-    return ttfts, texts
+    return ttfts, texts, usages
 
 
-def worker_counters(ports):
-    out = []
-    for p in ports:
-        out.append({
-            "prompt": cu.metric(p, "strata_worker_prompt_tokens_total") or 0.0,
-            "cached": cu.metric(p, "strata_worker_cached_prompt_tokens_total") or 0.0,
-            "requests": cu.metric(p, "strata_worker_requests_total") or 0.0,
-        })
-    return out
+def computed_tokens(ports):
+    return [cu.metric(p, "strata_worker_prompt_tokens_computed_total") or 0.0 for p in ports]
 
 
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def start_worker(args, model_dir, log_dir, i, grpc):
+    """Mixed worker i, registered with the strata router at `grpc`; with --pin on core i with one
+    engine thread (otherwise both workers' engines use every core)."""
+    wid = f"mixed-{i}"
+    argv = [args.strata, "worker", "--role", "mixed", "--id", wid, "--http-port", "0",
+            "--grpc-port", "0", "--model", model_dir, "--served-model-name", MODEL,
+            "--num-kv-blocks", "1024", "--block-size", "16", "--router", f"127.0.0.1:{grpc}"]
+    if args.pin:
+        argv = ["taskset", "-c", str(i % os.cpu_count()), *argv,
+                "--plugin-config", '{"threads": 1}']
+    return cu.Proc(argv, os.path.join(log_dir, wid + ".log"), r"http 127\.0\.0\.1:(\d+), grpc")
 
 
 def run_one(name, args, model_dir, tmp):
@@ -139,8 +151,7 @@ def run_one(name, args, model_dir, tmp):
     router = cu.start_router(args.strata, model_dir, log_dir, name_flag)
     procs.append(router)
     http, grpc = int(router.match.group(1)), router.match.group(2)
-    workers = [cu.start_worker(args.strata, model_dir, log_dir, "mixed", f"mixed-{i}", grpc,
-                               name_flag + ["--num-kv-blocks", "1024"]) for i in range(2)]
+    workers = [start_worker(args, model_dir, log_dir, i, grpc) for i in range(2)]
     procs.extend(workers)
     ports = [int(w.match.group(1)) for w in workers]
     assert cu.wait_until(lambda: cu.request(http, "GET", "/ready")[0] == 200, timeout=30)
@@ -150,13 +161,14 @@ def run_one(name, args, model_dir, tmp):
         if name != "strata":
             peer = start_peer(name, ports, log_dir)
             port = peer[2]
-        before = worker_counters(ports)
+        before = computed_tokens(ports)
         start = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-            results = list(pool.map(lambda s: session(port, s, args.turns, args.max_tokens),
-                                    range(args.sessions)))
+            results = list(pool.map(
+                lambda s: session(port, s, args.turns, args.max_tokens, args.distinct_system),
+                range(args.sessions)))
         wall = time.perf_counter() - start
-        after = worker_counters(ports)
+        after = computed_tokens(ports)
     finally:
         if peer is not None:
             peer[0].terminate()
@@ -166,9 +178,10 @@ def run_one(name, args, model_dir, tmp):
             p.stop()
     ttfts = [t for r in results for t in r[0]]
     texts = [x for r in results for x in r[1]]
-    prompt = sum(a["prompt"] - b["prompt"] for a, b in zip(after, before))
-    cached = sum(a["cached"] - b["cached"] for a, b in zip(after, before))
-    split = [a["requests"] - b["requests"] for a, b in zip(after, before)]
+    usages = [u for r in results for u in r[2]]
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    cached = sum((u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages)
+    split = [a - b for a, b in zip(after, before)]
     return {"router": name, "requests": len(ttfts), "wall_s": wall,
             "req_per_s": len(ttfts) / wall, "ttft_p50_ms": 1e3 * pct(ttfts, 0.5),
             "ttft_p90_ms": 1e3 * pct(ttfts, 0.9), "ttft_p99_ms": 1e3 * pct(ttfts, 0.99),
@@ -184,6 +197,11 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--routers", default="strata,vllm-router,sglang-router")
+    ap.add_argument("--distinct-system", action="store_true",
+                    help="each session's system prompt starts with its own tenant line (no "
+                         "prefix shared across sessions)")
+    ap.add_argument("--pin", action="store_true",
+                    help="each worker on its own core (taskset) with one engine thread")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="strata_peer_bench_")
@@ -198,7 +216,7 @@ def main():
     print(f"{args.sessions} sessions x {args.turns} turns, {args.concurrency} at a time, "
           f"{args.max_tokens} tokens each; greedy texts identical across routers: {same}")
     print("| router | req/s | vs strata | TTFT p50 / p90 / p99 ms | prefix-cache hit | "
-          "requests per worker |")
+          "prompt tokens computed per worker |")
     print("|---|---:|---:|---|---:|---|")
     base = rows[0]["req_per_s"]
     for r in rows:
