@@ -5,8 +5,9 @@ mixed workers, on one multi-turn chat workload.
 For each router in turn: two fresh `strata worker --role mixed` processes (empty prefix caches),
 registered with a strata router (which the strata run uses; the peer routers get the workers'
 HTTP URLs with their default cache-aware policy), then S sessions of T chat turns each (a system
-prompt shared by all sessions, or with --distinct-system one per session; every turn appending the answer and a new user message, so a session's next
-prompt extends its previous one), C sessions at a time, streaming, greedy, fixed output length.
+prompt shared by all sessions, or with --distinct-system one per session; every turn appends the
+answer and a new user message, so a session's next prompt extends its previous one), C sessions
+at a time, streaming, greedy, fixed output length.
 Reported per router: wall time, requests/s, TTFT p50/p90/p99 as the client sees it, the share of
 prompt tokens served from the workers' prefix caches (the usage each answer reports), and how the
 prompt tokens the workers computed split over the two (their own counters).
@@ -14,7 +15,7 @@ prompt tokens the workers computed split over the two (their own counters).
 Usage: scripts/bench_peer_routers.py [--strata build/bin/strata] [--sessions 32] [--turns 4]
            [--concurrency 8] [--max-tokens 16] [--routers strata,vllm-router,sglang-router]
            [--pin] [--distinct-system] [--json FILE]
-Needs the test venv's packages (build/pyenv: openai is not used; vllm-router, sglang-router).
+Run it with the test venv's python (build/pyenv), which has vllm-router and sglang-router.
 Loopback only; every process it starts is stopped at the end.
 """
 import argparse
