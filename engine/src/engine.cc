@@ -146,9 +146,7 @@ bool Engine::IsStopToken(const Request& r, int32_t token) const {
          std::find(stops.begin(), stops.end(), token) != stops.end();
 }
 
-bool Engine::BelowMinTokens(const Request& r) {
-  return r.num_output() < r.params.min_tokens;
-}
+bool Engine::BelowMinTokens(const Request& r) { return r.num_output() < r.params.min_tokens; }
 
 void Engine::MaskStopTokens(const Request& r, std::span<float> logits) const {
   const float kNegInf = -std::numeric_limits<float>::infinity();

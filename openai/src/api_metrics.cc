@@ -29,13 +29,12 @@ ApiMetrics::ApiMetrics(metrics::Registry& r, const std::string& p)
                                     "Prompt tokens of completed requests")),
       cached_tokens_(r.CounterOrDie(absl::StrCat(p, "_cached_prompt_tokens_total"),
                                     "Prompt tokens served from a prefix cache")),
-      generation_tokens_(r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"),
-                                        "Generated tokens")),
+      generation_tokens_(
+          r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"), "Generated tokens")),
       cancelled_(r.CounterOrDie(absl::StrCat(p, "_requests_cancelled_total"),
                                 "Requests whose client disconnected before the end")),
       unknown_params_(r.CounterOrDie(absl::StrCat(p, "_unknown_params_total"),
-                                     "Unrecognized request fields served without",
-                                     {"param"})) {}
+                                     "Unrecognized request fields served without", {"param"})) {}
 
 std::string ApiMetrics::ParamLabel(const std::string& name) {
   absl::MutexLock lock(&mu_);

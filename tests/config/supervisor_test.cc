@@ -456,7 +456,6 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
   }
 }
 
-
 std::vector<ProcessSpec> PlanWorkers(const ClusterConfig& c) {
   std::vector<std::pair<int, int>> ports;
   for (int i = 0; i < c.prefill.count + c.decode.count + c.mixed.count; ++i) {

@@ -512,11 +512,11 @@ TEST_F(FrontendTest, InstallRegistersTheRoutes) {
   frontend_->Install(server);
   std::vector<std::string> names;
   for (const auto& [name, handler] : server.routes) names.push_back(name);
-  EXPECT_THAT(names,
-              ElementsAre("GET /get_load", "GET /get_model_info", "GET /get_server_info",
-                          "GET /health", "GET /health_generate", "GET /model_info", "GET /ready",
-                          "GET /server_info", "GET /v1/models", "POST /detokenize",
-                          "POST /tokenize", "POST /v1/chat/completions", "POST /v1/completions"));
+  EXPECT_THAT(
+      names, ElementsAre("GET /get_load", "GET /get_model_info", "GET /get_server_info",
+                         "GET /health", "GET /health_generate", "GET /model_info", "GET /ready",
+                         "GET /server_info", "GET /v1/models", "POST /detokenize", "POST /tokenize",
+                         "POST /v1/chat/completions", "POST /v1/completions"));
   auto w = std::make_shared<FakeWriter>();
   server.routes["GET /health"](http::Request{}, w);
   EXPECT_EQ(w->status(), 200);
@@ -567,8 +567,8 @@ TEST_F(FrontendTest, GetLoadSpeaksSglangOrVllmRouter) {
   backend_.load = BackendLoad{3, 2, 90, 4096};
   auto w = Call("GET", "/get_load", "");
   ASSERT_EQ(w->status(), 200);
-  EXPECT_EQ(w->json(), Json::parse(
-                           R"([{"dp_rank":0,"num_reqs":3,"num_waiting_reqs":2,"num_tokens":90}])"));
+  EXPECT_EQ(w->json(),
+            Json::parse(R"([{"dp_rank":0,"num_reqs":3,"num_waiting_reqs":2,"num_tokens":90}])"));
   options_.get_load_format = FrontendOptions::LoadFormat::kVllmRouter;
   MakeFrontend();
   w = Call("GET", "/get_load", "");
@@ -620,8 +620,7 @@ TEST_F(FrontendTest, TokenizeAndDetokenizeAsVllmServesThem) {
 
   w = Call("POST", "/tokenize", R"({"messages":[{"role":"user","content":"hi"}]})");
   ASSERT_EQ(w->status(), 200);
-  auto rendered =
-      template_->Render(Json::parse(R"([{"role":"user","content":"hi"}])"), true);
+  auto rendered = template_->Render(Json::parse(R"([{"role":"user","content":"hi"}])"), true);
   ASSERT_TRUE(rendered.ok());
   EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(*rendered, false));
 

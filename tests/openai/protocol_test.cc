@@ -263,9 +263,9 @@ TEST(ExtensionParseTest, VllmAndSglangSamplingFields) {
   EXPECT_EQ(routed.common.sampling.max_tokens, 4);
   EXPECT_TRUE(routed.common.unknown_params.empty());
 
-  CompletionRequest r = ParseCompletionOk(Completion(
-      R"("min_tokens":3,"include_stop_str_in_output":true,"add_special_tokens":false,)"
-      R"("spaces_between_special_tokens":true,"use_beam_search":false)"));
+  CompletionRequest r = ParseCompletionOk(
+      Completion(R"("min_tokens":3,"include_stop_str_in_output":true,"add_special_tokens":false,)"
+                 R"("spaces_between_special_tokens":true,"use_beam_search":false)"));
   EXPECT_EQ(r.common.sampling.min_tokens, 3);
   EXPECT_TRUE(r.common.sampling.include_stop_str_in_output);
   EXPECT_EQ(r.common.add_special_tokens, std::optional<bool>(false));
@@ -275,9 +275,10 @@ TEST(ExtensionParseTest, VllmAndSglangSamplingFields) {
   EXPECT_FALSE(ParseChatOk(Chat(R"("add_generation_prompt":false)")).add_generation_prompt);
   EXPECT_TRUE(ParseChatOk(Chat("")).add_generation_prompt);
   // skip_special_tokens=false with spaces_between_special_tokens=false is what strata does.
-  EXPECT_FALSE(ParseCompletionOk(Completion(
-                   R"("skip_special_tokens":false,"spaces_between_special_tokens":false)"))
-                   .common.sampling.skip_special_tokens);
+  EXPECT_FALSE(
+      ParseCompletionOk(
+          Completion(R"("skip_special_tokens":false,"spaces_between_special_tokens":false)"))
+          .common.sampling.skip_special_tokens);
 }
 
 TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
@@ -285,8 +286,7 @@ TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
       {Completion(R"("min_tokens":-1)"), "min_tokens", "[0,"},
       {Completion(R"("min_tokens":"2")"), "min_tokens", "integer"},
       {Completion(R"("no_stop_trim":1)"), "no_stop_trim", "boolean"},
-      {Completion(R"("include_stop_str_in_output":"y")"), "include_stop_str_in_output",
-       "boolean"},
+      {Completion(R"("include_stop_str_in_output":"y")"), "include_stop_str_in_output", "boolean"},
       {Completion(R"("skip_special_tokens":false,"spaces_between_special_tokens":true)"),
        "spaces_between_special_tokens", "no spaces added around special tokens"},
       {Completion(R"("return_hidden_states":true)"), "return_hidden_states", "not supported"},

@@ -153,8 +153,8 @@ class WorkerImpl final : public Worker {
       w->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Serialize());
     });
     if (options_.role == v1::ROLE_MIXED) {
-      backend_ = std::make_unique<LocalBackend>(loop_.get(), [this] { return Ready(); },
-                                                options_.engine.runner.block_size);
+      backend_ = std::make_unique<LocalBackend>(
+          loop_.get(), [this] { return Ready(); }, options_.engine.runner.block_size);
       openai::ServedModel m;
       m.name = ModelName();
       m.tokenizer = tokenizer_.get();

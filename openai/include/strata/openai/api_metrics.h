@@ -16,7 +16,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-
 #include "strata/common/metrics.h"
 #include "strata/openai/frontend.h"
 

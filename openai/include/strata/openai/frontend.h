@@ -119,13 +119,11 @@ class Frontend {
   void HandleReady(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleHealthGenerate(const http::Request& request,
                             std::shared_ptr<http::ResponseWriter> writer);
-  void HandleServerInfo(const http::Request& request,
-                        std::shared_ptr<http::ResponseWriter> writer);
+  void HandleServerInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleGetLoad(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
-  void HandleDetokenize(const http::Request& request,
-                        std::shared_ptr<http::ResponseWriter> writer);
+  void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
   const ServedModel& model() const { return model_; }
 
