@@ -55,10 +55,10 @@ def missing_router():
 
 
 class PeerRouter:
-    def __init__(self, name, workers, log_dir):
+    def __init__(self, name, workers, log_dir, tag=""):
         self.name = name
         self.port = free_port()
-        self.log_path = os.path.join(log_dir, name + ".log")
+        self.log_path = os.path.join(log_dir, name + tag + ".log")
         self.log = open(self.log_path, "wb")
         self.p = subprocess.Popen(peer_router_argv(name, self.port, workers),
                                   stdout=self.log, stderr=subprocess.STDOUT)
@@ -259,6 +259,30 @@ class RouterInteropTest(unittest.TestCase):
         for w in loads["workers"]:
             self.assertGreaterEqual(w["load"], 0, loads)
 
+
+    def test_vllm_router_reads_its_get_load_format(self):
+        # A worker set to vllm-router's /get_load body: vllm-router reads its load (-1 when it
+        # cannot, as it does for the sglang-format workers above).
+        worker = cu.start_worker(STRATA, self.model, self.tmp, "mixed", "mixed-vllm-load",
+                                 extra=["--served-model-name", MODEL,
+                                        "--get-load-format", "vllm-router"])
+        port = int(worker.match.group(1))
+        peer = None
+        try:
+            status, load = cu.request(port, "GET", "/get_load")
+            self.assertEqual(status, 200, load)
+            self.assertEqual(load["load"], 0)
+            peer = PeerRouter("vllm-router", [port, self.worker_http[0]], self.tmp, "-load")
+            self.assertTrue(cu.wait_until(peer.ready, timeout=30), peer.tail())
+            status, loads = cu.request(peer.port, "GET", "/get_loads")
+            self.assertEqual(status, 200, loads)
+            by_url = {w["worker"]: w["load"] for w in loads["workers"]}
+            self.assertEqual(by_url[f"http://127.0.0.1:{port}"], 0, loads)
+            self.assertEqual(by_url[f"http://127.0.0.1:{self.worker_http[0]}"], -1, loads)
+        finally:
+            if peer is not None:
+                peer.stop()
+            worker.stop()
 
 if __name__ == "__main__":
     STRATA = sys.argv.pop(1)
