@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,6 +41,29 @@ ApiError SamplingError(const absl::Status& status) {
   std::string message(status.message());
   std::string param = message.substr(0, message.find_first_of(" :"));
   return ApiError::BadRequest(std::move(message), std::move(param));
+}
+
+// The chat prompt: the template rendered with or without the assistant turn's opening, or,
+// continuing the final message (vLLM's continue_final_message, as HF's apply_chat_template
+// does it), rendered without it and cut right after the final message's content (stripped of
+// surrounding whitespace), so that no end-of-turn follows it.
+absl::StatusOr<std::string> RenderChat(const ChatTemplate& tmpl,
+                                       const nlohmann::ordered_json& messages,
+                                       bool add_generation_prompt, bool continue_final_message,
+                                       const nlohmann::ordered_json& kwargs) {
+  absl::StatusOr<std::string> rendered =
+      tmpl.Render(messages, add_generation_prompt && !continue_final_message, kwargs);
+  if (!rendered.ok() || !continue_final_message) return rendered;
+  const std::string content = messages.back()["content"].get<std::string>();
+  const std::string final_text(absl::StripAsciiWhitespace(content));
+  const size_t at = rendered->rfind(final_text);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template does not render the final message's "
+        "content as sent");
+  }
+  rendered->resize(at + final_text.size());
+  return rendered;
 }
 
 // Distinct unknown field names logged per process; later ones are counted, not named.
@@ -195,8 +219,9 @@ std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpe
     return ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
                                 "messages");
   }
-  absl::StatusOr<std::string> prompt = model_.chat_template->Render(
-      request.messages, request.add_generation_prompt, request.chat_template_kwargs);
+  absl::StatusOr<std::string> prompt =
+      RenderChat(*model_.chat_template, request.messages, request.add_generation_prompt,
+                 request.continue_final_message, request.chat_template_kwargs);
   if (!prompt.ok()) {
     return ApiError::BadRequest(std::string(prompt.status().message()), "messages");
   }
@@ -423,8 +448,9 @@ void Frontend::HandleTokenize(const http::Request& request,
       error = ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
                                    "messages");
     } else {
-      absl::StatusOr<std::string> rendered = model_.chat_template->Render(
-          parsed.messages, parsed.add_generation_prompt, parsed.chat_template_kwargs);
+      absl::StatusOr<std::string> rendered =
+          RenderChat(*model_.chat_template, parsed.messages, parsed.add_generation_prompt,
+                     parsed.continue_final_message, parsed.chat_template_kwargs);
       if (rendered.ok()) {
         text = std::move(*rendered);
       } else {

@@ -412,6 +412,30 @@ std::optional<ApiError> ParseChatLogprobs(const Fields& f, ChatRequest* out) {
   return std::nullopt;
 }
 
+// vLLM's add_generation_prompt and continue_final_message: at most one of them true, and a
+// continued final message must be the assistant's, with content to continue.
+std::optional<ApiError> ParseContinuation(const Fields& f, const nlohmann::ordered_json& messages,
+                                          bool* add_generation_prompt,
+                                          bool* continue_final_message) {
+  STRATA_RETURN_IF_API_ERROR(f.Bool("add_generation_prompt", add_generation_prompt));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("continue_final_message", continue_final_message));
+  if (!*continue_final_message) return std::nullopt;
+  if (*add_generation_prompt) {
+    return ApiError::BadRequest(
+        "continue_final_message and add_generation_prompt cannot both be true (send "
+        "add_generation_prompt: false)",
+        "continue_final_message");
+  }
+  const auto& last = messages.back();
+  if (last["role"] != "assistant" ||
+      absl::StripAsciiWhitespace(last["content"].get<std::string>()).empty()) {
+    return ApiError::BadRequest(
+        "continue_final_message needs a final assistant message with content to continue",
+        "messages");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError ApiError::BadRequest(std::string message, std::string param) {
@@ -587,13 +611,12 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
                        "chat_template_kwargs", "add_generation_prompt", "continue_final_message"},
                       options, &out->common.unknown_params));
   const Fields f(json);
-  STRATA_RETURN_IF_API_ERROR(f.Bool("add_generation_prompt", &out->add_generation_prompt));
-  STRATA_RETURN_IF_API_ERROR(
-      OnlyBool(f, "continue_final_message", false, "strata always starts a new message"));
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseChatLogprobs(f, out));
   STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
+  STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
+                                               &out->continue_final_message));
   auto kwargs = ordered.find("chat_template_kwargs");
   if (kwargs != ordered.end() && !kwargs->is_null()) {
     if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");
@@ -628,7 +651,6 @@ std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequ
     STRATA_RETURN_IF_API_ERROR(f.Bool("add_special_tokens", &add));
     out->add_special_tokens = add;
   }
-  STRATA_RETURN_IF_API_ERROR(f.Bool("add_generation_prompt", &out->add_generation_prompt));
   const Json* prompt = f.Find("prompt");
   if (prompt != nullptr) {
     if (!prompt->is_string()) return Fields::TypeError("prompt", "a string");
@@ -640,6 +662,8 @@ std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequ
   }
   out->chat = true;
   STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
+  STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
+                                               &out->continue_final_message));
   auto kwargs = ordered.find("chat_template_kwargs");
   if (kwargs != ordered.end() && !kwargs->is_null()) {
     if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");

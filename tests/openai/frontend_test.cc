@@ -563,6 +563,27 @@ TEST_F(FrontendTest, VllmPromptOptionsReachTheTokenizerAndTemplate) {
   EXPECT_EQ(backend_.num_calls(), 2);
 }
 
+TEST_F(FrontendTest, ContinueFinalMessageLeavesTheAssistantTurnOpen) {
+  const std::string messages =
+      R"([{"role":"user","content":"Tell a story"},{"role":"assistant","content":"Once upon "}])";
+  Call("POST", "/v1/chat/completions",
+       R"({"model":"tiny","messages":)" + messages +
+           R"(,"continue_final_message":true,"add_generation_prompt":false})");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  auto full = template_->Render(Json::parse(messages), /*add_generation_prompt=*/false);
+  ASSERT_TRUE(full.ok());
+  // HF's continue_final_message: cut right after the (stripped) content, no end of turn.
+  const std::string open = full->substr(0, full->rfind("Once upon") + 9);
+  EXPECT_THAT(open, ::testing::EndsWith("<|im_start|>assistant\nOnce upon"));
+  EXPECT_EQ(backend_.request(0).prompt, tokenizer_->Encode(open, false));
+
+  auto w = Call("POST", "/tokenize",
+                R"({"messages":)" + messages +
+                    R"(,"continue_final_message":true,"add_generation_prompt":false})");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(open, false));
+}
+
 TEST_F(FrontendTest, GetLoadSpeaksSglangOrVllmRouter) {
   backend_.load = BackendLoad{3, 2, 90, 4096};
   auto w = Call("GET", "/get_load", "");

@@ -273,6 +273,12 @@ TEST(ExtensionParseTest, VllmAndSglangSamplingFields) {
   EXPECT_TRUE(ParseCompletionOk(Completion(R"("no_stop_trim":true)"))
                   .common.sampling.include_stop_str_in_output);
   EXPECT_FALSE(ParseChatOk(Chat(R"("add_generation_prompt":false)")).add_generation_prompt);
+  ChatRequest continued = ParseChatOk(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"},)"
+      R"({"role":"assistant","content":"Once upon"}],)"
+      R"("continue_final_message":true,"add_generation_prompt":false})");
+  EXPECT_TRUE(continued.continue_final_message);
+  EXPECT_FALSE(continued.add_generation_prompt);
   EXPECT_TRUE(ParseChatOk(Chat("")).add_generation_prompt);
   // skip_special_tokens=false with spaces_between_special_tokens=false is what strata does.
   EXPECT_FALSE(
@@ -295,7 +301,10 @@ TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
       {Completion(R"("add_special_tokens":0)"), "add_special_tokens", "boolean"},
       {Completion(R"("guided_json":{"type":"object"})"), "guided_json", "not supported"},
       {Completion(R"("regex":"a+")"), "regex", "not supported"},
-      {Chat(R"("continue_final_message":true)"), "continue_final_message", "not supported"},
+      {Chat(R"("continue_final_message":true)"), "continue_final_message",
+       "cannot both be true"},
+      {Chat(R"("continue_final_message":true,"add_generation_prompt":false)"), "messages",
+       "final assistant message"},
       {Chat(R"("add_generation_prompt":"no")"), "add_generation_prompt", "boolean"},
   };
   for (const BadCase& c : cases) {

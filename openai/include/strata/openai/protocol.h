@@ -102,11 +102,14 @@ struct ChatRequest {
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool logprobs = false;  // sampling.logprobs = top_logprobs when true, else -1
   bool add_generation_prompt = true;  // vLLM's: end the prompt with the assistant's turn
+  // vLLM's: the final (assistant) message stays open and the model continues it; excludes
+  // add_generation_prompt.
+  bool continue_final_message = false;
 };
 
 // POST /tokenize as vLLM serves it: {"prompt": text} or {"messages": [...]} (chat template
-// applied), with optional model, add_special_tokens, add_generation_prompt and
-// chat_template_kwargs; other fields are ignored.
+// applied), with optional model, add_special_tokens, add_generation_prompt,
+// continue_final_message and chat_template_kwargs; other fields are ignored.
 struct TokenizeRequest {
   std::string model;  // empty: not given
   bool chat = false;
@@ -114,6 +117,7 @@ struct TokenizeRequest {
   nlohmann::ordered_json messages;  // normalized as ChatRequest's
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
+  bool continue_final_message = false;
   std::optional<bool> add_special_tokens;
 };
 
