@@ -36,6 +36,29 @@ bool ParseRole(const std::string& s, v1::Role* role) {
   return true;
 }
 
+// The OpenAI API flags the router and a mixed worker share: how unrecognized request fields
+// are handled and the shape of GET /get_load (openai/frontend.h).
+struct ApiCompatFlags {
+  std::string unknown_params = "warn";
+  std::string get_load_format = "sglang";
+
+  void Add(ArgParser& p) {
+    p.AddString("--unknown-params", &unknown_params,
+                "request fields the OpenAI API does not know: reject (400, as OpenAI), warn "
+                "(served without them, counted, each name logged once) or ignore (served, "
+                "counted)");
+    p.AddString("--get-load-format", &get_load_format,
+                "GET /get_load body for a peer router in front: sglang (per-rank array) or "
+                "vllm-router ({\"load\": N})");
+  }
+
+  absl::Status Apply(openai::UnknownParams* unknown,
+                     openai::FrontendOptions::LoadFormat* load_format) const {
+    if (auto s = openai::ParseUnknownParams(unknown_params, unknown); !s.ok()) return s;
+    return openai::ParseLoadFormat(get_load_format, load_format);
+  }
+};
+
 }  // namespace
 
 int RunRouter(const Args& args) {
@@ -72,6 +95,8 @@ int RunRouter(const Args& args) {
            "goodput: requests that may wait, least slack first, for a placement meeting their "
            "SLO (0: 429 at once)");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key (repeatable; none: no auth)");
+  ApiCompatFlags compat;
+  compat.Add(p);
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
@@ -85,6 +110,9 @@ int RunRouter(const Args& args) {
   }
   if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
     return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
+  }
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+    return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
   auto dir = ResolveModelPath(model);
@@ -143,6 +171,8 @@ int RunWorker(const Args& args) {
   p.AddBool("--no-graphs", &no_graphs,
             "run decode steps op by op even when the plugin can replay them as graphs");
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
+  ApiCompatFlags compat;
+  compat.Add(p);
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
@@ -193,6 +223,9 @@ int RunWorker(const Args& args) {
   }
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
+  }
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+    return Fail("worker", absl::StrCat("--", s.message()), 2);
   }
   if (kv_device_path != "auto" && kv_device_path != "staged") {
     return Fail("worker", "--kv-device-path must be auto or staged, not '" + kv_device_path + "'",

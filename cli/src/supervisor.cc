@@ -470,6 +470,14 @@ ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const st
 }
 
 // The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
+// The OpenAI API flags the router and the mixed workers share, where not the defaults.
+void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
+  if (c.unknown_params != "warn") argv.insert(argv.end(), {"--unknown-params", c.unknown_params});
+  if (c.get_load_format != "sglang") {
+    argv.insert(argv.end(), {"--get-load-format", c.get_load_format});
+  }
+}
+
 void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
                        std::vector<std::string>& argv) {
   if (c.engine.num_kv_blocks > 0) {
@@ -509,6 +517,7 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
                                    "--block-size",
                                    absl::StrCat(c.engine.block_size)};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  AppendApiCompatFlags(c, argv);
   if (!w.plugin_config.empty()) argv.insert(argv.end(), {"--plugin-config", w.plugin_config});
   AppendKvPoolFlags(c, w, argv);
   argv.insert(argv.end(),
@@ -549,6 +558,7 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
                                    "--policy",
                                    c.policy};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
+  AppendApiCompatFlags(c, argv);
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }

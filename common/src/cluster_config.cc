@@ -105,6 +105,16 @@ std::string CheckKvDevicePath(const std::string& v) {
   return absl::StrCat("must be auto or staged, got '", v, "'");
 }
 
+std::string CheckUnknownParams(const std::string& v) {
+  if (v == "reject" || v == "warn" || v == "ignore") return "";
+  return absl::StrCat("must be reject, warn or ignore, got '", v, "'");
+}
+
+std::string CheckGetLoadFormat(const std::string& v) {
+  if (v == "sglang" || v == "vllm-router") return "";
+  return absl::StrCat("must be sglang or vllm-router, got '", v, "'");
+}
+
 std::string CheckRestartPolicy(const std::string& v) {
   if (v == "on-failure" || v == "always" || v == "never") return "";
   return absl::StrCat("must be on-failure, always or never, got '", v, "'");
@@ -285,6 +295,12 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),
+      Scalar<std::string>(
+          "unknown_params", "a string", [](auto& c) -> auto& { return c.unknown_params; },
+          CheckUnknownParams),
+      Scalar<std::string>(
+          "get_load_format", "a string", [](auto& c) -> auto& { return c.get_load_format; },
+          CheckGetLoadFormat),
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
   };

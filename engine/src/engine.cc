@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -143,6 +144,19 @@ bool Engine::IsStopToken(const Request& r, int32_t token) const {
   const auto& stops = r.params.stop_token_ids;
   return (!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
          std::find(stops.begin(), stops.end(), token) != stops.end();
+}
+
+bool Engine::BelowMinTokens(const Request& r) { return r.num_output() < r.params.min_tokens; }
+
+void Engine::MaskStopTokens(const Request& r, std::span<float> logits) const {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  auto mask = [&](int32_t t) {
+    if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[t] = kNegInf;
+  };
+  if (!r.params.ignore_eos) {
+    for (int32_t t : config().eos_token_ids) mask(t);
+  }
+  for (int32_t t : r.params.stop_token_ids) mask(t);
 }
 
 absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {

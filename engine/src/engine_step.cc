@@ -37,7 +37,7 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
         if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
         const Request* r = sched.seqs[i].request;
         strata_sample_params p = ToSampleParams(r->params);
-        if (NeedsHostSampling(r->params)) {
+        if (NeedsHostSampling(r->params) || BelowMinTokens(*r)) {
           host_rows.push_back(static_cast<int32_t>(params.size()));
         } else if (r->params.temperature != 0.0f) {
           p.uniform = r->rng->Uniform();
@@ -107,6 +107,7 @@ void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
 }
 
 void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {
+  if (BelowMinTokens(*r)) MaskStopTokens(*r, logits);
   ApplySample(r, Sample(logits, r->params, r->prompt(), r->output(), *r->rng), out);
 }
 
@@ -121,13 +122,16 @@ void Engine::ApplySample(Request* r, const SampleResult& s, RequestOutput& out) 
   out.cached_tokens = r->num_cached_prompt;
   out.completion_tokens = r->num_output();
 
-  if (IsStopToken(*r, s.token)) {
+  const bool may_stop = !BelowMinTokens(*r);
+  if (may_stop && IsStopToken(*r, s.token)) {
     r->stop_reason = absl::StrCat(s.token);
+    // The stop token's text (special tokens still obey skip_special_tokens) only on request.
+    if (r->params.include_stop_str_in_output) r->text += r->detok->Push(s.token);
     r->text += r->detok->Flush();
     Finish(r, FinishReason::kStop);
   } else {
     r->text += r->detok->Push(s.token);
-    if (CheckStopStrings(r)) {
+    if (may_stop && CheckStopStrings(r)) {
       Finish(r, FinishReason::kStop);
     } else if (r->num_tokens() >= r->max_total_tokens) {
       r->text += r->detok->Flush();
@@ -152,7 +156,7 @@ bool Engine::CheckStopStrings(Request* r) {
     }
   }
   if (which == nullptr) return false;
-  r->text.resize(best);
+  r->text.resize(r->params.include_stop_str_in_output ? best + which->size() : best);
   r->stop_reason = *which;
   return true;
 }

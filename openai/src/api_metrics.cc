@@ -29,15 +29,31 @@ ApiMetrics::ApiMetrics(metrics::Registry& r, const std::string& p)
                                     "Prompt tokens of completed requests")),
       cached_tokens_(r.CounterOrDie(absl::StrCat(p, "_cached_prompt_tokens_total"),
                                     "Prompt tokens served from a prefix cache")),
-      generation_tokens_(r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"),
-                                        "Generated tokens")),
+      generation_tokens_(
+          r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"), "Generated tokens")),
       cancelled_(r.CounterOrDie(absl::StrCat(p, "_requests_cancelled_total"),
-                                "Requests whose client disconnected before the end")) {}
+                                "Requests whose client disconnected before the end")),
+      unknown_params_(r.CounterOrDie(absl::StrCat(p, "_unknown_params_total"),
+                                     "Unrecognized request fields served without", {"param"})) {}
+
+std::string ApiMetrics::ParamLabel(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (param_labels_.contains(name)) return name;
+  if (param_labels_.size() >= kMaxParamLabels) return "_other";
+  param_labels_.insert(name);
+  return name;
+}
 
 void ApiMetrics::OnFinished(const RequestRecord& rec) {
   const int status = rec.failed && rec.http_status == 200 ? 500 : rec.http_status;
   requests_.WithLabels({rec.endpoint, absl::StrCat(status)})->Increment();
   if (rec.cancelled) cancelled_.Default()->Increment();
+  // Counted when served: a rejected request's fields were not served without.
+  if (rec.http_status < 400) {
+    for (const std::string& name : rec.unknown_params) {
+      unknown_params_.WithLabels({ParamLabel(name)})->Increment();
+    }
+  }
   if (rec.ttft != absl::InfiniteDuration()) {
     ttft_.Default()->Observe(absl::ToDoubleSeconds(rec.ttft));
   }

@@ -1,13 +1,17 @@
 #include "strata/openai/frontend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "src/generation_job.h"
+#include "strata/common/logging.h"
 #include "strata/openai/format.h"
 
 namespace strata::openai {
@@ -25,8 +29,7 @@ std::string HeaderValue(const http::Request& request, const std::string& lower_n
 
 std::string RandomHex() {
   thread_local absl::BitGen gen;
-  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
-                         absl::Uniform<uint64_t>(gen));
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
 }
 
 void RespondJson(http::ResponseWriter& writer, int status, const OrderedJson& body) {
@@ -40,7 +43,45 @@ ApiError SamplingError(const absl::Status& status) {
   return ApiError::BadRequest(std::move(message), std::move(param));
 }
 
+// The chat prompt: the template rendered with or without the assistant turn's opening, or,
+// continuing the final message (vLLM's continue_final_message, as HF's apply_chat_template
+// does it), rendered without it and cut right after the final message's content (stripped of
+// surrounding whitespace), so that no end-of-turn follows it.
+absl::StatusOr<std::string> RenderChat(const ChatTemplate& tmpl,
+                                       const nlohmann::ordered_json& messages,
+                                       bool add_generation_prompt, bool continue_final_message,
+                                       const nlohmann::ordered_json& kwargs) {
+  absl::StatusOr<std::string> rendered =
+      tmpl.Render(messages, add_generation_prompt && !continue_final_message, kwargs);
+  if (!rendered.ok() || !continue_final_message) return rendered;
+  const std::string content = messages.back()["content"].get<std::string>();
+  const std::string final_text(absl::StripAsciiWhitespace(content));
+  const size_t at = rendered->rfind(final_text);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template does not render the final message's "
+        "content as sent");
+  }
+  rendered->resize(at + final_text.size());
+  return rendered;
+}
+
+// Distinct unknown field names logged per process; later ones are counted, not named.
+constexpr size_t kMaxUnknownNamesLogged = 64;
+
 }  // namespace
+
+absl::Status ParseLoadFormat(std::string_view name, FrontendOptions::LoadFormat* out) {
+  if (name == "sglang") {
+    *out = FrontendOptions::LoadFormat::kSglang;
+  } else if (name == "vllm-router") {
+    *out = FrontendOptions::LoadFormat::kVllmRouter;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "get-load-format must be sglang or vllm-router, got '", std::string(name), "'"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, ServedModel model,
                                                            FrontendOptions options) {
@@ -49,8 +90,7 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
   if (model.max_model_len <= 0 || model.vocab_size <= 0) {
     return absl::InvalidArgumentError("Frontend: max_model_len and vocab_size must be > 0");
   }
-  return std::unique_ptr<Frontend>(
-      new Frontend(backend, std::move(model), std::move(options)));
+  return std::unique_ptr<Frontend>(new Frontend(backend, std::move(model), std::move(options)));
 }
 
 Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
@@ -71,6 +111,38 @@ void Frontend::Install(http::Server& server) {
   server.Route("GET", "/v1/models", bind(&Frontend::HandleModels));
   server.Route("GET", "/health", bind(&Frontend::HandleHealth));
   server.Route("GET", "/ready", bind(&Frontend::HandleReady));
+  server.Route("GET", "/health_generate", bind(&Frontend::HandleHealthGenerate));
+  server.Route("GET", "/server_info", bind(&Frontend::HandleServerInfo));
+  server.Route("GET", "/get_server_info", bind(&Frontend::HandleServerInfo));
+  server.Route("GET", "/model_info", bind(&Frontend::HandleModelInfo));
+  server.Route("GET", "/get_model_info", bind(&Frontend::HandleModelInfo));
+  server.Route("GET", "/get_load", bind(&Frontend::HandleGetLoad));
+  server.Route("POST", "/tokenize", bind(&Frontend::HandleTokenize));
+  server.Route("POST", "/detokenize", bind(&Frontend::HandleDetokenize));
+}
+
+void Frontend::NoteUnknownParams(const std::vector<std::string>& names) {
+  if (names.empty() || options_.unknown_params != UnknownParams::kWarn) return;
+  std::vector<std::string> fresh;
+  bool full = false;
+  {
+    absl::MutexLock lock(&unknown_mu_);
+    for (const std::string& name : names) {
+      if (unknown_logged_.contains(name)) continue;
+      if (unknown_logged_.size() >= kMaxUnknownNamesLogged) {
+        full = true;
+        break;
+      }
+      unknown_logged_.insert(name);
+      fresh.push_back(name);
+      if (unknown_logged_.size() == kMaxUnknownNamesLogged) full = true;
+    }
+  }
+  if (fresh.empty()) return;
+  STRATA_LOG(Warning) << "served requests without the unrecognized parameter(s) "
+                      << absl::StrJoin(fresh, ", ")
+                      << " (--unknown-params warn; each name is logged once"
+                      << (full ? "; no further names will be logged" : "") << ")";
 }
 
 std::optional<ApiError> Frontend::Authorize(const http::Request& request,
@@ -121,8 +193,10 @@ std::optional<ApiError> Frontend::PrepareCompletion(const CompletionRequest& req
                                                     JobSpec* spec) const {
   for (const PromptInput& p : request.prompts) {
     if (!p.is_tokens) {
-      // Like HF's default and vLLM: the tokenizer's special tokens (e.g. BOS) are added.
-      spec->prompts.push_back(model_.tokenizer->Encode(p.text, /*add_special_tokens=*/true));
+      // Like HF's default and vLLM: the tokenizer's special tokens (e.g. BOS) are added unless
+      // the request says add_special_tokens=false.
+      spec->prompts.push_back(
+          model_.tokenizer->Encode(p.text, request.common.add_special_tokens.value_or(true)));
       if (spec->prompts.back().empty()) {
         return ApiError::BadRequest("prompt must not be empty", "prompt");
       }
@@ -145,14 +219,16 @@ std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpe
     return ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
                                 "messages");
   }
-  absl::StatusOr<std::string> prompt = model_.chat_template->Render(
-      request.messages, /*add_generation_prompt=*/true, request.chat_template_kwargs);
+  absl::StatusOr<std::string> prompt =
+      RenderChat(*model_.chat_template, request.messages, request.add_generation_prompt,
+                 request.continue_final_message, request.chat_template_kwargs);
   if (!prompt.ok()) {
     return ApiError::BadRequest(std::string(prompt.status().message()), "messages");
   }
   // The template already wrote BOS and the like: HF apply_chat_template(tokenize=True) does
-  // not add special tokens again.
-  spec->prompts.push_back(model_.tokenizer->Encode(*prompt, /*add_special_tokens=*/false));
+  // not add special tokens again (vLLM's add_special_tokens=true asks for it).
+  spec->prompts.push_back(
+      model_.tokenizer->Encode(*prompt, request.common.add_special_tokens.value_or(false)));
   if (spec->prompts.back().empty()) {
     return ApiError::BadRequest("the rendered chat prompt is empty", "messages");
   }
@@ -168,12 +244,17 @@ std::optional<ApiError> Frontend::ResolveLimits(int default_max_tokens, JobSpec*
   for (const std::vector<int32_t>& prompt : spec->prompts) {
     const int64_t len = static_cast<int64_t>(prompt.size());
     if (len > max_prompt) {
-      return ApiError::PromptTooLong(absl::StrCat(
-          "This model's maximum context length is ", context,
-          " tokens and prompts may hold at most ", max_prompt, " tokens. However, your prompt has ",
-          len, " tokens."));
+      return ApiError::PromptTooLong(absl::StrCat("This model's maximum context length is ",
+                                                  context, " tokens and prompts may hold at most ",
+                                                  max_prompt, " tokens. However, your prompt has ",
+                                                  len, " tokens."));
     }
     // The output is clipped to the rest of the context window (finish_reason "length").
+    if (requested >= 0 && spec->params.min_tokens > requested) {
+      return ApiError::BadRequest(absl::StrCat("min_tokens (", spec->params.min_tokens,
+                                               ") must be <= max_tokens (", requested, ")"),
+                                  "min_tokens");
+    }
     int64_t max_tokens = requested >= 0 ? requested : default_max_tokens;
     if (max_tokens < 0) max_tokens = context - len;
     spec->max_tokens.push_back(static_cast<int>(std::min(max_tokens, context - len)));
@@ -189,14 +270,16 @@ void Frontend::HandleCompletions(const http::Request& request,
   JobSpec spec = NewSpec(request, /*chat=*/false);
   CompletionRequest parsed;
   std::optional<ApiError> error = Authorize(request, &spec.api_key_id);
-  if (!error) error = ParseCompletionRequest(request.body, &parsed);
+  if (!error) error = ParseCompletionRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);
   }
   spec.params = parsed.common.sampling;
+  spec.unknown_params = parsed.common.unknown_params;
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
   if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
@@ -210,15 +293,17 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   JobSpec spec = NewSpec(request, /*chat=*/true);
   ChatRequest parsed;
   std::optional<ApiError> error = Authorize(request, &spec.api_key_id);
-  if (!error) error = ParseChatRequest(request.body, &parsed);
+  if (!error) error = ParseChatRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);
   }
   spec.params = parsed.common.sampling;
+  spec.unknown_params = parsed.common.unknown_params;
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
   if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
@@ -255,6 +340,160 @@ void Frontend::HandleReady(const http::Request& request,
                            std::shared_ptr<http::ResponseWriter> writer) {
   const bool ready = backend_->Ready();
   RespondJson(*writer, ready ? 200 : 503, {{"status", ready ? "ready" : "not ready"}});
+}
+
+namespace {
+
+// One generation whose outcome answers GET /health_generate: 200 once it finishes, 503 on
+// failure. The handle lives until the backend drops the callback (after the last event).
+struct HealthProbe {
+  std::shared_ptr<http::ResponseWriter> writer;
+  std::unique_ptr<GenerationHandle> handle;
+  std::atomic<bool> answered{false};
+
+  void Answer(int status, std::string_view text) {
+    if (answered.exchange(true)) return;
+    writer->Respond(status, "application/json", DumpJson({{"status", std::string(text)}}));
+  }
+};
+
+}  // namespace
+
+void Frontend::HandleHealthGenerate(const http::Request& request,
+                                    std::shared_ptr<http::ResponseWriter> writer) {
+  if (!backend_->Ready()) {
+    return RespondJson(*writer, 503, {{"status", "not ready"}});
+  }
+  auto probe = std::make_shared<HealthProbe>();
+  probe->writer = std::move(writer);
+  GenerateRequest g;
+  g.request_id = absl::StrCat("health-", RandomHex());
+  g.model = model_.name;
+  g.prompt = model_.tokenizer->Encode("ping", /*add_special_tokens=*/true);
+  if (g.prompt.empty()) g.prompt.push_back(0);
+  g.params.max_tokens = 1;
+  g.params.temperature = 0.0f;
+  g.params.ignore_eos = true;
+  auto on_event = [probe](GenerateEvent event) {
+    if (!event.status.ok()) {
+      probe->Answer(503, absl::StrCat("generation failed: ", event.status.message()));
+    } else if (event.finished) {
+      probe->Answer(200, "ok");
+    }
+  };
+  std::unique_ptr<GenerationHandle> handle = backend_->Generate(std::move(g), on_event);
+  probe->handle = std::move(handle);
+}
+
+void Frontend::HandleServerInfo(const http::Request& request,
+                                std::shared_ptr<http::ResponseWriter> writer) {
+  const std::string path = model_.model_path.empty() ? model_.name : model_.model_path;
+  const BackendLoad load = backend_->Load();
+  OrderedJson body = OrderedJson::object();
+  body["model_path"] = path;
+  body["tokenizer_path"] = path;
+  body["served_model_name"] = model_.name;
+  body["context_length"] = model_.max_model_len;
+  body["max_model_len"] = model_.max_model_len;
+  body["vocab_size"] = model_.vocab_size;
+  if (load.kv_capacity_tokens > 0) body["max_total_num_tokens"] = load.kv_capacity_tokens;
+  body["dp_size"] = 1;
+  body["is_generation"] = true;
+  body["engine"] = "strata";
+  RespondJson(*writer, 200, body);
+}
+
+void Frontend::HandleModelInfo(const http::Request& request,
+                               std::shared_ptr<http::ResponseWriter> writer) {
+  const std::string path = model_.model_path.empty() ? model_.name : model_.model_path;
+  OrderedJson body = OrderedJson::object();
+  body["model_path"] = path;
+  body["tokenizer_path"] = path;
+  body["served_model_name"] = model_.name;
+  body["is_generation"] = true;
+  RespondJson(*writer, 200, body);
+}
+
+void Frontend::HandleGetLoad(const http::Request& request,
+                             std::shared_ptr<http::ResponseWriter> writer) {
+  const BackendLoad load = backend_->Load();
+  if (options_.get_load_format == FrontendOptions::LoadFormat::kVllmRouter) {
+    OrderedJson body = OrderedJson::object();
+    body["load"] = load.running + load.waiting;
+    body["num_reqs"] = load.running;
+    body["num_waiting_reqs"] = load.waiting;
+    body["num_tokens"] = load.tokens;
+    return RespondJson(*writer, 200, body);
+  }
+  OrderedJson rank = OrderedJson::object();
+  rank["dp_rank"] = 0;
+  rank["num_reqs"] = load.running;
+  rank["num_waiting_reqs"] = load.waiting;
+  rank["num_tokens"] = load.tokens;
+  RespondJson(*writer, 200, OrderedJson::array({std::move(rank)}));
+}
+
+void Frontend::HandleTokenize(const http::Request& request,
+                              std::shared_ptr<http::ResponseWriter> writer) {
+  std::string key_id;
+  TokenizeRequest parsed;
+  std::optional<ApiError> error = Authorize(request, &key_id);
+  if (!error) error = ParseTokenizeRequest(request.body, &parsed);
+  if (!error && !parsed.model.empty() && parsed.model != model_.name) {
+    error = ApiError::ModelNotFound(parsed.model);
+  }
+  std::string text = parsed.prompt;
+  if (!error && parsed.chat) {
+    if (model_.chat_template == nullptr) {
+      error = ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
+                                   "messages");
+    } else {
+      absl::StatusOr<std::string> rendered =
+          RenderChat(*model_.chat_template, parsed.messages, parsed.add_generation_prompt,
+                     parsed.continue_final_message, parsed.chat_template_kwargs);
+      if (rendered.ok()) {
+        text = std::move(*rendered);
+      } else {
+        error = ApiError::BadRequest(std::string(rendered.status().message()), "messages");
+      }
+    }
+  }
+  if (error) return internal::RespondApiError(*writer, *error);
+  // The defaults of the endpoint the request stands for: special tokens for a prompt, none
+  // more for a rendered chat (its template wrote them).
+  const std::vector<int32_t> ids =
+      model_.tokenizer->Encode(text, parsed.add_special_tokens.value_or(!parsed.chat));
+  OrderedJson body = OrderedJson::object();
+  body["count"] = ids.size();
+  body["max_model_len"] = model_.max_model_len;
+  body["tokens"] = ids;
+  body["token_strs"] = nullptr;
+  RespondJson(*writer, 200, body);
+}
+
+void Frontend::HandleDetokenize(const http::Request& request,
+                                std::shared_ptr<http::ResponseWriter> writer) {
+  std::string key_id;
+  DetokenizeRequest parsed;
+  std::optional<ApiError> error = Authorize(request, &key_id);
+  if (!error) error = ParseDetokenizeRequest(request.body, &parsed);
+  if (!error && !parsed.model.empty() && parsed.model != model_.name) {
+    error = ApiError::ModelNotFound(parsed.model);
+  }
+  if (!error) {
+    for (int32_t t : parsed.tokens) {
+      if (t >= model_.vocab_size) {
+        error = ApiError::BadRequest(
+            absl::StrCat("token id ", t, " is out of range [0, ", model_.vocab_size, ")"),
+            "tokens");
+        break;
+      }
+    }
+  }
+  if (error) return internal::RespondApiError(*writer, *error);
+  OrderedJson body = OrderedJson::object();
+  body["prompt"] = model_.tokenizer->Decode(parsed.tokens, /*skip_special_tokens=*/false);
+  RespondJson(*writer, 200, body);
 }
 
 }  // namespace strata::openai

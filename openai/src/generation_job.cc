@@ -305,6 +305,7 @@ RequestRecord RecordFor(const JobSpec& spec) {
   r.model = spec.meta.model;
   r.slo_class = spec.slo_class;
   r.api_key_id = spec.api_key_id;
+  r.unknown_params = spec.unknown_params;
   r.stream = spec.stream;
   r.n = spec.n;
   return r;

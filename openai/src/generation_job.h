@@ -33,6 +33,7 @@ struct JobSpec {
   std::string slo_class;
   std::string api_key_id;
   absl::Time arrival;
+  std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
 };
 
 struct JobContext {

@@ -1,12 +1,12 @@
 #include "strata/openai/protocol.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,10 +18,10 @@ namespace {
 
 using Json = nlohmann::json;
 
-#define STRATA_RETURN_IF_API_ERROR(expr)               \
-  do {                                                 \
+#define STRATA_RETURN_IF_API_ERROR(expr)                \
+  do {                                                  \
     std::optional<ApiError> strata_api_error_ = (expr); \
-    if (strata_api_error_) return strata_api_error_;   \
+    if (strata_api_error_) return strata_api_error_;    \
   } while (0)
 
 constexpr int kMaxN = 128;
@@ -49,8 +49,7 @@ class Fields {
     const double d = v->get<double>();
     if (!std::isfinite(d) || !in_range(d)) {
       return ApiError::BadRequest(
-          absl::StrCat(name, " must be ", std::string(range), ", got ", v->dump()),
-                                  name);
+          absl::StrCat(name, " must be ", std::string(range), ", got ", v->dump()), name);
     }
     *out = static_cast<float>(d);
     return std::nullopt;
@@ -64,9 +63,8 @@ class Fields {
                           ? INT64_MAX
                           : v->get<int64_t>();
     if (i < lo || i > hi) {
-      return ApiError::BadRequest(absl::StrCat(name, " must be in [", lo, ", ", hi, "], got ",
-                                               v->dump()),
-                                  name);
+      return ApiError::BadRequest(
+          absl::StrCat(name, " must be in [", lo, ", ", hi, "], got ", v->dump()), name);
     }
     *out = i;
     return std::nullopt;
@@ -152,6 +150,52 @@ std::optional<ApiError> ParseStopTokenIds(const Fields& f, SamplingParams* p) {
   return std::nullopt;
 }
 
+// vLLM's include_stop_str_in_output and SGLang's no_stop_trim say the same: keep the stop
+// string (or stop token's text) at the end of the output. Either one set to true keeps it.
+std::optional<ApiError> ParseStopTrim(const Fields& f, SamplingParams* p) {
+  bool include = false, no_trim = false;
+  STRATA_RETURN_IF_API_ERROR(f.Bool("include_stop_str_in_output", &include));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("no_stop_trim", &no_trim));
+  p->include_stop_str_in_output = include || no_trim;
+  return std::nullopt;
+}
+
+// A boolean strata honours only in one of its values: `supported` (or null) passes, the other
+// is refused as not supported.
+std::optional<ApiError> OnlyBool(const Fields& f, const char* name, bool supported,
+                                 std::string_view why) {
+  bool value = supported;
+  STRATA_RETURN_IF_API_ERROR(f.Bool(name, &value));
+  if (value == supported) return std::nullopt;
+  return ApiError::BadRequest(
+      absl::StrCat(name, "=", value ? "true" : "false", " is not supported: ", std::string(why)),
+      name);
+}
+
+// vLLM/SGLang fields that strata serves in one form only, and those that only shape output
+// strata never produces (no reasoning parser splits the text, so the text stays whole, as it
+// does on those servers without one).
+std::optional<ApiError> CheckExtensionFields(const Fields& f, const SamplingParams& p) {
+  bool spaces = true;
+  STRATA_RETURN_IF_API_ERROR(f.Bool("spaces_between_special_tokens", &spaces));
+  if (spaces && !p.skip_special_tokens && f.Find("spaces_between_special_tokens") != nullptr) {
+    return ApiError::BadRequest(
+        "spaces_between_special_tokens=true is not supported with skip_special_tokens=false: "
+        "strata decodes as a tokenizer.json (fast) tokenizer does, with no spaces added around "
+        "special tokens; send false or leave it out",
+        "spaces_between_special_tokens");
+  }
+  STRATA_RETURN_IF_API_ERROR(
+      OnlyBool(f, "return_hidden_states", false, "strata does not return hidden states"));
+  STRATA_RETURN_IF_API_ERROR(
+      OnlyBool(f, "use_beam_search", false, "strata does not implement beam search"));
+  for (const char* name : {"separate_reasoning", "stream_reasoning", "include_reasoning"}) {
+    bool ignored = false;
+    STRATA_RETURN_IF_API_ERROR(f.Bool(name, &ignored));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseSampling(const Fields& f, SamplingParams* p) {
   auto in = [](double lo, double hi) { return [=](double v) { return v >= lo && v <= hi; }; };
   STRATA_RETURN_IF_API_ERROR(f.Float("temperature", &p->temperature, in(0, 2), "in [0, 2]"));
@@ -172,8 +216,10 @@ std::optional<ApiError> ParseSampling(const Fields& f, SamplingParams* p) {
   }
   STRATA_RETURN_IF_API_ERROR(f.Bool("ignore_eos", &p->ignore_eos));
   STRATA_RETURN_IF_API_ERROR(f.Bool("skip_special_tokens", &p->skip_special_tokens));
+  STRATA_RETURN_IF_API_ERROR(f.Int("min_tokens", 0, INT32_MAX, &p->min_tokens));
   STRATA_RETURN_IF_API_ERROR(ParseStop(f, p));
-  return ParseStopTokenIds(f, p);
+  STRATA_RETURN_IF_API_ERROR(ParseStopTokenIds(f, p));
+  return ParseStopTrim(f, p);
 }
 
 std::optional<ApiError> ParseStreamOptions(const Fields& f, CommonRequest* c) {
@@ -203,7 +249,13 @@ std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
   STRATA_RETURN_IF_API_ERROR(f.Int("n", 1, kMaxN, &c->n));
   STRATA_RETURN_IF_API_ERROR(f.Bool("stream", &c->stream));
   STRATA_RETURN_IF_API_ERROR(ParseStreamOptions(f, c));
-  return ParseSampling(f, &c->sampling);
+  if (f.Find("add_special_tokens") != nullptr) {
+    bool add = false;
+    STRATA_RETURN_IF_API_ERROR(f.Bool("add_special_tokens", &add));
+    c->add_special_tokens = add;
+  }
+  STRATA_RETURN_IF_API_ERROR(ParseSampling(f, &c->sampling));
+  return CheckExtensionFields(f, c->sampling);
 }
 
 std::optional<ApiError> ParseMaxTokens(const Fields& f, const char* name, SamplingParams* p) {
@@ -304,8 +356,7 @@ std::optional<ApiError> ContentText(const nlohmann::ordered_json& content, std::
     auto type = part.find("type");
     auto text = part.find("text");
     if (type == part.end() || *type != "text") {
-      return ApiError::BadRequest("only content parts of type \"text\" are supported",
-                                  "messages");
+      return ApiError::BadRequest("only content parts of type \"text\" are supported", "messages");
     }
     if (text == part.end() || !text->is_string()) return bad;
     parts.push_back(text->get<std::string>());
@@ -361,6 +412,30 @@ std::optional<ApiError> ParseChatLogprobs(const Fields& f, ChatRequest* out) {
   return std::nullopt;
 }
 
+// vLLM's add_generation_prompt and continue_final_message: at most one of them true, and a
+// continued final message must be the assistant's, with content to continue.
+std::optional<ApiError> ParseContinuation(const Fields& f, const nlohmann::ordered_json& messages,
+                                          bool* add_generation_prompt,
+                                          bool* continue_final_message) {
+  STRATA_RETURN_IF_API_ERROR(f.Bool("add_generation_prompt", add_generation_prompt));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("continue_final_message", continue_final_message));
+  if (!*continue_final_message) return std::nullopt;
+  if (*add_generation_prompt) {
+    return ApiError::BadRequest(
+        "continue_final_message and add_generation_prompt cannot both be true (send "
+        "add_generation_prompt: false)",
+        "continue_final_message");
+  }
+  const auto& last = messages.back();
+  if (last["role"] != "assistant" ||
+      absl::StripAsciiWhitespace(last["content"].get<std::string>()).empty()) {
+    return ApiError::BadRequest(
+        "continue_final_message needs a final assistant message with content to continue",
+        "messages");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError ApiError::BadRequest(std::string message, std::string param) {
@@ -390,13 +465,20 @@ ApiError ApiError::PromptTooLong(std::string message) {
 
 int HttpStatusForCode(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kOutOfRange: return 413;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kCancelled: return 499;
-    default: return 500;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kOutOfRange:
+      return 413;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    default:
+      return 500;
   }
 }
 
@@ -419,20 +501,31 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
   return e;
 }
 
-// Rejects what OpenAI rejects: a field this endpoint does not know ("Unrecognized request
-// argument supplied"), or an OpenAI feature strata does not implement (silently ignoring it
-// would change the meaning of the request). A few purely informational fields pass.
+// Sorts every field of the body: known to both endpoints or to this one (parsed elsewhere),
+// a known feature strata does not implement (400 unless null: silently ignoring it would change
+// the meaning of the request), or unknown (the UnknownParams policy; names kept in *unknown).
 std::optional<ApiError> CheckFieldNames(const Json& body,
-                                        std::initializer_list<std::string_view> endpoint_fields) {
+                                        std::initializer_list<std::string_view> endpoint_fields,
+                                        const ParseOptions& options,
+                                        std::vector<std::string>* unknown) {
   static constexpr std::string_view kCommon[] = {
       "model", "n", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
       "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
       "ignore_eos", "skip_special_tokens", "max_tokens",
+      // vLLM and SGLang extensions (parsed in ParseCommon)
+      "min_tokens", "include_stop_str_in_output", "no_stop_trim", "add_special_tokens",
+      "spaces_between_special_tokens", "return_hidden_states", "use_beam_search",
+      "separate_reasoning", "stream_reasoning", "include_reasoning",
       // informational, no effect on generation
       "user", "store", "metadata", "service_tier", "parallel_tool_calls"};
   static constexpr std::string_view kUnsupported[] = {
       "logit_bias", "tools", "tool_choice", "response_format", "functions", "function_call",
-      "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+      "audio", "modalities", "prediction", "reasoning_effort", "web_search_options",
+      // vLLM and SGLang features strata does not implement
+      "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
+      "structured_outputs", "regex", "json_schema", "ebnf", "logits_processors",
+      "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens",
+      "length_penalty", "lora_path", "lora_request", "chat_template", "documents"};
   for (const auto& [key, value] : body.items()) {
     auto in = [&name = key](auto& list) {
       return std::find(std::begin(list), std::end(list), name) != std::end(list);
@@ -442,18 +535,59 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       if (value.is_null()) continue;
       return ApiError::BadRequest(absl::StrCat(key, " is not supported by this server"), key);
     }
-    return ApiError::BadRequest(absl::StrCat("Unrecognized request argument supplied: ", key),
-                                key);
+    if (options.unknown_params == UnknownParams::kReject) {
+      return ApiError::BadRequest(absl::StrCat("Unrecognized request argument supplied: ", key),
+                                  key);
+    }
+    if (unknown->size() < kMaxUnknownParamsListed) {
+      // Names reach logs and metric labels: anything but [A-Za-z0-9_.-] becomes '_'.
+      std::string name = key.substr(0, kMaxUnknownParamNameBytes);
+      for (char& c : name) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' &&
+            c != '-') {
+          c = '_';
+        }
+      }
+      unknown->push_back(std::move(name));
+    }
   }
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {
+absl::Status ParseUnknownParams(std::string_view name, UnknownParams* out) {
+  if (name == "reject") {
+    *out = UnknownParams::kReject;
+  } else if (name == "warn") {
+    *out = UnknownParams::kWarn;
+  } else if (name == "ignore") {
+    *out = UnknownParams::kIgnore;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown-params must be reject, warn or ignore, got '", std::string(name), "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string_view UnknownParamsName(UnknownParams policy) {
+  switch (policy) {
+    case UnknownParams::kReject:
+      return "reject";
+    case UnknownParams::kWarn:
+      return "warn";
+    case UnknownParams::kIgnore:
+      return "ignore";
+  }
+  return "reject";
+}
+
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out,
+                                               const ParseOptions& options) {
   Json json;
   STRATA_RETURN_IF_API_ERROR(ParseBody(body, &json));
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
-  STRATA_RETURN_IF_API_ERROR(
-      CheckFieldNames(json, {"prompt", "logprobs", "echo", "suffix", "best_of"}));
+  STRATA_RETURN_IF_API_ERROR(CheckFieldNames(json,
+                                             {"prompt", "logprobs", "echo", "suffix", "best_of"},
+                                             options, &out->common.unknown_params));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParsePrompts(f, &out->prompts));
@@ -461,7 +595,8 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   return CheckUnsupportedCompletionFields(f, out->common.n);
 }
 
-std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out) {
+std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out,
+                                         const ParseOptions& options) {
   STRATA_RETURN_IF_API_ERROR(CheckBodyDepth(body));
   // ordered_json keeps the clients' key order inside messages (templates' tojson shows it).
   nlohmann::ordered_json ordered =
@@ -470,18 +605,86 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
   const Json json = Json::parse(body, nullptr, false);
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
-  STRATA_RETURN_IF_API_ERROR(CheckFieldNames(json, {"messages", "max_completion_tokens", "logprobs",
-                                                    "top_logprobs", "chat_template_kwargs"}));
+  STRATA_RETURN_IF_API_ERROR(
+      CheckFieldNames(json,
+                      {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                       "chat_template_kwargs", "add_generation_prompt", "continue_final_message"},
+                      options, &out->common.unknown_params));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
-  STRATA_RETURN_IF_API_ERROR(
-      ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));
+  STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseChatLogprobs(f, out));
   STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
+  STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
+                                               &out->continue_final_message));
   auto kwargs = ordered.find("chat_template_kwargs");
   if (kwargs != ordered.end() && !kwargs->is_null()) {
     if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");
     out->chat_template_kwargs = *kwargs;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::optional<ApiError> OptionalModel(const Fields& f, std::string* model) {
+  const Json* v = f.Find("model");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return Fields::TypeError("model", "a string");
+  *model = v->get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequest* out) {
+  STRATA_RETURN_IF_API_ERROR(CheckBodyDepth(body));
+  nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) return ApiError::BadRequest("request body is not valid JSON");
+  if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
+  const Json json = Json::parse(body, nullptr, false);
+  const Fields f(json);
+  STRATA_RETURN_IF_API_ERROR(OptionalModel(f, &out->model));
+  if (f.Find("add_special_tokens") != nullptr) {
+    bool add = false;
+    STRATA_RETURN_IF_API_ERROR(f.Bool("add_special_tokens", &add));
+    out->add_special_tokens = add;
+  }
+  const Json* prompt = f.Find("prompt");
+  if (prompt != nullptr) {
+    if (!prompt->is_string()) return Fields::TypeError("prompt", "a string");
+    out->prompt = prompt->get<std::string>();
+    return std::nullopt;
+  }
+  if (f.Find("messages") == nullptr) {
+    return ApiError::BadRequest("prompt or messages is required", "prompt");
+  }
+  out->chat = true;
+  STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
+  STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
+                                               &out->continue_final_message));
+  auto kwargs = ordered.find("chat_template_kwargs");
+  if (kwargs != ordered.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");
+    out->chat_template_kwargs = *kwargs;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseDetokenizeRequest(std::string_view body, DetokenizeRequest* out) {
+  Json json;
+  STRATA_RETURN_IF_API_ERROR(ParseBody(body, &json));
+  const Fields f(json);
+  STRATA_RETURN_IF_API_ERROR(OptionalModel(f, &out->model));
+  const Json* tokens = f.Find("tokens");
+  if (tokens == nullptr) return ApiError::BadRequest("tokens is required", "tokens");
+  if (!tokens->is_array()) return Fields::TypeError("tokens", "an array of token ids");
+  for (const Json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+      return Fields::TypeError("tokens", "an array of token ids");
+    }
+    out->tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   return std::nullopt;
 }

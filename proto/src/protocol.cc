@@ -56,6 +56,8 @@ void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
   out->set_ignore_eos(p.ignore_eos);
   out->set_logprobs(p.logprobs);
   out->set_skip_special_tokens(p.skip_special_tokens);
+  out->set_min_tokens(p.min_tokens);
+  out->set_include_stop_str_in_output(p.include_stop_str_in_output);
 }
 
 SamplingParams FromProto(const v1::SamplingParams& m) {
@@ -74,6 +76,8 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   p.ignore_eos = m.ignore_eos();
   p.logprobs = m.logprobs();
   p.skip_special_tokens = m.skip_special_tokens();
+  p.min_tokens = m.min_tokens();
+  p.include_stop_str_in_output = m.include_stop_str_in_output();
   return p;
 }
 

@@ -454,6 +454,19 @@ double ClusterBackend::Now() {
 
 bool ClusterBackend::Ready() const { return !draining_ && HasDecodeWorker(); }
 
+openai::BackendLoad ClusterBackend::Load() const {
+  openai::BackendLoad load;
+  const int64_t block_size = pool_->block_size();
+  for (const auto& w : pool_->Snapshot()) {
+    load.running += w.load.running;
+    load.waiting += w.load.waiting;
+    load.tokens += w.load.decode_context_tokens + w.load.queued_prefill_tokens;
+    load.kv_capacity_tokens += int64_t{w.load.total_kv_blocks} * block_size;
+  }
+  if (queue_ != nullptr) load.waiting += queue_->size();  // waiting here for capacity
+  return load;
+}
+
 bool ClusterBackend::HasDecodeWorker() const {
   for (const auto& w : pool_->Snapshot()) {
     if (w.role == WorkerRole::kDecode || w.role == WorkerRole::kMixed) return true;

@@ -57,6 +57,8 @@ class ClusterBackend final : public openai::Backend {
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
+  // The registered workers' last reported load, summed.
+  openai::BackendLoad Load() const override;
   // Stops taking requests; waiting ones are answered 503 at once.
   void SetDraining();
   // Capacity may have changed (a heartbeat, the periodic timer; first tokens and finished

@@ -143,8 +143,11 @@ class RouterImpl final : public Router {
                       : config.max_position_embeddings > 0 ? config.max_position_embeddings
                                                            : 4096;
     m.vocab_size = config.vocab_size;
+    m.model_path = options_.model_dir;
     openai::FrontendOptions fo;
     fo.api_keys = options_.api_keys;
+    fo.unknown_params = options_.unknown_params;
+    fo.get_load_format = options_.get_load_format;
     fo.observer = api_metrics_.get();
     STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
     frontend_->Install(*http_);

@@ -174,7 +174,7 @@ class ClusterTest(unittest.TestCase):
     def test_errors_are_openai_shaped_and_the_cluster_keeps_serving(self):
         cases = [
             (b"{not json", 400, None),
-            (completion_body("x", 4, frobnicate=1), 400, "frobnicate"),
+            (completion_body("x", 4, logit_bias={"1": 5}), 400, "logit_bias"),
             (completion_body("x", -1), 400, "max_tokens"),
             (completion_body([i % 1000 for i in range(5000)], 4), 413, None),
             ({**completion_body("x", 4), "model": "nope"}, 404, "model"),
@@ -188,6 +188,14 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(err["error"]["param"], param)
         status, ok = cu.request(self.http, "POST", "/v1/completions", completion_body("x", 2))
         self.assertEqual(status, 200, ok)
+        # A field nobody knows is served without it (--unknown-params warn, the default), counted.
+        before = cu.metric(self.http, "strata_router_unknown_params_total",
+                           {"param": "frobnicate"}) or 0
+        status, ok = cu.request(self.http, "POST", "/v1/completions",
+                                completion_body("x", 2, frobnicate=1))
+        self.assertEqual(status, 200, ok)
+        self.assertEqual(cu.metric(self.http, "strata_router_unknown_params_total",
+                                   {"param": "frobnicate"}), before + 1)
 
     def test_metrics_pass_promtool(self):
         promtool = shutil.which("promtool")

@@ -32,6 +32,8 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_EQ(c->slo.tpot_s, 0.2);
   EXPECT_EQ(c->policy, "kv-aware");
   EXPECT_TRUE(c->api_keys.empty());
+  EXPECT_EQ(c->unknown_params, "warn");
+  EXPECT_EQ(c->get_load_format, "sglang");
   EXPECT_TRUE(c->log_dir.empty());
   for (const auto* pool : {&c->prefill, &c->decode, &c->mixed}) {
     EXPECT_TRUE(pool->gpus.empty());
@@ -60,6 +62,8 @@ engine:
 slo: {ttft_s: 0.5, tpot_s: 0.05}
 log_dir: /var/log/strata
 api_keys: [k1, "k2"]
+unknown_params: reject
+get_load_format: vllm-router
 policy: goodput
 )");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -81,6 +85,8 @@ policy: goodput
   EXPECT_EQ(c->slo.tpot_s, 0.05);
   EXPECT_EQ(c->log_dir, "/var/log/strata");
   EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2"));
+  EXPECT_EQ(c->unknown_params, "reject");
+  EXPECT_EQ(c->get_load_format, "vllm-router");
   EXPECT_EQ(c->policy, "goodput");
 }
 
@@ -253,7 +259,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"model: m\nmodle: x\n",
                 "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-                "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, policy)"},
+                "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, unknown_params, "
+                "get_load_format, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},
@@ -345,6 +352,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
+        BadCase{"unknown_params: loud\n",
+                "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
+        BadCase{"get_load_format: vllm\n",
+                "cluster.yaml:1: get_load_format: must be sglang or vllm-router, got 'vllm'"},
         BadCase{"policy: a\npolicy: b\n", "cluster.yaml:2: policy: duplicate key"},
         BadCase{"- a\n- b\n", "cluster.yaml:1: expected a mapping at the top level"},
         BadCase{"model: [unclosed\n",

@@ -440,6 +440,22 @@ std::string FlagValue(const std::vector<std::string>& argv, const std::string& f
   return "(absent)";
 }
 
+TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
+  ClusterConfig c;
+  auto defaults = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--unknown-params"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->workers[0].argv, "--get-load-format"), "(absent)");
+  c.unknown_params = "reject";
+  c.get_load_format = "vllm-router";
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  for (const auto* p : {&planned->router[0], &planned->workers[0], &planned->workers[1]}) {
+    EXPECT_EQ(FlagValue(p->argv, "--unknown-params"), "reject") << p->name;
+    EXPECT_EQ(FlagValue(p->argv, "--get-load-format"), "vllm-router") << p->name;
+  }
+}
+
 std::vector<ProcessSpec> PlanWorkers(const ClusterConfig& c) {
   std::vector<std::pair<int, int>> ports;
   for (int i = 0; i < c.prefill.count + c.decode.count + c.mixed.count; ++i) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -190,6 +191,67 @@ TEST_F(EngineTest, StopTokenIdEndsGeneration) {
   EXPECT_EQ((*out)[0].finish_reason, FinishReason::kStop);
   EXPECT_LE(toks.size(), 4u);
   EXPECT_EQ(toks.back(), (*full)[0].tokens[3]);
+}
+
+TEST_F(EngineTest, IncludeStopStrInOutputKeepsTheStopStringAndTheStopTokensText) {
+  auto e = Make();
+  auto full = e->Generate({"Hello"}, Greedy(24));
+  ASSERT_TRUE(full.ok());
+  const std::string text = (*full)[0].text;
+  ASSERT_GE(text.size(), 6u);
+  SamplingParams p = Greedy(24);
+  p.stop = {text.substr(text.size() / 2, 3)};
+  p.include_stop_str_in_output = true;
+  auto out = e->Generate({"Hello"}, p);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ((*out)[0].text, text.substr(0, text.find(p.stop[0]) + p.stop[0].size()));
+
+  // A stop token's text: left out by default, kept on request.
+  const std::vector<int32_t>& tokens = (*full)[0].tokens;
+  SamplingParams by_token = Greedy(24);
+  by_token.stop_token_ids = {tokens[3]};
+  const size_t end = std::find(tokens.begin(), tokens.end(), tokens[3]) - tokens.begin();
+  const std::vector<int32_t> before(tokens.begin(), tokens.begin() + end);
+  const std::vector<int32_t> with(tokens.begin(), tokens.begin() + end + 1);
+  auto cut = e->Generate({"Hello"}, by_token);
+  by_token.include_stop_str_in_output = true;
+  auto kept = e->Generate({"Hello"}, by_token);
+  ASSERT_TRUE(cut.ok() && kept.ok());
+  EXPECT_EQ((*cut)[0].text, e->tokenizer().Decode(before, /*skip_special_tokens=*/true));
+  EXPECT_EQ((*kept)[0].text, e->tokenizer().Decode(with, /*skip_special_tokens=*/true));
+  EXPECT_EQ((*kept)[0].tokens, with);
+  EXPECT_NE((*cut)[0].text, (*kept)[0].text);  // the stop token has text to keep
+}
+
+TEST_F(EngineTest, MinTokensKeepsStopTokensAndStringsFromEndingEarly) {
+  for (bool device_sampling : {true, false}) {
+    SCOPED_TRACE(device_sampling ? "device sampling" : "host sampling");
+    auto e = Make(/*prefix_caching=*/true, /*num_blocks=*/128, device_sampling);
+    auto full = e->Generate({"Hello"}, Greedy(8));
+    ASSERT_TRUE(full.ok());
+    const int32_t first = (*full)[0].tokens[0];
+    // Stopping on the first greedy token ends at once without min_tokens.
+    SamplingParams p = Greedy(8);
+    p.stop_token_ids = {first};
+    auto at_once = e->Generate({"Hello"}, p);
+    ASSERT_TRUE(at_once.ok());
+    EXPECT_EQ((*at_once)[0].tokens.size(), 1u);
+    // With min_tokens the token cannot be drawn until 3 tokens exist.
+    p.min_tokens = 3;
+    auto out = e->Generate({"Hello"}, p);
+    ASSERT_TRUE(out.ok());
+    const std::vector<int32_t>& tokens = (*out)[0].tokens;
+    ASSERT_GE(tokens.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NE(tokens[i], first) << i;
+    // A stop string in the first tokens' text does not end the request before min_tokens.
+    SamplingParams s = Greedy(8);
+    s.stop = {(*full)[0].text.substr(0, 1)};
+    s.min_tokens = 4;
+    auto strings = e->Generate({"Hello"}, s);
+    ASSERT_TRUE(strings.ok());
+    EXPECT_GE((*strings)[0].tokens.size(), 4u);
+  }
 }
 
 TEST_F(EngineTest, RejectsBadRequestsWithoutDisturbingOthers) {

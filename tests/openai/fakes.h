@@ -132,6 +132,7 @@ class FakeBackend : public Backend {
     return std::make_unique<Handle>(this, cancelled);
   }
   bool Ready() const override { return ready; }
+  BackendLoad Load() const override { return load; }
 
   // Delivers one event to call i (on the calling thread).
   void Emit(int i, GenerateEvent event) {
@@ -151,6 +152,7 @@ class FakeBackend : public Backend {
 
   std::function<void(int)> on_generate;
   bool ready = true;
+  BackendLoad load;
 
  private:
   class Handle : public GenerationHandle {

@@ -85,6 +85,12 @@ class FrontendTest : public ::testing::Test {
     if (path == "/v1/models") frontend_->HandleModels(req, writer);
     if (path == "/health") frontend_->HandleHealth(req, writer);
     if (path == "/ready") frontend_->HandleReady(req, writer);
+    if (path == "/health_generate") frontend_->HandleHealthGenerate(req, writer);
+    if (path == "/server_info") frontend_->HandleServerInfo(req, writer);
+    if (path == "/model_info") frontend_->HandleModelInfo(req, writer);
+    if (path == "/get_load") frontend_->HandleGetLoad(req, writer);
+    if (path == "/tokenize") frontend_->HandleTokenize(req, writer);
+    if (path == "/detokenize") frontend_->HandleDetokenize(req, writer);
     return writer;
   }
 
@@ -506,11 +512,147 @@ TEST_F(FrontendTest, InstallRegistersTheRoutes) {
   frontend_->Install(server);
   std::vector<std::string> names;
   for (const auto& [name, handler] : server.routes) names.push_back(name);
-  EXPECT_THAT(names, ElementsAre("GET /health", "GET /ready", "GET /v1/models",
-                                 "POST /v1/chat/completions", "POST /v1/completions"));
+  EXPECT_THAT(
+      names, ElementsAre("GET /get_load", "GET /get_model_info", "GET /get_server_info",
+                         "GET /health", "GET /health_generate", "GET /model_info", "GET /ready",
+                         "GET /server_info", "GET /v1/models", "POST /detokenize", "POST /tokenize",
+                         "POST /v1/chat/completions", "POST /v1/completions"));
   auto w = std::make_shared<FakeWriter>();
   server.routes["GET /health"](http::Request{}, w);
   EXPECT_EQ(w->status(), 200);
+}
+
+TEST_F(FrontendTest, UnknownFieldsAreServedAndRecordedUnderWarn) {
+  auto w = Complete(R"("prompt":[1,2],"max_tokens":2,"priority":3,"rid":"x")");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  backend_.Emit(0, Final({7}, "a", FinishReason::kLength));
+  EXPECT_EQ(w->status(), 200);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_THAT(records[0].unknown_params, ElementsAre("priority", "rid"));
+}
+
+TEST_F(FrontendTest, UnknownFieldsAreRefusedUnderReject) {
+  options_.unknown_params = UnknownParams::kReject;
+  MakeFrontend();
+  auto w = Chat(R"("priority":3)");
+  EXPECT_EQ(backend_.num_calls(), 0);
+  EXPECT_EQ(w->status(), 400);
+  EXPECT_EQ(w->json()["error"]["message"], "Unrecognized request argument supplied: priority");
+  EXPECT_EQ(w->json()["error"]["param"], "priority");
+}
+
+TEST_F(FrontendTest, VllmPromptOptionsReachTheTokenizerAndTemplate) {
+  Complete(R"("prompt":"hello world","add_special_tokens":false)");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  EXPECT_EQ(backend_.request(0).prompt, tokenizer_->Encode("hello world", false));
+
+  Chat(R"("add_generation_prompt":false,"min_tokens":2,"no_stop_trim":true)");
+  ASSERT_EQ(backend_.num_calls(), 2);
+  Json messages = Json::parse(R"([{"role":"user","content":"hi"}])");
+  auto rendered = template_->Render(messages, /*add_generation_prompt=*/false);
+  ASSERT_TRUE(rendered.ok());
+  const GenerateRequest r = backend_.request(1);
+  EXPECT_EQ(r.prompt, tokenizer_->Encode(*rendered, false));
+  EXPECT_EQ(r.params.min_tokens, 2);
+  EXPECT_TRUE(r.params.include_stop_str_in_output);
+
+  auto w = Complete(R"("prompt":"hi","max_tokens":3,"min_tokens":4)");
+  EXPECT_EQ(w->status(), 400);
+  EXPECT_EQ(w->json()["error"]["param"], "min_tokens");
+  EXPECT_EQ(backend_.num_calls(), 2);
+}
+
+TEST_F(FrontendTest, ContinueFinalMessageLeavesTheAssistantTurnOpen) {
+  const std::string messages =
+      R"([{"role":"user","content":"Tell a story"},{"role":"assistant","content":"Once upon "}])";
+  Call("POST", "/v1/chat/completions",
+       R"({"model":"tiny","messages":)" + messages +
+           R"(,"continue_final_message":true,"add_generation_prompt":false})");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  auto full = template_->Render(Json::parse(messages), /*add_generation_prompt=*/false);
+  ASSERT_TRUE(full.ok());
+  // HF's continue_final_message: cut right after the (stripped) content, no end of turn.
+  const std::string open = full->substr(0, full->rfind("Once upon") + 9);
+  EXPECT_THAT(open, ::testing::EndsWith("<|im_start|>assistant\nOnce upon"));
+  EXPECT_EQ(backend_.request(0).prompt, tokenizer_->Encode(open, false));
+
+  auto w = Call("POST", "/tokenize",
+                R"({"messages":)" + messages +
+                    R"(,"continue_final_message":true,"add_generation_prompt":false})");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(open, false));
+}
+
+TEST_F(FrontendTest, GetLoadSpeaksSglangOrVllmRouter) {
+  backend_.load = BackendLoad{3, 2, 90, 4096};
+  auto w = Call("GET", "/get_load", "");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json(),
+            Json::parse(R"([{"dp_rank":0,"num_reqs":3,"num_waiting_reqs":2,"num_tokens":90}])"));
+  options_.get_load_format = FrontendOptions::LoadFormat::kVllmRouter;
+  MakeFrontend();
+  w = Call("GET", "/get_load", "");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["load"], 5);
+  EXPECT_EQ(w->json()["num_tokens"], 90);
+}
+
+TEST_F(FrontendTest, ServerAndModelInfoDescribeTheServedModel) {
+  backend_.load.kv_capacity_tokens = 2048;
+  auto w = Call("GET", "/server_info", "");
+  ASSERT_EQ(w->status(), 200);
+  Json info = w->json();
+  EXPECT_EQ(info["model_path"], "tiny");  // no path given: the name
+  EXPECT_EQ(info["served_model_name"], "tiny");
+  EXPECT_EQ(info["max_model_len"], max_model_len_);
+  EXPECT_EQ(info["max_total_num_tokens"], 2048);
+  EXPECT_EQ(info["dp_size"], 1);
+  w = Call("GET", "/model_info", "");
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["model_path"], "tiny");
+  EXPECT_EQ(w->json()["is_generation"], true);
+}
+
+TEST_F(FrontendTest, HealthGenerateGeneratesOneToken) {
+  auto ok = Call("GET", "/health_generate", "");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  EXPECT_EQ(backend_.request(0).params.max_tokens, 1);
+  EXPECT_EQ(ok->responses(), 0);  // answered when the token is there
+  backend_.Emit(0, Final({7}, "a", FinishReason::kLength));
+  EXPECT_EQ(ok->status(), 200);
+
+  auto failed = Call("GET", "/health_generate", "");
+  backend_.Emit(1, ErrorEvent(absl::UnavailableError("engine gone")));
+  EXPECT_EQ(failed->status(), 503);
+
+  backend_.ready = false;
+  EXPECT_EQ(Call("GET", "/health_generate", "")->status(), 503);
+  EXPECT_EQ(backend_.num_calls(), 2);
+}
+
+TEST_F(FrontendTest, TokenizeAndDetokenizeAsVllmServesThem) {
+  auto w = Call("POST", "/tokenize", R"({"model":"tiny","prompt":"hello world"})");
+  ASSERT_EQ(w->status(), 200);
+  const std::vector<int32_t> ids = tokenizer_->Encode("hello world", true);
+  EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), ids);
+  EXPECT_EQ(w->json()["count"], ids.size());
+  EXPECT_EQ(w->json()["max_model_len"], max_model_len_);
+
+  w = Call("POST", "/tokenize", R"({"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(w->status(), 200);
+  auto rendered = template_->Render(Json::parse(R"([{"role":"user","content":"hi"}])"), true);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(*rendered, false));
+
+  w = Call("POST", "/detokenize", Json{{"tokens", ids}}.dump());
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["prompt"], tokenizer_->Decode(ids, false));
+
+  EXPECT_EQ(Call("POST", "/tokenize", R"({"model":"other","prompt":"x"})")->status(), 404);
+  EXPECT_EQ(Call("POST", "/tokenize", R"({"model":"tiny"})")->status(), 400);
+  EXPECT_EQ(Call("POST", "/detokenize", R"({"tokens":[100000]})")->status(), 400);
+  EXPECT_EQ(Call("POST", "/detokenize", R"({"tokens":"x"})")->status(), 400);
 }
 
 TEST(FrontendCreateTest, RejectsBadArguments) {

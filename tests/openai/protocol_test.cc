@@ -253,6 +253,132 @@ std::string Nested(int depth) { return std::string(depth, '[') + std::string(dep
 
 // A small body of deeply nested arrays is refused before it is parsed (copying or converting it
 // would recurse once per level and overflow the stack); nesting a request needs is accepted.
+TEST(ExtensionParseTest, VllmAndSglangSamplingFields) {
+  // Exactly what vllm-router and sglang-router add to a chat request.
+  ChatRequest routed = ParseChatOk(Chat(
+      R"("logprobs":false,"no_stop_trim":false,"ignore_eos":false,"continue_final_message":false,)"
+      R"("skip_special_tokens":true,"separate_reasoning":true,"stream_reasoning":true,)"
+      R"("return_hidden_states":false,"include_reasoning":true,"max_completion_tokens":4)"));
+  EXPECT_FALSE(routed.common.sampling.include_stop_str_in_output);
+  EXPECT_EQ(routed.common.sampling.max_tokens, 4);
+  EXPECT_TRUE(routed.common.unknown_params.empty());
+
+  CompletionRequest r = ParseCompletionOk(
+      Completion(R"("min_tokens":3,"include_stop_str_in_output":true,"add_special_tokens":false,)"
+                 R"("spaces_between_special_tokens":true,"use_beam_search":false)"));
+  EXPECT_EQ(r.common.sampling.min_tokens, 3);
+  EXPECT_TRUE(r.common.sampling.include_stop_str_in_output);
+  EXPECT_EQ(r.common.add_special_tokens, std::optional<bool>(false));
+  EXPECT_FALSE(ParseCompletionOk(Completion("")).common.add_special_tokens.has_value());
+  EXPECT_TRUE(ParseCompletionOk(Completion(R"("no_stop_trim":true)"))
+                  .common.sampling.include_stop_str_in_output);
+  EXPECT_FALSE(ParseChatOk(Chat(R"("add_generation_prompt":false)")).add_generation_prompt);
+  ChatRequest continued = ParseChatOk(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"},)"
+      R"({"role":"assistant","content":"Once upon"}],)"
+      R"("continue_final_message":true,"add_generation_prompt":false})");
+  EXPECT_TRUE(continued.continue_final_message);
+  EXPECT_FALSE(continued.add_generation_prompt);
+  EXPECT_TRUE(ParseChatOk(Chat("")).add_generation_prompt);
+  // skip_special_tokens=false with spaces_between_special_tokens=false is what strata does.
+  EXPECT_FALSE(
+      ParseCompletionOk(
+          Completion(R"("skip_special_tokens":false,"spaces_between_special_tokens":false)"))
+          .common.sampling.skip_special_tokens);
+}
+
+TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
+  const std::vector<BadCase> cases = {
+      {Completion(R"("min_tokens":-1)"), "min_tokens", "[0,"},
+      {Completion(R"("min_tokens":"2")"), "min_tokens", "integer"},
+      {Completion(R"("no_stop_trim":1)"), "no_stop_trim", "boolean"},
+      {Completion(R"("include_stop_str_in_output":"y")"), "include_stop_str_in_output", "boolean"},
+      {Completion(R"("skip_special_tokens":false,"spaces_between_special_tokens":true)"),
+       "spaces_between_special_tokens", "no spaces added around special tokens"},
+      {Completion(R"("return_hidden_states":true)"), "return_hidden_states", "not supported"},
+      {Completion(R"("use_beam_search":true)"), "use_beam_search", "not supported"},
+      {Completion(R"("separate_reasoning":"x")"), "separate_reasoning", "boolean"},
+      {Completion(R"("add_special_tokens":0)"), "add_special_tokens", "boolean"},
+      {Completion(R"("guided_json":{"type":"object"})"), "guided_json", "not supported"},
+      {Completion(R"("regex":"a+")"), "regex", "not supported"},
+      {Chat(R"("continue_final_message":true)"), "continue_final_message",
+       "cannot both be true"},
+      {Chat(R"("continue_final_message":true,"add_generation_prompt":false)"), "messages",
+       "final assistant message"},
+      {Chat(R"("add_generation_prompt":"no")"), "add_generation_prompt", "boolean"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    CompletionRequest completion;
+    ChatRequest chat;
+    // Refused under every unknown-field policy: these fields are known.
+    std::optional<ApiError> e =
+        c.body.find("messages") != std::string::npos
+            ? ParseChatRequest(c.body, &chat, {UnknownParams::kIgnore})
+            : ParseCompletionRequest(c.body, &completion, {UnknownParams::kIgnore});
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+TEST(UnknownParamsTest, PolicyDecidesAndNamesAreBoundedAndSanitized) {
+  const std::string body = Completion(R"("priority":1,"rid":"a","we ird\u00e9":2)");
+  CompletionRequest rejected;
+  std::optional<ApiError> e = ParseCompletionRequest(body, &rejected);  // default: reject
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "Unrecognized request argument supplied: priority");
+  for (UnknownParams policy : {UnknownParams::kWarn, UnknownParams::kIgnore}) {
+    CompletionRequest r;
+    ASSERT_FALSE(ParseCompletionRequest(body, &r, {policy}).has_value());
+    EXPECT_THAT(r.common.unknown_params, ElementsAre("priority", "rid", "we_ird__"));
+  }
+  std::string many;
+  for (int i = 0; i < 20; ++i) many += "\"f" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  many += "\"" + std::string(200, 'x') + "\":1";
+  CompletionRequest r;
+  ASSERT_FALSE(ParseCompletionRequest(Completion(many), &r, {UnknownParams::kWarn}).has_value());
+  EXPECT_EQ(r.common.unknown_params.size(), size_t(kMaxUnknownParamsListed));
+  CompletionRequest longest;
+  ASSERT_FALSE(ParseCompletionRequest(Completion("\"" + std::string(200, 'x') + "\":1"), &longest,
+                                      {UnknownParams::kWarn})
+                   .has_value());
+  EXPECT_THAT(longest.common.unknown_params,
+              ElementsAre(std::string(kMaxUnknownParamNameBytes, 'x')));
+
+  UnknownParams parsed = UnknownParams::kReject;
+  EXPECT_TRUE(ParseUnknownParams("ignore", &parsed).ok());
+  EXPECT_EQ(parsed, UnknownParams::kIgnore);
+  EXPECT_EQ(UnknownParamsName(parsed), "ignore");
+  EXPECT_FALSE(ParseUnknownParams("loud", &parsed).ok());
+}
+
+TEST(TokenizeParseTest, PromptOrMessages) {
+  TokenizeRequest t;
+  ASSERT_FALSE(ParseTokenizeRequest(R"({"model":"m","prompt":"hi"})", &t).has_value());
+  EXPECT_FALSE(t.chat);
+  EXPECT_EQ(t.prompt, "hi");
+  TokenizeRequest c;
+  ASSERT_FALSE(ParseTokenizeRequest(
+                   R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false,)"
+                   R"("continue_final_message":false})",
+                   &c)
+                   .has_value());
+  EXPECT_TRUE(c.chat);
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_EQ(c.messages[0]["content"], "x");
+  TokenizeRequest bad;
+  EXPECT_TRUE(ParseTokenizeRequest(R"({"prompt":3})", &bad).has_value());
+  EXPECT_TRUE(ParseTokenizeRequest(R"({"model":"m"})", &bad).has_value());
+  EXPECT_TRUE(ParseTokenizeRequest("[", &bad).has_value());
+  DetokenizeRequest d;
+  ASSERT_FALSE(ParseDetokenizeRequest(R"({"tokens":[1,2]})", &d).has_value());
+  EXPECT_THAT(d.tokens, ElementsAre(1, 2));
+  EXPECT_TRUE(ParseDetokenizeRequest(R"({"tokens":[-1]})", &d).has_value());
+  EXPECT_TRUE(ParseDetokenizeRequest(R"({})", &d).has_value());
+}
+
 TEST(RequestDepthTest, DeepNestingIsRefusedAnywhereInTheBody) {
   const std::vector<std::string> chats = {
       Chat(R"("chat_template_kwargs":{"a":)" + Nested(100000) + "}"),

@@ -28,6 +28,7 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
   if (!(std::abs(frequency_penalty) <= 2.0f)) {
     return bad(absl::StrCat("frequency_penalty must be in [-2, 2], got ", frequency_penalty));
   }
+  if (min_tokens < 0) return bad(absl::StrCat("min_tokens must be >= 0, got ", min_tokens));
   if (logprobs > 20) return bad(absl::StrCat("logprobs must be <= 20, got ", logprobs));
   for (int32_t t : stop_token_ids) {
     if (t < 0 || t >= vocab_size) return bad(absl::StrCat("stop_token_ids: bad token id ", t));

@@ -38,6 +38,16 @@ openai::GenerateEvent ToEvent(const RequestOutput& out) {
   return ev;
 }
 
+openai::BackendLoad LocalBackend::Load() const {
+  const EngineLoad load = loop_->load();
+  openai::BackendLoad out;
+  out.running = load.running;
+  out.waiting = load.waiting;
+  out.tokens = load.decode_context_tokens + load.queued_prefill_tokens;
+  out.kv_capacity_tokens = int64_t{load.total_kv_blocks} * block_size_;
+  return out;
+}
+
 std::unique_ptr<openai::GenerationHandle> LocalBackend::Generate(openai::GenerateRequest request,
                                                                  openai::EventCallback on_event) {
   auto done = std::make_shared<std::atomic<bool>>(false);

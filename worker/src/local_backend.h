@@ -7,15 +7,18 @@ namespace strata::worker {
 
 class LocalBackend final : public openai::Backend {
  public:
-  LocalBackend(EngineLoop* loop, std::function<bool()> ready)
-      : loop_(loop), ready_(std::move(ready)) {}
+  // `block_size`: tokens per KV block (Load's capacity).
+  LocalBackend(EngineLoop* loop, std::function<bool()> ready, int block_size)
+      : loop_(loop), ready_(std::move(ready)), block_size_(block_size) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override { return ready_(); }
+  openai::BackendLoad Load() const override;
 
  private:
   EngineLoop* loop_;
   std::function<bool()> ready_;
+  int block_size_;
 };
 
 // The event a backend reports for one engine output.

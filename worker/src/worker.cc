@@ -153,15 +153,19 @@ class WorkerImpl final : public Worker {
       w->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Serialize());
     });
     if (options_.role == v1::ROLE_MIXED) {
-      backend_ = std::make_unique<LocalBackend>(loop_.get(), [this] { return Ready(); });
+      backend_ = std::make_unique<LocalBackend>(
+          loop_.get(), [this] { return Ready(); }, options_.engine.runner.block_size);
       openai::ServedModel m;
       m.name = ModelName();
       m.tokenizer = tokenizer_.get();
       m.chat_template = chat_template_.get();
       m.max_model_len = max_model_len;
       m.vocab_size = vocab;
+      m.model_path = options_.model_dir;
       openai::FrontendOptions fo;
       fo.api_keys = options_.api_keys;
+      fo.unknown_params = options_.unknown_params;
+      fo.get_load_format = options_.get_load_format;
       fo.observer = metrics_->observer();
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);

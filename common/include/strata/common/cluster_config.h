@@ -77,6 +77,11 @@ struct ClusterConfig {
 
   std::string log_dir;                // "" = DefaultLogDir()
   std::vector<std::string> api_keys;  // empty = no authentication
+  // The OpenAI API of the router and the mixed workers (their --unknown-params and
+  // --get-load-format): request fields it does not know (reject | warn | ignore) and the body
+  // of GET /get_load for a peer router in front of the workers (sglang | vllm-router).
+  std::string unknown_params = "warn";
+  std::string get_load_format = "sglang";
   std::string policy = "kv-aware";
 };
 

@@ -246,6 +246,11 @@ class Engine {
   absl::Status CheckTokenIds(std::span<const int32_t> ids, absl::string_view what) const;
   // EOS (unless ignore_eos) or one of the request's stop_token_ids.
   bool IsStopToken(const Request& r, int32_t token) const;
+  // Fewer than the request's min_tokens generated: no stop token may be drawn, no stop string
+  // ends it.
+  static bool BelowMinTokens(const Request& r);
+  // Sets the logits of the tokens IsStopToken would stop on to -inf.
+  void MaskStopTokens(const Request& r, std::span<float> logits) const;
   // A resumed request whose output already ends with a stop token or holds a stop string.
   bool ResumedAtStop(Request* r);
   void Finish(Request* r, FinishReason reason);

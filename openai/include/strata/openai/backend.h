@@ -60,6 +60,15 @@ class GenerationHandle {
 
 using EventCallback = std::function<void(GenerateEvent)>;
 
+// A backend's load now, for GET /get_load (what load-aware peer routers poll).
+struct BackendLoad {
+  int64_t running = 0;  // sequences generating
+  int64_t waiting = 0;  // requests waiting to start
+  // Context tokens of the running sequences plus prompt tokens not yet computed.
+  int64_t tokens = 0;
+  int64_t kv_capacity_tokens = 0;  // tokens the KV cache holds in all (0: unknown)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,6 +80,8 @@ class Backend {
                                                      EventCallback on_event) = 0;
   // True when the backend can take requests now (/ready).
   virtual bool Ready() const = 0;
+  // Thread-safe and quick (a snapshot); the default knows nothing (all zero).
+  virtual BackendLoad Load() const { return {}; }
 };
 
 }  // namespace strata::openai

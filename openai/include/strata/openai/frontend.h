@@ -1,7 +1,10 @@
 #pragma once
 // The OpenAI-compatible HTTP front end, shared by the router and by a standalone `mixed` worker:
-// POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /ready.
-// (/metrics is installed by the process.) See docs/openai_api.md for the parameters and errors.
+// POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /ready,
+// and what the vLLM and SGLang routers probe on a worker: GET /health_generate (one token
+// generated), /server_info, /get_server_info, /model_info, /get_model_info, /get_load, and
+// POST /tokenize, /detokenize. (/metrics is installed by the process.) See docs/openai_api.md
+// for the parameters and errors.
 //
 // Per request the Frontend authenticates, parses and validates the body, tokenizes (chat
 // template included), resolves max_tokens against the context window, then calls
@@ -18,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "strata/http/server.h"
 #include "strata/openai/backend.h"
@@ -37,6 +43,9 @@ struct ServedModel {
   const ChatTemplate* chat_template = nullptr;       // null: chat answers 400; not owned
   int64_t max_model_len = 0;                         // context window (prompt + output)
   int vocab_size = 0;                                // the model's; bounds prompt token ids
+  // Where the model was loaded from, reported by /server_info and /model_info (SGLang's
+  // router loads its tokenizer from there); empty: the name.
+  std::string model_path;
 };
 
 // What happened to one HTTP request, for metrics. Durations are wall-clock from the moment the
@@ -58,6 +67,8 @@ struct RequestRecord {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
+  // Request fields served without (CommonRequest::unknown_params).
+  std::vector<std::string> unknown_params;
 };
 
 // Receives one record per request (also for rejected ones), from any thread; must be
@@ -75,7 +86,19 @@ struct FrontendOptions {
   // Longest prompt accepted (413 beyond); 0: max_model_len - 1 (room for one output token).
   int64_t max_prompt_tokens = 0;
   RequestObserver* observer = nullptr;  // optional; not owned; outlives the Frontend
+  // Fields no endpoint here knows: 400 (kReject, OpenAI's behaviour), or served without them
+  // and counted, each name logged once (kWarn), or served and counted silently (kIgnore).
+  UnknownParams unknown_params = UnknownParams::kWarn;
+  // The body of GET /get_load: SGLang's (an array with one entry per data-parallel rank:
+  // dp_rank, num_reqs, num_waiting_reqs, num_tokens) or vllm-router's ({"load": N}, the
+  // sequences running and waiting). One URL, two incompatible shapes: pick the one the peer
+  // router in front of this process reads.
+  enum class LoadFormat { kSglang, kVllmRouter };
+  LoadFormat get_load_format = LoadFormat::kSglang;
 };
+
+// "sglang" or "vllm-router"; InvalidArgument otherwise.
+absl::Status ParseLoadFormat(std::string_view name, FrontendOptions::LoadFormat* out);
 
 class Frontend {
  public:
@@ -83,7 +106,7 @@ class Frontend {
   static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend, ServedModel model,
                                                           FrontendOptions options);
 
-  // Registers the five routes. Call before server.Start().
+  // Registers the routes. Call before server.Start().
   void Install(http::Server& server);
 
   // The handlers themselves (unit-testable with any ResponseWriter).
@@ -94,6 +117,13 @@ class Frontend {
   void HandleModels(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleHealth(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleReady(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleHealthGenerate(const http::Request& request,
+                            std::shared_ptr<http::ResponseWriter> writer);
+  void HandleServerInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleModelInfo(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleGetLoad(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
+  void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
   const ServedModel& model() const { return model_; }
 
@@ -111,11 +141,17 @@ class Frontend {
   void Reject(const ApiError& error, const internal::JobSpec& spec,
               http::ResponseWriter& writer) const;
   internal::JobSpec NewSpec(const http::Request& request, bool chat) const;
+  // Names each unknown field in the log the first time it is seen (kWarn).
+  void NoteUnknownParams(const std::vector<std::string>& names);
+  ParseOptions parse_options() const { return {options_.unknown_params}; }
 
   Backend* backend_;
   ServedModel model_;
   FrontendOptions options_;
   int64_t created_;  // Unix seconds, reported by /v1/models
+  absl::Mutex unknown_mu_;
+  // Unknown field names already logged; bounded (kMaxUnknownNamesLogged).
+  absl::flat_hash_set<std::string> unknown_logged_ ABSL_GUARDED_BY(unknown_mu_);
 };
 
 }  // namespace strata::openai

@@ -3,8 +3,10 @@
 // POST /v1/chat/completions into plain structs, and the OpenAI error shape.
 //
 // Parsing is pure (no tokenizer, no served-model list): it checks JSON syntax, types and ranges
-// of every known field and ignores unknown fields (clients send extras). Checks that need the
-// model (model name, token ids vs vocab, context length) are done by the Frontend.
+// of every known field; a field it does not know is handled by the UnknownParams policy. Known
+// fields include the vLLM/SGLang sampling extensions (min_tokens, no_stop_trim, ...). Checks
+// that need the model (model name, token ids vs vocab, context length) are done by the
+// Frontend.
 //
 // Conventions (docs/openai_api.md): `null` on an optional field means "default"; a known field
 // with a wrong type or an out-of-range value is a 400 whose `param` names the field.
@@ -43,6 +45,24 @@ int HttpStatusForCode(absl::StatusCode code);
 // 429 rate_limit_error/"rate_limit_exceeded", 5xx server_error).
 ApiError ApiErrorFromStatus(const absl::Status& status);
 
+// What a request field nobody here knows gets: kReject answers 400 "Unrecognized request
+// argument supplied: X" as OpenAI's API does; kWarn and kIgnore serve the request without it
+// (as vLLM and SGLang do) and report its name in CommonRequest::unknown_params (the Frontend
+// counts and logs them). Known features strata does not implement are refused under every
+// policy: ignoring them would change the answer's meaning.
+enum class UnknownParams { kReject, kWarn, kIgnore };
+// "reject", "warn" or "ignore"; InvalidArgument otherwise.
+absl::Status ParseUnknownParams(std::string_view name, UnknownParams* out);
+std::string_view UnknownParamsName(UnknownParams policy);
+
+struct ParseOptions {
+  UnknownParams unknown_params = UnknownParams::kReject;
+};
+
+// Unknown field names kept per request (the rest are dropped), and the bytes kept of each.
+inline constexpr int kMaxUnknownParamsListed = 8;
+inline constexpr int kMaxUnknownParamNameBytes = 64;
+
 // Parameters shared by both endpoints.
 struct CommonRequest {
   std::string model;
@@ -52,6 +72,13 @@ struct CommonRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // vLLM's add_special_tokens: whether tokenizing the prompt adds the tokenizer's special
+  // tokens (BOS). Unset: the endpoint's default (completions true, chat false).
+  std::optional<bool> add_special_tokens;
+  // Fields that were not recognized and were served without (kWarn/kIgnore), at most
+  // kMaxUnknownParamsListed names, each cut to kMaxUnknownParamNameBytes, every byte outside
+  // [A-Za-z0-9_.-] replaced by '_'.
+  std::vector<std::string> unknown_params;
 };
 
 // One prompt of /v1/completions: text to tokenize, or token ids as given.
@@ -74,10 +101,38 @@ struct ChatRequest {
   nlohmann::ordered_json messages;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool logprobs = false;  // sampling.logprobs = top_logprobs when true, else -1
+  bool add_generation_prompt = true;  // vLLM's: end the prompt with the assistant's turn
+  // vLLM's: the final (assistant) message stays open and the model continues it; excludes
+  // add_generation_prompt.
+  bool continue_final_message = false;
 };
 
-// Both return nullopt on success (and fill *out), else the error to answer with.
-std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
-std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out);
+// POST /tokenize as vLLM serves it: {"prompt": text} or {"messages": [...]} (chat template
+// applied), with optional model, add_special_tokens, add_generation_prompt,
+// continue_final_message and chat_template_kwargs; other fields are ignored.
+struct TokenizeRequest {
+  std::string model;  // empty: not given
+  bool chat = false;
+  std::string prompt;
+  nlohmann::ordered_json messages;  // normalized as ChatRequest's
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  std::optional<bool> add_special_tokens;
+};
+
+// POST /detokenize: {"tokens": [ids], "model"?}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// All return nullopt on success (and fill *out), else the error to answer with.
+std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequest* out);
+std::optional<ApiError> ParseDetokenizeRequest(std::string_view body, DetokenizeRequest* out);
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out,
+                                               const ParseOptions& options = {});
+std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out,
+                                         const ParseOptions& options = {});
 
 }  // namespace strata::openai

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/openai/frontend.h"
 #include "strata/router/admission_queue.h"
 #include "strata/router/placement.h"
 
@@ -20,6 +21,11 @@ struct RouterOptions {
   std::string model_dir;   // for the tokenizer, chat template and context length (no weights)
   std::string model_name;  // served name; default: the directory's base name
   std::vector<std::string> api_keys;
+  // The OpenAI API's handling of unrecognized request fields, and GET /get_load's body
+  // (frontend.h).
+  openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
+  openai::FrontendOptions::LoadFormat get_load_format =
+      openai::FrontendOptions::LoadFormat::kSglang;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
   // Appends every request to this strata-format trace (replay/trace.h) when non-empty.
   std::string record_trace;

@@ -24,6 +24,11 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;  // extra stop tokens (included in token output)
   bool ignore_eos = false;
+  // Until this many tokens are generated, EOS and stop_token_ids cannot be sampled and stop
+  // strings do not end the request.
+  int min_tokens = 0;
+  // Keep the matched stop string (or the stop token's text) at the end of the output text.
+  bool include_stop_str_in_output = false;
   int logprobs = -1;  // -1: none; N >= 0: the chosen token's logprob and the top N
   bool skip_special_tokens = true;
 

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "strata/engine/engine.h"
 #include "strata/engine/engine_loop.h"
+#include "strata/openai/frontend.h"
 #include "strata/proto/protocol.h"
 
 namespace strata::worker {
@@ -47,6 +48,11 @@ struct WorkerOptions {
   std::string model_name;       // served name; default: the model directory's base name
   EngineOptions engine;
   std::vector<std::string> api_keys;  // mixed role's OpenAI API; empty: no auth
+  // The mixed role's OpenAI API: unrecognized request fields, and GET /get_load's body
+  // (frontend.h).
+  openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
+  openai::FrontendOptions::LoadFormat get_load_format =
+      openai::FrontendOptions::LoadFormat::kSglang;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
