@@ -68,6 +68,7 @@ class PrefillDriverImpl final : public PrefillDriver {
     }
     loop_->PostForPrompt(job->id,
                          std::vector<int32_t>(request.prompt().begin(), request.prompt().end()),
+                         request.params().cache_salt(),
                          [this, job, request](Engine& e) { Begin(e, job, request); });
   }
 

@@ -56,6 +56,7 @@ void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
   out->set_ignore_eos(p.ignore_eos);
   out->set_logprobs(p.logprobs);
   out->set_skip_special_tokens(p.skip_special_tokens);
+  out->set_cache_salt(p.cache_salt);
 }
 
 SamplingParams FromProto(const v1::SamplingParams& m) {
@@ -74,6 +75,7 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   p.ignore_eos = m.ignore_eos();
   p.logprobs = m.logprobs();
   p.skip_special_tokens = m.skip_special_tokens();
+  p.cache_salt = m.cache_salt();
   return p;
 }
 

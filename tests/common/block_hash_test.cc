@@ -1,7 +1,13 @@
 #include "strata/common/block_hash.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace strata {
@@ -44,6 +50,115 @@ TEST(BlockHashTest, ChainCoversOnlyFullBlocksAndSharesPrefixes) {
   // Long blocks (heap path) hash the same way as a manual chain.
   std::vector<int32_t> long_block(300, 5);
   EXPECT_EQ(HashBlockChain(seed, long_block, 300)[0], HashBlock(seed, 0, long_block));
+}
+
+std::vector<int32_t> Tokens(int n, int32_t first) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = first + i;
+  return t;
+}
+
+std::shared_ptr<const BlockHashKey> Key(std::string_view bytes) {
+  auto key = BlockHashKey::FromBytes(bytes);
+  EXPECT_TRUE(key.ok()) << key.status();
+  return key.ok() ? *key : nullptr;
+}
+
+// No two chains share a block hash.
+void ExpectDisjoint(const std::vector<BlockHash>& a, const std::vector<BlockHash>& b) {
+  std::set<BlockHash> seen(a.begin(), a.end());
+  for (BlockHash h : b) EXPECT_FALSE(seen.contains(h)) << std::hex << h;
+}
+
+TEST(BlockHashTest, RequestSaltSeparatesChainsAndEmptySaltIsUnsalted) {
+  const uint64_t seed = BlockHashSeed("m");
+  EXPECT_EQ(SaltedBlockHashSeed(seed, ""), seed);
+  EXPECT_EQ(SaltedBlockHashSeed(seed, "tenant-a"), SaltedBlockHashSeed(seed, "tenant-a"));
+  EXPECT_NE(SaltedBlockHashSeed(seed, "tenant-a"), SaltedBlockHashSeed(seed, "tenant-b"));
+  EXPECT_NE(SaltedBlockHashSeed(seed, "tenant-a"), seed);
+  EXPECT_NE(SaltedBlockHashSeed(seed, "x"), SaltedBlockHashSeed(BlockHashSeed("n"), "x"));
+  // Block sizes on both sides of XXH3's 240-byte threshold (16 and 64 tokens).
+  for (int bs : {16, 64}) {
+    const std::vector<int32_t> prompt = Tokens(4 * bs, 3);
+    const BlockHasher plain(seed);
+    const auto unsalted = plain.Chain(prompt, bs);
+    const auto a = plain.Salted("tenant-a").Chain(prompt, bs);
+    const auto b = plain.Salted("tenant-b").Chain(prompt, bs);
+    ASSERT_EQ(a.size(), 4u);
+    EXPECT_EQ(unsalted, HashBlockChain(seed, prompt, bs));  // unkeyed, unsalted: as before
+    EXPECT_EQ(plain.Salted("").Chain(prompt, bs), unsalted);
+    EXPECT_EQ(plain.Salted("tenant-a").Chain(prompt, bs), a);
+    ExpectDisjoint(a, b);
+    ExpectDisjoint(a, unsalted);
+    ExpectDisjoint(b, unsalted);
+  }
+}
+
+TEST(BlockHashTest, ClusterKeyChangesEveryHashAndEqualKeysAgree) {
+  const uint64_t seed = BlockHashSeed("m");
+  auto k1 = Key("0123456789abcdef0123456789abcdef");
+  auto k1_again = Key("0123456789abcdef0123456789abcdef");
+  auto k2 = Key("0123456789abcdef0123456789abcdeF");
+  ASSERT_TRUE(k1 && k1_again && k2);
+  EXPECT_EQ(k1->fingerprint(), k1_again->fingerprint());
+  EXPECT_NE(k1->fingerprint(), k2->fingerprint());
+  EXPECT_EQ(k1->fingerprint().size(), 16u);
+  EXPECT_EQ(k1->fingerprint().find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(KeyFingerprint(nullptr), "");
+  for (int bs : {16, 64}) {
+    const std::vector<int32_t> prompt = Tokens(4 * bs, 11);
+    const auto unkeyed = BlockHasher(seed).Chain(prompt, bs);
+    const auto keyed = BlockHasher(seed, k1).Chain(prompt, bs);
+    ASSERT_EQ(keyed.size(), 4u);
+    EXPECT_EQ(BlockHasher(seed, k1_again).Chain(prompt, bs), keyed);
+    ExpectDisjoint(keyed, unkeyed);
+    ExpectDisjoint(keyed, BlockHasher(seed, k2).Chain(prompt, bs));
+    // Under a key, the model seed and the request salt still separate chains.
+    ExpectDisjoint(keyed, BlockHasher(BlockHashSeed("n"), k1).Chain(prompt, bs));
+    const auto salted = BlockHasher(seed, k1).Salted("tenant-a").Chain(prompt, bs);
+    ExpectDisjoint(keyed, salted);
+    EXPECT_EQ(BlockHasher(seed, k1_again).Salted("tenant-a").Chain(prompt, bs), salted);
+    // A keyed chain still shares the prefix of prompts that share their first blocks.
+    std::vector<int32_t> other = prompt;
+    other.back() += 1;
+    const auto other_keyed = BlockHasher(seed, k1).Chain(other, bs);
+    EXPECT_EQ(std::vector<BlockHash>(other_keyed.begin(), other_keyed.end() - 1),
+              std::vector<BlockHash>(keyed.begin(), keyed.end() - 1));
+    EXPECT_NE(other_keyed.back(), keyed.back());
+  }
+}
+
+TEST(BlockHashTest, KeyBytesAreBounded) {
+  EXPECT_EQ(BlockHashKey::FromBytes("short").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(BlockHashKey::FromBytes(std::string(BlockHashKey::kMinKeyBytes, 'k')).ok());
+  EXPECT_TRUE(BlockHashKey::FromBytes(std::string(BlockHashKey::kMaxKeyBytes, 'k')).ok());
+  EXPECT_EQ(BlockHashKey::FromBytes(std::string(BlockHashKey::kMaxKeyBytes + 1, 'k'))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BlockHashTest, KeyFileDropsTrailingWhitespace) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("block_hash_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name, std::ios::binary) << text;
+    return (dir / name).string();
+  };
+  const std::string hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  auto from_file = BlockHashKey::FromFile(write("key", hex + "\n"));
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ((*from_file)->fingerprint(), Key(hex)->fingerprint());
+  auto short_file = BlockHashKey::FromFile(write("short", "abc\n"));
+  EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_file.status().message().find((dir / "short").string()), std::string::npos);
+  auto huge = BlockHashKey::FromFile(write("huge", std::string(1 << 20, 'k')));
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BlockHashKey::FromFile((dir / "missing").string()).status().code(),
+            absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/common/block_hash.h"
 #include "strata/router/admission_queue.h"
 #include "strata/router/placement.h"
 
@@ -20,6 +21,11 @@ struct RouterOptions {
   std::string model_dir;   // for the tokenizer, chat template and context length (no weights)
   std::string model_name;  // served name; default: the directory's base name
   std::vector<std::string> api_keys;
+  // Default cache salt per API key, parallel to api_keys (openai::FrontendOptions).
+  std::vector<std::string> api_key_cache_salts;
+  bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
+  std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
   // Appends every request to this strata-format trace (replay/trace.h) when non-empty.
   std::string record_trace;

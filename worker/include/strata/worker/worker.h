@@ -47,6 +47,11 @@ struct WorkerOptions {
   std::string model_name;       // served name; default: the model directory's base name
   EngineOptions engine;
   std::vector<std::string> api_keys;  // mixed role's OpenAI API; empty: no auth
+  // The mixed role's API: default cache salt per API key, parallel to api_keys, and whether
+  // usage reports 0 cached tokens (openai::FrontendOptions). The cluster's block hash key is
+  // engine.kv_hash_key.
+  std::vector<std::string> api_key_cache_salts;
+  bool hide_cached_tokens = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
