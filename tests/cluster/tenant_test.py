@@ -34,7 +34,8 @@ def cached(port, prompt, key=None, **kw):
 
 
 def prompt_tokens(first):
-    """A token-array prompt of 6 full 16-token blocks that no other test sends."""
+    """A token-array prompt of 6 full 16-token blocks (ids < the preset's vocab of 1024);
+    each test starts its own at a different id."""
     return list(range(first, first + 97))
 
 
@@ -74,7 +75,7 @@ class UpClusterTest(unittest.TestCase):
                 self.assertNotIn("another KV hash key", f.read(), name)
 
     def test_salts_isolate_and_the_same_salt_shares(self):
-        p = prompt_tokens(1000)
+        p = prompt_tokens(100)
         self.assertEqual(cached(self.http, p, "k-plain", cache_salt="salt-a"), 0)
         self.settle()
         self.assertEqual(cached(self.http, p, "k-plain", cache_salt="salt-b"), 0)
@@ -86,7 +87,7 @@ class UpClusterTest(unittest.TestCase):
         self.assertGreater(cached(self.http, p, "k-plain"), 0)
 
     def test_api_key_default_salts_isolate_keys(self):
-        p = prompt_tokens(3000)
+        p = prompt_tokens(250)
         self.assertEqual(cached(self.http, p, "k-one"), 0)
         self.settle()
         self.assertEqual(cached(self.http, p, "k-two"), 0)
@@ -129,7 +130,7 @@ class HideAndKeyTest(unittest.TestCase):
                             extra=["--served-model-name", MODEL, "--hide-cached-tokens"])
         self.procs.append(w)
         port = int(w.match.group(1))
-        p = prompt_tokens(5000)
+        p = prompt_tokens(400)
         self.assertEqual(cached(port, p), 0)
         self.assertEqual(cached(port, p), 0)
         # The cache did hit: only the client's view is hidden.
@@ -164,7 +165,7 @@ class HideAndKeyTest(unittest.TestCase):
         self.assertTrue(cu.wait_until(lambda: cu.request(http, "GET", "/ready")[0] == 200,
                                       timeout=30))
         self.assertEqual(cu.metric(http, "strata_router_workers", {"role": "decode"}), 1.0)
-        self.assertEqual(cached(http, prompt_tokens(7000)), 0)
+        self.assertEqual(cached(http, prompt_tokens(550)), 0)
 
     def test_bad_key_file_stops_the_process_with_a_clear_error(self):
         short = self.key_file("short.key", "tiny\n")
