@@ -381,7 +381,7 @@ class CallHandle final : public openai::GenerationHandle {
 
 std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
     openai::GenerateRequest request, openai::EventCallback on_event) {
-  if (recorder_ != nullptr) recorder_->Record(request.prompt, request.params.max_tokens);
+  if (recorder_ != nullptr) recorder_->Record(request.prompt, request.params.max_tokens, request.params.cache_salt);
   auto state = std::make_shared<CallState>();
   state->backend = this;
   state->arrival_s = Now();
