@@ -51,7 +51,8 @@ using EngineTask = std::function<void(Engine&)>;
 class PromptStager {
  public:
   virtual ~PromptStager() = default;
-  // `cache_salt` is the request's (SamplingParams::cache_salt): its blocks' hashes depend on it.
+  // `cache_salt` is the request's (SamplingParams::cache_salt), which its blocks' hashes depend
+  // on; like `prompt`, valid only during the call.
   virtual void Stage(std::span<const int32_t> prompt, std::string_view cache_salt,
                      std::function<void(EngineTask)> ready) = 0;
 };
