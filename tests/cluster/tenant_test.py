@@ -175,6 +175,14 @@ class HideAndKeyTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assertIn("--kv-hash-key-file", out.stderr)
         self.assertIn("16 to 4096 bytes", out.stderr)
+        # A default salt must name one of the --api-key keys, as key-N from 0.
+        for entry, words in (("key-1=t", "below the number of --api-key (1)"),
+                             ("k0=t", "expected key-N=SALT"), ("key-0=", "must be 1 to 256")):
+            out = subprocess.run([STRATA, "worker", "--model", self.model, "--api-key", "k",
+                                  "--api-key-cache-salt", entry],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(words, out.stderr)
 
 
 if __name__ == "__main__":
