@@ -151,6 +151,9 @@ class HideAndKeyTest(unittest.TestCase):
         self.assertTrue(cu.wait_until(lambda: message in wrong.tail_all(), timeout=20),
                         wrong.tail())
         self.assertIn("--kv-hash-key-file", wrong.tail_all())
+        # It keeps retrying (every heartbeat interval) but says why once.
+        time.sleep(1.5)
+        self.assertEqual(wrong.tail_all().count(message), 1, wrong.tail())
         unkeyed = cu.start_worker(STRATA, self.model, self.tmp, "decode", "decode-unkeyed", grpc,
                                   name)
         self.procs.append(unkeyed)
