@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "args.h"
 #include "commands.h"
-#include "tenant_flags.h"
 #include "strata/engine/presets.h"
 #include "strata/router/router.h"
 #include "strata/worker/worker.h"
+#include "tenant_flags.h"
 
 namespace strata::cli {
 namespace {

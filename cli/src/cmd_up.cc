@@ -39,8 +39,8 @@ namespace {
 absl::Status WriteRandomKeyFile(const std::string& path) {
   unsigned char bytes[32];
   if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
-    return absl::InternalError(absl::StrCat("cannot draw a random KV hash key: ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot draw a random KV hash key: ", std::strerror(errno)));
   }
   const std::string hex = absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));

@@ -42,9 +42,9 @@ absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size
     }
     const std::string salt = entry.substr(eq + 1);
     if (salt.empty() || salt.size() > SamplingParams::kMaxCacheSaltBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--api-key-cache-salt: the salt of key-", index, " must be 1 to ",
-                       SamplingParams::kMaxCacheSaltBytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("--api-key-cache-salt: the salt of key-",
+                                                     index, " must be 1 to ",
+                                                     SamplingParams::kMaxCacheSaltBytes, " bytes"));
     }
     if (out.api_key_cache_salts.size() <= index) out.api_key_cache_salts.resize(index + 1);
     out.api_key_cache_salts[index] = salt;

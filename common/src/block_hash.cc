@@ -126,8 +126,8 @@ absl::StatusOr<std::shared_ptr<const BlockHashKey>> BlockHashKey::FromBytes(std:
     std::memcpy(k->secret_.data() + off, block.data(), std::min<size_t>(32, kSecretBytes - off));
   }
   const auto fp = LabeledDigest("strata-kv-hash-fingerprint", 0, key);
-  k->fingerprint_ = absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(fp.data()), 8));
+  k->fingerprint_ =
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(fp.data()), 8));
   return std::shared_ptr<const BlockHashKey>(std::move(k));
 }
 
@@ -137,9 +137,8 @@ absl::StatusOr<std::shared_ptr<const BlockHashKey>> BlockHashKey::FromFile(
   const uintmax_t size = std::filesystem::file_size(path, ec);
   // Bounded before reading: a key file is small (trailing whitespace allowed on top).
   if (!ec && size > kMaxKeyBytes + 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block hash key file ", path, " is ", size, " bytes; a key is at most ",
-                     kMaxKeyBytes));
+    return absl::InvalidArgumentError(absl::StrCat("block hash key file ", path, " is ", size,
+                                                   " bytes; a key is at most ", kMaxKeyBytes));
   }
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (!bytes.ok()) return bytes.status();
@@ -163,8 +162,7 @@ BlockHash BlockHasher::Hash(BlockHash parent, std::span<const int32_t> tokens) c
   });
 }
 
-std::vector<BlockHash> BlockHasher::Chain(std::span<const int32_t> tokens,
-                                          int block_size) const {
+std::vector<BlockHash> BlockHasher::Chain(std::span<const int32_t> tokens, int block_size) const {
   std::vector<BlockHash> out;
   if (block_size <= 0) return out;
   BlockHash parent = kRootBlockHash;

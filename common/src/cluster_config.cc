@@ -175,8 +175,7 @@ std::vector<FieldSpec> PoolFields(const std::string& name, ClusterConfig::Pool C
 }
 
 // One api_keys entry of the form {key: K, cache_salt: S} (cache_salt optional).
-std::string ApiKeyEntry(const YAML::Node& item, std::vector<std::string>* keys,
-                        std::string* salt) {
+std::string ApiKeyEntry(const YAML::Node& item, std::vector<std::string>* keys, std::string* salt) {
   std::string key;
   for (const auto& kv : item) {
     const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
@@ -318,11 +317,11 @@ std::vector<FieldSpec> TailFields() {
           "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),
       Scalar<bool>(
-          "hide_cached_tokens", "a boolean",
-          [](auto& c) -> auto& { return c.hide_cached_tokens; }, nullptr),
+          "hide_cached_tokens", "a boolean", [](auto& c) -> auto& { return c.hide_cached_tokens; },
+          nullptr),
       Scalar<std::string>(
-          "kv_hash_key_file", "a string",
-          [](auto& c) -> auto& { return c.kv_hash_key_file; }, nullptr),
+          "kv_hash_key_file", "a string", [](auto& c) -> auto& { return c.kv_hash_key_file; },
+          nullptr),
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
   };

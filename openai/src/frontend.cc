@@ -50,9 +50,9 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
     return absl::InvalidArgumentError("Frontend: max_model_len and vocab_size must be > 0");
   }
   if (options.api_key_cache_salts.size() > options.api_keys.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Frontend: ", options.api_key_cache_salts.size(),
-                     " API key cache salts for ", options.api_keys.size(), " API keys"));
+    return absl::InvalidArgumentError(absl::StrCat("Frontend: ", options.api_key_cache_salts.size(),
+                                                   " API key cache salts for ",
+                                                   options.api_keys.size(), " API keys"));
   }
   for (const std::string& salt : options.api_key_cache_salts) {
     if (salt.size() > SamplingParams::kMaxCacheSaltBytes) {

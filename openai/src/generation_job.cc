@@ -229,8 +229,8 @@ void Job::CompleteLocked() {
   const bool chat = spec_.endpoint == Endpoint::kChat;
   if (spec_.stream) {
     if (spec_.include_usage) {
-      WriteLocked(UsageChunkJson(spec_.meta, chat ? "chat.completion.chunk" : "text_completion",
-                                 shown));
+      WriteLocked(
+          UsageChunkJson(spec_.meta, chat ? "chat.completion.chunk" : "text_completion", shown));
     }
     writer_->Write(std::string(kSseDone));
     writer_->End();

@@ -199,10 +199,10 @@ std::optional<ApiError> ParseCacheSalt(const Fields& f, SamplingParams* p) {
   if (!v->is_string()) return Fields::TypeError("cache_salt", "a string");
   const std::string& salt = v->get_ref<const std::string&>();
   if (salt.empty() || salt.size() > SamplingParams::kMaxCacheSaltBytes) {
-    return ApiError::BadRequest(absl::StrCat("cache_salt must be a non-empty string of at most ",
-                                             SamplingParams::kMaxCacheSaltBytes,
-                                             " bytes, got ", salt.size(), " bytes"),
-                                "cache_salt");
+    return ApiError::BadRequest(
+        absl::StrCat("cache_salt must be a non-empty string of at most ",
+                     SamplingParams::kMaxCacheSaltBytes, " bytes, got ", salt.size(), " bytes"),
+        "cache_salt");
   }
   p->cache_salt = salt;
   return std::nullopt;

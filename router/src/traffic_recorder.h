@@ -30,8 +30,7 @@ class TrafficRecorder {
   ~TrafficRecorder();
 
   // `cache_salt`: the request's; its block ids differ from other salts' as its KV blocks do.
-  void Record(const std::vector<int32_t>& prompt, int max_tokens,
-              std::string_view cache_salt = {});
+  void Record(const std::vector<int32_t>& prompt, int max_tokens, std::string_view cache_salt = {});
   int64_t records() const;
 
  private:

@@ -129,19 +129,17 @@ TEST(BlockHashTest, ClusterKeyChangesEveryHashAndEqualKeysAgree) {
 }
 
 TEST(BlockHashTest, KeyBytesAreBounded) {
-  EXPECT_EQ(BlockHashKey::FromBytes("short").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BlockHashKey::FromBytes("short").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(BlockHashKey::FromBytes(std::string(BlockHashKey::kMinKeyBytes, 'k')).ok());
   EXPECT_TRUE(BlockHashKey::FromBytes(std::string(BlockHashKey::kMaxKeyBytes, 'k')).ok());
-  EXPECT_EQ(BlockHashKey::FromBytes(std::string(BlockHashKey::kMaxKeyBytes + 1, 'k'))
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      BlockHashKey::FromBytes(std::string(BlockHashKey::kMaxKeyBytes + 1, 'k')).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BlockHashTest, KeyFileDropsTrailingWhitespace) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("block_hash_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("block_hash_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir / name, std::ios::binary) << text;

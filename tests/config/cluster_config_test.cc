@@ -103,13 +103,13 @@ kv_hash_key_file: /etc/strata/kv-hash/key
   EXPECT_TRUE(plain->api_key_cache_salts.empty());
   EXPECT_FALSE(plain->hide_cached_tokens);
   EXPECT_TRUE(plain->kv_hash_key_file.empty());
-  for (const char* bad : {"api_keys: [{cache_salt: s}]\n", "api_keys: [{key: k, salt: s}]\n",
-                          "api_keys: [{key: k, cache_salt: \"\"}]\n",
-                          "hide_cached_tokens: maybe\n"}) {
+  for (const char* bad :
+       {"api_keys: [{cache_salt: s}]\n", "api_keys: [{key: k, salt: s}]\n",
+        "api_keys: [{key: k, cache_salt: \"\"}]\n", "hide_cached_tokens: maybe\n"}) {
     EXPECT_EQ(ParseClusterConfig(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  auto long_salt = ParseClusterConfig("api_keys: [{key: k, cache_salt: " + std::string(257, 's') +
-                                      "}]\n");
+  auto long_salt =
+      ParseClusterConfig("api_keys: [{key: k, cache_salt: " + std::string(257, 's') + "}]\n");
   EXPECT_THAT(long_salt.status().message(), HasSubstr("at most 256 bytes"));
 }
 
@@ -280,10 +280,11 @@ TEST_P(ClusterConfigErrorTest, NamesKeyAndLine) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterConfigErrorTest,
     ::testing::Values(
-        BadCase{"model: m\nmodle: x\n",
-                "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-                "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
-                "kv_hash_key_file, policy)"},
+        BadCase{
+            "model: m\nmodle: x\n",
+            "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
+            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
+            "kv_hash_key_file, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},
@@ -348,8 +349,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"decode:\n  gpu_memory_share: -0.1\n",
                 "cluster.yaml:2: decode.gpu_memory_share: must be in (0, 1], or 0 for an "
                 "automatic share, got -0.1"},
-        BadCase{"mixed:\n  kv_cache_mb: -5\n",
-                "cluster.yaml:2: mixed.kv_cache_mb: must be a size in MiB in 0..1073741824, got -5"},
+        BadCase{
+            "mixed:\n  kv_cache_mb: -5\n",
+            "cluster.yaml:2: mixed.kv_cache_mb: must be a size in MiB in 0..1073741824, got -5"},
         BadCase{"decode:\n  gpu_memory_share: 0.4\n  kv_cache_mb: 1024\n",
                 "cluster.yaml:3: decode.kv_cache_mb: set one of decode.gpu_memory_share and "
                 "decode.kv_cache_mb (each sizes the KV pool)"},

@@ -530,8 +530,8 @@ TEST_F(FrontendTest, HideCachedTokensReportsZeroToClientsButNotToMetrics) {
   backend_.Emit(0, Final({7}, "a", FinishReason::kLength, /*cached=*/2));
   ASSERT_EQ(w->status(), 200);
   EXPECT_EQ(w->json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  auto stream = Complete(
-      R"("prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true})");
+  auto stream =
+      Complete(R"("prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true})");
   ASSERT_EQ(backend_.num_calls(), 2);
   backend_.Emit(1, Final({7}, "a", FinishReason::kLength, /*cached=*/2));
   const std::vector<Json> events = JsonEvents(*stream);

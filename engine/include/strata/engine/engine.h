@@ -39,7 +39,7 @@ struct EngineOptions {
   RunnerOptions runner;
   SchedulerOptions scheduler;
   bool enable_prefix_caching = true;
-  std::string cache_salt;     // mixed into every block hash of this engine
+  std::string cache_salt;  // mixed into every block hash of this engine
   // The cluster's block hash key (null: unkeyed hashes); requests' own cache salts
   // (SamplingParams::cache_salt) are mixed in on top.
   std::shared_ptr<const BlockHashKey> kv_hash_key;
