@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+
 namespace strata {
 namespace {
 
@@ -26,6 +28,19 @@ TEST(BlockHashTest, FixedValuesAreStableAcrossBuildsAndHosts) {
   //   seed = xxh3_64(b"tiny-llama\xff"); xxh3_64(le64(0) + le32(1,2,3,4), seed)
   EXPECT_EQ(seed, 0x2dab80e490a90162ull);
   EXPECT_EQ(h1, 0x1aeb5f978d31091full) << std::hex << h1;
+}
+
+TEST(BlockHashTest, SaltedAndKeyedFixedValues) {
+  // Golden values of the salted seed and the keyed hash, cross-checked by calling libxxhash
+  // from Python (ctypes) on bytes laid out by hand, with the secret from hashlib:
+  //   salted = XXH3_64bits_withSeed(b"strata-request-cache-salt" + le64(8) + b"tenant-a", seed)
+  //   keyed  = XXH3_64bits_withSecret(le64(seed) + le64(0) + le32(1, 2, 3, 4), secret)
+  const uint64_t seed = BlockHashSeed("tiny-llama");
+  EXPECT_EQ(SaltedBlockHashSeed(seed, "tenant-a"), 0x99fc06f8ab9f7e35ull);
+  auto key = BlockHashKey::FromBytes("0123456789abcdef0123456789abcdef");
+  ASSERT_TRUE(key.ok());
+  std::vector<int32_t> tokens = {1, 2, 3, 4};
+  EXPECT_EQ(BlockHasher(seed, *key).Hash(kRootBlockHash, tokens), 0x7c95dec8e72c3c72ull);
 }
 
 TEST(BlockHashTest, SaltAndModelSeparateNamespaces) {
@@ -103,6 +118,18 @@ TEST(BlockHashTest, ClusterKeyChangesEveryHashAndEqualKeysAgree) {
   EXPECT_EQ(k1->fingerprint(), k1_again->fingerprint());
   EXPECT_NE(k1->fingerprint(), k2->fingerprint());
   EXPECT_EQ(k1->fingerprint().size(), 16u);
+  // Cross-checked with Python's hashlib (peers and tools may compute it themselves):
+  //   sha256(b"strata-kv-hash-fingerprint" + b"\0" + le32(0) + key).hexdigest()[:16]
+  EXPECT_EQ(k1->fingerprint(), "36576631e25d8530");
+  // The XXH3 secret: SHA-256(b"strata-kv-hash-secret" + b"\0" + le32(i) + key), i = 0..5.
+  auto hex = [](std::span<const unsigned char> bytes) {
+    std::string out;
+    for (unsigned char c : bytes) out += absl::StrFormat("%02x", c);
+    return out;
+  };
+  ASSERT_EQ(k1->secret().size(), 192u);
+  EXPECT_EQ(hex(k1->secret().first(8)), "c6372a9df630e371");
+  EXPECT_EQ(hex(k1->secret().last(8)), "be3d74696668e930");
   EXPECT_EQ(k1->fingerprint().find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_EQ(KeyFingerprint(nullptr), "");
   for (int bs : {16, 64}) {
