@@ -1,5 +1,7 @@
 #include "tenant_flags.h"
 
+#include <cstdio>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -28,6 +30,9 @@ absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size
           absl::StrCat("--kv-hash-key-file: ", key.status().message()));
     }
     out.kv_hash_key = *std::move(key);
+    // The fingerprint, never the key: what to compare when a worker is refused.
+    std::fprintf(stderr, "block hashes keyed with %s (key fingerprint %s)\n",
+                 flags.kv_hash_key_file.c_str(), out.kv_hash_key->fingerprint().c_str());
   }
   for (const std::string& entry : flags.api_key_cache_salts) {
     const size_t eq = entry.find('=');

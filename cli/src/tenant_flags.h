@@ -27,7 +27,7 @@ struct TenantSettings {
   bool hide_cached_tokens = false;
 };
 
-// Reads the key file and maps each "key-N=SALT" onto the N-th of `num_api_keys` keys.
+// Reads the key file (and notes its fingerprint on stderr) and maps each "key-N=SALT" onto the N-th of `num_api_keys` keys.
 // InvalidArgument (naming the flag) for a malformed or out-of-range entry, a salt that is empty
 // or too long, or a bad key file.
 absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size_t num_api_keys);

@@ -133,8 +133,10 @@ class HideAndKeyTest(unittest.TestCase):
         p = prompt_tokens(400)
         self.assertEqual(cached(port, p), 0)
         self.assertEqual(cached(port, p), 0)
-        # The cache did hit: only the client's view is hidden.
-        self.assertGreater(cu.metric(port, "strata_worker_cached_prompt_tokens_total"), 0)
+        # The cache did hit: only the client's view is hidden. (The metric is recorded just
+        # after the response is sent.)
+        self.assertTrue(cu.wait_until(
+            lambda: (cu.metric(port, "strata_worker_cached_prompt_tokens_total") or 0) > 0))
 
     def test_worker_with_another_key_is_refused_registration(self):
         key_a = self.key_file("a.key", "0123456789abcdef0123456789abcdef\n")
