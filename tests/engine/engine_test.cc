@@ -129,6 +129,11 @@ TEST_F(EngineTest, CacheSaltSharesBlocksOnlyWithTheSameSalt) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->cached_tokens, static_cast<int32_t>(full * 8));
   e->CancelReservation(*same);
+  // A salt from a peer is bounded as the API bounds it.
+  const absl::Status too_long = e->AddRequest(
+      "long-salt", tokens, Salted(4, std::string(SamplingParams::kMaxCacheSaltBytes + 1, 's')));
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("cache_salt"), std::string::npos);
 }
 
 TEST_F(EngineTest, AClusterKeyKeysEveryCachedBlock) {
