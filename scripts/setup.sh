@@ -4,7 +4,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libabsl-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libicu-dev libopenblas-dev
+  libabsl-dev nlohmann-json3-dev libxxhash-dev libssl-dev libpcre2-dev libicu-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev ucx-utils libyaml-cpp-dev prometheus

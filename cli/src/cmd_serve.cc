@@ -10,6 +10,7 @@
 #include "strata/engine/presets.h"
 #include "strata/router/router.h"
 #include "strata/worker/worker.h"
+#include "tenant_flags.h"
 
 namespace strata::cli {
 namespace {
@@ -97,6 +98,8 @@ int RunRouter(const Args& args) {
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key (repeatable; none: no auth)");
   ApiCompatFlags compat;
   compat.Add(p);
+  TenantFlags tenant;
+  AddTenantFlags(p, &tenant);
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
@@ -115,6 +118,13 @@ int RunRouter(const Args& args) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
+  auto tenant_settings = ResolveTenantFlags(tenant, o.api_keys.size());
+  if (!tenant_settings.ok()) {
+    return Fail("router", std::string(tenant_settings.status().message()), 2);
+  }
+  o.kv_hash_key = tenant_settings->kv_hash_key;
+  o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
+  o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -173,6 +183,8 @@ int RunWorker(const Args& args) {
   p.AddRepeated("--api-key", &o.api_keys, "accepted API key for the mixed role's API");
   ApiCompatFlags compat;
   compat.Add(p);
+  TenantFlags tenant;
+  AddTenantFlags(p, &tenant);
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
@@ -232,6 +244,13 @@ int RunWorker(const Args& args) {
                 2);
   }
   o.kv_device_staged = kv_device_path == "staged";
+  auto tenant_settings = ResolveTenantFlags(tenant, o.api_keys.size());
+  if (!tenant_settings.ok()) {
+    return Fail("worker", std::string(tenant_settings.status().message()), 2);
+  }
+  o.engine.kv_hash_key = tenant_settings->kv_hash_key;
+  o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
+  o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",

@@ -11,12 +11,16 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +33,27 @@
 
 namespace strata::cli {
 namespace {
+
+// A fresh cluster key for block hashes: 32 random bytes as 64 hex digits, readable by this user
+// only. Every process of the run gets the same file.
+absl::Status WriteRandomKeyFile(const std::string& path) {
+  unsigned char bytes[32];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    return absl::InternalError(
+        absl::StrCat("cannot draw a random KV hash key: ", std::strerror(errno)));
+  }
+  const std::string hex = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  const std::string text = hex + "\n";
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
 
 struct UpFlags {
   std::string config_path;
@@ -302,6 +327,11 @@ int RunUp(const Args& args) {
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe", exe_ec).string();
   if (exe_ec) return Fail("up", "cannot find this executable: " + exe_ec.message(), 1);
   if (auto st = InstallSignalHandlers(); !st.ok()) return Fail("up", std::string(st.message()), 1);
+  if (c.kv_hash_key_file.empty()) {
+    auto key_file = WriteRandomKeyFile(c.log_dir + "/kv_hash.key");
+    if (!key_file.ok()) return Fail("up", std::string(key_file.message()), 1);
+    c.kv_hash_key_file = c.log_dir + "/kv_hash.key";
+  }
   Say(absl::StrCat("model: ", *model_dir));
   Say(absl::StrCat("logs: ", c.log_dir));
   auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, *worker_ports);

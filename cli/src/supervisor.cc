@@ -489,6 +489,20 @@ void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
   }
 }
 
+// The flags the router and every worker share: the cluster's block hash key, the API keys'
+// default cache salts (used by the processes serving the API), hiding cached_tokens.
+void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
+  if (!c.kv_hash_key_file.empty()) {
+    argv.insert(argv.end(), {"--kv-hash-key-file", c.kv_hash_key_file});
+  }
+  for (size_t i = 0; i < c.api_key_cache_salts.size(); ++i) {
+    if (c.api_key_cache_salts[i].empty()) continue;
+    argv.insert(argv.end(),
+                {"--api-key-cache-salt", absl::StrCat("key-", i, "=", c.api_key_cache_salts[i])});
+  }
+  if (c.hide_cached_tokens) argv.push_back("--hide-cached-tokens");
+}
+
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
                        const WorkerPlacement& w, std::pair<int, int> ports,
                        const std::string& log_dir, bool kvstores) {
@@ -518,6 +532,7 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
                                    absl::StrCat(c.engine.block_size)};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   AppendApiCompatFlags(c, argv);
+  AppendTenantFlags(c, argv);
   if (!w.plugin_config.empty()) argv.insert(argv.end(), {"--plugin-config", w.plugin_config});
   AppendKvPoolFlags(c, w, argv);
   argv.insert(argv.end(),
@@ -559,6 +574,7 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
                                    c.policy};
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   AppendApiCompatFlags(c, argv);
+  AppendTenantFlags(c, argv);
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }

@@ -184,16 +184,47 @@ std::vector<FieldSpec> PoolFields(const std::string& name, ClusterConfig::Pool C
   };
 }
 
+// One api_keys entry of the form {key: K, cache_salt: S} (cache_salt optional).
+std::string ApiKeyEntry(const YAML::Node& item, std::vector<std::string>* keys, std::string* salt) {
+  std::string key;
+  for (const auto& kv : item) {
+    const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    if (name != "key" && name != "cache_salt") {
+      return absl::StrCat("unknown key '", name, "' in an entry (known keys: key, cache_salt)");
+    }
+    if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
+      return absl::StrCat(name, " must be a non-empty string");
+    }
+    (name == "key" ? key : *salt) = kv.second.Scalar();
+  }
+  if (key.empty()) return "an entry needs a key";
+  if (salt->size() > 256) return "cache_salt must be at most 256 bytes";
+  keys->push_back(std::move(key));
+  return "";
+}
+
 FieldSpec ApiKeys() {
   FieldSpec f;
   f.path = "api_keys";
   f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
     c.api_keys.clear();
+    c.api_key_cache_salts.clear();
     if (node.IsNull()) return "";
     if (!node.IsSequence()) return "expected a list of strings";
     for (const auto& item : node) {
-      if (!item.IsScalar() || item.Scalar().empty()) return "expected a list of non-empty strings";
-      c.api_keys.push_back(item.Scalar());
+      std::string salt;
+      if (item.IsMap()) {
+        if (std::string e = ApiKeyEntry(item, &c.api_keys, &salt); !e.empty()) return e;
+      } else if (!item.IsScalar() || item.Scalar().empty()) {
+        return "expected a list of non-empty strings or {key, cache_salt} maps";
+      } else {
+        c.api_keys.push_back(item.Scalar());
+      }
+      c.api_key_cache_salts.push_back(std::move(salt));
+    }
+    // Keys without a salt need no entry: drop the trailing empty ones.
+    while (!c.api_key_cache_salts.empty() && c.api_key_cache_salts.back().empty()) {
+      c.api_key_cache_salts.pop_back();
     }
     return "";
   };
@@ -295,6 +326,12 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),
+      Scalar<bool>(
+          "hide_cached_tokens", "a boolean", [](auto& c) -> auto& { return c.hide_cached_tokens; },
+          nullptr),
+      Scalar<std::string>(
+          "kv_hash_key_file", "a string", [](auto& c) -> auto& { return c.kv_hash_key_file; },
+          nullptr),
       Scalar<std::string>(
           "unknown_params", "a string", [](auto& c) -> auto& { return c.unknown_params; },
           CheckUnknownParams),

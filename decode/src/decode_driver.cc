@@ -41,7 +41,8 @@ class DecodeDriverImpl final : public DecodeDriver {
     }
     // Staged: the prompt's prefix may come up from this worker's lower KV tiers first, so the
     // reservation reuses more and the prefill worker sends less.
-    loop_->PostForPrompt(job->id, job->prompt, [this, job](Engine& e) { Reserve(e, job); });
+    loop_->PostForPrompt(job->id, job->prompt, job->params.cache_salt,
+                         [this, job](Engine& e) { Reserve(e, job); });
   }
 
   void Cancel(const std::string& id) override {
@@ -79,7 +80,7 @@ class DecodeDriverImpl final : public DecodeDriver {
  private:
   // Engine thread.
   void Reserve(Engine& e, const std::shared_ptr<Job>& job) {
-    auto res = e.ReservePrompt(job->prompt);
+    auto res = e.ReservePrompt(job->prompt, job->params.cache_salt);
     if (!res.ok()) {
       absl::MutexLock lock(&mu_);
       ++stats_.reserve_failures;

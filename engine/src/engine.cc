@@ -59,8 +59,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
                                               options.enable_prefix_caching);
   Engine* engine = e.get();
   e->blocks_->SetEventListener([engine](const KvCacheEvent& ev) { engine->OnKvEvent(ev); });
-  e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get(),
-                                              BlockHashSeed(identity, options.cache_salt));
+  e->scheduler_ = std::make_unique<Scheduler>(
+      options.scheduler, e->blocks_.get(),
+      BlockHasher(BlockHashSeed(identity, options.cache_salt), options.kv_hash_key));
   e->max_model_len_ =
       options.max_model_len > 0 ? options.max_model_len : e->config().max_position_embeddings;
   if (e->max_model_len_ <= 0) e->max_model_len_ = 4096;
@@ -225,13 +226,14 @@ const Request* Engine::FindRequest(const std::string& request_id) const {
 
 int64_t Engine::queued_prefill_tokens() const { return scheduler_->num_uncomputed_tokens(); }
 
-absl::StatusOr<KvReservation> Engine::ReservePrompt(std::span<const int32_t> prompt) {
+absl::StatusOr<KvReservation> Engine::ReservePrompt(std::span<const int32_t> prompt,
+                                                    std::string_view cache_salt) {
   const int bs = blocks_->block_size();
   KvReservation res;
   if (blocks_->prefix_caching() && !prompt.empty()) {
     const size_t usable = (prompt.size() - 1) / bs;
     std::vector<BlockHash> hashes =
-        HashBlockChain(scheduler_->hash_seed(), prompt.subspan(0, usable * bs), bs);
+        scheduler_->hasher().Salted(cache_salt).Chain(prompt.subspan(0, usable * bs), bs);
     res.blocks = blocks_->AcquireCachedPrefix(hashes);
     res.cached_tokens = static_cast<int32_t>(res.blocks.size()) * bs;
   }

@@ -29,7 +29,7 @@ void EngineLoop::SetAfterStep(std::function<void(Engine&)> fn) {
 }
 
 void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> prompt,
-                               EngineTask fn) {
+                               std::string_view cache_salt, EngineTask fn) {
   if (stager_ == nullptr) {
     Post(std::move(fn));
     return;
@@ -38,7 +38,7 @@ void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> p
     absl::MutexLock lock(&mu_);
     staging_.insert(id);
   }
-  stager_->Stage(prompt, [this, id, fn = std::move(fn)](EngineTask before) mutable {
+  stager_->Stage(prompt, cache_salt, [this, id, fn = std::move(fn)](EngineTask before) mutable {
     Post([this, id, fn = std::move(fn), before = std::move(before)](Engine& e) {
       if (before) before(e);
       fn(e);
@@ -64,7 +64,8 @@ void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingPar
     staged.insert(staged.end(), resumed.tokens.begin(), resumed.tokens.end());
   }
   const std::string key = id;
-  PostForPrompt(key, resumed.tokens.empty() ? *shared_prompt : staged,
+  const std::string salt = params.cache_salt;  // copied: `params` moves into the task
+  PostForPrompt(key, resumed.tokens.empty() ? *shared_prompt : staged, salt,
                 [this, id = std::move(id), shared_prompt, params = std::move(params),
                  callback = std::move(callback), resumed = std::move(resumed)](Engine& e) mutable {
                   absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params, resumed);

@@ -6,17 +6,19 @@
 
 namespace strata {
 
-Scheduler::Scheduler(const SchedulerOptions& options, BlockManager* blocks, uint64_t hash_seed)
-    : options_(options), blocks_(blocks), hash_seed_(hash_seed) {
+Scheduler::Scheduler(const SchedulerOptions& options, BlockManager* blocks, BlockHasher hasher)
+    : options_(options), blocks_(blocks), hasher_(std::move(hasher)) {
   STRATA_CHECK(options.max_num_batched_tokens > 0 && options.max_num_seqs > 0);
 }
 
 void Scheduler::Add(Request* request) {
+  request->hasher = hasher_.Salted(request->params.cache_salt);
   request->state = Request::State::kWaiting;
   waiting_.push_back(request);
 }
 
 void Scheduler::AddRunning(Request* request) {
+  request->hasher = hasher_.Salted(request->params.cache_salt);
   request->state = Request::State::kRunning;
   running_.push_back(request);
   CommitFullBlocks(request);
@@ -105,8 +107,8 @@ void Scheduler::ReuseCachedPrefix(Request* r) {
   const int bs = blocks_->block_size();
   // At least one token must be computed to produce logits: never reuse the last token.
   const int32_t usable = (r->num_tokens() - 1) / bs;
-  std::vector<BlockHash> hashes = HashBlockChain(
-      hash_seed_, std::span<const int32_t>(r->tokens.data(), size_t(usable) * bs), bs);
+  std::vector<BlockHash> hashes =
+      r->hasher.Chain(std::span<const int32_t>(r->tokens.data(), size_t(usable) * bs), bs);
   r->blocks = blocks_->AcquireCachedPrefix(hashes);
   r->block_hashes.assign(hashes.begin(), hashes.begin() + r->blocks.size());
   r->num_computed = static_cast<int32_t>(r->blocks.size()) * bs;
@@ -139,8 +141,8 @@ void Scheduler::CommitFullBlocks(Request* r) {
   while (r->block_hashes.size() < full) {
     const size_t b = r->block_hashes.size();
     const BlockHash parent = b == 0 ? kRootBlockHash : r->block_hashes[b - 1];
-    const BlockHash h = HashBlock(hash_seed_, parent,
-                                  std::span<const int32_t>(r->tokens.data() + b * bs, size_t(bs)));
+    const BlockHash h =
+        r->hasher.Hash(parent, std::span<const int32_t>(r->tokens.data() + b * bs, size_t(bs)));
     r->block_hashes.push_back(h);
     blocks_->Commit(r->blocks[b], h, parent);
   }

@@ -90,7 +90,19 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
   if (model.max_model_len <= 0 || model.vocab_size <= 0) {
     return absl::InvalidArgumentError("Frontend: max_model_len and vocab_size must be > 0");
   }
-  return std::unique_ptr<Frontend>(new Frontend(backend, std::move(model), std::move(options)));
+  if (options.api_key_cache_salts.size() > options.api_keys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Frontend: ", options.api_key_cache_salts.size(),
+                                                   " API key cache salts for ",
+                                                   options.api_keys.size(), " API keys"));
+  }
+  for (const std::string& salt : options.api_key_cache_salts) {
+    if (salt.size() > SamplingParams::kMaxCacheSaltBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("Frontend: an API key cache salt is over ",
+                                                     SamplingParams::kMaxCacheSaltBytes, " bytes"));
+    }
+  }
+  return std::unique_ptr<Frontend>(
+      new Frontend(backend, std::move(model), std::move(options)));
 }
 
 Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
@@ -145,8 +157,9 @@ void Frontend::NoteUnknownParams(const std::vector<std::string>& names) {
                       << (full ? "; no further names will be logged" : "") << ")";
 }
 
-std::optional<ApiError> Frontend::Authorize(const http::Request& request,
-                                            std::string* key_id) const {
+std::optional<ApiError> Frontend::Authorize(const http::Request& request, std::string* key_id,
+                                            int* key_index) const {
+  if (key_index != nullptr) *key_index = -1;
   if (options_.api_keys.empty()) return std::nullopt;
   const std::string auth = HeaderValue(request, "authorization");
   constexpr absl::string_view kBearer = "Bearer ";
@@ -155,6 +168,7 @@ std::optional<ApiError> Frontend::Authorize(const http::Request& request,
     for (size_t i = 0; i < options_.api_keys.size(); ++i) {
       if (options_.api_keys[i] == key) {
         *key_id = absl::StrCat("key-", i);
+        if (key_index != nullptr) *key_index = static_cast<int>(i);
         return std::nullopt;
       }
     }
@@ -167,6 +181,14 @@ std::optional<ApiError> Frontend::Authorize(const http::Request& request,
   return e;
 }
 
+void Frontend::ApplyKeyCacheSalt(int key_index, SamplingParams* params) const {
+  if (!params->cache_salt.empty() || key_index < 0 ||
+      key_index >= static_cast<int>(options_.api_key_cache_salts.size())) {
+    return;
+  }
+  params->cache_salt = options_.api_key_cache_salts[key_index];
+}
+
 JobSpec Frontend::NewSpec(const http::Request& request, bool chat) const {
   JobSpec spec;
   spec.endpoint = chat ? Endpoint::kChat : Endpoint::kCompletions;
@@ -175,6 +197,7 @@ JobSpec Frontend::NewSpec(const http::Request& request, bool chat) const {
   spec.meta.created = absl::ToUnixSeconds(spec.arrival);
   spec.meta.model = model_.name;
   spec.slo_class = HeaderValue(request, "x-slo-class");
+  spec.hide_cached_tokens = options_.hide_cached_tokens;
   return spec;
 }
 
@@ -269,13 +292,15 @@ void Frontend::HandleCompletions(const http::Request& request,
                                  std::shared_ptr<http::ResponseWriter> writer) {
   JobSpec spec = NewSpec(request, /*chat=*/false);
   CompletionRequest parsed;
-  std::optional<ApiError> error = Authorize(request, &spec.api_key_id);
+  int key_index = -1;
+  std::optional<ApiError> error = Authorize(request, &spec.api_key_id, &key_index);
   if (!error) error = ParseCompletionRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);
   }
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
+  ApplyKeyCacheSalt(key_index, &spec.params);
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
   if (error) return Reject(*error, spec, *writer);
@@ -292,13 +317,15 @@ void Frontend::HandleChatCompletions(const http::Request& request,
                                      std::shared_ptr<http::ResponseWriter> writer) {
   JobSpec spec = NewSpec(request, /*chat=*/true);
   ChatRequest parsed;
-  std::optional<ApiError> error = Authorize(request, &spec.api_key_id);
+  int key_index = -1;
+  std::optional<ApiError> error = Authorize(request, &spec.api_key_id, &key_index);
   if (!error) error = ParseChatRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);
   }
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
+  ApplyKeyCacheSalt(key_index, &spec.params);
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);

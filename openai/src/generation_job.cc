@@ -224,11 +224,13 @@ Usage Job::UsageLocked() const {
 
 void Job::CompleteLocked() {
   const Usage usage = UsageLocked();
+  Usage shown = usage;  // what the client reads; the record keeps the real count
+  if (spec_.hide_cached_tokens) shown.cached_tokens = 0;
   const bool chat = spec_.endpoint == Endpoint::kChat;
   if (spec_.stream) {
     if (spec_.include_usage) {
-      WriteLocked(UsageChunkJson(spec_.meta, chat ? "chat.completion.chunk" : "text_completion",
-                                 usage));
+      WriteLocked(
+          UsageChunkJson(spec_.meta, chat ? "chat.completion.chunk" : "text_completion", shown));
     }
     writer_->Write(std::string(kSseDone));
     writer_->End();
@@ -241,8 +243,8 @@ void Job::CompleteLocked() {
       out[i].finish_reason = choices_[i].finish_reason;
     }
     const Tokenizer& tok = *context_.tokenizer;
-    OrderedJson body = chat ? ChatResponseJson(spec_.meta, out, usage, tok, spec_.logprobs)
-                            : CompletionResponseJson(spec_.meta, out, usage, tok, spec_.logprobs);
+    OrderedJson body = chat ? ChatResponseJson(spec_.meta, out, shown, tok, spec_.logprobs)
+                            : CompletionResponseJson(spec_.meta, out, shown, tok, spec_.logprobs);
     writer_->Respond(200, "application/json", DumpJson(body));
   }
   record_.http_status = 200;

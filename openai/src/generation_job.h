@@ -32,6 +32,7 @@ struct JobSpec {
   bool logprobs = false;
   std::string slo_class;
   std::string api_key_id;
+  bool hide_cached_tokens = false;  // usage tells clients 0 cached tokens
   absl::Time arrival;
   std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
 };

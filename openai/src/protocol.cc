@@ -238,6 +238,22 @@ std::optional<ApiError> ParseStreamOptions(const Fields& f, CommonRequest* c) {
   return std::nullopt;
 }
 
+// cache_salt (vLLM's name): a non-empty string of at most kMaxCacheSaltBytes bytes.
+std::optional<ApiError> ParseCacheSalt(const Fields& f, SamplingParams* p) {
+  const Json* v = f.Find("cache_salt");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return Fields::TypeError("cache_salt", "a string");
+  const std::string& salt = v->get_ref<const std::string&>();
+  if (salt.empty() || salt.size() > SamplingParams::kMaxCacheSaltBytes) {
+    return ApiError::BadRequest(
+        absl::StrCat("cache_salt must be a non-empty string of at most ",
+                     SamplingParams::kMaxCacheSaltBytes, " bytes, got ", salt.size(), " bytes"),
+        "cache_salt");
+  }
+  p->cache_salt = salt;
+  return std::nullopt;
+}
+
 // model, n, stream, stream_options and the sampling parameters; max_tokens is left to callers.
 std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
   const Fields f(body);
@@ -254,6 +270,7 @@ std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
     STRATA_RETURN_IF_API_ERROR(f.Bool("add_special_tokens", &add));
     c->add_special_tokens = add;
   }
+  STRATA_RETURN_IF_API_ERROR(ParseCacheSalt(f, &c->sampling));
   STRATA_RETURN_IF_API_ERROR(ParseSampling(f, &c->sampling));
   return CheckExtensionFields(f, c->sampling);
 }
@@ -511,7 +528,7 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
   static constexpr std::string_view kCommon[] = {
       "model", "n", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
       "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
-      "ignore_eos", "skip_special_tokens", "max_tokens",
+      "ignore_eos", "skip_special_tokens", "max_tokens", "cache_salt",
       // vLLM and SGLang extensions (parsed in ParseCommon)
       "min_tokens", "include_stop_str_in_output", "no_stop_trim", "add_special_tokens",
       "spaces_between_special_tokens", "return_hidden_states", "use_beam_search",

@@ -66,9 +66,9 @@ class PrefillDriverImpl final : public PrefillDriver {
       job->done(s, {});
       return;
     }
-    loop_->PostForPrompt(job->id,
-                         std::vector<int32_t>(request.prompt().begin(), request.prompt().end()),
-                         [this, job, request](Engine& e) { Begin(e, job, request); });
+    loop_->PostForPrompt(
+        job->id, std::vector<int32_t>(request.prompt().begin(), request.prompt().end()),
+        request.params().cache_salt(), [this, job, request](Engine& e) { Begin(e, job, request); });
   }
 
   // An abort can overtake its Prefill (they are separate RPCs, and a Prefill waits on the

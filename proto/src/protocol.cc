@@ -58,6 +58,7 @@ void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
   out->set_skip_special_tokens(p.skip_special_tokens);
   out->set_min_tokens(p.min_tokens);
   out->set_include_stop_str_in_output(p.include_stop_str_in_output);
+  out->set_cache_salt(p.cache_salt);
 }
 
 SamplingParams FromProto(const v1::SamplingParams& m) {
@@ -78,6 +79,7 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   p.skip_special_tokens = m.skip_special_tokens();
   p.min_tokens = m.min_tokens();
   p.include_stop_str_in_output = m.include_stop_str_in_output();
+  p.cache_salt = m.cache_salt();
   return p;
 }
 

@@ -52,9 +52,13 @@ bool RegistryClient::Register() {
   v1::RegisterResponse resp;
   grpc::Status s = stub_->Register(&ctx, req, &resp);
   if (!s.ok()) {
-    STRATA_LOG(Warning) << "registering with the router failed: " << s.error_message();
+    if (s.error_message() != last_register_error_) {
+      last_register_error_ = s.error_message();
+      STRATA_LOG(Warning) << "registering with the router failed: " << s.error_message();
+    }
     return false;
   }
+  last_register_error_.clear();
   epoch_ = resp.epoch();
   // The router's index of our blocks starts empty: resend everything held now.
   unsent_.clear();

@@ -205,13 +205,13 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   std::vector<openai::GenerateEvent> held_;  // events the client would not have seen yet
 };
 
-std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt) {
+std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt,
+                                     std::string_view cache_salt) {
   const int bs = pool.block_size();
   if (bs <= 0) return {};
-  const uint64_t seed = BlockHashSeed(pool.model_identity(), "");
   const size_t full = prompt.size() / size_t(bs);
   return pool.MatchPrefix(
-      HashBlockChain(seed, std::span<const int32_t>(prompt.data(), full * bs), bs));
+      pool.Hasher(cache_salt).Chain(std::span<const int32_t>(prompt.data(), full * bs), bs));
 }
 
 // The Worker stub of the placement's decode worker, from the snapshot it was placed on.
@@ -246,7 +246,8 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
-  const std::vector<WorkerMatch> matches = MatchPrompt(*pool, *prompt);
+  const std::vector<WorkerMatch> matches =
+      MatchPrompt(*pool, *prompt, state->request.params.cache_salt);
   std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
   std::vector<WorkerView> workers = pool->Snapshot(&stubs);
   auto placed = b->placer()->Place(workers, matches, pr);
@@ -381,7 +382,8 @@ class CallHandle final : public openai::GenerationHandle {
 
 std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
     openai::GenerateRequest request, openai::EventCallback on_event) {
-  if (recorder_ != nullptr) recorder_->Record(request.prompt, request.params.max_tokens);
+  if (recorder_ != nullptr)
+    recorder_->Record(request.prompt, request.params.max_tokens, request.params.cache_salt);
   auto state = std::make_shared<CallState>();
   state->backend = this;
   state->arrival_s = Now();

@@ -102,7 +102,7 @@ class RouterImpl final : public Router {
  public:
   explicit RouterImpl(RouterOptions options)
       : options_(std::move(options)),
-        pool_(options_.dead_after),
+        pool_(options_.dead_after, options_.kv_hash_key),
         service_(&pool_, [this] { WakeQueue(); }) {}
   ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
 
@@ -148,6 +148,8 @@ class RouterImpl final : public Router {
     fo.api_keys = options_.api_keys;
     fo.unknown_params = options_.unknown_params;
     fo.get_load_format = options_.get_load_format;
+    fo.api_key_cache_salts = options_.api_key_cache_salts;
+    fo.hide_cached_tokens = options_.hide_cached_tokens;
     fo.observer = api_metrics_.get();
     STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
     frontend_->Install(*http_);

@@ -12,11 +12,12 @@ namespace {
 
 constexpr int kRecordBlockTokens = 512;  // the trace format's block (Mooncake hash_ids)
 
-// One id per 512-token block, the last one possibly partial; chained like KV block hashes.
-std::vector<uint64_t> BlockIds(const std::vector<int32_t>& prompt) {
+// One id per 512-token block, the last one possibly partial; chained like KV block hashes, and
+// salted like them, so that a replay shares prefixes exactly where the cluster could.
+std::vector<uint64_t> BlockIds(const std::vector<int32_t>& prompt, std::string_view cache_salt) {
   std::vector<uint64_t> ids;
   BlockHash parent = kRootBlockHash;
-  const uint64_t seed = BlockHashSeed("strata-trace-recording");
+  const uint64_t seed = SaltedBlockHashSeed(BlockHashSeed("strata-trace-recording"), cache_salt);
   for (size_t at = 0; at < prompt.size(); at += kRecordBlockTokens) {
     const size_t n = std::min<size_t>(kRecordBlockTokens, prompt.size() - at);
     parent = HashBlock(seed, parent, std::span<const int32_t>(prompt.data() + at, n));
@@ -39,11 +40,12 @@ absl::StatusOr<std::unique_ptr<TrafficRecorder>> TrafficRecorder::Open(
 
 TrafficRecorder::~TrafficRecorder() { std::fclose(file_); }
 
-void TrafficRecorder::Record(const std::vector<int32_t>& prompt, int max_tokens) {
+void TrafficRecorder::Record(const std::vector<int32_t>& prompt, int max_tokens,
+                             std::string_view cache_salt) {
   replay::TraceRequest r;
   r.input_tokens = static_cast<int32_t>(prompt.size());
   r.output_tokens = max_tokens;
-  r.block_ids = BlockIds(prompt);
+  r.block_ids = BlockIds(prompt, cache_salt);
   if (include_prompts_ && tokenizer_ != nullptr) {
     r.prompt = tokenizer_->Decode(prompt, /*skip_special_tokens=*/false);
   }

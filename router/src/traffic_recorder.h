@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,7 +29,8 @@ class TrafficRecorder {
                                                                const Tokenizer* tokenizer);
   ~TrafficRecorder();
 
-  void Record(const std::vector<int32_t>& prompt, int max_tokens);
+  // `cache_salt`: the request's; its block ids differ from other salts' as its KV blocks do.
+  void Record(const std::vector<int32_t>& prompt, int max_tokens, std::string_view cache_salt = {});
   int64_t records() const;
 
  private:

@@ -37,8 +37,10 @@ LoadReport LoadFromProto(const v1::WorkerLoad& load) {
   return out;
 }
 
-WorkerPool::WorkerPool(absl::Duration dead_after)
-    : dead_after_(dead_after), epoch_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {}
+WorkerPool::WorkerPool(absl::Duration dead_after, std::shared_ptr<const BlockHashKey> kv_hash_key)
+    : dead_after_(dead_after),
+      kv_hash_key_(std::move(kv_hash_key)),
+      epoch_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {}
 
 absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   if (info.id().empty() || info.grpc_address().empty()) {
@@ -60,6 +62,15 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", info.id(), " serves a different model (identity ",
                      info.model_identity(), ", cluster ", model_identity_, ")"));
+  }
+  // A kvstore daemon only stores the hashes workers give it; workers compute them.
+  const std::string key_fp = KeyFingerprint(kv_hash_key_.get());
+  if (!kvstore && info.kv_hash_key_fingerprint() != key_fp) {
+    auto name = [](const std::string& fp) { return fp.empty() ? std::string("none") : fp; };
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", info.id(), " keys its block hashes with another KV hash key than the router's",
+        " (key fingerprint ", name(info.kv_hash_key_fingerprint()), ", router ", name(key_fp),
+        "): give the router and every worker the same --kv-hash-key-file"));
   }
   if (!kvstore && block_size_ != 0 && info.block_size() != block_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -196,6 +207,12 @@ int WorkerPool::num_workers() const {
 int WorkerPool::block_size() const {
   absl::MutexLock lock(&mu_);
   return block_size_;
+}
+
+BlockHasher WorkerPool::Hasher(std::string_view cache_salt) const {
+  const std::string identity = model_identity();
+  if (identity.empty()) return BlockHasher(0, kv_hash_key_);
+  return BlockHasher(BlockHashSeed(identity, ""), kv_hash_key_).Salted(cache_salt);
 }
 
 std::string WorkerPool::model_identity() const {

@@ -90,6 +90,35 @@ policy: goodput
   EXPECT_EQ(c->policy, "goodput");
 }
 
+TEST(ClusterConfigTest, TenantIsolationKeys) {
+  auto c = ParseClusterConfig(R"(
+api_keys:
+  - k1
+  - {key: k2, cache_salt: tenant-b}
+  - {key: k3}
+hide_cached_tokens: true
+kv_hash_key_file: /etc/strata/kv-hash/key
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2", "k3"));
+  EXPECT_THAT(c->api_key_cache_salts, ElementsAre("", "tenant-b"));
+  EXPECT_TRUE(c->hide_cached_tokens);
+  EXPECT_EQ(c->kv_hash_key_file, "/etc/strata/kv-hash/key");
+  auto plain = ParseClusterConfig("api_keys: [k1]\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->api_key_cache_salts.empty());
+  EXPECT_FALSE(plain->hide_cached_tokens);
+  EXPECT_TRUE(plain->kv_hash_key_file.empty());
+  for (const char* bad :
+       {"api_keys: [{cache_salt: s}]\n", "api_keys: [{key: k, salt: s}]\n",
+        "api_keys: [{key: k, cache_salt: \"\"}]\n", "hide_cached_tokens: maybe\n"}) {
+    EXPECT_EQ(ParseClusterConfig(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  auto long_salt =
+      ParseClusterConfig("api_keys: [{key: k, cache_salt: " + std::string(257, 's') + "}]\n");
+  EXPECT_THAT(long_salt.status().message(), HasSubstr("at most 256 bytes"));
+}
+
 TEST(ClusterConfigTest, JsonIsAccepted) {
   auto c = ParseClusterConfig(R"({"decode": {"count": 0}, "mixed": {"count": 2},
                                   "slo": {"ttft_s": 1}})");
@@ -257,10 +286,11 @@ TEST_P(ClusterConfigErrorTest, NamesKeyAndLine) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterConfigErrorTest,
     ::testing::Values(
-        BadCase{"model: m\nmodle: x\n",
-                "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-                "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, unknown_params, "
-                "get_load_format, policy)"},
+        BadCase{
+            "model: m\nmodle: x\n",
+            "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
+            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
+            "kv_hash_key_file, unknown_params, get_load_format, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},
@@ -325,8 +355,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"decode:\n  gpu_memory_share: -0.1\n",
                 "cluster.yaml:2: decode.gpu_memory_share: must be in (0, 1], or 0 for an "
                 "automatic share, got -0.1"},
-        BadCase{"mixed:\n  kv_cache_mb: -5\n",
-                "cluster.yaml:2: mixed.kv_cache_mb: must be a size in MiB in 0..1073741824, got -5"},
+        BadCase{
+            "mixed:\n  kv_cache_mb: -5\n",
+            "cluster.yaml:2: mixed.kv_cache_mb: must be a size in MiB in 0..1073741824, got -5"},
         BadCase{"decode:\n  gpu_memory_share: 0.4\n  kv_cache_mb: 1024\n",
                 "cluster.yaml:3: decode.kv_cache_mb: set one of decode.gpu_memory_share and "
                 "decode.kv_cache_mb (each sizes the KV pool)"},

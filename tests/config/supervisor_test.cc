@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -385,6 +386,44 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
   EXPECT_EQ(plan.workers[2].ready_url, "http://127.0.0.1:8103/ready");
   EXPECT_EQ(plan.workers[2].log_path, "/logs/mixed-0.log");
   EXPECT_TRUE(plan.kvstores.empty());
+}
+
+// The index of `flag` followed by `value` in argv, or -1.
+int FlagAt(const std::vector<std::string>& argv, const std::string& flag,
+           const std::string& value) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag && argv[i + 1] == value) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
+  ClusterConfig c;
+  c.mixed.count = 1;
+  c.api_keys = {"k1", "k2", "k3"};
+  c.api_key_cache_salts = {"", "tenant-b"};
+  c.hide_cached_tokens = true;
+  c.kv_hash_key_file = "/logs/kv_hash.key";
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs",
+                             {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  std::vector<const ProcessSpec*> all = {&planned->router[0]};
+  for (const auto& w : planned->workers) all.push_back(&w);
+  ASSERT_EQ(all.size(), 4u);
+  for (const ProcessSpec* p : all) {
+    EXPECT_GE(FlagAt(p->argv, "--kv-hash-key-file", "/logs/kv_hash.key"), 0) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--api-key-cache-salt", "key-1=tenant-b"), 0) << p->name;
+    EXPECT_THAT(p->argv, testing::Contains("--hide-cached-tokens")) << p->name;
+    EXPECT_EQ(std::count(p->argv.begin(), p->argv.end(), "--api-key-cache-salt"), 1) << p->name;
+  }
+  // Without them, no flag: the processes run unkeyed and unsalted.
+  ClusterConfig plain;
+  auto bare = PlanCluster(plain, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
+  ASSERT_TRUE(bare.ok());
+  for (const auto& argv : {bare->router[0].argv, bare->workers[0].argv}) {
+    EXPECT_THAT(argv, testing::Not(testing::Contains("--kv-hash-key-file")));
+    EXPECT_THAT(argv, testing::Not(testing::Contains("--hide-cached-tokens")));
+  }
 }
 
 TEST(ClusterPlanTest, PluginConfigReachesEveryWorker) {

@@ -46,7 +46,8 @@ WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
              ("monitoring.coreos.com/v1", "PrometheusRule")}
 # Objects an overlay references but expects the operator to create (docs/deploy.md).
-EXTERNAL = {("overlays/gpu", "Secret", "strata-api-keys")}
+EXTERNAL = {("overlays/gpu", "Secret", "strata-api-keys"),
+            ("overlays/gpu", "Secret", "strata-kv-hash-key")}
 
 
 def render(kustomization):
@@ -288,6 +289,8 @@ def lint_references(kustomization, objects):
     for v in pod_spec(o).get("volumes", []):
       if "persistentVolumeClaim" in v:
         refs.append(("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]))
+      if "secret" in v:
+        refs.append(("Secret", v["secret"]["secretName"]))
     for ref in refs:
       if ref not in have and (kustomization, *ref) not in EXTERNAL:
         problems.append(f"{name_of(o)} uses missing {ref[0]}/{ref[1]}")

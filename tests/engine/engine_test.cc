@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <span>
 
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
@@ -80,6 +82,86 @@ TEST_F(EngineTest, PrefixCachingReportsCachedTokensAndKeepsOutputs) {
   auto third = cold->Generate({prompt}, Greedy(8));
   ASSERT_TRUE(third.ok());
   EXPECT_EQ((*third)[0].tokens, (*first)[0].tokens);
+}
+
+SamplingParams Salted(int n, std::string salt) {
+  SamplingParams p = Greedy(n);
+  p.cache_salt = std::move(salt);
+  return p;
+}
+
+TEST_F(EngineTest, CacheSaltSharesBlocksOnlyWithTheSameSalt) {
+  auto e = Make();
+  ASSERT_NE(e, nullptr);
+  const std::string prompt =
+      "Tenants that send the same system prompt must not learn from each other's cache hits.";
+  auto cached = [&](const SamplingParams& params) {
+    auto out = e->Generate({prompt}, params);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? (*out)[0].cached_tokens : -1;
+  };
+  EXPECT_EQ(cached(Salted(4, "tenant-a")), 0);
+  EXPECT_EQ(cached(Salted(4, "tenant-b")), 0);  // another salt: nothing shared
+  EXPECT_EQ(cached(Greedy(4)), 0);              // no salt: nothing shared either
+  EXPECT_GT(cached(Salted(4, "tenant-a")), 0);
+  EXPECT_GT(cached(Salted(4, "tenant-b")), 0);
+  EXPECT_GT(cached(Greedy(4)), 0);
+  // The cache holds three disjoint chains for the one prompt, each under its own salt.
+  const std::vector<int32_t> tokens = e->tokenizer().Encode(prompt, /*add_special_tokens=*/true);
+  const size_t full = (tokens.size() - 1) / 8;
+  ASSERT_GT(full, 0u);
+  std::set<BlockHash> held;
+  for (BlockHash h : e->block_manager().CachedHashes()) held.insert(h);
+  std::set<BlockHash> expected;
+  for (const char* salt : {"tenant-a", "tenant-b", ""}) {
+    for (BlockHash h : e->block_hasher().Salted(salt).Chain(
+             std::span<const int32_t>(tokens.data(), full * 8), 8)) {
+      EXPECT_TRUE(held.contains(h)) << salt;
+      expected.insert(h);
+    }
+  }
+  EXPECT_EQ(expected.size(), 3 * full);
+  // The decode side's reservation (a disaggregated request) honours the salt too.
+  auto other = e->ReservePrompt(tokens, "tenant-c");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->cached_tokens, 0);
+  e->CancelReservation(*other);
+  auto same = e->ReservePrompt(tokens, "tenant-a");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->cached_tokens, static_cast<int32_t>(full * 8));
+  e->CancelReservation(*same);
+  // A salt from a peer is bounded as the API bounds it.
+  const absl::Status too_long = e->AddRequest(
+      "long-salt", tokens, Salted(4, std::string(SamplingParams::kMaxCacheSaltBytes + 1, 's')));
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("cache_salt"), std::string::npos);
+}
+
+TEST_F(EngineTest, AClusterKeyKeysEveryCachedBlock) {
+  auto key = BlockHashKey::FromBytes("a cluster key of at least 16 bytes");
+  ASSERT_TRUE(key.ok()) << key.status();
+  EngineOptions opts;
+  opts.runner.block_size = 8;
+  opts.runner.num_kv_blocks = 64;
+  opts.kv_hash_key = *key;
+  auto keyed = Engine::Create(*dir_, opts);
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  auto plain = Make();
+  ASSERT_NE(plain, nullptr);
+  const std::string prompt = "Block hashes keyed per cluster cannot be predicted from outside.";
+  for (Engine* e : {keyed->get(), plain.get()}) {
+    auto first = e->Generate({prompt}, Greedy(4));
+    auto second = e->Generate({prompt}, Greedy(4));
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ((*first)[0].cached_tokens, 0);
+    EXPECT_GT((*second)[0].cached_tokens, 0);  // a key still lets equal prompts share
+  }
+  EXPECT_EQ((*keyed)->block_hasher().key(), key->get());
+  std::set<BlockHash> plain_hashes;
+  for (BlockHash h : plain->block_manager().CachedHashes()) plain_hashes.insert(h);
+  const std::vector<BlockHash> keyed_hashes = (*keyed)->block_manager().CachedHashes();
+  ASSERT_FALSE(keyed_hashes.empty());
+  for (BlockHash h : keyed_hashes) EXPECT_FALSE(plain_hashes.contains(h));
 }
 
 TEST_F(EngineTest, SeededSamplingIsReproducible) {

@@ -253,7 +253,8 @@ TEST_F(EngineTieringTest, WriteThroughOffloadsOnCommitAndImportStopsAtAFillError
 // Holds every staged prompt until released, then runs a task before the request is added.
 class HoldingStager : public PromptStager {
  public:
-  void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) override {
+  void Stage(std::span<const int32_t> prompt, std::string_view /*cache_salt*/,
+             std::function<void(EngineTask)> ready) override {
     staged_prompt_len = prompt.size();
     pending_ = std::move(ready);
     staged.Notify();

@@ -31,7 +31,7 @@ void FinishStep(Scheduler& s, const SchedulerOutput& out) {
 
 TEST(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
   BlockManager bm(64, 4, true);
-  Scheduler s({/*max_num_seqs=*/8, /*max_num_batched_tokens=*/10, true}, &bm, 1);
+  Scheduler s({/*max_num_seqs=*/8, /*max_num_batched_tokens=*/10, true}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 25);
   s.Add(a.get());
   std::vector<int> chunks;
@@ -51,7 +51,7 @@ TEST(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
 
 TEST(SchedulerTest, DecodesAndPrefillsShareAStep) {
   BlockManager bm(64, 4, true);
-  Scheduler s({8, 16, true}, &bm, 1);
+  Scheduler s({8, 16, true}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 8), b = MakeRequest("b", 30, 100);
   s.Add(a.get());
   FinishStep(s, s.Schedule());  // a prefilled, sampled
@@ -67,7 +67,7 @@ TEST(SchedulerTest, DecodesAndPrefillsShareAStep) {
 
 TEST(SchedulerTest, MaxNumSeqsLimitsAdmission) {
   BlockManager bm(64, 4, true);
-  Scheduler s({2, 100, true}, &bm, 1);
+  Scheduler s({2, 100, true}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 4), b = MakeRequest("b", 4, 10), c = MakeRequest("c", 4, 20);
   s.Add(a.get());
   s.Add(b.get());
@@ -79,7 +79,7 @@ TEST(SchedulerTest, MaxNumSeqsLimitsAdmission) {
 
 TEST(SchedulerTest, PreemptsTheNewestRequestWhenBlocksRunOut) {
   BlockManager bm(4, 4, false);  // 16 token slots
-  Scheduler s({8, 64, true}, &bm, 1);
+  Scheduler s({8, 64, true}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 7), b = MakeRequest("b", 7, 50);
   s.Add(a.get());
   s.Add(b.get());
@@ -106,7 +106,7 @@ TEST(SchedulerTest, PreemptsTheNewestRequestWhenBlocksRunOut) {
 
 TEST(SchedulerTest, ReusesCachedPrefixBlocksButAlwaysComputesOneToken) {
   BlockManager bm(16, 4, true);
-  Scheduler s({8, 64, true}, &bm, 1);
+  Scheduler s({8, 64, true}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 12);
   s.Add(a.get());
   FinishStep(s, s.Schedule());
@@ -129,7 +129,7 @@ TEST(SchedulerTest, ReusesCachedPrefixBlocksButAlwaysComputesOneToken) {
 
 TEST(SchedulerTest, WithoutChunkingAPromptWaitsForAWholeStep) {
   BlockManager bm(64, 4, true);
-  Scheduler s({8, 10, false}, &bm, 1);
+  Scheduler s({8, 10, false}, &bm, BlockHasher(1));
   auto a = MakeRequest("a", 6), b = MakeRequest("b", 6, 10);
   s.Add(a.get());
   s.Add(b.get());

@@ -475,6 +475,86 @@ TEST_F(FrontendTest, ApiKeys) {
   EXPECT_EQ(Call("GET", "/health", "")->status(), 200);  // probes stay open
 }
 
+TEST_F(FrontendTest, CacheSaltIsValidatedAndPassedToTheBackend) {
+  Complete(R"("prompt":[1],"cache_salt":"tenant-a")");
+  Chat(R"("cache_salt":"tenant-b")");
+  Complete(R"("prompt":[1],"cache_salt":null)");
+  ASSERT_EQ(backend_.num_calls(), 3);
+  EXPECT_EQ(backend_.request(0).params.cache_salt, "tenant-a");
+  EXPECT_EQ(backend_.request(1).params.cache_salt, "tenant-b");
+  EXPECT_EQ(backend_.request(2).params.cache_salt, "");
+  const std::string longest(SamplingParams::kMaxCacheSaltBytes, 's');
+  Complete(R"("prompt":[1],"cache_salt":")" + longest + "\"");
+  ASSERT_EQ(backend_.num_calls(), 4);
+  EXPECT_EQ(backend_.request(3).params.cache_salt, longest);
+  for (const std::string& bad :
+       {std::string(R"("cache_salt":7)"), std::string(R"("cache_salt":"")"),
+        std::string(R"("cache_salt":["a"])"), R"("cache_salt":")" + longest + "x\""}) {
+    auto w = Complete(R"("prompt":[1],)" + bad);
+    EXPECT_EQ(w->status(), 400) << bad;
+    EXPECT_EQ(w->json()["error"]["type"], "invalid_request_error") << bad;
+    EXPECT_EQ(w->json()["error"]["param"], "cache_salt") << bad;
+    EXPECT_THAT(w->json()["error"]["message"].get<std::string>(), HasSubstr("cache_salt"));
+  }
+  EXPECT_EQ(Chat(R"("cache_salt":"")")->status(), 400);
+  EXPECT_EQ(backend_.num_calls(), 4);
+}
+
+TEST_F(FrontendTest, ApiKeyDefaultCacheSaltAppliesWhenTheRequestHasNone) {
+  options_.api_keys = {"k1", "k2", "k3"};
+  options_.api_key_cache_salts = {"tenant-1", ""};  // k2 has none; k3 no entry at all
+  MakeFrontend();
+  const std::string body = R"({"model":"tiny","prompt":[1]})";
+  const std::string own = R"({"model":"tiny","prompt":[1],"cache_salt":"mine"})";
+  Call("POST", "/v1/completions", body, {{"authorization", "Bearer k1"}});
+  Call("POST", "/v1/completions", own, {{"authorization", "Bearer k1"}});
+  Call("POST", "/v1/completions", body, {{"authorization", "Bearer k2"}});
+  Call("POST", "/v1/completions", body, {{"authorization", "Bearer k3"}});
+  Call("POST", "/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})",
+       {{"authorization", "Bearer k1"}});
+  ASSERT_EQ(backend_.num_calls(), 5);
+  EXPECT_EQ(backend_.request(0).params.cache_salt, "tenant-1");
+  EXPECT_EQ(backend_.request(1).params.cache_salt, "mine");
+  EXPECT_EQ(backend_.request(2).params.cache_salt, "");
+  EXPECT_EQ(backend_.request(3).params.cache_salt, "");
+  EXPECT_EQ(backend_.request(4).params.cache_salt, "tenant-1");
+  // More salts than keys, or an oversized one, is a configuration error.
+  FrontendOptions bad = options_;
+  bad.api_key_cache_salts = {"a", "b", "c", "d"};
+  ServedModel model{"tiny", tokenizer_.get(), nullptr, max_model_len_, 384};
+  EXPECT_FALSE(Frontend::Create(&backend_, model, bad).ok());
+  bad.api_key_cache_salts = {std::string(SamplingParams::kMaxCacheSaltBytes + 1, 's')};
+  EXPECT_FALSE(Frontend::Create(&backend_, model, bad).ok());
+}
+
+TEST_F(FrontendTest, HideCachedTokensReportsZeroToClientsButNotToMetrics) {
+  options_.hide_cached_tokens = true;
+  MakeFrontend();
+  auto w = Complete(R"("prompt":[1,2,3])");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  backend_.Emit(0, Final({7}, "a", FinishReason::kLength, /*cached=*/2));
+  ASSERT_EQ(w->status(), 200);
+  EXPECT_EQ(w->json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  auto stream =
+      Complete(R"("prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true})");
+  ASSERT_EQ(backend_.num_calls(), 2);
+  backend_.Emit(1, Final({7}, "a", FinishReason::kLength, /*cached=*/2));
+  const std::vector<Json> events = JsonEvents(*stream);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  auto records = observer_.records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].cached_tokens, 2);
+  EXPECT_EQ(records[1].cached_tokens, 2);
+  // Without the option the same event shows its cached tokens.
+  options_.hide_cached_tokens = false;
+  MakeFrontend();
+  auto shown = Complete(R"("prompt":[1,2,3])");
+  backend_.Emit(2, Final({7}, "a", FinishReason::kLength, /*cached=*/2));
+  EXPECT_EQ(shown->json()["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+}
+
 TEST_F(FrontendTest, ModelsHealthReady) {
   auto models = Call("GET", "/v1/models", "");
   EXPECT_EQ(models->status(), 200);

@@ -51,6 +51,39 @@ TEST(WorkerPoolTest, RegistrationRejectsForeignModelsAndBlockSizes) {
   EXPECT_EQ(pool.num_workers(), 1);
 }
 
+TEST(WorkerPoolTest, RegistrationRefusesWorkersKeyedWithAnotherKey) {
+  auto key = BlockHashKey::FromBytes("the cluster's block hash key");
+  auto other = BlockHashKey::FromBytes("another cluster's block hash key");
+  ASSERT_TRUE(key.ok() && other.ok());
+  WorkerPool pool(absl::Seconds(3), *key);
+  v1::WorkerInfo good = Info("d0", v1::ROLE_DECODE);
+  good.set_kv_hash_key_fingerprint((*key)->fingerprint());
+  ASSERT_TRUE(pool.Register(good).ok());
+  v1::WorkerInfo wrong = Info("d1", v1::ROLE_DECODE);
+  wrong.set_kv_hash_key_fingerprint((*other)->fingerprint());
+  auto refused = pool.Register(wrong);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("worker d1 keys its block hashes with another KV hash key"));
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr((*other)->fingerprint()));
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("--kv-hash-key-file"));
+  // A worker without a key is refused by a keyed router, and the reverse.
+  auto unkeyed = pool.Register(Info("d2", v1::ROLE_PREFILL));
+  EXPECT_THAT(unkeyed.status().message(), ::testing::HasSubstr("fingerprint none"));
+  WorkerPool plain;
+  EXPECT_EQ(plain.Register(good).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(plain.Register(Info("d3", v1::ROLE_DECODE)).ok());
+  // kvstore daemons never hash: no key needed.
+  EXPECT_TRUE(pool.Register(Info("kv0", v1::ROLE_KVSTORE)).ok());
+  EXPECT_EQ(pool.num_workers(), 2);
+  // The router hashes prompts as its workers do: the key and the request's salt.
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  const BlockHasher workers(BlockHashSeed("m1"), *key);
+  EXPECT_EQ(pool.Hasher("").Chain(prompt, 4), workers.Chain(prompt, 4));
+  EXPECT_EQ(pool.Hasher("t").Chain(prompt, 4), workers.Salted("t").Chain(prompt, 4));
+  EXPECT_EQ(plain.Hasher("").Chain(prompt, 4), HashBlockChain(BlockHashSeed("m1"), prompt, 4));
+}
+
 v1::KvLayout Layout(const std::string& dtype, const std::string& memory) {
   v1::KvLayout l;
   l.set_dtype(dtype);

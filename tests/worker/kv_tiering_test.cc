@@ -30,8 +30,9 @@ class KvTieringTest : public ::testing::Test {
   }
 
   // An engine with a 12-block pool of 8-token blocks (16 KiB each) and the given tiers.
-  void Start(KvTierOptions tiers) {
+  void Start(KvTierOptions tiers, std::shared_ptr<const BlockHashKey> key = nullptr) {
     EngineOptions opts;
+    opts.kv_hash_key = std::move(key);
     opts.runner.block_size = 8;
     opts.runner.num_kv_blocks = 12;
     auto e = Engine::Create(*dir_ + "/model", opts);
@@ -47,13 +48,14 @@ class KvTieringTest : public ::testing::Test {
     loop_.reset();
   }
 
-  std::vector<int32_t> Run(const std::string& id, int first) {
+  std::vector<int32_t> Run(const std::string& id, int first, std::string cache_salt = "") {
     std::vector<int32_t> prompt(41);
     for (int i = 0; i < 41; ++i) prompt[i] = first + (i * 7) % 200;
     SamplingParams p;
     p.temperature = 0;
     p.max_tokens = 6;
     p.ignore_eos = true;
+    p.cache_salt = std::move(cache_salt);
     absl::Notification done;
     std::vector<int32_t> tokens;
     loop_->Submit(id, prompt, p, [&](const absl::Status& st, const RequestOutput& o) {
@@ -95,6 +97,31 @@ TEST_F(KvTieringTest, EvictedPromptComesBackFromTheHostTier) {
   const std::string text = registry_.Serialize();
   EXPECT_NE(text.find("strata_kvstore_hits_total{tier=\"host\"}"), std::string::npos);
   EXPECT_NE(text.find("strata_worker_kv_stage_total{outcome=\"fetch\"}"), std::string::npos);
+}
+
+TEST_F(KvTieringTest, EvictedSaltedPromptComesBackOnlyForTheSameSalt) {
+  KvTierOptions t;
+  t.host_bytes = 1 << 20;  // 64 blocks
+  auto key = BlockHashKey::FromBytes("a key for this worker's block hashes");
+  ASSERT_TRUE(key.ok()) << key.status();
+  Start(t, *key);
+  const auto reference = Run("a", 3, "tenant-a");
+  for (int s : {50, 90, 130}) Run("evict-" + std::to_string(s), s);
+  // Another salt (and no salt) finds nothing in G2 and computes the whole prompt.
+  const int64_t hits = Hits(kvstore::TierKind::kHost);
+  int64_t before = Computed();
+  EXPECT_EQ(Run("b", 3, "tenant-b"), reference);
+  EXPECT_GE(Computed() - before, 41);
+  before = Computed();
+  EXPECT_EQ(Run("plain", 3), reference);
+  EXPECT_GE(Computed() - before, 41);
+  EXPECT_EQ(Hits(kvstore::TierKind::kHost), hits);
+  for (int s : {50, 90, 130}) Run("evict-again-" + std::to_string(s), s);
+  // The same salt fetches its blocks back from G2.
+  before = Computed();
+  EXPECT_EQ(Run("a-again", 3, "tenant-a"), reference);
+  EXPECT_LT(Computed() - before, 16);
+  EXPECT_GE(Hits(kvstore::TierKind::kHost), hits + 4);
 }
 
 TEST_F(KvTieringTest, PromptDemotedToDiskIsFetchedBackAndResyncListsIt) {

@@ -9,6 +9,10 @@ namespace strata {
 
 absl::Status SamplingParams::Validate(int vocab_size) const {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  if (cache_salt.size() > kMaxCacheSaltBytes) {
+    return bad(absl::StrCat("cache_salt must be at most ", kMaxCacheSaltBytes, " bytes, got ",
+                            cache_salt.size()));
+  }
   if (max_tokens < 0) return bad(absl::StrCat("max_tokens must be >= 0, got ", max_tokens));
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
     return bad(absl::StrCat("temperature must be >= 0, got ", temperature));

@@ -31,7 +31,7 @@ KvTiering::KvTiering(const KvTieringOptions& options, std::unique_ptr<kvstore::T
     : options_(options), store_(std::move(store)), loop_(loop) {
   const Engine& e = loop_->engine_for_config();
   block_size_ = e.block_manager().block_size();
-  hash_seed_ = e.block_hash_seed();
+  hasher_ = e.block_hasher();
 }
 
 namespace {
@@ -291,8 +291,9 @@ int KvTiering::LeadingInDevice(std::span<const BlockHash> hashes) const {
   return n;
 }
 
-void KvTiering::Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) {
-  std::vector<BlockHash> hashes = HashBlockChain(hash_seed_, prompt, block_size_);
+void KvTiering::Stage(std::span<const int32_t> prompt, std::string_view cache_salt,
+                      std::function<void(EngineTask)> ready) {
+  std::vector<BlockHash> hashes = hasher_.Salted(cache_salt).Chain(prompt, block_size_);
   const int device = LeadingInDevice(hashes);
   store_->NoteUse(std::span<const BlockHash>(hashes.data(), size_t(device)));
   const std::span<const BlockHash> rest(hashes.data() + device, hashes.size() - device);

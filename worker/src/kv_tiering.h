@@ -54,7 +54,8 @@ class KvTiering final : public PromptStager {
                                                           metrics::Registry* registry);
   ~KvTiering() override;
 
-  void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) override;
+  void Stage(std::span<const int32_t> prompt, std::string_view cache_salt,
+             std::function<void(EngineTask)> ready) override;
 
   // Tier events (G2/G3/G4 stores and removals) since the last call, for the router's index.
   std::vector<v1::KvEvent> TakeEvents();
@@ -96,7 +97,7 @@ class KvTiering final : public PromptStager {
   std::unique_ptr<kvstore::TieredStore> store_;
   EngineLoop* loop_;
   int block_size_ = 0;
-  uint64_t hash_seed_ = 0;
+  BlockHasher hasher_;  // the engine's (unsalted); Salted() per staged request
   mutable absl::Mutex mu_;
   absl::flat_hash_set<BlockHash> device_ ABSL_GUARDED_BY(mu_);  // mirror of the engine's cache
   std::vector<v1::KvEvent> events_ ABSL_GUARDED_BY(mu_);

@@ -166,6 +166,8 @@ class WorkerImpl final : public Worker {
       fo.api_keys = options_.api_keys;
       fo.unknown_params = options_.unknown_params;
       fo.get_load_format = options_.get_load_format;
+      fo.api_key_cache_salts = options_.api_key_cache_salts;
+      fo.hide_cached_tokens = options_.hide_cached_tokens;
       fo.observer = metrics_->observer();
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);
@@ -203,6 +205,7 @@ class WorkerImpl final : public Worker {
       info.set_http_address(absl::StrCat(options_.host, ":", http_->port()));
       info.set_model(ModelName());
       info.set_model_identity(model_identity_);
+      info.set_kv_hash_key_fingerprint(KeyFingerprint(options_.engine.kv_hash_key.get()));
       info.set_block_size(options_.engine.runner.block_size);
       info.set_num_kv_blocks(num_kv_blocks_);
       info.set_max_model_len(loop_->engine_for_config().max_model_len());

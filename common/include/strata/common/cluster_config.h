@@ -82,6 +82,13 @@ struct ClusterConfig {
   // of GET /get_load for a peer router in front of the workers (sglang | vllm-router).
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  // Default cache salt of each API key's requests, parallel to api_keys ("" = none); from
+  // entries of the form {key: K, cache_salt: S}.
+  std::vector<std::string> api_key_cache_salts;
+  bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // The cluster's secret block hash key, given to the router and every worker; "" = `strata up`
+  // writes a random one into the log dir for each run.
+  std::string kv_hash_key_file;
   std::string policy = "kv-aware";
 };
 

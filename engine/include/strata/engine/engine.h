@@ -39,7 +39,10 @@ struct EngineOptions {
   RunnerOptions runner;
   SchedulerOptions scheduler;
   bool enable_prefix_caching = true;
-  std::string cache_salt;     // mixed into block hashes (tenant isolation)
+  std::string cache_salt;  // mixed into every block hash of this engine
+  // The cluster's block hash key (null: unkeyed hashes); requests' own cache salts
+  // (SamplingParams::cache_salt) are mixed in on top.
+  std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   uint64_t default_seed = 0;  // seeds requests without a seed (request i gets seed + i)
   // Sample on the device through the plugin's `sample` entry when it has one, so a step
@@ -148,7 +151,8 @@ class Engine {
 
   // Decode side: reserves the prompt's blocks, reusing this engine's cached prefix (never the
   // last prompt token, as for a local request). ResourceExhausted if blocks are short.
-  absl::StatusOr<KvReservation> ReservePrompt(std::span<const int32_t> prompt);
+  absl::StatusOr<KvReservation> ReservePrompt(std::span<const int32_t> prompt,
+                                              std::string_view cache_salt = {});
   void CancelReservation(KvReservation& reservation);
   // Adds a request whose prompt KV is already in `reservation`'s blocks and whose first token
   // `first` was sampled by the prefill side (with the same params and seed). The first token is
@@ -224,6 +228,8 @@ class Engine {
     return blocks_->CountCachedPrefix(hashes);
   }
   uint64_t block_hash_seed() const { return scheduler_->hash_seed(); }
+  // Hashes unsalted requests' blocks; Salted(cache_salt) for the others.
+  const BlockHasher& block_hasher() const { return scheduler_->hasher(); }
   const std::string& model_identity() const { return model_identity_; }
 
   bool HasUnfinished() const { return !requests_.empty(); }

@@ -51,7 +51,10 @@ using EngineTask = std::function<void(Engine&)>;
 class PromptStager {
  public:
   virtual ~PromptStager() = default;
-  virtual void Stage(std::span<const int32_t> prompt, std::function<void(EngineTask)> ready) = 0;
+  // `cache_salt` is the request's (SamplingParams::cache_salt), which its blocks' hashes depend
+  // on; like `prompt`, valid only during the call.
+  virtual void Stage(std::span<const int32_t> prompt, std::string_view cache_salt,
+                     std::function<void(EngineTask)> ready) = 0;
 };
 
 // Output of one request: called for each increment, the last one finished (or with an error
@@ -83,7 +86,8 @@ class EngineLoop {
   // Post() of `fn` after the prompt stager has staged `prompt` (at once without a stager).
   // If Abort(id) arrives while staging, `fn` still runs and the request it adds is aborted
   // right after, so its callback sees the abort as usual.
-  void PostForPrompt(const std::string& id, std::span<const int32_t> prompt, EngineTask fn);
+  void PostForPrompt(const std::string& id, std::span<const int32_t> prompt,
+                     std::string_view cache_salt, EngineTask fn);
 
   // Adds a request (AddRequest, or AddPrefilledRequest via Post + Track). Errors from the
   // engine (bad parameters) come back through `callback`. A non-empty `resumed` continues a

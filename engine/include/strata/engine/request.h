@@ -32,6 +32,7 @@ struct Request {
   int32_t num_computed = 0;             // tokens whose KV is in `blocks`
   int32_t num_cached_prompt = 0;        // prompt tokens served from the prefix cache (last admit)
   std::vector<BlockHash> block_hashes;  // chain hashes of the committed full blocks
+  BlockHasher hasher;  // the scheduler's, salted with params.cache_salt (set when added)
   int num_preemptions = 0;
   bool hold_blocks = false;  // prefill-only: keep the blocks referenced after finishing
 

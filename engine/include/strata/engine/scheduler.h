@@ -38,7 +38,9 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& options, BlockManager* blocks, uint64_t hash_seed);
+  // `hasher` hashes requests without a cache salt; a salted request's blocks are hashed with
+  // hasher.Salted(its params.cache_salt), so they are shared only with the same salt.
+  Scheduler(const SchedulerOptions& options, BlockManager* blocks, BlockHasher hasher);
 
   void Add(Request* request);
   // Adds a request whose first num_computed tokens already have KV in request->blocks (a
@@ -51,7 +53,8 @@ class Scheduler {
   void OnStepDone(const SchedulerOutput& out);
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
-  uint64_t hash_seed() const { return hash_seed_; }
+  uint64_t hash_seed() const { return hasher_.seed(); }
+  const BlockHasher& hasher() const { return hasher_; }
   int num_running() const { return static_cast<int>(running_.size()); }
   // Tokens whose KV the running sequences hold (the decode step's attention context).
   int64_t running_context_tokens() const;
@@ -70,7 +73,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   BlockManager* blocks_;
-  uint64_t hash_seed_;
+  BlockHasher hasher_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order
   int64_t num_preemptions_ = 0;

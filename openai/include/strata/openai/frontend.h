@@ -83,6 +83,13 @@ struct FrontendOptions {
   // Empty: auth off. Otherwise /v1/* need `Authorization: Bearer <key>` (401 otherwise); the
   // request's api_key_id is "key-<index in this list>".
   std::vector<std::string> api_keys;
+  // The cache salt of requests that send no `cache_salt`, per API key (parallel to api_keys;
+  // "" or missing: none), so that keys (tenants) never share cached prompt blocks. At most as
+  // many entries as api_keys, each at most SamplingParams::kMaxCacheSaltBytes.
+  std::vector<std::string> api_key_cache_salts;
+  // Report usage.prompt_tokens_details.cached_tokens as 0 (metrics keep the real count): the
+  // number tells a client whether someone else sent the same prefix before.
+  bool hide_cached_tokens = false;
   // Longest prompt accepted (413 beyond); 0: max_model_len - 1 (room for one output token).
   int64_t max_prompt_tokens = 0;
   RequestObserver* observer = nullptr;  // optional; not owned; outlives the Frontend
@@ -131,7 +138,11 @@ class Frontend {
   Frontend(Backend* backend, ServedModel model, FrontendOptions options);
 
   // Each returns the error to answer with, or nullopt.
-  std::optional<ApiError> Authorize(const http::Request& request, std::string* key_id) const;
+  // *key_index: the key's position in api_keys (-1 with auth off), when not null.
+  std::optional<ApiError> Authorize(const http::Request& request, std::string* key_id,
+                                    int* key_index = nullptr) const;
+  // Gives a request without its own cache salt the default salt of API key `key_index`.
+  void ApplyKeyCacheSalt(int key_index, SamplingParams* params) const;
   std::optional<ApiError> PrepareCompletion(const CompletionRequest& request,
                                             internal::JobSpec* spec) const;
   std::optional<ApiError> PrepareChat(const ChatRequest& request, internal::JobSpec* spec) const;

@@ -61,6 +61,9 @@ class RegistryClient {
   std::atomic<bool> registered_{false};
   uint64_t epoch_ = 0;
   std::vector<v1::KvEvent> unsent_;  // events a failed heartbeat could not deliver
+  // The last registration failure logged: a refusal repeats on every retry, and is logged
+  // once until the reason changes or registration succeeds. Run thread only.
+  std::string last_register_error_;
   absl::Notification stop_;
   std::thread thread_;
 };

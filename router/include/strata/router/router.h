@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "strata/openai/frontend.h"
+#include "strata/common/block_hash.h"
 #include "strata/router/admission_queue.h"
 #include "strata/router/placement.h"
 
@@ -26,6 +27,11 @@ struct RouterOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // Default cache salt per API key, parallel to api_keys (openai::FrontendOptions).
+  std::vector<std::string> api_key_cache_salts;
+  bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
+  std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
   // Appends every request to this strata-format trace (replay/trace.h) when non-empty.
   std::string record_trace;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "strata/common/block_hash.h"
 #include "strata/proto/protocol.h"
 #include "strata/router/kv_index.h"
 #include "strata/router/worker_view.h"
@@ -27,10 +28,15 @@ LoadReport LoadFromProto(const v1::WorkerLoad& load);
 
 class WorkerPool {
  public:
-  explicit WorkerPool(absl::Duration dead_after = absl::Seconds(3));
+  // `kv_hash_key`: the cluster's block hash key (null: unkeyed). Workers must hash with the same
+  // key: one whose key fingerprint differs (or that has a key when the router has none, or the
+  // reverse) is refused at registration.
+  explicit WorkerPool(absl::Duration dead_after = absl::Seconds(3),
+                      std::shared_ptr<const BlockHashKey> kv_hash_key = nullptr);
 
   // Adds or replaces the worker. The first worker's model identity fixes the cluster's; a
-  // worker serving another model is rejected with FailedPrecondition.
+  // worker serving another model, or keying block hashes with another key, is rejected with
+  // FailedPrecondition.
   absl::StatusOr<uint64_t> Register(const v1::WorkerInfo& info);
   // Applies load and KV events; NotFound if the worker is not registered (it must re-register).
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
@@ -57,6 +63,9 @@ class WorkerPool {
   // The cluster's block size and hash seed source (model identity); 0/"" before any worker.
   int block_size() const;
   std::string model_identity() const;
+  // Hashes a prompt as the workers do for a request with cache salt `cache_salt` (the model
+  // identity's seed, the cluster key). Seed 0 before any worker registered.
+  BlockHasher Hasher(std::string_view cache_salt) const;
 
  private:
   struct Entry {
@@ -65,6 +74,7 @@ class WorkerPool {
   };
 
   const absl::Duration dead_after_;
+  const std::shared_ptr<const BlockHashKey> kv_hash_key_;
   const uint64_t epoch_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);

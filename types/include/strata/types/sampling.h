@@ -31,6 +31,12 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   int logprobs = -1;  // -1: none; N >= 0: the chosen token's logprob and the top N
   bool skip_special_tokens = true;
+  // Not a sampling parameter, but it travels with them to every worker of the request: mixed
+  // into the request's block hashes, so only requests with the same salt share cached KV
+  // (strata/common/block_hash.h). Empty: no salt. At most kMaxCacheSaltBytes.
+  std::string cache_salt;
+
+  static constexpr size_t kMaxCacheSaltBytes = 256;
 
   // InvalidArgument naming the parameter when out of range.
   absl::Status Validate(int vocab_size) const;

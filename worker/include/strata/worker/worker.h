@@ -53,6 +53,11 @@ struct WorkerOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // The mixed role's API: default cache salt per API key, parallel to api_keys, and whether
+  // usage reports 0 cached tokens (openai::FrontendOptions). The cluster's block hash key is
+  // engine.kv_hash_key.
+  std::vector<std::string> api_key_cache_salts;
+  bool hide_cached_tokens = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
