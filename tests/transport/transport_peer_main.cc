@@ -11,6 +11,8 @@
 //     peer -> test: "posted" once a write of the whole region (pieces of 64 KiB) is posted
 //   stage-receiver (a receiving peer on the staged device path, copying each piece in slowly):
 //     peer -> test: Metadata(), ExportRegion(device region)
+//   device-receiver (a receiving peer whose device region the test maps: the ipc path):
+//     peer -> test: Metadata(), ExportRegion(device region)
 // Exits when the socket closes (or it is killed, which is the point of the test).
 #include <poll.h>
 
@@ -103,14 +105,15 @@ int RunStageWriter(int fd, size_t region_bytes) {
   return 0;
 }
 
-// Takes staged writes into its "device" region, 20 ms per piece, until killed.
-int RunStageReceiver(int fd, size_t region_bytes) {
+// Takes writes into its "device" region until killed: staged, 20 ms per piece, or mapped by the
+// writer (ipc).
+int RunDeviceReceiver(int fd, size_t region_bytes, bool staged) {
   ShmDeviceMemory device;
   device.copy_delay_ms = 20;
   strata::transport::AgentOptions o;
   o.name = "peer";
   o.device = &device;
-  o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
+  if (staged) o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
   o.staging_piece_bytes = 64 << 10;
   o.staging_slots = 2;
   auto agent = Agent::Create(o);
@@ -131,13 +134,14 @@ int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr,
             "usage: transport_peer <socket fd> <region bytes> "
-            "<register|allocate|stage-writer|stage-receiver>\n");
+            "<register|allocate|stage-writer|stage-receiver|device-receiver>\n");
     return 64;
   }
   const std::string mode = argv[3];
   if (mode == "stage-writer") return RunStageWriter(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])));
-  if (mode == "stage-receiver") {
-    return RunStageReceiver(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])));
+  if (mode == "stage-receiver" || mode == "device-receiver") {
+    return RunDeviceReceiver(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])),
+                             mode == "stage-receiver");
   }
   return Run(atoi(argv[1]), static_cast<size_t>(atoll(argv[2])), mode == "allocate");
 }

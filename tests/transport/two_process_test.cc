@@ -332,6 +332,48 @@ TEST_P(StagedPeerKilledTest, AKilledReceiverFailsTheWriteAndFreesTheWritersSlots
   if (*tls != '\0') unsetenv("UCX_TLS");
 }
 
+// A receiver process whose device pool this process maps (the ipc path) is SIGKILLed: once UCX
+// reports the peer failed, its pool is unmapped here (no device memory kept for a dead peer).
+TEST_P(StagedPeerKilledTest, AKilledPeersMappedPoolIsClosed) {
+  const char* tls = GetParam();
+  if (*tls != '\0') setenv("UCX_TLS", tls, 1);
+  PeerProcess peer = Spawn("device-receiver");
+  testing::ShmDeviceMemory device;
+  auto writer = Agent::Create({.name = "prefill", .device = &device});
+  if (*tls != '\0') unsetenv("UCX_TLS");
+  ASSERT_GT(peer.pid, 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  char* src = static_cast<char*>(device.Allocate(kRegionBytes));
+  auto local = (*writer)->RegisterMemory(src, kRegionBytes, MemoryKind::kDevice);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto meta = RecvFrame(peer.fd);
+  auto blob = RecvFrame(peer.fd);
+  ASSERT_TRUE(meta && blob) << "peer process did not start";
+  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
+  auto remote = (*writer)->ImportRegion("peer", *blob);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_EQ(*(*writer)->RegionPath(*remote), "ipc");
+  const transport::Run some{0, 0, 1 << 20};
+  auto t = (*writer)->PostWrite("peer", *local, *remote, std::span(&some, 1), "done");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*writer)->Wait(*t, absl::Seconds(10)).ok());
+  (*writer)->Release(*t);
+  EXPECT_EQ(device.opens.load(), 1);
+  EXPECT_EQ(device.closes.load(), 0);
+  ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(peer.pid, nullptr, 0), peer.pid);
+  close(peer.fd);
+  // Keepalive notices within a few seconds (the agent probes every second).
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (device.closes.load() == 0 && absl::Now() < deadline) {
+    (void)(*writer)->Check(0);  // progresses the worker, as any caller's next call would
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(device.closes.load(), 1);
+  EXPECT_GE((*writer)->Stats().peer_failures, 1u);
+  EXPECT_EQ((*writer)->RegionPath(*remote).status().code(), absl::StatusCode::kNotFound);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, StagedPeerKilledTest, ::testing::Values("", "tcp"),
                          [](const auto& info) {
                            return std::string(*info.param ? info.param : "default");

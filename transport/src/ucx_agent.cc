@@ -256,6 +256,7 @@ void UcxAgent::Shutdown() {
     }
     local_regions_.clear();
     mappings_.clear();
+    released_mappings_.clear();
     FreePoolLocked(send_pool_);
     for (StagingPool& chunk : recv_pools_) FreePoolLocked(chunk);
     recv_pools_.clear();
@@ -482,11 +483,23 @@ void UcxAgent::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* peer = static_cast<Peer*>(arg);
   // Runs inside ucp_worker_progress, so the progressing thread holds mu_.
   peer->agent->mu_.AssertHeld();
-  if (!peer->failed) peer->agent->stats_.peer_failures++;
+  UcxAgent* self = peer->agent;
+  if (!peer->failed) self->stats_.peer_failures++;
   peer->failed = true;
   peer->error = status;
-  if (!peer->agent->stopping_) {  // at shutdown, peers going away first is expected
-    STRATA_LOG(Warning) << "transport agent '" << peer->agent->name_ << "': peer '"
+  // A dead peer's device memory stays mapped here only while a copy into it is in flight: its
+  // regions are forgotten now (posting to the peer fails as unavailable anyway), and the
+  // mappings are closed after progress returns, once no copy holds them.
+  for (auto it = self->remote_regions_.begin(); it != self->remote_regions_.end();) {
+    if (it->second.peer.get() == peer && it->second.mapping != nullptr) {
+      self->released_mappings_.push_back(std::move(it->second.mapping));
+      self->remote_regions_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (!self->stopping_) {  // at shutdown, peers going away first is expected
+    STRATA_LOG(Warning) << "transport agent '" << self->name_ << "': peer '"
                         << peer->name << "' failed: " << ucs_status_string(status);
   }
 }

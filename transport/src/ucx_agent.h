@@ -338,6 +338,8 @@ class UcxAgent final : public Agent {
   // Device handle -> its mapping here, while any region or copy holds it (a handle is opened
   // once per process).
   absl::flat_hash_map<std::string, std::weak_ptr<const Mapping>> mappings_ ABSL_GUARDED_BY(mu_);
+  // Mappings of failed peers' regions, dropped after ucp_worker_progress returns.
+  std::vector<std::shared_ptr<const Mapping>> released_mappings_ ABSL_GUARDED_BY(mu_);
 
   // The staged path: pools (made on first use), writes in post order, pieces arriving.
   StagingPool send_pool_ ABSL_GUARDED_BY(mu_);

@@ -226,6 +226,7 @@ bool UcxAgent::ProgressLocked() {
   if (!staged_sent_.empty() || !incoming_received_.empty()) any = true;
   if (any || !staged_writes_.empty() || !incoming_transfers_.empty()) ProgressStagedLocked();
   if (!closing_.empty()) ReapClosedLocked();
+  released_mappings_.clear();  // outside UCX callbacks: closing a mapping may take a while
   return any;
 }
 
