@@ -17,6 +17,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("http: max_connections must be >= 1");
   }
+  if (options.max_queued_write_bytes < 1) {
+    return absl::InvalidArgumentError("http: max_queued_write_bytes must be >= 1");
+  }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("http: bad port ", options.port));
   }

@@ -9,6 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "strata/common/logging.h"
 #include "wire.h"
 
 namespace strata::http::internal {
@@ -65,7 +67,8 @@ Session::Session(tcp::socket socket, uint64_t id, SessionHost* host)
       executor_(socket.get_executor()),
       socket_(std::move(socket)),
       timer_(executor_),
-      remote_(RemoteString(socket_)) {}
+      remote_(RemoteString(socket_)),
+      write_timer_(executor_) {}
 
 void Session::Start() {
   asio::post(executor_, [self = shared_from_this()] {
@@ -207,10 +210,19 @@ void Session::Flush(const std::shared_ptr<Exchange>& exchange) {
   if (closed_ || exchange != current_) return;
   Exchange::Output output = exchange->TakeOutput();
   for (std::string& bytes : output.bytes) {
-    if (!bytes.empty()) write_queue_.push_back(std::move(bytes));
+    if (bytes.empty()) continue;
+    queued_bytes_ += bytes.size();
+    write_queue_.push_back(std::move(bytes));
   }
   response_complete_ = output.complete;
   abort_after_write_ = output.abort;
+  if (queued_bytes_ > host_->options().max_queued_write_bytes) {
+    // The client reads slower than the response is produced: it is cut off rather than let the
+    // queue grow without bound.
+    STRATA_LOG(Warning) << "http: closing " << remote_ << ": " << queued_bytes_
+                        << " bytes queued for a client that does not read them";
+    return Close();
+  }
   MaybeWrite();
 }
 
@@ -224,6 +236,18 @@ void Session::MaybeWrite() {
   buffers_.clear();
   for (const std::string& bytes : in_flight_) buffers_.push_back(asio::buffer(bytes));
   writing_ = true;
+  const absl::Duration timeout = host_->options().write_timeout;
+  if (timeout > absl::ZeroDuration() && timeout < absl::Hours(24 * 365)) {
+    write_timer_.expires_after(absl::ToChronoNanoseconds(timeout));
+    write_timer_.async_wait(
+        [self = shared_from_this(), generation = write_generation_](beast::error_code ec) {
+          if (ec || generation != self->write_generation_ || self->closed_) return;
+          STRATA_LOG(Warning) << "http: closing " << self->remote_
+                              << ": a write made no progress for "
+                              << absl::FormatDuration(self->host_->options().write_timeout);
+          self->Close();
+        });
+  }
   asio::async_write(socket_, buffers_, [self = shared_from_this()](beast::error_code ec, size_t) {
     self->OnWrite(ec);
   });
@@ -231,6 +255,9 @@ void Session::MaybeWrite() {
 
 void Session::OnWrite(const beast::error_code& ec) {
   writing_ = false;
+  ++write_generation_;
+  write_timer_.cancel();
+  for (const std::string& bytes : in_flight_) queued_bytes_ -= bytes.size();
   in_flight_.clear();
   if (closed_) return;
   if (ec) return Close();
@@ -283,7 +310,10 @@ void Session::Close() {
   beast::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
-  write_queue_.clear();
+  ++write_generation_;
+  write_timer_.cancel();
+  for (const std::string& bytes : write_queue_) queued_bytes_ -= bytes.size();
+  write_queue_.clear();  // in_flight_ stays with the write, which now fails
   if (current_ != nullptr) {
     current_->Close();  // runs the request's OnClose callbacks
     current_.reset();

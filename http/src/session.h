@@ -108,6 +108,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::vector<std::string> write_queue_;  // waiting for the next write
   std::vector<std::string> in_flight_;    // owned by the outstanding write
+  size_t queued_bytes_ = 0;               // in write_queue_ and in_flight_
+  boost::asio::steady_timer write_timer_;  // the outstanding write's deadline
+  uint64_t write_generation_ = 0;
   std::vector<boost::asio::const_buffer> buffers_;
   bool writing_ = false;
 };

@@ -153,6 +153,65 @@ TEST(HttpStreamingTest, ClientDisconnectMidStreamRunsOnCloseOnce) {
   EXPECT_EQ(close_callbacks.load(), 1);
 }
 
+// A client that stops reading: the server stops at its queue bound and cuts the connection,
+// running the request's OnClose (which is what cancels generation), instead of buffering the
+// whole response.
+TEST(HttpStreamingTest, AClientThatStopsReadingIsCutOffAtTheQueueBound) {
+  ServerOptions options;
+  options.max_queued_write_bytes = 1 << 20;
+  options.write_timeout = absl::Seconds(60);  // only the bound acts here
+  auto server = MakeServer(options);
+  absl::Notification closed;
+  std::atomic<int64_t> accepted_bytes{0};
+  std::thread producer;
+  server->Route("GET", "/stream", [&](const Request&, std::shared_ptr<ResponseWriter> writer) {
+    writer->OnClose([&] { closed.Notify(); });
+    ASSERT_TRUE(writer->StartStream(200, "text/event-stream"));
+    producer = std::thread([writer, &accepted_bytes] {
+      const std::string chunk(64 << 10, 'x');
+      // 256 MiB if nothing stopped it; the client reads none of it.
+      for (int i = 0; i < 4096 && writer->Write(chunk); ++i) accepted_bytes += chunk.size();
+    });
+  });
+  ASSERT_TRUE(server->Start().ok());
+  auto client = TestClient::Connect(server->port());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/stream")));  // and never reads
+  ASSERT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  producer.join();
+  // What the writer accepted: the socket buffers plus about one queue bound, not the stream.
+  EXPECT_LT(accepted_bytes.load(), int64_t{64} << 20);
+  EXPECT_EQ(server->open_connections(), 0);
+}
+
+// A write that makes no progress (the client's window stays full) ends the connection after
+// the write timeout even when the response produces nothing more.
+TEST(HttpStreamingTest, AStalledWriteIsCutOffAfterTheWriteTimeout) {
+  ServerOptions options;
+  options.write_timeout = absl::Milliseconds(300);
+  auto server = MakeServer(options);
+  absl::Notification closed;
+  absl::Time wrote_last;
+  std::thread producer;
+  server->Route("GET", "/stream", [&](const Request&, std::shared_ptr<ResponseWriter> writer) {
+    writer->OnClose([&] { closed.Notify(); });
+    ASSERT_TRUE(writer->StartStream(200, "text/event-stream"));
+    producer = std::thread([writer, &wrote_last] {
+      // Enough to fill the socket buffers, well under the queue bound; then nothing more.
+      const std::string chunk(256 << 10, 'y');
+      for (int i = 0; i < 24; ++i) writer->Write(chunk);
+      wrote_last = absl::Now();
+    });
+  });
+  ASSERT_TRUE(server->Start().ok());
+  auto client = TestClient::Connect(server->port());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/stream")));
+  ASSERT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  producer.join();
+  EXPECT_GE(absl::Now() - wrote_last, absl::Milliseconds(250));
+}
+
 TEST(HttpStreamingTest, AbandonedStreamClosesTheConnection) {
   auto server = MakeServer();
   server->Route("GET", "/stream", [](const Request&, std::shared_ptr<ResponseWriter> writer) {

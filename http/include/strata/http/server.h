@@ -68,6 +68,11 @@ struct ServerOptions {
   size_t max_body_bytes = 8 << 20;                  // larger bodies get 413 before the handler
   int max_connections = 16384;                      // beyond it new connections are closed
   absl::Duration idle_timeout = absl::Seconds(60);  // keep-alive connection without a request
+  // A client that reads too slowly is cut off (its response's OnClose callbacks run, which
+  // cancel the request's work): when the bytes queued for one connection pass
+  // max_queued_write_bytes, or one write to the socket makes no progress for write_timeout.
+  size_t max_queued_write_bytes = 8 << 20;
+  absl::Duration write_timeout = absl::Seconds(30);
 };
 
 class Server {
