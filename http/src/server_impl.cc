@@ -17,6 +17,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("http: max_connections must be >= 1");
   }
+  if (options.max_connections_per_client < 1) {
+    return absl::InvalidArgumentError("http: max_connections_per_client must be >= 1");
+  }
   if (options.max_queued_write_bytes < 1) {
     return absl::InvalidArgumentError("http: max_queued_write_bytes must be >= 1");
   }
@@ -122,26 +125,42 @@ void ServerImpl::OnAccept(const boost::system::error_code& ec, tcp::socket socke
     return;
   }
   boost::system::error_code ignored;
-  if (draining_ || open_connections_.load() >= options_.max_connections) {
-    // Over the limit: closed at once, without a response (see docs/http.md).
-    socket.close(ignored);
-  } else {
-    socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-    auto session = std::make_shared<Session>(std::move(socket), next_session_id_++,
-                                             static_cast<SessionHost*>(this));
-    {
-      absl::MutexLock lock(&sessions_mu_);
-      sessions_[session->id()] = session;
+  const tcp::endpoint peer = socket.remote_endpoint(ignored);
+  const std::string client = ignored ? std::string() : peer.address().to_string();
+  bool admitted = false;
+  std::shared_ptr<Session> session;
+  if (!draining_ && open_connections_.load() < options_.max_connections) {
+    absl::MutexLock lock(&sessions_mu_);
+    int& from_client = per_client_[client];
+    if (from_client < options_.max_connections_per_client) {
+      ++from_client;
+      admitted = true;
+      socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
+      session = std::make_shared<Session>(std::move(socket), next_session_id_++,
+                                          static_cast<SessionHost*>(this));
+      sessions_[session->id()] = SessionEntry{session, client};
       ++open_connections_;
+    } else if (from_client == 0) {
+      per_client_.erase(client);
     }
+  }
+  if (admitted) {
     session->Start();
+  } else {
+    // Over a limit: closed at once, without a response (see docs/http.md).
+    socket.close(ignored);
   }
   Accept();
 }
 
 void ServerImpl::OnSessionClosed(uint64_t id) {
   absl::MutexLock lock(&sessions_mu_);
-  if (sessions_.erase(id) > 0) --open_connections_;
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  auto client = per_client_.find(it->second.client);
+  if (client != per_client_.end() && --client->second <= 0) per_client_.erase(client);
+  sessions_.erase(it);
+  --open_connections_;
 }
 
 void ServerImpl::Dispatch(const Request& request, std::shared_ptr<ResponseWriter> writer) {
@@ -176,8 +195,8 @@ void ServerImpl::Dispatch(const Request& request, std::shared_ptr<ResponseWriter
 std::vector<std::shared_ptr<Session>> ServerImpl::LiveSessions() {
   std::vector<std::shared_ptr<Session>> live;
   absl::MutexLock lock(&sessions_mu_);
-  for (const auto& [id, weak] : sessions_) {
-    if (auto session = weak.lock()) live.push_back(std::move(session));
+  for (const auto& [id, entry] : sessions_) {
+    if (auto session = entry.session.lock()) live.push_back(std::move(session));
   }
   return live;
 }
@@ -186,9 +205,7 @@ void ServerImpl::AwaitNoSessions(absl::Duration timeout) {
   absl::MutexLock lock(&sessions_mu_);
   sessions_mu_.AwaitWithTimeout(
       absl::Condition(
-          +[](absl::flat_hash_map<uint64_t, std::weak_ptr<Session>>* sessions) {
-            return sessions->empty();
-          },
+          +[](absl::flat_hash_map<uint64_t, SessionEntry>* sessions) { return sessions->empty(); },
           &sessions_),
       timeout);
 }

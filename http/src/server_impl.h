@@ -74,7 +74,13 @@ class ServerImpl final : public Server, private SessionHost {
   std::atomic<int64_t> open_connections_{0};
 
   absl::Mutex sessions_mu_;
-  absl::flat_hash_map<uint64_t, std::weak_ptr<Session>> sessions_ ABSL_GUARDED_BY(sessions_mu_);
+  struct SessionEntry {
+    std::weak_ptr<Session> session;
+    std::string client;  // the peer's address
+  };
+  absl::flat_hash_map<uint64_t, SessionEntry> sessions_ ABSL_GUARDED_BY(sessions_mu_);
+  // Open connections per client address.
+  absl::flat_hash_map<std::string, int> per_client_ ABSL_GUARDED_BY(sessions_mu_);
 };
 
 }  // namespace strata::http::internal

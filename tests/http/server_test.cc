@@ -308,6 +308,42 @@ TEST(HttpServerTest, ConnectionsBeyondTheLimitAreClosed) {
   EXPECT_EQ(response->status, 200);
 }
 
+TEST(HttpServerTest, OneClientCannotTakeMoreThanItsConnections) {
+  ServerOptions options;
+  options.max_connections_per_client = 3;
+  auto server = MakeServer(options);
+  server->Route("GET", "/ping", [](const Request&, std::shared_ptr<ResponseWriter> w) {
+    w->Respond(200, "text/plain", "pong");
+  });
+  ASSERT_TRUE(server->Start().ok());
+  std::vector<std::unique_ptr<TestClient>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(TestClient::Connect(server->port(), 5));
+    ASSERT_NE(held.back(), nullptr);
+    ASSERT_TRUE(held.back()->Send(Get("/ping")));  // served: the connection is open
+    auto response = held.back()->ReadResponse();
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 200);
+  }
+  // The fourth from the same address is closed without a response.
+  auto extra = TestClient::Connect(server->port(), 5);
+  ASSERT_NE(extra, nullptr);
+  EXPECT_TRUE(extra->ReadEof());
+  EXPECT_EQ(server->open_connections(), 3);
+  // One of the three leaves: a new connection is served again.
+  held.pop_back();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (server->open_connections() > 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto next = TestClient::Connect(server->port(), 5);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->Send(Get("/ping")));
+  auto response = next->ReadResponse();
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->status, 200);
+}
+
 TEST(HttpServerTest, StartFailsWhenThePortIsTaken) {
   auto first = MakeServer();
   ASSERT_TRUE(first->Start().ok());

@@ -67,6 +67,9 @@ struct ServerOptions {
   int threads = 2;                                  // I/O threads
   size_t max_body_bytes = 8 << 20;                  // larger bodies get 413 before the handler
   int max_connections = 16384;                      // beyond it new connections are closed
+  // Open connections from one client address; beyond it that client's new connections are
+  // closed (one client cannot take every connection).
+  int max_connections_per_client = 4096;
   absl::Duration idle_timeout = absl::Seconds(60);  // keep-alive connection without a request
   // A client that reads too slowly is cut off (its response's OnClose callbacks run, which
   // cancel the request's work): when the bytes queued for one connection pass
