@@ -189,6 +189,7 @@ TEST(HttpStreamingTest, AClientThatStopsReadingIsCutOffAtTheQueueBound) {
 TEST(HttpStreamingTest, AStalledWriteIsCutOffAfterTheWriteTimeout) {
   ServerOptions options;
   options.write_timeout = absl::Milliseconds(300);
+  options.max_queued_write_bytes = size_t{256} << 20;  // only the timeout acts here
   auto server = MakeServer(options);
   absl::Notification closed;
   absl::Time wrote_last;
@@ -197,9 +198,10 @@ TEST(HttpStreamingTest, AStalledWriteIsCutOffAfterTheWriteTimeout) {
     writer->OnClose([&] { closed.Notify(); });
     ASSERT_TRUE(writer->StartStream(200, "text/event-stream"));
     producer = std::thread([writer, &wrote_last] {
-      // Enough to fill the socket buffers, well under the queue bound; then nothing more.
+      // Far more than loopback socket buffers hold (a few MiB), well under the queue bound; then
+      // nothing more.
       const std::string chunk(256 << 10, 'y');
-      for (int i = 0; i < 24; ++i) writer->Write(chunk);
+      for (int i = 0; i < 256; ++i) writer->Write(chunk);
       wrote_last = absl::Now();
     });
   });
