@@ -189,6 +189,8 @@ int RunWorker(const Args& args) {
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
   worker::KvTierOptions& t = o.kv_tiers;
+  p.AddInt("--max-waiting-requests", &o.max_waiting_requests,
+           "mixed role: requests waiting in the engine beyond which new ones get 429 (0: none)");
   std::string kv_device_path = "auto";
   p.AddString("--kv-device-path", &kv_device_path,
               "device KV handoffs: auto (ipc on this host, else staged) or staged (always "
@@ -238,6 +240,9 @@ int RunWorker(const Args& args) {
   }
   if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
+  }
+  if (o.max_waiting_requests < 0) {
+    return Fail("worker", "--max-waiting-requests must be >= 0", 2);
   }
   if (kv_device_path != "auto" && kv_device_path != "staged") {
     return Fail("worker", "--kv-device-path must be auto or staged, not '" + kv_device_path + "'",

@@ -381,6 +381,65 @@ class UpTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class StandaloneAdmissionTest(unittest.TestCase):
+    """A standalone mixed worker has its own admission limit: with one running and one waiting
+    (--max-num-seqs 1 --max-waiting-requests 1) the next request gets an OpenAI-shaped 429 with
+    Retry-After, and once the queue empties it is served again."""
+
+    def test_a_full_queue_answers_429_with_retry_after(self):
+        import http.client
+        import socket
+        tmp = tempfile.mkdtemp(prefix="strata_admission_test_")
+        worker = None
+        streams = []
+        try:
+            subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out",
+                            os.path.join(tmp, "model")], check=True, capture_output=True)
+            worker = cu.start_worker(STRATA, os.path.join(tmp, "model"), tmp, "mixed",
+                                     "mixed-admission", extra=["--served-model-name", MODEL,
+                                                               "--max-num-seqs", "1",
+                                                               "--max-waiting-requests", "1"])
+            port = int(worker.match.group(1))
+
+            def open_stream():
+                s = socket.create_connection(("127.0.0.1", port), timeout=30)
+                data = json.dumps(completion_body("Once upon a time", 900, stream=True)).encode()
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: " +
+                          str(len(data)).encode() + b"\r\n\r\n" + data)
+                streams.append(s)
+
+            open_stream()
+            assert cu.wait_until(lambda: cu.metric(port, "strata_worker_running_requests") == 1,
+                                 timeout=30)
+            open_stream()
+            assert cu.wait_until(lambda: cu.metric(port, "strata_worker_waiting_requests") == 1,
+                                 timeout=30)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/v1/completions", body=json.dumps(completion_body("Hi", 4)),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            self.assertEqual(resp.status, 429, body)
+            self.assertEqual(body["error"]["type"], "rate_limit_error")
+            self.assertIn("overloaded", body["error"]["message"])
+            self.assertGreaterEqual(int(resp.getheader("Retry-After")), 1)
+            for s in streams:  # the two streams end: the queue empties
+                s.close()
+            streams.clear()
+            assert cu.wait_until(
+                lambda: cu.metric(port, "strata_worker_waiting_requests") == 0 and
+                cu.metric(port, "strata_worker_running_requests") == 0, timeout=30)
+            status, answer = cu.request(port, "POST", "/v1/completions", completion_body("Hi", 4))
+            self.assertEqual(status, 200, answer)
+        finally:
+            for s in streams:
+                s.close()
+            if worker is not None:
+                worker.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     STRATA = sys.argv.pop(1)
     unittest.main(verbosity=2)

@@ -1,6 +1,10 @@
 #include "local_backend.h"
 
+#include <algorithm>
 #include <atomic>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 
 namespace strata::worker {
 namespace {
@@ -52,6 +56,22 @@ std::unique_ptr<openai::GenerationHandle> LocalBackend::Generate(openai::Generat
                                                                  openai::EventCallback on_event) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   auto handle = std::make_unique<LocalHandle>(loop_, request.request_id, done);
+  if (max_waiting_ > 0) {
+    const EngineLoad load = loop_->load();
+    if (load.waiting >= max_waiting_) {
+      // Overloaded: refused before it queues, with a retry hint of about one step per waiting
+      // request ahead of it (at least a second).
+      absl::Status busy = absl::ResourceExhaustedError(absl::StrCat(
+          "the worker is overloaded: ", load.waiting, " requests are waiting; retry later"));
+      const double wait_s = std::max(1.0, load.step_seconds_ema * load.waiting);
+      busy.SetPayload(openai::kRetryAfterPayload, absl::Cord(absl::StrCat(wait_s)));
+      done->store(true);
+      openai::GenerateEvent ev;
+      ev.status = std::move(busy);
+      on_event(std::move(ev));
+      return handle;
+    }
+  }
   loop_->Submit(request.request_id, std::move(request.prompt), std::move(request.params),
                 [on_event = std::move(on_event), done](const absl::Status& st,
                                                        const RequestOutput& out) {

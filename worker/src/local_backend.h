@@ -7,9 +7,11 @@ namespace strata::worker {
 
 class LocalBackend final : public openai::Backend {
  public:
-  // `block_size`: tokens per KV block (Load's capacity).
-  LocalBackend(EngineLoop* loop, std::function<bool()> ready, int block_size)
-      : loop_(loop), ready_(std::move(ready)), block_size_(block_size) {}
+  // `block_size`: tokens per KV block (Load's capacity). `max_waiting`: a request that finds
+  // this many waiting in the engine already is refused as overloaded (429 with Retry-After);
+  // 0 = no limit.
+  LocalBackend(EngineLoop* loop, std::function<bool()> ready, int block_size, int max_waiting = 0)
+      : loop_(loop), ready_(std::move(ready)), block_size_(block_size), max_waiting_(max_waiting) {}
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override { return ready_(); }
@@ -19,6 +21,7 @@ class LocalBackend final : public openai::Backend {
   EngineLoop* loop_;
   std::function<bool()> ready_;
   int block_size_;
+  int max_waiting_;
 };
 
 // The event a backend reports for one engine output.

@@ -154,7 +154,8 @@ class WorkerImpl final : public Worker {
     });
     if (options_.role == v1::ROLE_MIXED) {
       backend_ = std::make_unique<LocalBackend>(
-          loop_.get(), [this] { return Ready(); }, options_.engine.runner.block_size);
+          loop_.get(), [this] { return Ready(); }, options_.engine.runner.block_size,
+          options_.max_waiting_requests);
       openai::ServedModel m;
       m.name = ModelName();
       m.tokenizer = tokenizer_.get();

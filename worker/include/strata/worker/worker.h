@@ -64,6 +64,9 @@ struct WorkerOptions {
   // A device KV pool's handoffs: kAuto maps peers' pools on this host (ipc) and stages through
   // pinned host memory otherwise; kStaged always stages.
   bool kv_device_staged = false;
+  // The mixed role's own admission limit (it has no router in front when standalone): a request
+  // that finds this many already waiting in the engine gets 429 with Retry-After; 0 = no limit.
+  int max_waiting_requests = 1024;
 };
 
 class Worker {
