@@ -365,15 +365,17 @@ absl::StatusOr<std::string> UcxAgent::ExportRegion(uint64_t region) const {
 }
 
 absl::Status UcxAgent::AddPeer(const std::string& peer, const std::string& metadata) {
-  STRATA_ASSIGN_OR_RETURN(wire::AgentMetadata decoded, wire::DecodeMetadata(metadata));
   absl::MutexLock lock(&mu_);
-  return AddPeerLocked(peer, metadata, decoded);
+  return AddPeerLocked(peer, metadata);
 }
 
-absl::Status UcxAgent::AddPeerLocked(const std::string& peer, const std::string& metadata,
-                                     const wire::AgentMetadata& decoded) {
-  if (auto it = peers_.find(peer); it != peers_.end()) {
-    if (it->second->metadata == metadata && !it->second->failed) return absl::OkStatus();
+absl::Status UcxAgent::AddPeerLocked(const std::string& peer, const std::string& metadata) {
+  auto it = peers_.find(peer);
+  if (it != peers_.end() && it->second->metadata == metadata && !it->second->failed) {
+    return absl::OkStatus();
+  }
+  STRATA_ASSIGN_OR_RETURN(wire::AgentMetadata decoded, wire::DecodeMetadata(metadata));
+  if (it != peers_.end()) {
     std::shared_ptr<Peer> old = std::move(it->second);
     peers_.erase(it);
     RetirePeerLocked(std::move(old));

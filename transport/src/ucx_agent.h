@@ -30,6 +30,7 @@
 // has been acked.
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <cstdint>
@@ -169,7 +170,7 @@ class UcxAgent final : public Agent {
     size_t piece;
     std::string header;
   };
-  // An ack being sent (the send request's user data); `agent` counts it unless null.
+  // An ack being sent (the send request's user data); `agent` counts it in flight.
   struct AckPayload : std::string {
     AckPayload(UcxAgent* a, std::string bytes) : std::string(std::move(bytes)), agent(a) {}
     UcxAgent* agent;
@@ -200,7 +201,6 @@ class UcxAgent final : public Agent {
     const void* src = nullptr;
     std::vector<CopyRun> runs;
     std::shared_ptr<const Mapping> mapping;  // keeps the destination mapped until the copy ends
-    int slot = -1;                           // kStageOut: send slot
     size_t piece = 0;                        // kStageOut: which piece of the transfer
     std::unique_ptr<IncomingPiece> incoming;  // kStageIn
   };
@@ -215,7 +215,7 @@ class UcxAgent final : public Agent {
         device_(options.device),
         stage_always_(options.device_path == AgentOptions::DevicePath::kStaged),
         piece_bytes_(options.staging_piece_bytes),
-        staging_slots_(options.staging_slots) {}
+        staging_slots_(std::max(options.staging_slots, 1)) {}
   absl::Status Init();
   absl::Status InitWorker();
   void StartProgressThread();
@@ -249,8 +249,9 @@ class UcxAgent final : public Agent {
   void DestroyPeerResourcesLocked(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Peer>> UsablePeerLocked(const std::string& peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AddPeerLocked(const std::string& peer, const std::string& metadata,
-                             const wire::AgentMetadata& decoded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Idempotent for the same metadata (decoded only when an endpoint is made).
+  absl::Status AddPeerLocked(const std::string& peer, const std::string& metadata)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Shutdown();
 
   // Device regions (ucx_agent_device.cc).
@@ -291,6 +292,10 @@ class UcxAgent final : public Agent {
   // piece carries), never over the endpoint a message came in on, which UCX may destroy.
   void SendAckLocked(const std::string& writer, uint64_t transfer, uint32_t index,
                      const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendAckOnLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of one staging slot: a piece's payload and the room for its descriptor.
+  size_t SlotBytes() const;
   // Handles finished staged sends and receives, and staged writes whose peer failed.
   void ProgressStagedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShutdownStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -313,7 +318,7 @@ class UcxAgent final : public Agent {
   DeviceMemory* const device_;  // may be null: host memory only
   const bool stage_always_;     // never map peers' device memory
   const size_t piece_bytes_;
-  const int staging_slots_;
+  const int staging_slots_;  // at least 1
   bool ucx_cuda_ = false;       // the UCX found at run time reports CUDA memory support
   std::string host_id_;         // this host's identity (boot id + hostname), set by Init
   std::string metadata_;  // immutable after Init

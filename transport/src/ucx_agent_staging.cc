@@ -33,13 +33,17 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
+size_t UcxAgent::SlotBytes() const {
+  return RoundUp(std::max<size_t>(piece_bytes_, 4096) + kDescriptorRoom, 4096);
+}
+
 absl::Status UcxAgent::EnsurePoolLocked(StagingPool& pool) {
   if (pool.base != nullptr) return absl::OkStatus();
   if (device_ == nullptr) {
     return absl::FailedPreconditionError("the staged path needs device memory services");
   }
-  const int slots = std::max(staging_slots_, 1);
-  const size_t slot_bytes = RoundUp(std::max<size_t>(piece_bytes_, 4096) + kDescriptorRoom, 4096);
+  const int slots = staging_slots_;
+  const size_t slot_bytes = SlotBytes();
   const size_t bytes = slot_bytes * static_cast<size_t>(slots);
   char* base = static_cast<char*>(std::aligned_alloc(4096, bytes));
   if (base == nullptr) {
@@ -95,20 +99,17 @@ absl::Status UcxAgent::PostStagedLocked(Transfer* t, const LocalRegion& local,
   // Cut the runs into pieces of at most piece_bytes_ payload and kMaxRunsPerPiece runs; a run
   // longer than a piece spans several.
   std::vector<std::vector<CopyRun>> cuts;  // src = local offset, dst = region offset
-  std::vector<uint64_t> cut_bytes;
   uint64_t filled = piece_bytes_;  // forces a first piece
   for (const Run& r : runs) {
     uint64_t done = 0;
     while (done < r.length) {
       if (filled == piece_bytes_ || cuts.back().size() == kMaxRunsPerPiece) {
         cuts.emplace_back();
-        cut_bytes.push_back(0);
         filled = 0;
       }
       const uint64_t n = std::min<uint64_t>(r.length - done, piece_bytes_ - filled);
       cuts.back().push_back({r.local_offset + done, r.remote_offset + done, n});
       filled += n;
-      cut_bytes.back() += n;
       done += n;
     }
   }
@@ -123,9 +124,8 @@ absl::Status UcxAgent::PostStagedLocked(Transfer* t, const LocalRegion& local,
     d.index = i;
     d.count = count;
     d.region = remote.addr;
-    d.payload_bytes = cut_bytes[i];
+    for (const CopyRun& c : cuts[i]) d.payload_bytes += c.length;
     if (i + 1 == count) d.notification = notification;
-    d.runs.reserve(cuts[i].size());
     // The descriptor's size does not depend on the offsets' values (fixed-width fields), so
     // encoding once with placeholders gives where the payload starts.
     d.runs.resize(cuts[i].size());
@@ -133,7 +133,7 @@ absl::Status UcxAgent::PostStagedLocked(Transfer* t, const LocalRegion& local,
     d.payload_offset = payload_offset;
     StagedPiece& p = w->pieces[i];
     p.payload_offset = payload_offset;
-    p.payload_bytes = cut_bytes[i];
+    p.payload_bytes = d.payload_bytes;
     uint64_t at = payload_offset;
     for (size_t k = 0; k < cuts[i].size(); ++k) {
       const CopyRun& c = cuts[i][k];
@@ -165,7 +165,6 @@ void UcxAgent::PumpStagedLocked() {
       job.dst = dst;
       job.src = w.local_base;
       job.runs = p.out;
-      job.slot = slot;
       job.piece = w.next;
       w.slots[w.next] = slot;
       w.next++;
@@ -258,6 +257,7 @@ void UcxAgent::FailStagedLocked(Transfer* t, absl::Status status) {
   if (t->staged->error.ok()) t->staged->error = std::move(status);
 }
 
+// Callers pump the queue afterwards: a finished write may have given slots back.
 void UcxAgent::MaybeFinishStagedLocked(Transfer* t) {
   StagedWrite& w = *t->staged;
   if (w.in_flight > 0) return;
@@ -268,7 +268,6 @@ void UcxAgent::MaybeFinishStagedLocked(Transfer* t) {
   staged_writes_.erase(it);
   // Nothing is in flight: pieces sent but never acked (the write failed) give their slots back.
   for (size_t i = 0; i < w.slots.size(); ++i) FreeSendSlotLocked(w, i);
-  PumpStagedLocked();
   if (w.error.ok()) {
     stats_.staged_bytes_sent += t->bytes;
     FinishLocked(t, absl::OkStatus());
@@ -318,11 +317,11 @@ absl::StatusOr<std::pair<int, char*>> UcxAgent::TakeReceiveSlotLocked() {
     if (pool.free_slots.empty()) continue;
     const int i = pool.free_slots.back();
     pool.free_slots.pop_back();
-    return std::make_pair(static_cast<int>(c) * std::max(staging_slots_, 1) + i, pool.slot(i));
+    return std::make_pair(static_cast<int>(c) * staging_slots_ + i, pool.slot(i));
   }
   if (recv_pools_.size() >= kMaxReceiveChunks) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", recv_pools_.size() * std::max(staging_slots_, 1), " staging receive slots are taken"));
+        "all ", recv_pools_.size() * staging_slots_, " staging receive slots are taken"));
   }
   recv_pools_.emplace_back();
   if (absl::Status s = EnsurePoolLocked(recv_pools_.back()); !s.ok()) {
@@ -333,7 +332,7 @@ absl::StatusOr<std::pair<int, char*>> UcxAgent::TakeReceiveSlotLocked() {
 }
 
 void UcxAgent::FreeReceiveSlotLocked(int slot) {
-  const int per = std::max(staging_slots_, 1);
+  const int per = staging_slots_;
   recv_pools_[static_cast<size_t>(slot / per)].free_slots.push_back(slot % per);
 }
 
@@ -355,31 +354,20 @@ ucs_status_t UcxAgent::OnStagedPiece(void* arg, const void* header, size_t heade
   in->length = length;
   absl::StatusOr<std::pair<int, char*>> slot = absl::FailedPreconditionError(
       "this agent has no device memory services for staged pieces");
-  if (self->device_ != nullptr) slot = self->TakeReceiveSlotLocked();
-  absl::Status usable = slot.status();
-  if (slot.ok() && length > self->recv_pools_.front().slot_bytes) {
-    self->FreeReceiveSlotLocked(slot->first);
-    usable = absl::InvalidArgumentError(absl::StrCat("a piece of ", length,
-                                                     " bytes exceeds the staging slot of ",
-                                                     self->recv_pools_.front().slot_bytes));
+  if (length > self->SlotBytes()) {
+    slot = absl::InvalidArgumentError(absl::StrCat("a piece of ", length,
+                                                   " bytes exceeds the staging slot of ",
+                                                   self->SlotBytes()));
+  } else if (self->device_ != nullptr) {
+    slot = self->TakeReceiveSlotLocked();
   }
-  if (!usable.ok()) {
+  if (!slot.ok()) {
     // Answered while the message's endpoint is valid: the writer fails the write with this.
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
-      auto* payload = new AckPayload{nullptr, wire::EncodeStagedAck(
-          {self->name_, in->transfer, in->index, false, std::string(usable.message())})};
-      ucp_request_param_t p{};
-      p.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-      p.cb.send = &UcxAgent::OnAckSent;
-      p.user_data = payload;
-      p.flags = UCP_AM_SEND_FLAG_EAGER;
-      void* req = ucp_am_send_nbx(param->reply_ep, kStagedAckAmId, nullptr, 0, payload->data(),
-                                  payload->size(), &p);
-      if (req == nullptr || UCS_PTR_IS_ERR(req)) delete payload;
+      self->SendAckOnLocked(param->reply_ep, in->transfer, in->index, slot.status());
     }
     STRATA_LOG(Warning) << "transport: refusing a staged piece from '" << in->sender
-                        << "': " << usable.message();
+                        << "': " << slot.status().message();
     return UCS_OK;
   }
   in->slot = slot->first;
@@ -395,7 +383,7 @@ ucs_status_t UcxAgent::OnStagedPiece(void* arg, const void* header, size_t heade
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
   p.cb.recv_am = &UcxAgent::OnStagedReceived;
   p.user_data = raw;
-  const int per = std::max(self->staging_slots_, 1);
+  const int per = self->staging_slots_;
   p.memh = self->recv_pools_[static_cast<size_t>(raw->slot / per)].memh;
   void* req = ucp_am_recv_data_nbx(self->worker_, data, raw->at, raw->length, &p);
   if (req == nullptr) {
@@ -434,9 +422,7 @@ void UcxAgent::IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_sta
     return fail(absl::InvalidArgumentError("staged piece header and descriptor disagree"));
   }
   // Acks go over this agent's own endpoint to the writer, made from its metadata once.
-  auto meta = wire::DecodeMetadata(piece->sender_metadata);
-  if (!meta.ok()) return fail(meta.status());
-  if (absl::Status s = AddPeerLocked(piece->sender, piece->sender_metadata, *meta); !s.ok()) {
+  if (absl::Status s = AddPeerLocked(piece->sender, piece->sender_metadata); !s.ok()) {
     return fail(s);
   }
   const LocalRegion* region = nullptr;
@@ -465,9 +451,9 @@ void UcxAgent::IncomingReceivedLocked(std::unique_ptr<IncomingPiece> in, ucs_sta
   }
   in->piece = std::move(*piece);
   job.incoming = std::move(in);
-  if (!EnqueueCopy(std::move(job))) {
-    // Shutting down: the slot and the piece go with the agent; the writer sees us fail.
-  }
+  // Refused only while shutting down: the slot and the piece go with the agent, and the writer
+  // sees this agent fail.
+  (void)EnqueueCopy(std::move(job));
 }
 
 void UcxAgent::StageInDoneLocked(CopyJob& job, absl::Status status) {
@@ -498,7 +484,11 @@ void UcxAgent::SendAckLocked(const std::string& writer, uint64_t transfer, uint3
                              const absl::Status& status) {
   auto peer = peers_.find(writer);
   if (peer == peers_.end() || peer->second->failed || peer->second->ep == nullptr) return;
-  ucp_ep_h ep = peer->second->ep;
+  SendAckOnLocked(peer->second->ep, transfer, index, status);
+}
+
+void UcxAgent::SendAckOnLocked(ucp_ep_h ep, uint64_t transfer, uint32_t index,
+                               const absl::Status& status) {
   auto* payload = new AckPayload{this, wire::EncodeStagedAck(
       {name_, transfer, index, status.ok(), std::string(status.message())})};
   ucp_request_param_t param{};
@@ -519,7 +509,7 @@ void UcxAgent::SendAckLocked(const std::string& writer, uint64_t transfer, uint3
 void UcxAgent::OnAckSent(void* request, ucs_status_t status, void* user_data) {
   (void)status;  // a writer that is gone no longer waits for the ack
   auto* payload = static_cast<AckPayload*>(user_data);
-  if (payload->agent != nullptr) payload->agent->acks_in_flight_--;
+  payload->agent->acks_in_flight_--;
   delete payload;
   ucp_request_free(request);
 }
@@ -548,6 +538,7 @@ void UcxAgent::ProgressStagedLocked() {
     }
     ++i;
   }
+  PumpStagedLocked();  // slots the failed writes gave back
   if (!incoming_transfers_.empty()) {
     const absl::Time now = absl::Now();
     if (now - incoming_pruned_ > absl::Seconds(10)) {
