@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "strata/transport/agent.h"
 #include "strata/transport/device_memory.h"
 
 namespace strata::transport::testing {
@@ -119,5 +120,17 @@ class ShmDeviceMemory final : public DeviceMemory {
   std::map<void*, size_t> opened_;
   std::map<void*, size_t> registered_;
 };
+
+// Options of an agent on the staged path over `device`: pieces of `piece_bytes`, two slots (so
+// that every write of a few pieces exercises slot reuse).
+inline AgentOptions StagedOptions(const char* name, DeviceMemory* device, size_t piece_bytes) {
+  AgentOptions o;
+  o.name = name;
+  o.device = device;
+  o.device_path = AgentOptions::DevicePath::kStaged;
+  o.staging_piece_bytes = piece_bytes;
+  o.staging_slots = 2;
+  return o;
+}
 
 }  // namespace strata::transport::testing

@@ -29,14 +29,39 @@ constexpr size_t kPiece = 3 * kBlock;  // a block run of 4 spans two pieces
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
 AgentOptions Staged(const char* name, DeviceMemory* dev) {
-  AgentOptions o;
-  o.name = name;
-  o.device = dev;
-  o.device_path = AgentOptions::DevicePath::kStaged;
-  o.staging_piece_bytes = kPiece;
-  o.staging_slots = 2;
-  return o;
+  return testing::StagedOptions(name, dev, kPiece);
 }
+
+// Two agents, each with a "device" pool, the writer's filled with a pattern, and the writer's
+// import of the receiver's pool. Set the devices' knobs before Connect.
+struct AgentPair {
+  ShmDeviceMemory dev_a, dev_b;
+  std::unique_ptr<Agent> a, b;
+  char* src = nullptr;
+  char* dst = nullptr;
+  uint64_t local = 0, remote = 0;
+
+  void Connect(AgentOptions writer, AgentOptions receiver, int pattern) {
+    writer.device = &dev_a;
+    receiver.device = &dev_b;
+    auto x = Agent::Create(writer);
+    auto y = Agent::Create(receiver);
+    ASSERT_TRUE(x.ok() && y.ok());
+    a = std::move(*x);
+    b = std::move(*y);
+    src = static_cast<char*>(dev_a.Allocate(kPool));
+    dst = static_cast<char*>(dev_b.Allocate(kPool));
+    for (size_t i = 0; i < kPool; ++i) src[i] = PatternByte(pattern, i);
+    auto ra = a->RegisterMemory(src, kPool, MemoryKind::kDevice);
+    auto rb = b->RegisterMemory(dst, kPool, MemoryKind::kDevice);
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    local = *ra;
+    ASSERT_TRUE(a->AddPeer("decode", b->Metadata()).ok());
+    auto imported = a->ImportRegion("decode", *b->ExportRegion(*rb));
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    remote = *imported;
+  }
+};
 
 class StagedPathTest : public ::testing::Test {
  protected:
@@ -209,66 +234,44 @@ TEST_F(StagedPathTest, RunsAreBoundsCheckedBeforeAnyPieceMoves) {
 }
 
 TEST(StagedPathFallbackTest, APeerPoolThatCannotBeMappedIsStaged) {
-  ShmDeviceMemory dev_a, dev_b;
-  dev_a.refuse_open = true;
-  auto a = Agent::Create({.name = "prefill", .device = &dev_a});
-  auto b = Agent::Create({.name = "decode", .device = &dev_b});
-  ASSERT_TRUE(a.ok() && b.ok());
-  char* src = static_cast<char*>(dev_a.Allocate(kPool));
-  char* dst = static_cast<char*>(dev_b.Allocate(kPool));
-  for (size_t i = 0; i < kPool; ++i) src[i] = PatternByte(5, i);
-  auto ra = (*a)->RegisterMemory(src, kPool, MemoryKind::kDevice);
-  auto rb = (*b)->RegisterMemory(dst, kPool, MemoryKind::kDevice);
-  ASSERT_TRUE(ra.ok() && rb.ok());
-  ASSERT_TRUE((*a)->AddPeer("decode", (*b)->Metadata()).ok());
-  auto remote = (*a)->ImportRegion("decode", *(*b)->ExportRegion(*rb));
-  ASSERT_TRUE(remote.ok()) << remote.status();
-  EXPECT_EQ(*(*a)->RegionPath(*remote), "staged");
+  AgentPair p;
+  p.dev_a.refuse_open = true;
+  p.Connect({.name = "prefill"}, {.name = "decode"}, 5);
+  EXPECT_EQ(*p.a->RegionPath(p.remote), "staged");
   // Default pieces (4 MiB): the whole pool is one piece.
   std::vector<transport::Run> runs = {{0, 0, kPool}};
-  auto t = (*a)->PostWrite("decode", *ra, *remote, runs);
+  auto t = p.a->PostWrite("decode", p.local, p.remote, runs);
   ASSERT_TRUE(t.ok()) << t.status();
-  ASSERT_TRUE((*a)->Wait(*t, kTimeout).ok());
-  EXPECT_EQ(std::memcmp(src, dst, kPool), 0);
-  EXPECT_EQ((*a)->Stats().staged_pieces_sent, 1u);
+  ASSERT_TRUE(p.a->Wait(*t, kTimeout).ok());
+  EXPECT_EQ(std::memcmp(p.src, p.dst, kPool), 0);
+  EXPECT_EQ(p.a->Stats().staged_pieces_sent, 1u);
 }
 
 // Between hosts UCX has no shared memory: the same pieces over TCP (rendezvous without
 // zero-copy gets).
 TEST(StagedPathOverTcpTest, PiecesCrossTcpByteExact) {
+  AgentPair p;
   setenv("UCX_TLS", "tcp", 1);
-  ShmDeviceMemory dev_a, dev_b;
-  auto a = Agent::Create(Staged("prefill", &dev_a));
-  auto b = Agent::Create(Staged("decode", &dev_b));
+  p.Connect(Staged("prefill", nullptr), Staged("decode", nullptr), 3);
   unsetenv("UCX_TLS");
-  ASSERT_TRUE(a.ok() && b.ok());
-  char* src = static_cast<char*>(dev_a.Allocate(kPool));
-  char* dst = static_cast<char*>(dev_b.Allocate(kPool));
-  for (size_t i = 0; i < kPool; ++i) src[i] = PatternByte(3, i);
-  auto ra = (*a)->RegisterMemory(src, kPool, MemoryKind::kDevice);
-  auto rb = (*b)->RegisterMemory(dst, kPool, MemoryKind::kDevice);
-  ASSERT_TRUE(ra.ok() && rb.ok());
-  ASSERT_TRUE((*a)->AddPeer("decode", (*b)->Metadata()).ok());
-  auto remote = (*a)->ImportRegion("decode", *(*b)->ExportRegion(*rb));
-  ASSERT_TRUE(remote.ok()) << remote.status();
   // Every other block, reversed: 128 runs in 43 pieces.
   std::vector<transport::Run> runs;
   for (size_t i = 0; i < kBlocks; i += 2) runs.push_back({i * kBlock, (kBlocks - 1 - i) * kBlock, kBlock});
-  auto t = (*a)->PostWrite("decode", *ra, *remote, runs, "tcp done");
+  auto t = p.a->PostWrite("decode", p.local, p.remote, runs, "tcp done");
   ASSERT_TRUE(t.ok()) << t.status();
-  ASSERT_TRUE((*a)->Wait(*t, kTimeout).ok());
+  ASSERT_TRUE(p.a->Wait(*t, kTimeout).ok());
   for (size_t i = 0; i < kBlocks; i += 2) {
-    EXPECT_EQ(std::memcmp(src + i * kBlock, dst + (kBlocks - 1 - i) * kBlock, kBlock), 0) << i;
+    EXPECT_EQ(std::memcmp(p.src + i * kBlock, p.dst + (kBlocks - 1 - i) * kBlock, kBlock), 0) << i;
   }
   std::vector<std::pair<std::string, std::string>> got;
   const absl::Time deadline = absl::Now() + kTimeout;
   while (got.empty() && absl::Now() < deadline) {
-    got = (*b)->TakeNotifications();
+    got = p.b->TakeNotifications();
     if (got.empty()) absl::SleepFor(absl::Milliseconds(1));
   }
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].second, "tcp done");
-  EXPECT_EQ((*a)->Stats().staged_pieces_sent, 43u);
+  EXPECT_EQ(p.a->Stats().staged_pieces_sent, 43u);
 }
 
 }  // namespace

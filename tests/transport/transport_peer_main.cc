@@ -81,13 +81,7 @@ int Run(int fd, size_t region_bytes, bool allocate) {
 // waits to be killed with the write in flight.
 int RunStageWriter(int fd, size_t region_bytes) {
   ShmDeviceMemory device;
-  strata::transport::AgentOptions o;
-  o.name = "peer";
-  o.device = &device;
-  o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
-  o.staging_piece_bytes = 64 << 10;
-  o.staging_slots = 2;
-  auto agent = Agent::Create(o);
+  auto agent = Agent::Create(StagedOptions("peer", &device, 64 << 10));
   if (!agent.ok()) return 1;
   char* pool = static_cast<char*>(device.Allocate(region_bytes));
   if (pool == nullptr) return 2;
@@ -110,12 +104,8 @@ int RunStageWriter(int fd, size_t region_bytes) {
 int RunDeviceReceiver(int fd, size_t region_bytes, bool staged) {
   ShmDeviceMemory device;
   device.copy_delay_ms = 20;
-  strata::transport::AgentOptions o;
-  o.name = "peer";
-  o.device = &device;
-  if (staged) o.device_path = strata::transport::AgentOptions::DevicePath::kStaged;
-  o.staging_piece_bytes = 64 << 10;
-  o.staging_slots = 2;
+  strata::transport::AgentOptions o = StagedOptions("peer", &device, 64 << 10);
+  if (!staged) o.device_path = strata::transport::AgentOptions::DevicePath::kAuto;
   auto agent = Agent::Create(o);
   if (!agent.ok()) return 1;
   void* pool = device.Allocate(region_bytes);

@@ -189,6 +189,16 @@ INSTANTIATE_TEST_SUITE_P(Tls, TwoProcessTest,
                                   "_" + info.param.second;
                          });
 
+// Reads a peer process's Metadata() and ExportRegion() from `fd`, adds the peer as "peer" and
+// imports its region.
+absl::StatusOr<uint64_t> ImportFromPeer(Agent& agent, int fd) {
+  auto meta = RecvFrame(fd);
+  auto blob = RecvFrame(fd);
+  if (!meta || !blob) return absl::UnavailableError("peer process did not start");
+  if (absl::Status s = agent.AddPeer("peer", *meta); !s.ok()) return s;
+  return agent.ImportRegion("peer", *blob);
+}
+
 // A writer process on the staged path is SIGKILLed with pieces in flight (the receiver copies
 // slowly, so pieces wait for its slots): the receiver loses nothing it holds, announces nothing
 // for the cut write, and takes a whole write from another writer afterwards (every receive
@@ -200,12 +210,7 @@ TEST_P(StagedPeerKilledTest, TheReceiverRecoversEverySlot) {
   if (*tls != '\0') setenv("UCX_TLS", tls, 1);
   testing::ShmDeviceMemory device;
   device.copy_delay_ms = 20;
-  AgentOptions o;
-  o.name = "decode";
-  o.device = &device;
-  o.device_path = AgentOptions::DevicePath::kStaged;
-  o.staging_piece_bytes = 64 << 10;
-  o.staging_slots = 2;
+  AgentOptions o = testing::StagedOptions("decode", &device, 64 << 10);
   auto receiver = Agent::Create(o);
   PeerProcess peer = Spawn("stage-writer");
   ASSERT_GT(peer.pid, 0);
@@ -278,24 +283,14 @@ TEST_P(StagedPeerKilledTest, AKilledReceiverFailsTheWriteAndFreesTheWritersSlots
   if (*tls != '\0') setenv("UCX_TLS", tls, 1);
   PeerProcess peer = Spawn("stage-receiver");
   testing::ShmDeviceMemory device;
-  AgentOptions o;
-  o.name = "prefill";
-  o.device = &device;
-  o.device_path = AgentOptions::DevicePath::kStaged;
-  o.staging_piece_bytes = 64 << 10;
-  o.staging_slots = 2;
-  auto writer = Agent::Create(o);
+  auto writer = Agent::Create(testing::StagedOptions("prefill", &device, 64 << 10));
   ASSERT_GT(peer.pid, 0);
   ASSERT_TRUE(writer.ok()) << writer.status();
   char* src = static_cast<char*>(device.Allocate(kRegionBytes));
   for (size_t i = 0; i < kRegionBytes; ++i) src[i] = PatternByte(6, i);
   auto local = (*writer)->RegisterMemory(src, kRegionBytes, MemoryKind::kDevice);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto meta = RecvFrame(peer.fd);
-  auto blob = RecvFrame(peer.fd);
-  ASSERT_TRUE(meta && blob) << "peer process did not start";
-  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
-  auto remote = (*writer)->ImportRegion("peer", *blob);
+  auto remote = ImportFromPeer(**writer, peer.fd);
   ASSERT_TRUE(remote.ok()) << remote.status();
   const transport::Run all{0, 0, kRegionBytes};  // 64 pieces, 20 ms each at the receiver
   auto t = (*writer)->PostWrite("peer", *local, *remote, std::span(&all, 1), "cut");
@@ -314,11 +309,7 @@ TEST_P(StagedPeerKilledTest, AKilledReceiverFailsTheWriteAndFreesTheWritersSlots
   // A new receiver process: the whole write goes through the writer's two slots again.
   PeerProcess again = Spawn("stage-receiver");
   ASSERT_GT(again.pid, 0);
-  meta = RecvFrame(again.fd);
-  blob = RecvFrame(again.fd);
-  ASSERT_TRUE(meta && blob) << "second peer process did not start";
-  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
-  remote = (*writer)->ImportRegion("peer", *blob);
+  remote = ImportFromPeer(**writer, again.fd);
   ASSERT_TRUE(remote.ok()) << remote.status();
   const transport::Run some{0, 0, 8 * (64 << 10)};  // 8 pieces
   t = (*writer)->PostWrite("peer", *local, *remote, std::span(&some, 1), "whole");
@@ -346,11 +337,7 @@ TEST_P(StagedPeerKilledTest, AKilledPeersMappedPoolIsClosed) {
   char* src = static_cast<char*>(device.Allocate(kRegionBytes));
   auto local = (*writer)->RegisterMemory(src, kRegionBytes, MemoryKind::kDevice);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto meta = RecvFrame(peer.fd);
-  auto blob = RecvFrame(peer.fd);
-  ASSERT_TRUE(meta && blob) << "peer process did not start";
-  ASSERT_TRUE((*writer)->AddPeer("peer", *meta).ok());
-  auto remote = (*writer)->ImportRegion("peer", *blob);
+  auto remote = ImportFromPeer(**writer, peer.fd);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ASSERT_EQ(*(*writer)->RegionPath(*remote), "ipc");
   const transport::Run some{0, 0, 1 << 20};
