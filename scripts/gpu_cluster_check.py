@@ -100,6 +100,17 @@ def gpu_memory_mib(pids):
     return sum(used.get(p, 0) for p in pids)
 
 
+def metric_sum(ports, name):
+    """A counter summed over the processes behind `ports` (name -> port)."""
+    return sum(cu.metric(p, name) or 0 for p in ports.values())
+
+
+def expect_handoff_path(ports, path):
+    for n, p in ports.items():
+        expect(cu.metric(p, "strata_worker_kv_handoff_path", {"path": path}) == 1,
+               f"{n} is not on the {path} path")
+
+
 def config(model, plugin, pools, extra="", engine=""):
     return (f"model: {model}\nrouter: {{http_port: 0}}\n"
             f"engine: {{plugin: {plugin}, num_kv_blocks: 64, max_num_batched_tokens: 64{engine}}}\n"
@@ -184,13 +195,9 @@ def fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed):
     decode_ports = disagg.worker_ports("decode")
 
     def over_ipc():
-        for n, p in list(prefill_port.items()) + list(decode_ports.items()):
-            expect(cu.metric(p, "strata_worker_kv_handoff_path", {"path": "ipc"}) == 1,
-                   f"{n} is not on the ipc path")
-        copies = sum(cu.metric(p, "strata_worker_transport_device_copies_total") or 0
-                     for p in prefill_port.values())
-        received = sum(cu.metric(p, "strata_worker_kv_received_bytes_total") or 0
-                       for p in decode_ports.values())
+        expect_handoff_path({**prefill_port, **decode_ports}, "ipc")
+        copies = metric_sum(prefill_port, "strata_worker_transport_device_copies_total")
+        received = metric_sum(decode_ports, "strata_worker_kv_received_bytes_total")
         expect(copies > 0 and received > 0, f"device copies {copies}, bytes received {received}")
         print(f"      prefill device copies {copies:.0f}, decode KV bytes received "
               f"{received:.0f}", flush=True)
@@ -304,13 +311,9 @@ def staged_checks(fixture, cases, staged, mixed):
             a = complete(staged.http, c["prompt"], n)["choices"][0]["text"]
             b = complete(mixed.http, c["prompt"], n)["choices"][0]["text"]
             expect(a == b, f"{c['prompt']!r}: staged {a!r} != mixed {b!r}")
-        for n_, p in list(prefill.items()) + list(decode.items()):
-            expect(cu.metric(p, "strata_worker_kv_handoff_path", {"path": "staged"}) == 1,
-                   f"{n_} is not on the staged path")
-        pieces = sum(cu.metric(p, "strata_worker_transport_staged_pieces_total") or 0
-                     for p in prefill.values())
-        copies = sum(cu.metric(p, "strata_worker_transport_device_copies_total") or 0
-                     for p in prefill.values())
+        expect_handoff_path({**prefill, **decode}, "staged")
+        pieces = metric_sum(prefill, "strata_worker_transport_staged_pieces_total")
+        copies = metric_sum(prefill, "strata_worker_transport_device_copies_total")
         expect(pieces > 0 and copies == 0, f"staged pieces {pieces}, ipc copies {copies}")
         print(f"      staged pieces sent {pieces:.0f}", flush=True)
     check(f"{fixture}: staged path (pinned host + UCX): disaggregated == mixed "
