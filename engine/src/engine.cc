@@ -10,15 +10,23 @@
 #include "strata/common/file_util.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
+#include "strata/engine/weight_source.h"
 
 namespace strata {
 namespace {
 
 // A model identity for block hashes that is the same on every machine holding the same
 // checkpoint: config.json plus a sample of every tensor's bytes (so two fine-tunes of one
-// architecture never share KV blocks).
+// architecture never share KV blocks), or plus the spec of generated random weights.
 absl::StatusOr<std::string> ModelIdentity(const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(std::string config, ReadFileToString(dir + "/config.json"));
+  absl::StatusOr<RandomWeightsSpec> random = ReadRandomWeightsSpec(dir);
+  if (random.ok()) {
+    return absl::StrFormat(
+        "%016x", BlockHashSeed(config, absl::StrCat("random:", random->seed, ":",
+                                                    absl::StrFormat("%a", random->stddev))));
+  }
+  if (!absl::IsNotFound(random.status())) return random.status();
   STRATA_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   uint64_t h = BlockHashSeed(config);
   for (const std::string& name : ckpt->TensorNames()) {

@@ -9,6 +9,7 @@
 #include "strata/common/half.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
+#include "strata/engine/weight_source.h"
 
 namespace strata {
 
@@ -68,6 +69,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
                                                                  const std::string& model_dir,
                                                                  const RunnerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(model_dir));
+  absl::StatusOr<RandomWeightsSpec> random = ReadRandomWeightsSpec(model_dir);
+  if (random.ok()) {
+    return Create(std::move(plugin), config, RandomWeights(config, random->seed, random->stddev),
+                  options);
+  }
+  if (!absl::IsNotFound(random.status())) return random.status();
   STRATA_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_dir));
   return Create(std::move(plugin), config, CheckpointWeights(*checkpoint), options);
 }

@@ -11,16 +11,18 @@
 #include "strata/common/block_hash.h"
 #include "strata/common/file_util.h"
 #include "strata/common/half.h"
+#include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
 #include "strata/engine/safetensors.h"
 #include "strata/engine/sampling.h"
+#include "strata/engine/weight_source.h"
 #include "strata/text/tokenizer.h"
 
 namespace strata {
 namespace {
 
 // Bump when a preset's bytes change, so cached copies are rewritten.
-constexpr int kPresetVersion = 2;
+constexpr int kPresetVersion = 3;
 
 const char* const kSpecialTokens[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>",
                                       "<|im_end|>"};
@@ -54,8 +56,11 @@ struct PresetSpec {
   const char* name;
   const char* description;
   const char* default_dtype;
-  int tokenizer_vocab;
+  int tokenizer_vocab;  // tokens before the special tokens
   ModelConfig (*config)();
+  // Real-shaped presets: weights generated where the model loads (kRandomWeightsFile), the
+  // tokenizer filled to the real vocab size.
+  bool real_shape = false;
 };
 
 ModelConfig BaseLlama(int vocab, int hidden, int layers, int heads, int kv_heads, int inter) {
@@ -107,6 +112,51 @@ ModelConfig TinyMoe() {
   return c;
 }
 
+// A real model's config.json (the keys that shape the compute and the vocab).
+ModelConfig RealShape(const char* config_json, const char* name) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::FromJson(nlohmann::json::parse(config_json), name);
+  STRATA_CHECK(c.ok()) << c.status();
+  return *std::move(c);
+}
+
+ModelConfig Llama31_8bShape() {
+  return RealShape(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})",
+                   "llama-3.1-8b-shape");
+}
+
+ModelConfig Qwen3_30bA3bShape() {
+  return RealShape(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 151936,
+    "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "use_sliding_window": false, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16"})",
+                   "qwen3-30b-a3b-shape");
+}
+
+ModelConfig Mixtral8x7bShape() {
+  return RealShape(R"({
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 32000,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})",
+                   "mixtral-8x7b-shape");
+}
+
+constexpr int kSpecialCount = static_cast<int>(std::size(kSpecialTokens));
+
 const PresetSpec kPresets[] = {
     {"tiny-llama", "Llama-3-style dense model, 4 layers, hidden 256, GQA 8/2 (~4M params)",
      "float32", 1024, TinyLlama},
@@ -116,6 +166,18 @@ const PresetSpec kPresets[] = {
      "float32", 1024, TinyMoe},
     {"llama-100m", "Llama-3-style dense model, 12 layers, hidden 768 (~110M params)", "bfloat16",
      1024, Llama100m},
+    {"llama-3.1-8b-shape",
+     "Llama-3.1-8B's architecture and vocab (8.0B params, 16 GB in bf16), random weights made "
+     "where it loads",
+     "bfloat16", 128256 - kSpecialCount, Llama31_8bShape, true},
+    {"qwen3-30b-a3b-shape",
+     "Qwen3-30B-A3B's architecture and vocab (30.5B params, 128 experts top-8, 61 GB in bf16), "
+     "random weights made where it loads",
+     "bfloat16", 151936 - kSpecialCount, Qwen3_30bA3bShape, true},
+    {"mixtral-8x7b-shape",
+     "Mixtral-8x7B's architecture and vocab (46.7B params, 8 experts top-2, 93 GB in bf16), "
+     "random weights made where it loads",
+     "bfloat16", 32000 - kSpecialCount, Mixtral8x7bShape, true},
 };
 
 const PresetSpec* FindPreset(const std::string& name) {
@@ -214,13 +276,13 @@ constexpr char kChatTemplate[] =
     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-absl::Status WriteTokenizerConfig(const std::string& dir) {
+absl::Status WriteTokenizerConfig(const std::string& dir, int max_length) {
   nlohmann::json cfg = {
       {"tokenizer_class", "PreTrainedTokenizerFast"},
       {"bos_token", "<|begin_of_text|>"},
       {"eos_token", "<|end_of_text|>"},
       {"pad_token", "<|end_of_text|>"},
-      {"model_max_length", 4096},
+      {"model_max_length", max_length},
       {"clean_up_tokenization_spaces", false},
       {"chat_template", kChatTemplate},
   };
@@ -259,8 +321,9 @@ absl::Status WritePreset(const std::string& name, const std::string& out_dir,
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(out_dir, ": ", ec.message()));
   std::vector<std::string> specials(std::begin(kSpecialTokens), std::end(kSpecialTokens));
-  STRATA_ASSIGN_OR_RETURN(std::string tok_json, TrainByteLevelBpe(kCorpus, p->tokenizer_vocab,
-                                                                  specials, kSpecialTokens[0]));
+  STRATA_ASSIGN_OR_RETURN(std::string tok_json,
+                          TrainByteLevelBpe(kCorpus, p->tokenizer_vocab, specials,
+                                            kSpecialTokens[0], /*fill_to_vocab_size=*/p->real_shape));
   STRATA_ASSIGN_OR_RETURN(auto tok, Tokenizer::FromJson(tok_json, "preset tokenizer"));
   // The embedding covers every tokenizer id, rounded up to a multiple of 64 like real models.
   c.vocab_size = std::max(c.vocab_size, (tok->vocab_size() + 63) / 64 * 64);
@@ -268,11 +331,14 @@ absl::Status WritePreset(const std::string& name, const std::string& out_dir,
   c.eos_token_ids = {*tok->TokenToId("<|end_of_text|>"), *tok->TokenToId("<|im_end|>")};
   c.torch_dtype = dt;
   STRATA_RETURN_IF_ERROR(WriteStringToFile(out_dir + "/tokenizer.json", tok_json));
-  STRATA_RETURN_IF_ERROR(WriteTokenizerConfig(out_dir));
+  STRATA_RETURN_IF_ERROR(WriteTokenizerConfig(out_dir, c.max_position_embeddings));
   STRATA_RETURN_IF_ERROR(WriteStringToFile(out_dir + "/config.json", c.ToJson().dump(2) + "\n"));
   nlohmann::json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
   STRATA_RETURN_IF_ERROR(
       WriteStringToFile(out_dir + "/generation_config.json", gen.dump(2) + "\n"));
+  if (p->real_shape) {
+    return WriteRandomWeightsSpec(out_dir, {.seed = BlockHashSeed(name), .stddev = 0.02f});
+  }
   return WriteWeights(name, c, dt == "bfloat16", out_dir + "/model.safetensors");
 }
 
@@ -290,15 +356,21 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& spec) {
     root = "/tmp/strata-cache";
   }
   const std::string dir = absl::StrCat(root, "/presets/", name, "-v", kPresetVersion);
+  // A preset is complete when its weights (or their spec, written last) are there.
+  const auto complete = [](const std::string& d) {
+    std::error_code ec;
+    return std::filesystem::exists(d + "/model.safetensors", ec) ||
+           std::filesystem::exists(absl::StrCat(d, "/", kRandomWeightsFile), ec);
+  };
   std::error_code ec;
-  if (std::filesystem::exists(dir + "/model.safetensors", ec)) return dir;
+  if (complete(dir)) return dir;
   // Write into a private temp dir, then rename: concurrent first uses never see half a preset.
   const std::string tmp = absl::StrCat(dir, ".tmp-", ::getpid());
   STRATA_RETURN_IF_ERROR(WritePreset(name, tmp));
   std::filesystem::rename(tmp, dir, ec);
   if (ec) {
     std::filesystem::remove_all(tmp, ec);
-    if (!std::filesystem::exists(dir + "/model.safetensors", ec)) {
+    if (!complete(dir)) {
       return absl::InternalError(absl::StrCat("cannot create ", dir));
     }
   }

@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "strata/common/file_util.h"
 #include "strata/common/half.h"
+#include "strata/common/json_limits.h"
 #include "strata/common/status_macros.h"
 
 namespace strata {
@@ -125,6 +129,42 @@ absl::Status RandomWeights::Read(const std::string& name, std::span<const int64_
       return absl::InvalidArgumentError(
           absl::StrCat(origin(), ": tensor ", name, " cannot be read as ", DTypeName(dtype)));
   }
+}
+
+absl::StatusOr<RandomWeightsSpec> ReadRandomWeightsSpec(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kRandomWeightsFile);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a small JSON file"));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  const auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+  };
+  if (absl::Status depth = CheckJsonDepth(text, 4); !depth.ok()) return bad(depth.message());
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return bad("must be a JSON object {\"seed\": N, \"stddev\": S}");
+  RandomWeightsSpec spec;
+  if (auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_unsigned()) return bad("seed must be a non-negative integer");
+    spec.seed = it->get<uint64_t>();
+  }
+  if (auto it = j.find("stddev"); it != j.end()) {
+    if (!it->is_number()) return bad("stddev must be a number");
+    const double s = it->get<double>();
+    if (!(s > 0.0 && s <= 1.0)) return bad("stddev must be in (0, 1]");
+    spec.stddev = static_cast<float>(s);
+  }
+  return spec;
+}
+
+absl::Status WriteRandomWeightsSpec(const std::string& dir, const RandomWeightsSpec& spec) {
+  const nlohmann::json j = {{"seed", spec.seed}, {"stddev", spec.stddev}};
+  return WriteStringToFile(absl::StrCat(dir, "/", kRandomWeightsFile), j.dump(2) + "\n");
 }
 
 }  // namespace strata

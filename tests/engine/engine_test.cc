@@ -12,7 +12,10 @@
 
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
+#include "strata/engine/model_config.h"
 #include "strata/engine/presets.h"
+#include "strata/engine/weight_source.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata {
 namespace {
@@ -507,6 +510,39 @@ TEST(PresetTest, PresetsAreDeterministicAndUnknownNamesFail) {
   EXPECT_EQ(WritePreset("nope", a).code(), absl::StatusCode::kNotFound);
   std::filesystem::remove_all(a);
   std::filesystem::remove_all(b);
+}
+
+// The real-shaped presets: real configs and vocab sizes, weights generated where they load.
+TEST(PresetTest, RealShapedPresetsHaveTheRealShapesAndGenerateTheirWeights) {
+  struct Want {
+    const char* name;
+    int vocab, hidden, layers, experts;
+  };
+  for (const Want& w : {Want{"llama-3.1-8b-shape", 128256, 4096, 32, 0},
+                        Want{"qwen3-30b-a3b-shape", 151936, 2048, 48, 128},
+                        Want{"mixtral-8x7b-shape", 32000, 4096, 32, 8}}) {
+    SCOPED_TRACE(w.name);
+    const std::string dir =
+        ::testing::TempDir() + "/preset_real_" + w.name + "_" + std::to_string(::getpid());
+    ASSERT_TRUE(WritePreset(w.name, dir).ok());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+    auto spec = ReadRandomWeightsSpec(dir);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto c = ModelConfig::FromDirectory(dir);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->vocab_size, w.vocab);
+    EXPECT_EQ(c->hidden_size, w.hidden);
+    EXPECT_EQ(c->num_layers, w.layers);
+    EXPECT_EQ(c->head_dim, 128);
+    EXPECT_EQ(c->num_experts, w.experts);
+    EXPECT_EQ(c->torch_dtype, "bfloat16");
+    auto tok = Tokenizer::FromFile(dir + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ((*tok)->vocab_size(), w.vocab);
+    const std::string text = "The capital of France is Paris. zebra quokka 1234";
+    EXPECT_EQ((*tok)->Decode((*tok)->Encode(text)), text);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

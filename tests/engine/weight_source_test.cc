@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "strata/common/file_util.h"
 #include "strata/common/half.h"
 #include "strata/engine/model_runner.h"
 
@@ -185,6 +186,56 @@ TEST(RandomWeightsModelTest, DenseLlamaRunsFiniteAndDeterministic) {
   ExpectFiniteAndVaried(a);
   EXPECT_EQ(a, RunModel(c, 11));
   EXPECT_NE(a, RunModel(c, 12));
+}
+
+TEST(RandomWeightsSpecTest, RoundTripsAndRejectsBadFiles) {
+  const std::string dir =
+      ::testing::TempDir() + "/strata_random_spec_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(ReadRandomWeightsSpec(dir).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WriteRandomWeightsSpec(dir, {.seed = 1ull << 63, .stddev = 0.05f}).ok());
+  auto spec = ReadRandomWeightsSpec(dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->seed, 1ull << 63);
+  EXPECT_EQ(spec->stddev, 0.05f);
+  const std::string path = dir + "/" + kRandomWeightsFile;
+  for (const std::string& bad : std::vector<std::string>{"[1]", "{\"seed\": -1}", "{\"seed\": 1.5}", "{\"stddev\": 0}", "{\"stddev\": 2}",
+        "{\"stddev\": \"x\"}", "not json", "{\"seed\": [[[[[[1]]]]]]}",
+        std::string(5000, ' ') + "{}"}) {
+    ASSERT_TRUE(WriteStringToFile(path, bad).ok());
+    absl::Status st = ReadRandomWeightsSpec(dir).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find(kRandomWeightsFile), std::string::npos) << st;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A directory holding config.json and a random-weights spec loads as the same model as
+// RandomWeights over that config.
+TEST(RandomWeightsSpecTest, ADirectoryWithASpecLoadsItsRandomWeights) {
+  const ModelConfig c = TinyLlama();
+  const std::string dir =
+      ::testing::TempDir() + "/strata_random_dir_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteStringToFile(dir + "/config.json", c.ToJson().dump()).ok());
+  ASSERT_TRUE(WriteRandomWeightsSpec(dir, {.seed = 11}).ok());
+  auto plugin = LoadPlugin("cpu");
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  RunnerOptions opts;
+  opts.block_size = 8;
+  opts.num_kv_blocks = 8;
+  auto runner = ModelRunner::Create(*plugin, dir, opts);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  std::vector<int32_t> prompt(20);
+  for (int i = 0; i < 20; ++i) prompt[i] = (i * 37 + 5) % c.vocab_size;
+  const std::vector<BlockId> blocks = {3, 1, 6};
+  ForwardSeq prefill{prompt, 0, blocks, ForwardSeq::Logits::kAll};
+  auto logits = (*runner)->Forward(std::span(&prefill, 1));
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const std::vector<float> expected = RunModel(c, 11);
+  ASSERT_GE(expected.size(), logits->size());
+  EXPECT_TRUE(std::equal(logits->begin(), logits->end(), expected.begin()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RandomWeightsModelTest, Qwen3MoeRunsFiniteAndDeterministic) {

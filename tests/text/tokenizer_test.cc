@@ -411,6 +411,39 @@ TEST(TrainByteLevelBpeTest, StopsWhenPairsRunOut) {
   EXPECT_EQ((*tok)->Encode("abab"), std::vector<int32_t>{257});
 }
 
+TEST(TrainByteLevelBpeTest, FillsTheVocabWithLetterStringsThatRoundTrip) {
+  const std::string corpus = "hello world, hello strata";
+  absl::StatusOr<std::string> json_text =
+      TrainByteLevelBpe(corpus, 2000, kTrainSpecials, "<|begin_of_text|>", true);
+  ASSERT_TRUE(json_text.ok()) << json_text.status();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromJson(*json_text);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 2000 + static_cast<int>(kTrainSpecials.size()));
+  EXPECT_EQ((*tok)->TokenToId("<|begin_of_text|>"), 2000);
+  // Every letter pair, with and without a leading space, is one token; the corpus's merges
+  // still come first.
+  EXPECT_EQ((*tok)->Encode(" zq").size(), 1u);
+  EXPECT_EQ((*tok)->Encode("qz").size(), 1u);
+  EXPECT_EQ((*tok)->Encode(" hello").size(), 1u);
+  // Every filled token decodes to letters, optionally after one space.
+  for (int32_t id = 256; id < 2000; ++id) {
+    const std::string text = (*tok)->Decode(std::vector<int32_t>{id});
+    ASSERT_FALSE(text.empty()) << id;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      const bool letter = c >= 'a' && c <= 'z';
+      ASSERT_TRUE(letter || (i == 0 && c == ' ') || corpus.find(text) != std::string::npos)
+          << id << " '" << text << "'";
+    }
+  }
+  const std::string text = "Some text: with abc xyz, 42 digits and \xe4\xbd\xa0\xe5\xa5\xbd!";
+  EXPECT_EQ((*tok)->Decode((*tok)->Encode(text)), text);
+  // Without the fill, the same corpus runs out of pairs long before 2,000 tokens.
+  absl::StatusOr<std::string> unfilled = TrainByteLevelBpe(corpus, 2000, {});
+  ASSERT_TRUE(unfilled.ok());
+  EXPECT_LT((*Tokenizer::FromJson(*unfilled))->vocab_size(), 300);
+}
+
 TEST(TrainByteLevelBpeTest, RejectsBadArguments) {
   EXPECT_EQ(TrainByteLevelBpe("x", 255, {}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(TrainByteLevelBpe("x", 300, {"<a>", "<a>"}).status().code(),

@@ -65,6 +65,8 @@ class BpeTrainer {
   explicit BpeTrainer(const std::map<std::string, int64_t>& words);
   // Merges until the vocab has `vocab_size` tokens or no pair is left.
   void Train(int vocab_size);
+  // Adds letter strings until the vocab has `vocab_size` tokens (see TrainByteLevelBpe).
+  void Fill(int vocab_size);
   const std::vector<std::string>& tokens() const { return tokens_; }
   const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
 
@@ -170,6 +172,33 @@ void BpeTrainer::Train(int vocab_size) {
   }
 }
 
+void BpeTrainer::Fill(int vocab_size) {
+  // Level n holds the strings of n lowercase letters, with and without a leading space; each
+  // new string is a merge of its first n-1 bytes (a token of the previous level, or one the
+  // corpus made) and its last letter, so every merge's parts are tokens. Strings the vocab
+  // already has are skipped.
+  std::vector<std::string> level = {""};
+  for (int n = 1; static_cast<int>(tokens_.size()) < vocab_size; ++n) {
+    std::vector<std::string> next;
+    next.reserve(level.size() * 26);
+    for (const std::string& prefix : level) {
+      for (char letter = 'a'; letter <= 'z'; ++letter) next.push_back(prefix + letter);
+    }
+    for (const char* lead : {" ", ""}) {
+      for (const std::string& word : next) {
+        if (static_cast<int>(tokens_.size()) >= vocab_size) return;
+        const std::string text = lead + word;
+        if (text.size() < 2 || token_ids_.contains(text)) continue;
+        const int32_t left = token_ids_.at(text.substr(0, text.size() - 1));
+        const int32_t right = token_ids_.at(text.substr(text.size() - 1));
+        TokenFor(text);
+        merges_.push_back({left, right});
+      }
+    }
+    level = std::move(next);
+  }
+}
+
 json SpecialTokenJson(int32_t id, const std::string& content) {
   return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
           {"rstrip", false}, {"normalized", false}, {"special", true}};
@@ -239,11 +268,13 @@ absl::Status CheckTrainingArgs(int vocab_size, const std::vector<std::string>& s
 
 absl::StatusOr<std::string> TrainByteLevelBpe(std::string_view corpus, int vocab_size,
                                               const std::vector<std::string>& special_tokens,
-                                              std::string_view bos_token) {
+                                              std::string_view bos_token,
+                                              bool fill_to_vocab_size) {
   STRATA_RETURN_IF_ERROR(CheckTrainingArgs(vocab_size, special_tokens, bos_token));
   STRATA_ASSIGN_OR_RETURN(auto words, CountWords(corpus, special_tokens));
   BpeTrainer trainer(words);
   trainer.Train(vocab_size);
+  if (fill_to_vocab_size) trainer.Fill(vocab_size);
   json model = ModelJson(trainer);
   const int32_t first_special = static_cast<int32_t>(trainer.tokens().size());
   json added = json::array();

@@ -75,4 +75,20 @@ class RandomWeights final : public WeightSource {
   float stddev_;
 };
 
+// A model directory may hold, in place of safetensors, kRandomWeightsFile: a small JSON object
+// {"seed": N, "stddev": S} saying its weights are RandomWeights(config, N, S), generated where
+// the model loads. The real-shaped presets are such directories.
+inline constexpr char kRandomWeightsFile[] = "strata_random_weights.json";
+
+struct RandomWeightsSpec {
+  uint64_t seed = 0;
+  float stddev = 0.02f;
+};
+
+// DIR's random-weights spec; NotFound when DIR has no kRandomWeightsFile, InvalidArgument
+// (naming the file) for one that is not such an object (over 4 KiB, not JSON, a seed that is not
+// a non-negative integer, a stddev outside (0, 1]).
+absl::StatusOr<RandomWeightsSpec> ReadRandomWeightsSpec(const std::string& dir);
+absl::Status WriteRandomWeightsSpec(const std::string& dir, const RandomWeightsSpec& spec);
+
 }  // namespace strata

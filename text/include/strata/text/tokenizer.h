@@ -83,10 +83,15 @@ class StreamDecoder {
 // (ties: smallest left id, then smallest right id). Special tokens get the ids after the vocab,
 // in order; occurrences of them in the corpus are not trained on. A non-empty `bos_token` (one
 // of special_tokens) is added by Encode(..., add_special_tokens=true), like Llama 3.
+// With `fill_to_vocab_size`, a vocab the corpus cannot fill is completed with lowercase letter
+// strings, shortest first, each with and without a leading space (" a", "a", ..., " zz", "zz",
+// " aaa", ...), each a merge of its first bytes and its last letter: a tokenizer with a real
+// model's vocab size (128,256 for Llama 3) whose every token decodes to plain text.
 // InvalidArgument when vocab_size < 256, a special token is empty or repeated, or bos_token is
 // not one of them.
 absl::StatusOr<std::string> TrainByteLevelBpe(std::string_view corpus, int vocab_size,
                                               const std::vector<std::string>& special_tokens,
-                                              std::string_view bos_token = "");
+                                              std::string_view bos_token = "",
+                                              bool fill_to_vocab_size = false);
 
 }  // namespace strata
