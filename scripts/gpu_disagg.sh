@@ -26,6 +26,13 @@
 #   scripts/gpu_disagg.sh device-bench [bench_disagg.py options]
 #       TTFT of 8k prompts and decode inter-token latency under 32k prefills, disaggregated
 #       (1 prefill + 1 decode on the GPU) vs mixed, alternating rounds (scripts/bench_disagg.py).
+#
+#   scripts/gpu_disagg.sh device-profile [gpu_profile.py options]
+#       `strata profile` of a mixed CUDA worker (scripts/gpu_profile.py), e.g.
+#       device-profile --model preset:llama-3.1-8b-shape --name NAME --out $OUT/NAME.json
+#
+#   scripts/gpu_disagg.sh device-generate [strata generate options]
+#       `strata generate --plugin cuda` with the carried build, timed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/out/gpu-disagg
@@ -94,7 +101,11 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   device) shift; device "$@" ;;
   device-bench) shift; bench "$@" ;;
+  device-profile) shift; device_env; PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/gpu_profile.py" \
+    /tmp/gpu-disagg/bin "$@" ;;
+  device-generate) shift; device_env; (cd /tmp/gpu-disagg/bin && time ./strata generate \
+    --plugin ./libstrata_cuda.so "$@") ;;
   device-check) shift; device_env; PYTHONUNBUFFERED=1 "$ROOT/scripts/gpu_cluster_check.sh" \
     /tmp/gpu-disagg/bin "$@" ;;
-  *) sed -n 2,31p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n 2,35p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
