@@ -38,7 +38,7 @@ using router::DecodeSample;
 using router::PrefillSample;
 
 struct ProfileFlags {
-  std::string url, out, name = "profile", model, served_model, hardware = "unknown";
+  std::string url, out, name = "profile", model, served_model, hardware = "unknown", device;
   std::string prefill_lens = "16,64,128,256,384,512", prefill_batches = "1,2,4";
   std::string decode_batches = "1,2,4,8,16", decode_lens = "32,256";
   std::string prefill_contexts = "512,1024,2048", prefill_context_lens = "128,512";
@@ -53,6 +53,9 @@ void AddFlags(ArgParser& p, ProfileFlags& f) {
   p.AddString("--out", &f.out, "write the profile JSON here (default: stdout)");
   p.AddString("--name", &f.name, "profile name");
   p.AddString("--hardware", &f.hardware, "where it was measured (recorded in the profile)");
+  p.AddString("--device", &f.device,
+              "the workers it describes, as they report it (\"cuda:NVIDIA H100\", \"cpu\"); "
+              "default: the worker's /server_info");
   p.AddString("--model", &f.model, "model dir or preset:NAME: KV block bytes from its config");
   p.AddString("--served-model-name", &f.served_model, "model name to send (default: /v1/models)");
   p.AddString("--prefill-lens", &f.prefill_lens, "prompt lengths for prefill samples");
@@ -277,6 +280,12 @@ absl::StatusOr<router::WorkerProfile> Profile(const ProfileFlags& f) {
   router::WorkerProfile p;
   p.name = f.name;
   p.hardware = f.hardware;
+  p.model = model;
+  p.device = !f.device.empty() ? f.device : replay::FetchServerDevice(*url, "");
+  if (p.device.empty()) {
+    return absl::FailedPreconditionError(
+        "the worker does not report its device in /server_info: pass --device");
+  }
   p.measured_at = Today();
   p.block_size = f.block_size;
   p.num_kv_blocks = f.num_kv_blocks;

@@ -83,7 +83,8 @@ int RunRouter(const Args& args) {
   p.AddString("--policy", &o.placement.policy,
               "routing policy: kv-aware, least-loaded, round-robin, kv-cost, goodput");
   p.AddString("--profile", &o.placement.profile_path,
-              "goodput: worker latency profile JSON (default: deploy/profiles/tiny-llama-cpu.json)");
+              "goodput: latency profile JSON, or a directory of them matched to each worker's model "
+              "and device (default: the shipped deploy/profiles/)");
   p.AddRepeated("--slo-class", &o.placement.slo_class_specs,
                 "NAME=ttft:S,tpot:S (repeatable); requests choose one with X-SLO-Class");
   p.AddDouble("--overlap-weight", &o.placement.overlap_weight,

@@ -427,6 +427,7 @@ void Frontend::HandleServerInfo(const http::Request& request,
   body["dp_size"] = 1;
   body["is_generation"] = true;
   body["engine"] = "strata";
+  if (!model_.device.empty()) body["device"] = model_.device;
   RespondJson(*writer, 200, body);
 }
 

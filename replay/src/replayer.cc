@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "strata/common/status_macros.h"
 #include "stream_session.h"
 
 namespace strata::replay {
@@ -107,10 +108,10 @@ void RaiseOpenFileLimit() {
   }
 }
 
-}  // namespace
-
-absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string& api_key,
-                                         double timeout_s) {
+// GET <base><path> with a deadline: (status, body); Unavailable when the server cannot be
+// reached or answers too much (over 1 MiB) or too late.
+absl::StatusOr<std::pair<int, std::string>> HttpGet(const ServerUrl& url, const std::string& path,
+                                                    const std::string& api_key, double timeout_s) {
   asio::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
@@ -118,10 +119,11 @@ absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string
   auto endpoints = resolver.resolve(url.host, url.port, ec);
   const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(timeout_s));
-  http::request<http::empty_body> req{http::verb::get, url.base_path + "/models", 11};
+  http::request<http::empty_body> req{http::verb::get, path, 11};
   req.set(http::field::host, HostHeader(url));
   if (!api_key.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", api_key));
-  http::response<http::string_body> res;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1 << 20);
   beast::flat_buffer buffer;
   // Asynchronous operations with a deadline, run to completion on this thread.
   if (!ec) {
@@ -130,16 +132,34 @@ absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string
       if ((ec = e)) return;
       http::async_write(stream, req, [&](beast::error_code e2, size_t) {
         if ((ec = e2)) return;
-        http::async_read(stream, buffer, res, [&](beast::error_code e3, size_t) { ec = e3; });
+        http::async_read(stream, buffer, parser, [&](beast::error_code e3, size_t) { ec = e3; });
       });
     });
     ioc.run();
   }
   if (ec) {
-    return absl::UnavailableError(absl::StrCat("cannot reach http://", HostHeader(url),
-                                               url.base_path, "/models: ", ec.message()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach http://", HostHeader(url), path, ": ", ec.message()));
   }
-  return ParseModels(res.result_int(), res.body());
+  return std::make_pair(static_cast<int>(parser.get().result_int()), parser.get().body());
+}
+
+}  // namespace
+
+absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string& api_key,
+                                         double timeout_s) {
+  STRATA_ASSIGN_OR_RETURN(auto res, HttpGet(url, url.base_path + "/models", api_key, timeout_s));
+  return ParseModels(res.first, res.second);
+}
+
+std::string FetchServerDevice(const ServerUrl& url, const std::string& api_key, double timeout_s) {
+  absl::StatusOr<std::pair<int, std::string>> res =
+      HttpGet(url, "/server_info", api_key, timeout_s);
+  if (!res.ok() || res->first != 200) return "";
+  const nlohmann::json j = nlohmann::json::parse(res->second, nullptr, false);
+  if (!j.is_object()) return "";
+  auto it = j.find("device");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 absl::StatusOr<std::unique_ptr<Replayer>> Replayer::Create(ReplayOptions options) {

@@ -7,7 +7,10 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "strata/common/file_util.h"
 #include "strata/common/status_macros.h"
 
@@ -267,6 +270,79 @@ std::string DefaultProfilePath() {
   return "";
 }
 
+std::string DefaultProfileDir() {
+  if (const char* env = std::getenv("STRATA_PROFILE"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::vector<std::filesystem::path> candidates;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/strata/profiles");
+#ifdef STRATA_PROFILE_SOURCE_DIR
+  candidates.push_back(std::filesystem::path(STRATA_PROFILE_SOURCE_DIR));
+#endif
+  for (const auto& c : candidates) {
+    if (std::filesystem::is_directory(c, ec)) return c.string();
+  }
+  return "";
+}
+
+absl::StatusOr<std::vector<WorkerProfile>> LoadProfiles(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) {
+    STRATA_ASSIGN_OR_RETURN(WorkerProfile p, WorkerProfile::Load(path));
+    return std::vector<WorkerProfile>{std::move(p)};
+  }
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat(path, ": ", ec.message()));
+  if (files.empty()) return absl::NotFoundError(absl::StrCat(path, ": no *.json profiles"));
+  std::sort(files.begin(), files.end());
+  std::vector<WorkerProfile> out;
+  for (const std::string& f : files) {
+    STRATA_ASSIGN_OR_RETURN(WorkerProfile p, WorkerProfile::Load(f));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::Status WorkerProfile::Matches(const std::string& worker_model,
+                                    const std::string& worker_device) const {
+  if (!model.empty() && model != worker_model) {
+    return absl::FailedPreconditionError(absl::StrCat("profile '", name, "' is for model '", model,
+                                                      "', the worker serves '", worker_model, "'"));
+  }
+  const std::string want = absl::AsciiStrToLower(device.empty() ? "cpu" : device);
+  if (!worker_device.empty() && !absl::StartsWith(absl::AsciiStrToLower(worker_device), want)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("profile '", name, "' was measured on '", device.empty() ? "cpu" : device,
+                     "', the worker runs on '", worker_device, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const WorkerProfile*> ChooseProfile(const std::vector<WorkerProfile>& profiles,
+                                                   const std::string& model,
+                                                   const std::string& device) {
+  for (bool any_model : {false, true}) {
+    for (const WorkerProfile& p : profiles) {
+      if (p.model.empty() == any_model && p.Matches(model, device).ok()) return &p;
+    }
+  }
+  std::vector<std::string> have;
+  for (const WorkerProfile& p : profiles) {
+    have.push_back(absl::StrCat(p.name, " (model ", p.model.empty() ? "any" : p.model,
+                                ", device ", p.device.empty() ? "cpu" : p.device, ")"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no goodput profile for model '", model, "' on device '", device, "' (have: ",
+      have.empty() ? "none" : absl::StrJoin(have, "; "),
+      "): measure one with `strata profile` and give it to the router with --profile, or "
+      "route with another --policy"));
+}
+
 const char* TierName(int tier) {
   return tier >= 0 && tier < kNumTierNames ? kTierNames[tier] : "unknown";
 }
@@ -355,6 +431,8 @@ absl::StatusOr<WorkerProfile> WorkerProfile::FromJson(const std::string& json_te
   WorkerProfile p;
   STRATA_RETURN_IF_ERROR(ReadString(root, "name", &p.name));
   STRATA_RETURN_IF_ERROR(ReadString(root, "hardware", &p.hardware));
+  STRATA_RETURN_IF_ERROR(ReadString(root, "model", &p.model));
+  STRATA_RETURN_IF_ERROR(ReadString(root, "device", &p.device));
   STRATA_RETURN_IF_ERROR(ReadString(root, "measured_at", &p.measured_at));
   STRATA_RETURN_IF_ERROR(ReadSizes(root, &p));
   STRATA_RETURN_IF_ERROR(
@@ -381,6 +459,8 @@ std::string WorkerProfile::ToJson() const {
   Json root = {
       {"name", name},
       {"hardware", hardware},
+      {"model", model},
+      {"device", device.empty() ? std::string("cpu") : device},
       {"measured_at", measured_at},
       {"block_size", block_size},
       {"kv_block_bytes", kv_block_bytes},

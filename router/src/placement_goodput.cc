@@ -44,6 +44,7 @@ struct Candidate {
 // of uncached tokens (whole prompt, or all but one shared prefix), so each distinct n is
 // modelled once. Same values as calling Compute every time.
 struct ComputeMemo {
+  const WorkerProfile* profile = nullptr;
   int64_t tokens = -1;
   double seconds = 0;
 };
@@ -122,6 +123,9 @@ class GoodputPolicy final : public PlacementPolicy {
   }
 
  private:
+  // The worker's own profile (the router chose it at registration), else the policy's.
+  const WorkerProfile& Of(const WorkerView& v) const { return v.profile ? *v.profile : profile_; }
+
   int BlockSize(const PlacementContext& ctx) const {
     return ctx.request.block_size > 0 ? ctx.request.block_size : std::max(1, profile_.block_size);
   }
@@ -163,12 +167,12 @@ class GoodputPolicy final : public PlacementPolicy {
         best_p = &facts[i], best_ps = ps, best_p_ttft = t;
       }
     }
-    // A batch of one meets the TPOT target: waiting for the batch to shrink could help.
-    const bool tpot_reachable =
-        profile_.decode.Seconds(1, ctx.request.prompt_tokens) <= limit.tpot_s;
     Candidate best;
     for (size_t i = 0; i < num_decode; ++i) {
       const WorkerFacts& d = facts[i];
+      // A batch of one meets the TPOT target: waiting for the batch to shrink could help.
+      const bool tpot_reachable =
+          Of(*d.view).decode.Seconds(1, ctx.request.prompt_tokens) <= limit.tpot_s;
       const int64_t context = Context(ctx, *d.view);
       const double tpot = DecodeTpot(ctx, *d.view, context);
       Candidate local = Local(ctx, d, tpot, context, memo);
@@ -212,12 +216,12 @@ class GoodputPolicy final : public PlacementPolicy {
                   int64_t context, ComputeMemo& memo) const {
     const PrefillSide ps = Prefill(ctx, d, memo);
     const int64_t batch = OutstandingRequests(*d.view);
+    const DecodeModel& decode = Of(*d.view).decode;
     // The running batch's decode rows ride along every prefill step (no extra step overhead).
-    const double riding =
-        batch > 0 ? static_cast<double>(ps.steps) *
-                        (profile_.decode.b * static_cast<double>(context) +
-                         profile_.decode.c * static_cast<double>(batch))
-                  : 0;
+    const double riding = batch > 0 ? static_cast<double>(ps.steps) *
+                                          (decode.b * static_cast<double>(context) +
+                                           decode.c * static_cast<double>(batch))
+                                    : 0;
     Candidate c;
     c.decode = d.view;
     c.ttft = d.correction * (ps.seconds + riding);
@@ -234,51 +238,56 @@ class GoodputPolicy final : public PlacementPolicy {
     // At least the last prompt token is computed (it yields the first output token).
     const int64_t cached = std::min<int64_t>(m.blocks, (prompt - 1) / bs);
     const int64_t queued = std::max(w.view->load.queued_prefill_tokens, w.pending);
-    const int64_t max_tokens = std::max<int64_t>(1, profile_.max_batch_tokens);
+    const WorkerProfile& profile = Of(*w.view);
+    const int64_t max_tokens = std::max<int64_t>(1, profile.max_batch_tokens);
     PrefillSide ps;
     ps.tokens = prompt - cached * bs;
-    if (memo.tokens != ps.tokens) memo = {ps.tokens, Compute(ps.tokens, prompt)};
+    if (memo.tokens != ps.tokens || memo.profile != &profile) {
+      memo = {&profile, ps.tokens, Compute(profile, ps.tokens, prompt)};
+    }
     ps.compute_s = memo.seconds;
     ps.steps = (queued + ps.tokens + max_tokens - 1) / max_tokens;
-    const double queue_s = profile_.prefill.a * static_cast<double>(queued / max_tokens) +
-                           profile_.prefill.b * static_cast<double>(queued);
-    ps.seconds = queue_s + Fetch(m, cached) + ps.compute_s;
+    const double queue_s = profile.prefill.a * static_cast<double>(queued / max_tokens) +
+                           profile.prefill.b * static_cast<double>(queued);
+    ps.seconds = queue_s + Fetch(profile, m, cached) + ps.compute_s;
     return ps;
   }
 
   // The last n tokens of a prompt of `prompt` tokens (the rest cached), chunked into engine
   // steps of at most max_batch_tokens, each chunk attending to everything before it.
-  double Compute(int64_t n, int64_t prompt) const {
-    return profile_.prefill.ChunkedSeconds(n, prompt - n, profile_.max_batch_tokens);
+  static double Compute(const WorkerProfile& profile, int64_t n, int64_t prompt) {
+    return profile.prefill.ChunkedSeconds(n, prompt - n, profile.max_batch_tokens);
   }
 
   // Cached prefix blocks [0, cached) below G1 come up from their tier. tier_blocks[t] is the
   // longest prefix held wholly in tier t; blocks no single-tier prefix covers (a prefix split
   // across tiers) are charged at the host tier.
-  double Fetch(const WorkerMatch& m, int64_t cached) const {
+  static double Fetch(const WorkerProfile& profile, const WorkerMatch& m, int64_t cached) {
     int64_t covered = std::min<int64_t>(m.tier_blocks[0], cached);
     double s = 0;
     for (int t = 1; t < kNumTiers; ++t) {
       const int64_t upto = std::min<int64_t>(std::max<int64_t>(covered, m.tier_blocks[t]), cached);
-      s += profile_.FetchSeconds(t, upto - covered);
+      s += profile.FetchSeconds(t, upto - covered);
       covered = upto;
     }
-    return s + profile_.FetchSeconds(1, cached - covered);
+    return s + profile.FetchSeconds(1, cached - covered);
   }
 
-  // KV blocks of the prompt the decode worker does not hold in G1 travel from the prefill worker.
+  // KV blocks of the prompt the decode worker does not hold in G1 travel from the prefill
+  // worker, at the decode worker's profile's transfer rate (measured on its receiving path).
   double Transfer(const PlacementContext& ctx, const WorkerFacts& d) const {
     const int bs = BlockSize(ctx);
     const int64_t blocks = (int64_t{ctx.request.prompt_tokens} + bs - 1) / bs;
-    return profile_.TransferSeconds(blocks - d.match->tier_blocks[0]);
+    return Of(*d.view).TransferSeconds(blocks - d.match->tier_blocks[0]);
   }
 
   // The decode step after admitting this request; infinite when the batch is full. `context`:
   // Context(ctx, d).
   double DecodeTpot(const PlacementContext& ctx, const WorkerView& d, int64_t context) const {
     const int64_t batch = OutstandingRequests(d);
-    if (batch + 1 > profile_.max_running) return kInf;
-    return profile_.decode.Seconds(batch + 1, context + ctx.request.prompt_tokens);
+    const WorkerProfile& profile = Of(d);
+    if (batch + 1 > profile.max_running) return kInf;
+    return profile.decode.Seconds(batch + 1, context + ctx.request.prompt_tokens);
   }
 
   // Context tokens of the worker's decode batch: reported, else its used KV blocks; plus the

@@ -75,26 +75,38 @@ class AdmissionMetrics final : public AdmissionObserver {
 };
 
 // Fills the placement options the router owns: its SLO targets, --slo-class specs, the
-// profile (loaded from --profile or the shipped default) and the pending-prefill ledger
-// (heartbeats lag a burst of requests).
-absl::Status ResolvePlacementOptions(RouterOptions& o) {
+// profiles (--profile FILE or DIR, else the shipped ones) and the pending-prefill ledger
+// (heartbeats lag a burst of requests). Under goodput every worker must match one of the
+// profiles at registration (`pool`); the policy's own profile, for a worker without one, is the
+// one for this router's model on the CPU, else the first.
+absl::Status ResolvePlacementOptions(RouterOptions& o, WorkerPool& pool) {
   PlacementOptions& p = o.placement;
   p.slo = {o.slo_ttft_s, o.slo_tpot_s};
   for (const std::string& spec : p.slo_class_specs) {
     STRATA_ASSIGN_OR_RETURN(auto named, ParseSloClass(spec, p.slo));
     p.slo_classes[named.first] = named.second;
   }
-  // Only the goodput policy reads the profile; others load it only when asked to.
-  const std::string path = !p.profile_path.empty() ? p.profile_path
-                           : p.policy == "goodput"  ? DefaultProfilePath()
-                                                    : "";
-  if (!path.empty()) {
-    STRATA_ASSIGN_OR_RETURN(p.profile, WorkerProfile::Load(path));
-  } else if (p.policy == "goodput") {
-    return absl::InvalidArgumentError(
-        "the goodput policy needs a worker profile: pass --profile FILE (see strata profile)");
-  }
   p.track_pending_prefill = true;
+  // Only the goodput policy reads the profile; others load it only when asked to.
+  if (p.policy != "goodput") {
+    if (!p.profile_path.empty()) {
+      STRATA_ASSIGN_OR_RETURN(auto profiles, LoadProfiles(p.profile_path));
+      p.profile = profiles.front();
+    }
+    return absl::OkStatus();
+  }
+  const std::string path = !p.profile_path.empty() ? p.profile_path : DefaultProfileDir();
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "the goodput policy needs a worker profile: pass --profile FILE|DIR (see strata profile)");
+  }
+  STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> profiles, LoadProfiles(path));
+  const std::string served = !o.model_name.empty()
+                                 ? o.model_name
+                                 : std::filesystem::path(o.model_dir).filename().string();
+  absl::StatusOr<const WorkerProfile*> own = ChooseProfile(profiles, served, "cpu");
+  p.profile = own.ok() ? **own : profiles.front();
+  pool.RequireProfiles(std::move(profiles));
   return absl::OkStatus();
 }
 
@@ -107,7 +119,7 @@ class RouterImpl final : public Router {
   ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
 
   absl::Status Init() {
-    STRATA_RETURN_IF_ERROR(ResolvePlacementOptions(options_));
+    STRATA_RETURN_IF_ERROR(ResolvePlacementOptions(options_, pool_));
     STRATA_ASSIGN_OR_RETURN(placer_, Placer::Create(options_.placement));
     STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(options_.model_dir));
     STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));

@@ -42,6 +42,11 @@ WorkerPool::WorkerPool(absl::Duration dead_after, std::shared_ptr<const BlockHas
       kv_hash_key_(std::move(kv_hash_key)),
       epoch_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {}
 
+void WorkerPool::RequireProfiles(std::vector<WorkerProfile> profiles) {
+  absl::MutexLock lock(&mu_);
+  profiles_ = std::make_shared<const std::vector<WorkerProfile>>(std::move(profiles));
+}
+
 absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   if (info.id().empty() || info.grpc_address().empty()) {
     return absl::InvalidArgumentError("a worker needs an id and a gRPC address");
@@ -82,6 +87,16 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
     STRATA_RETURN_IF_ERROR(proto::CheckSameKvLayout(*kv_layout_, info.kv_layout(),
                                                     absl::StrCat("worker ", info.id())));
   }
+  std::shared_ptr<const WorkerProfile> profile;
+  if (!kvstore && profiles_ != nullptr) {
+    absl::StatusOr<const WorkerProfile*> chosen =
+        ChooseProfile(*profiles_, info.model(), info.device());
+    if (!chosen.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", info.id(), ": ", chosen.status().message()));
+    }
+    profile = std::shared_ptr<const WorkerProfile>(profiles_, *chosen);
+  }
   if (!kvstore) {
     model_identity_ = info.model_identity();
     block_size_ = info.block_size();
@@ -95,6 +110,7 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   e.view.role = RoleFromProto(info.role());
   e.view.grpc_address = info.grpc_address();
   e.view.last_heartbeat = absl::Now();
+  e.view.profile = std::move(profile);
   e.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
   (void)index_.RegisterWorker(e.view.index_id);
   workers_[info.id()] = std::move(e);

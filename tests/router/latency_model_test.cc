@@ -5,9 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
+
+#include "strata/common/file_util.h"
 
 namespace strata::router {
 namespace {
@@ -245,13 +249,89 @@ TEST(WorkerProfileTest, TheShippedDefaultProfileLoads) {
 // it has the context term, which chunked long prompts need.
 TEST(WorkerProfileTest, TheShippedOneCoreProfileHasAContextTerm) {
   const std::string dir = std::filesystem::path(DefaultProfilePath()).parent_path().string();
-  auto p = WorkerProfile::Load(dir + "/tiny-llama-cpu-1core.json");
+  auto p = WorkerProfile::Load(dir + "/pinned/tiny-llama-cpu-1core.json");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->name, "tiny-llama-cpu-1core");
   EXPECT_GT(p->prefill.d, 0);
   // A 512-token chunk after 2,048 cached tokens costs more than the first 512.
   EXPECT_GT(p->prefill.Seconds(int64_t{512}, int64_t{2048}), p->prefill.Seconds(int64_t{512}));
   EXPECT_GT(p->fit_r2_prefill, 0.9);
+}
+
+WorkerProfile Named(std::string name, std::string model, std::string device) {
+  WorkerProfile p;
+  p.name = std::move(name);
+  p.model = std::move(model);
+  p.device = std::move(device);
+  return p;
+}
+
+TEST(ChooseProfileTest, ModelAndDeviceMatchOrAClearRefusal) {
+  const std::vector<WorkerProfile> profiles = {
+      Named("cpu-any", "", ""), Named("8b-h100", "llama-3.1-8b-shape", "cuda:NVIDIA H100"),
+      Named("8b-h200", "llama-3.1-8b-shape", "cuda:NVIDIA H200")};
+  auto pick = [&](const std::string& model, const std::string& device) -> std::string {
+    auto p = ChooseProfile(profiles, model, device);
+    return p.ok() ? (*p)->name : std::string(p.status().message());
+  };
+  EXPECT_EQ(pick("llama-3.1-8b-shape", "cuda:NVIDIA H100 80GB HBM3"), "8b-h100");
+  EXPECT_EQ(pick("llama-3.1-8b-shape", "CUDA:nvidia h200"), "8b-h200");
+  // CPU workers of any model fall back to the any-model CPU profile ...
+  EXPECT_EQ(pick("tiny-moe", "cpu:Intel Xeon (2 threads)"), "cpu-any");
+  EXPECT_EQ(pick("llama-3.1-8b-shape", "cpu:Intel Xeon"), "cpu-any");
+  // ... but a GPU worker never gets a CPU profile, nor another model's or device's.
+  const std::string refused = pick("llama-3.1-8b-shape", "cuda:NVIDIA A100-SXM4-80GB");
+  EXPECT_THAT(refused, ::testing::HasSubstr("no goodput profile for model 'llama-3.1-8b-shape' "
+                                            "on device 'cuda:NVIDIA A100-SXM4-80GB'"));
+  EXPECT_THAT(refused, ::testing::HasSubstr("8b-h100 (model llama-3.1-8b-shape, device "
+                                            "cuda:NVIDIA H100)"));
+  EXPECT_THAT(refused, ::testing::HasSubstr("strata profile"));
+  EXPECT_THAT(pick("qwen3-30b-a3b-shape", "cuda:NVIDIA H100 80GB HBM3"),
+              ::testing::HasSubstr("no goodput profile"));
+  EXPECT_EQ(profiles[1].Matches("llama-3.1-8b-shape", "").code(), absl::StatusCode::kOk);
+  EXPECT_EQ(profiles[1].Matches("other", "cuda:NVIDIA H100").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ChooseProfileTest, ProfilesLoadFromAFileOrADirectoryAndRoundTripModelAndDevice) {
+  const std::string dir = ::testing::TempDir() + "/strata_profiles_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(LoadProfiles(dir).status().code(), absl::StatusCode::kNotFound);
+  auto base = WorkerProfile::Load(DefaultProfilePath());
+  ASSERT_TRUE(base.ok()) << base.status();
+  WorkerProfile gpu = *base;
+  gpu.name = "b-gpu";
+  gpu.model = "llama-3.1-8b-shape";
+  gpu.device = "cuda:NVIDIA H100";
+  ASSERT_TRUE(WriteStringToFile(dir + "/b.json", gpu.ToJson()).ok());
+  WorkerProfile cpu = *base;
+  cpu.name = "a-cpu";
+  ASSERT_TRUE(WriteStringToFile(dir + "/a.json", cpu.ToJson()).ok());
+  ASSERT_TRUE(WriteStringToFile(dir + "/notes.txt", "not a profile").ok());
+  auto all = LoadProfiles(dir);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "a-cpu");
+  EXPECT_EQ((*all)[0].device, "cpu");
+  EXPECT_EQ((*all)[1].model, "llama-3.1-8b-shape");
+  EXPECT_EQ((*all)[1].device, "cuda:NVIDIA H100");
+  auto one = LoadProfiles(dir + "/b.json");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 1u);
+  ASSERT_TRUE(WriteStringToFile(dir + "/c.json", "{").ok());
+  auto bad = LoadProfiles(dir);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("c.json"));
+  std::filesystem::remove_all(dir);
+}
+
+// The shipped directory: every profile loads, and CPU workers of any model get the default.
+TEST(ChooseProfileTest, TheShippedProfilesGiveCpuWorkersTheDefault) {
+  auto all = LoadProfiles(DefaultProfileDir());
+  ASSERT_TRUE(all.ok()) << all.status();
+  auto p = ChooseProfile(*all, "tiny-llama", "cpu:Intel Xeon (2 threads, OpenBLAS Haswell)");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->name, "tiny-llama-cpu");
 }
 
 }  // namespace

@@ -193,6 +193,26 @@ TEST_F(GoodputTest, LowerTiersCostTheirFetchTime) {
   EXPECT_NEAR(p.predicted_ttft_s, 0.003 + 0.05 + 0.063, 1e-9);
 }
 
+// A worker whose view carries its own profile (the router chose it at registration) is
+// predicted with it: a decode worker on a device twice as fast wins a prompt that the policy's
+// own profile would price the same on both.
+TEST(GoodputPerWorkerProfileTest, EachWorkerIsPredictedWithItsOwnProfile) {
+  auto placer = MakeGoodput({5.0, 0.2});
+  std::vector<WorkerView> w = {View(1, "slow", WorkerRole::kMixed),
+                               View(2, "fast", WorkerRole::kMixed)};
+  auto fast = std::make_shared<WorkerProfile>(TestProfile());
+  fast->prefill = {0.005, 0.0005, 0};
+  fast->decode = {0.005, 5e-6, 0.0005};
+  w[1].profile = fast;
+  Placement p = *placer->Place(w, {}, Request(1000, 16));
+  EXPECT_EQ(p.decode_id, "fast");
+  EXPECT_NEAR(p.predicted_ttft_s, 0.005 + 0.5, 1e-9);
+  EXPECT_NEAR(p.predicted_tpot_s, 0.005 + 5e-6 * 1000 + 0.0005, 1e-9);  // idle: no stall
+  // The same worker list without the fast profile: both alike, the first listed wins.
+  w[1].profile = nullptr;
+  EXPECT_EQ(placer->Place(w, {}, Request(1000, 16))->decode_id, "slow");
+}
+
 TEST_F(GoodputTest, AdmissionRejectsUnderPredictedOverloadWithRetryAfter) {
   auto placer = MakeGoodput({1.0, 0.2});
   workers_[0].load.queued_prefill_tokens = 3000;  // 3 s queue on the prefill worker

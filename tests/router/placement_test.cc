@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "strata/router/placement.h"
 #include "strata/router/worker_pool.h"
 
@@ -49,6 +51,42 @@ TEST(WorkerPoolTest, RegistrationRejectsForeignModelsAndBlockSizes) {
   EXPECT_EQ(pool.Register(Info("x", v1::ROLE_UNSPECIFIED)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(pool.num_workers(), 1);
+}
+
+// With profiles required (the goodput router), a worker must match one: a GPU worker with only
+// CPU profiles is refused with the reason; a matching worker's view carries its profile.
+TEST(WorkerPoolTest, RegistrationMatchesEachWorkerWithAProfile) {
+  WorkerProfile cpu;
+  cpu.name = "cpu-any";
+  WorkerProfile h100;
+  h100.name = "m-h100";
+  h100.model = "m";
+  h100.device = "cuda:NVIDIA H100";
+  WorkerPool pool;
+  pool.RequireProfiles({cpu});
+  v1::WorkerInfo gpu = Info("d0", v1::ROLE_DECODE);
+  gpu.set_model("m");
+  gpu.set_device("cuda:NVIDIA H100 80GB HBM3");
+  auto refused = pool.Register(gpu);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("worker d0: no goodput profile for model 'm' on device "
+                                   "'cuda:NVIDIA H100 80GB HBM3'"));
+  EXPECT_EQ(pool.num_workers(), 0);
+  pool.RequireProfiles({cpu, h100});
+  ASSERT_TRUE(pool.Register(gpu).ok());
+  v1::WorkerInfo host = Info("d1", v1::ROLE_DECODE);
+  host.set_model("m");
+  host.set_device("cpu:Intel Xeon (2 threads)");
+  ASSERT_TRUE(pool.Register(host).ok());
+  v1::WorkerInfo kvstore = Info("kv0", v1::ROLE_KVSTORE);
+  kvstore.set_device("anything");
+  ASSERT_TRUE(pool.Register(kvstore).ok());
+  std::map<std::string, std::string> got;
+  for (const WorkerView& v : pool.Snapshot()) got[v.id] = v.profile ? v.profile->name : "none";
+  EXPECT_EQ(got["d0"], "m-h100");
+  EXPECT_EQ(got["d1"], "cpu-any");
+  EXPECT_EQ(got["kv0"], "none");
 }
 
 TEST(WorkerPoolTest, RegistrationRefusesWorkersKeyedWithAnotherKey) {

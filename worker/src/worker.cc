@@ -56,6 +56,11 @@ class WorkerImpl final : public Worker {
     const int64_t max_model_len = e.max_model_len();
     const int vocab = e.config().vocab_size;
     model_identity_ = e.model_identity();
+    {
+      const strata_backend_info& info = e.runner().backend().info();
+      device_ = absl::StrCat(info.name != nullptr ? info.name : "?", ":",
+                             info.device_name != nullptr ? info.device_name : "?");
+    }
     const size_t block_bytes = e.runner().kv_block_bytes();
     const strata_kv_cache& kv = e.runner().kv_cache();
     kv_layout_.set_dtype(DtypeName(kv.dtype));
@@ -163,6 +168,7 @@ class WorkerImpl final : public Worker {
       m.max_model_len = max_model_len;
       m.vocab_size = vocab;
       m.model_path = options_.model_dir;
+      m.device = device_;
       openai::FrontendOptions fo;
       fo.api_keys = options_.api_keys;
       fo.unknown_params = options_.unknown_params;
@@ -206,6 +212,7 @@ class WorkerImpl final : public Worker {
       info.set_http_address(absl::StrCat(options_.host, ":", http_->port()));
       info.set_model(ModelName());
       info.set_model_identity(model_identity_);
+      info.set_device(device_);
       info.set_kv_hash_key_fingerprint(KeyFingerprint(options_.engine.kv_hash_key.get()));
       info.set_block_size(options_.engine.runner.block_size);
       info.set_num_kv_blocks(num_kv_blocks_);
@@ -256,6 +263,7 @@ class WorkerImpl final : public Worker {
 
   WorkerOptions options_;
   std::string model_identity_;
+  std::string device_;  // "<plugin>:<device name>", reported at registration
   int num_kv_blocks_ = 0;
   // A device KV pool's transport services (the engine's backend); null for a host pool.
   std::unique_ptr<PluginDeviceMemory> device_memory_;

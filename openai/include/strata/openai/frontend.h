@@ -46,6 +46,9 @@ struct ServedModel {
   // Where the model was loaded from, reported by /server_info and /model_info (SGLang's
   // router loads its tokenizer from there); empty: the name.
   std::string model_path;
+  // What computes, as workers report it ("cuda:NVIDIA H100 80GB HBM3"); "" = not said. In
+  // /server_info, where `strata profile` reads it.
+  std::string device;
 };
 
 // What happened to one HTTP request, for metrics. Durations are wall-clock from the moment the

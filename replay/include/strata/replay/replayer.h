@@ -84,6 +84,10 @@ struct ModelInfo {
 // Synchronous; Unavailable when the server cannot be reached, InvalidArgument on a bad answer.
 absl::StatusOr<ModelInfo> FetchModelInfo(const ServerUrl& url, const std::string& api_key,
                                          double timeout_s = 10.0);
+// The "device" a strata worker reports in GET /server_info ("cuda:NVIDIA H100 80GB HBM3");
+// "" when the server does not say (or cannot be reached).
+std::string FetchServerDevice(const ServerUrl& url, const std::string& api_key,
+                              double timeout_s = 10.0);
 
 // Which prompt a request carries.
 //   kAuto    the trace's prompt text where it has one (a `strata` recording made with prompt

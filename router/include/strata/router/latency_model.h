@@ -58,6 +58,12 @@ struct LinkModel {
 struct WorkerProfile {
   std::string name;          // e.g. "tiny-llama-cpu"
   std::string hardware;      // where it was measured
+  // The workers this profile describes: their served model name ("" = any model) and their
+  // device as workers report it (WorkerInfo.device, "<plugin>:<device name>"), matched as a
+  // case-insensitive prefix: "cuda:NVIDIA H100" matches "cuda:NVIDIA H100 80GB HBM3".
+  // "" = "cpu" (profiles measured with the CPU plugin).
+  std::string model;
+  std::string device;
   std::string measured_at;   // date
   int block_size = 16;       // tokens per KV block
   int64_t kv_block_bytes = 0;
@@ -80,7 +86,11 @@ struct WorkerProfile {
     return tier_fetch[tier].Seconds(static_cast<double>(blocks * kv_block_bytes));
   }
 
-  // JSON: {"name", "hardware", "measured_at", "block_size", "kv_block_bytes", "num_kv_blocks",
+  // OK when this profile describes a worker serving `model` on `device` (see model / device;
+  // a worker that reports no device matches any profile); else FailedPrecondition saying why.
+  absl::Status Matches(const std::string& worker_model, const std::string& worker_device) const;
+
+  // JSON: {"name", "hardware", "model", "device", "measured_at", "block_size", "kv_block_bytes", "num_kv_blocks",
   //  "max_batch_tokens", "max_running", "prefill": {a,b,c[,d],r2}, "decode": {a,b,c,r2},
   //  "kv_transfer": {bytes_per_second, latency_seconds},
   //  "tier_fetch": {"host"|"disk"|"remote": {bytes_per_second, latency_seconds}}}.
@@ -96,6 +106,22 @@ struct WorkerProfile {
 // else next to the binary (<bin>/../share/strata/profiles/), else in the source tree it was
 // built from; "" when none exists.
 std::string DefaultProfilePath();
+
+// Where the goodput router looks for profiles by default: $STRATA_PROFILE when set (a file or a
+// directory), else the shipped profiles' directory (deploy/profiles/, installed as
+// <bin>/../share/strata/profiles/, else the source tree's); "" when none exists.
+std::string DefaultProfileDir();
+
+// The profiles at `path`: one for a file, every *.json in a directory (sorted by file name).
+// An unreadable or invalid file is an error naming it; a directory with none is NotFound.
+absl::StatusOr<std::vector<WorkerProfile>> LoadProfiles(const std::string& path);
+
+// The profile of `profiles` for a worker serving `model` on `device`: the first that names
+// the model and matches the device, else the first for any model that matches the device;
+// FailedPrecondition listing what there is when none does.
+absl::StatusOr<const WorkerProfile*> ChooseProfile(const std::vector<WorkerProfile>& profiles,
+                                                   const std::string& model,
+                                                   const std::string& device);
 
 // Least-squares fits (normal equations; InvalidArgument when the samples cannot determine the
 // coefficients). Coefficients are constrained to >= 0: when the unconstrained fit has a

@@ -18,6 +18,7 @@
 #include "strata/common/block_hash.h"
 #include "strata/proto/protocol.h"
 #include "strata/router/kv_index.h"
+#include "strata/router/latency_model.h"
 #include "strata/router/worker_view.h"
 
 namespace strata::router {
@@ -36,8 +37,13 @@ class WorkerPool {
 
   // Adds or replaces the worker. The first worker's model identity fixes the cluster's; a
   // worker serving another model, or keying block hashes with another key, is rejected with
-  // FailedPrecondition.
+  // FailedPrecondition. With RequireProfiles, so is a worker (not a kvstore daemon) that no
+  // profile describes (ChooseProfile by its model and device); the chosen one rides in its
+  // WorkerView.
   absl::StatusOr<uint64_t> Register(const v1::WorkerInfo& info);
+  // The profiles registering workers are matched against (the goodput policy's); call before
+  // workers register.
+  void RequireProfiles(std::vector<WorkerProfile> profiles);
   // Applies load and KV events; NotFound if the worker is not registered (it must re-register).
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
   void Remove(const std::string& worker_id, const std::string& reason);
@@ -78,6 +84,7 @@ class WorkerPool {
   const uint64_t epoch_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<WorkerProfile>> profiles_ ABSL_GUARDED_BY(mu_);
   WorkerId next_index_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::string model_identity_ ABSL_GUARDED_BY(mu_);
   int block_size_ ABSL_GUARDED_BY(mu_) = 0;

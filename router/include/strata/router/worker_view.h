@@ -3,12 +3,15 @@
 // plain values. The router fills these from registrations and heartbeats (worker_pool.h);
 // `strata sim` from its simulated workers.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/time/time.h"
 #include "strata/router/kv_index.h"
 
 namespace strata::router {
+
+struct WorkerProfile;
 
 enum class WorkerRole { kUnspecified, kPrefill, kDecode, kMixed, kKvstore };
 
@@ -34,6 +37,9 @@ struct WorkerView {
   LoadReport load;
   absl::Time last_heartbeat;
   int64_t inflight = 0;  // requests the router has placed and not seen finish
+  // The goodput policy's latency models of this worker (chosen for its model and device at
+  // registration); null = the policy's own profile.
+  std::shared_ptr<const WorkerProfile> profile;
 };
 
 }  // namespace strata::router
