@@ -328,11 +328,14 @@ TEST(TokenizerErrorTest, UnsupportedPipelinePieces) {
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
   ExpectInvalid(LoadStatus(j), "Whitespace");
   j = FixtureJson("qwen2");
-  j["pre_tokenizer"] = nullptr;
-  ExpectInvalid(LoadStatus(j), "ByteLevel");
+  j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Metaspace"}, {"replacement", "_"}});
+  ExpectInvalid(LoadStatus(j), "ByteLevel and Metaspace");
   j = FixtureJson("qwen2");
   j["decoder"] = {{"type", "Metaspace"}};
   ExpectInvalid(LoadStatus(j), "Metaspace");
+  j = FixtureJson("qwen2");
+  j["decoder"] = {{"type", "CTC"}};
+  ExpectInvalid(LoadStatus(j), "CTC");
   j = FixtureJson("qwen2");
   j["post_processor"] = {{"type", "Fancy"}};
   ExpectInvalid(LoadStatus(j), "Fancy");
