@@ -328,8 +328,9 @@ TEST(TokenizerErrorTest, UnsupportedPipelinePieces) {
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
   ExpectInvalid(LoadStatus(j), "Whitespace");
   j = FixtureJson("qwen2");
-  j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Metaspace"}, {"replacement", "_"}});
-  ExpectInvalid(LoadStatus(j), "ByteLevel and Metaspace");
+  json& steps = j["pre_tokenizer"]["pretokenizers"];
+  steps.insert(steps.begin(), json{{"type", "Metaspace"}, {"replacement", "_"}});
+  ExpectInvalid(LoadStatus(j), "both ByteLevel and Metaspace");
   j = FixtureJson("qwen2");
   j["decoder"] = {{"type", "Metaspace"}};
   ExpectInvalid(LoadStatus(j), "Metaspace");
