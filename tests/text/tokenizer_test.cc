@@ -78,6 +78,12 @@ std::string StreamAll(const Tokenizer& tok, const std::vector<int32_t>& ids, boo
 
 std::vector<int32_t> Ids(const json& j) { return j.get<std::vector<int32_t>>(); }
 
+// Checks `actual` against a recorded decode; null records a decode `tokenizers` panics on (its
+// Strip decoder on a text shorter than its stop count), where any text will do.
+void ExpectDecode(const std::string& actual, const json& recorded) {
+  if (!recorded.is_null()) EXPECT_EQ(actual, recorded.get<std::string>());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Golden: every fixture entry must match `tokenizers` token for token.
 
@@ -112,8 +118,8 @@ TEST_P(GoldenTokenizerTest, DecodeOfEncodedTextMatchesHuggingFace) {
   for (const json& c : cases_["encode"]) {
     SCOPED_TRACE("text: \"" + c["text"].get<std::string>().substr(0, 80) + "\"");
     const std::vector<int32_t> ids = Ids(c["ids_with_special"]);
-    EXPECT_EQ(tok_->Decode(ids, false), c["decode"].get<std::string>());
-    EXPECT_EQ(tok_->Decode(ids, true), c["decode_skip"].get<std::string>());
+    ExpectDecode(tok_->Decode(ids, false), c["decode"]);
+    ExpectDecode(tok_->Decode(ids, true), c["decode_skip"]);
   }
 }
 
@@ -122,8 +128,8 @@ TEST_P(GoldenTokenizerTest, DecodeOfPartialUtf8MatchesHuggingFace) {
   for (const json& c : cases_["decode"]) {
     SCOPED_TRACE("ids: " + c["ids"].dump());
     const std::vector<int32_t> ids = Ids(c["ids"]);
-    EXPECT_EQ(tok_->Decode(ids, false), c["decode"].get<std::string>());
-    EXPECT_EQ(tok_->Decode(ids, true), c["decode_skip"].get<std::string>());
+    ExpectDecode(tok_->Decode(ids, false), c["decode"]);
+    ExpectDecode(tok_->Decode(ids, true), c["decode_skip"]);
   }
 }
 
@@ -133,15 +139,18 @@ TEST_P(GoldenTokenizerTest, StreamingEqualsDecode) {
       const std::vector<int32_t> ids =
           Ids(c[c.contains("ids_with_special") ? "ids_with_special" : "ids"]);
       SCOPED_TRACE(std::string(section) + " ids: " + json(ids).dump());
-      EXPECT_EQ(StreamAll(*tok_, ids, false), c["decode"].get<std::string>());
-      EXPECT_EQ(StreamAll(*tok_, ids, true), c["decode_skip"].get<std::string>());
+      EXPECT_EQ(StreamAll(*tok_, ids, false), tok_->Decode(ids, false));
+      EXPECT_EQ(StreamAll(*tok_, ids, true), tok_->Decode(ids, true));
+      ExpectDecode(StreamAll(*tok_, ids, false), c["decode"]);
+      ExpectDecode(StreamAll(*tok_, ids, true), c["decode_skip"]);
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTokenizerTest,
                          ::testing::Values("llama3", "gpt2", "qwen2", "mixed", "splits", "fallback",
-                                           "fused_unk", "strata_trained"));
+                                           "fused_unk", "strata_trained", "llama2", "mistral_v3",
+                                           "sp_split", "sp_never"));
 
 // ---------------------------------------------------------------------------------------------
 // Specific behaviour on the Llama-3-style fixture.
