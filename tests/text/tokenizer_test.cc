@@ -355,8 +355,8 @@ TEST_F(Llama2TokenizerTest, LongPromptEncodesFastAndRoundTrips) {
 }
 
 TEST_F(Llama2TokenizerTest, HugeWhitespaceRunsRoundTrip) {
-  for (const std::string& text : {std::string(200000, ' '), std::string(100000, '\n') + "x",
-                                  " " + std::string(50000, 'a')}) {
+  for (const std::string& text :
+       {std::string(200000, ' '), std::string(100000, '\n') + "x", " " + std::string(50000, 'a')}) {
     const std::vector<int32_t> ids = tok_->Encode(text, false);
     EXPECT_FALSE(ids.empty());
     EXPECT_EQ(tok_->Decode(ids), text);
@@ -465,7 +465,8 @@ TEST(TokenizerErrorTest, BadSentencePiecePieces) {
 TEST(TokenizerErrorTest, DeepNestingIsRefused) {
   json j = FixtureJson("llama2");
   json decoder = j["decoder"];
-  for (int i = 0; i < 20; ++i) decoder = {{"type", "Sequence"}, {"decoders", json::array({decoder})}};
+  for (int i = 0; i < 20; ++i)
+    decoder = {{"type", "Sequence"}, {"decoders", json::array({decoder})}};
   j["decoder"] = decoder;
   ExpectInvalid(LoadStatus(j), "nest too deeply");
   std::string deep = "{\"model\": " + std::string(100, '[') + std::string(100, ']') + "}";

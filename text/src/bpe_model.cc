@@ -168,7 +168,8 @@ BpeModel::ByteStart BpeModel::CharStart(std::string_view ch) const {
 
 void BpeModel::InitByteStarts() {
   const ByteAlphabet& alphabet = ByteAlphabet::Get();
-  for (int b = 0; b < 256; ++b) byte_starts_[b] = CharStart(alphabet.Utf8Of(static_cast<uint8_t>(b)));
+  for (int b = 0; b < 256; ++b)
+    byte_starts_[b] = CharStart(alphabet.Utf8Of(static_cast<uint8_t>(b)));
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
@@ -208,9 +209,8 @@ void BpeModel::InitialSymbols(std::string_view piece, std::vector<int32_t>* ids)
   if (byte_level_) {
     for (char ch : piece) add(byte_starts_[static_cast<uint8_t>(ch)]);
   } else {
-    ForEachChar(piece, [&](char32_t, size_t pos, size_t len) {
-      add(CharStart(piece.substr(pos, len)));
-    });
+    ForEachChar(piece,
+                [&](char32_t, size_t pos, size_t len) { add(CharStart(piece.substr(pos, len))); });
   }
   if (pending_unk) ids->push_back(*unk_id_);
 }

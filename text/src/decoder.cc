@@ -130,7 +130,11 @@ class ByteFallbackStep : public DecoderStep {
     } else if (!state->done) {
       // The whole text is one token: a byte token only if it is exactly "<0xNN>".
       std::optional<uint8_t> b = FallbackByte(state->held);
-      if (b) state->held = *b < 0x80 ? std::string(1, static_cast<char>(*b)) : kReplacementUtf8;
+      if (b && *b < 0x80) {
+        state->held = std::string(1, static_cast<char>(*b));
+      } else if (b) {
+        state->held = kReplacementUtf8;
+      }
       out->push_back({std::move(state->held)});
     }
   }
@@ -146,7 +150,8 @@ class ByteFallbackStep : public DecoderStep {
     if (IsValidUtf8(state->held)) {
       out->push_back({std::move(state->held)});
     } else {
-      for (size_t i = 0; i < state->held.size(); ++i) out->push_back({std::string(kReplacementUtf8)});
+      for (size_t i = 0; i < state->held.size(); ++i)
+        out->push_back({std::string(kReplacementUtf8)});
     }
     state->held.clear();
   }
@@ -310,7 +315,8 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> ParseStep(const json& j, const std:
     if (scheme != "always" && scheme != "first" && scheme != "never") {
       return DecoderError(origin, absl::StrCat("Metaspace: unknown prepend_scheme '", scheme, "'"));
     }
-    bool add_prefix_space = !j.contains("add_prefix_space") || !j["add_prefix_space"].is_boolean() ||
+    bool add_prefix_space = !j.contains("add_prefix_space") ||
+                            !j["add_prefix_space"].is_boolean() ||
                             j["add_prefix_space"].get<bool>();
     bool strips_first = scheme != "never" && add_prefix_space;
     return std::make_unique<MetaspaceStep>(std::move(replacement), strips_first, fused);
@@ -358,8 +364,7 @@ absl::Status ParseInto(const json& j, std::string_view origin, int depth,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Decoder>> Decoder::FromJson(const json& j,
-                                                           std::string_view origin) {
+absl::StatusOr<std::unique_ptr<Decoder>> Decoder::FromJson(const json& j, std::string_view origin) {
   std::vector<std::unique_ptr<DecoderStep>> steps;
   bool fused = false;
   if (!j.is_null()) STRATA_RETURN_IF_ERROR(ParseInto(j, origin, 0, &steps, &fused));

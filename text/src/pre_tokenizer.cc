@@ -196,8 +196,7 @@ class MetaspaceStep : public PreTokenizerStep {
   MetaspaceStep(std::string replacement, PrependScheme scheme, bool split)
       : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
   void Apply(const PrePiece& piece, std::vector<PrePiece>* out) const override {
-    PrePiece replaced{TextPattern(" ").ReplaceAll(piece.text, replacement_),
-                      piece.at_input_start};
+    PrePiece replaced{TextPattern(" ").ReplaceAll(piece.text, replacement_), piece.at_input_start};
     bool prepend = scheme_ == PrependScheme::kAlways ||
                    (scheme_ == PrependScheme::kFirst && piece.at_input_start);
     if (prepend && !replaced.text.starts_with(replacement_)) {
@@ -303,7 +302,8 @@ absl::Status ParseInto(const json& j, std::string_view origin,
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PreTokenizerStep> step, ParseSplit(j, origin));
     steps->push_back(std::move(step));
   } else if (type == "Digits") {
-    STRATA_ASSIGN_OR_RETURN(TextPattern digits, TextPattern::FromJson(json::object({{"Regex", R"(\p{N})"}}), "Digits"));
+    STRATA_ASSIGN_OR_RETURN(TextPattern digits,
+                            TextPattern::FromJson(json::object({{"Regex", R"(\p{N})"}}), "Digits"));
     SplitBehavior behavior = BoolField(j, "individual_digits", false) ? SplitBehavior::kIsolated
                                                                       : SplitBehavior::kContiguous;
     steps->push_back(std::make_unique<SplitStep>(std::move(digits), behavior, false));

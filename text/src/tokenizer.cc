@@ -1,6 +1,8 @@
 #include "strata/text/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
+#include "strata/common/json_limits.h"
 #include "strata/common/status_macros.h"
 #include "tokenizer_added.h"
 #include "tokenizer_bpe.h"
@@ -23,13 +26,13 @@ using json = nlohmann::json;
 // Real tokenizer.json files are a few MB (tens for the largest vocabularies) and nest about
 // six levels.
 constexpr size_t kMaxJsonBytes = size_t{512} << 20;
-constexpr int kMaxJsonDepth = 64;
+constexpr int kMaxTokenizerJsonDepth = 64;
 using tokenizer_internal::AddedToken;
 using tokenizer_internal::AddedTokenMatcher;
 using tokenizer_internal::BpeModel;
+using tokenizer_internal::Decoder;
 using tokenizer_internal::DecodeState;
 using tokenizer_internal::DecodeUnit;
-using tokenizer_internal::Decoder;
 using tokenizer_internal::Normalizer;
 using tokenizer_internal::PreTokenizer;
 using tokenizer_internal::Sv;
@@ -188,9 +191,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& root,
   std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
   STRATA_ASSIGN_OR_RETURN(tok->pre_tokenizer_,
                           PreTokenizer::FromJson(root.value("pre_tokenizer", json()), origin));
-  STRATA_ASSIGN_OR_RETURN(tok->model_, BpeModel::FromJson(root.value("model", json()),
-                                                          tok->pre_tokenizer_->byte_level(),
-                                                          origin));
+  STRATA_ASSIGN_OR_RETURN(
+      tok->model_,
+      BpeModel::FromJson(root.value("model", json()), tok->pre_tokenizer_->byte_level(), origin));
   const json normalizer = root.value("normalizer", json());
   if (!normalizer.is_null()) {
     STRATA_ASSIGN_OR_RETURN(tok->normalizer_, Normalizer::FromJson(normalizer, origin));
@@ -368,6 +371,11 @@ bool HfTokenizer::IsSpecial(int32_t id) const {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (!error && size > kMaxJsonBytes) {
+    return Invalid(path, absl::StrCat("tokenizer.json is larger than ", kMaxJsonBytes, " bytes"));
+  }
   STRATA_ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path));
   return FromJson(contents, path);
 }
@@ -377,15 +385,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   if (json_text.size() > kMaxJsonBytes) {
     return Invalid(origin, absl::StrCat("tokenizer.json is larger than ", kMaxJsonBytes, " bytes"));
   }
-  // tokenizer.json nests a few levels; deeper input is refused before anything walks it.
-  bool too_deep = false;
-  json::parser_callback_t depth_check = [&too_deep](int depth, json::parse_event_t,
-                                                    json&) {
-    if (depth > kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  };
-  json root = json::parse(json_text, depth_check, /*allow_exceptions=*/false);
-  if (too_deep) return Invalid(origin, absl::StrCat("JSON nested deeper than ", kMaxJsonDepth));
+  // tokenizer.json nests a few levels; deeper input is refused before it is parsed.
+  if (absl::Status depth = CheckJsonDepth(json_text, kMaxTokenizerJsonDepth); !depth.ok()) {
+    return Invalid(origin, std::string(depth.message()));
+  }
+  json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Invalid(origin, "malformed JSON");
   try {
     return HfTokenizer::Create(root, origin);

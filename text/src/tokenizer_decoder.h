@@ -48,7 +48,8 @@ class DecoderStep {
  public:
   virtual ~DecoderStep() = default;
   // Takes one unit; appends the units it passes on.
-  virtual void Push(DecodeStepState* state, DecodeUnit unit, std::vector<DecodeUnit>* out) const = 0;
+  virtual void Push(DecodeStepState* state, DecodeUnit unit,
+                    std::vector<DecodeUnit>* out) const = 0;
   // Appends what it still holds at the end of the decode.
   virtual void Finish(DecodeStepState* /*state*/, std::vector<DecodeUnit>* /*out*/) const {}
   // What the step makes of one token in the middle of a text.

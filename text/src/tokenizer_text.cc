@@ -309,7 +309,8 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(const json& j,
       return absl::InvalidArgumentError(
           absl::StrCat(Sv(origin), ": normalizer Replace without a content string"));
     }
-    return std::make_unique<ReplaceNormalizer>(std::move(*pattern), j["content"].get<std::string>());
+    return std::make_unique<ReplaceNormalizer>(std::move(*pattern),
+                                               j["content"].get<std::string>());
   }
   if (type == "Prepend") {
     if (!j.contains("prepend") || !j["prepend"].is_string()) {
