@@ -23,10 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// Real tokenizer.json files are a few MB (tens for the largest vocabularies) and nest about
-// six levels.
-constexpr size_t kMaxJsonBytes = size_t{512} << 20;
-constexpr int kMaxTokenizerJsonDepth = 64;
 using tokenizer_internal::AddedToken;
 using tokenizer_internal::AddedTokenMatcher;
 using tokenizer_internal::BpeModel;
@@ -38,6 +34,11 @@ using tokenizer_internal::PreTokenizer;
 using tokenizer_internal::Sv;
 using tokenizer_internal::TextSegment;
 using tokenizer_internal::Utf8Lossy;
+
+// Real tokenizer.json files are a few MB (tens for the largest vocabularies) and nest about
+// six levels.
+constexpr size_t kMaxJsonBytes = size_t{512} << 20;
+constexpr int kMaxTokenizerJsonDepth = 64;
 
 absl::Status Invalid(std::string_view origin, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(Sv(origin), ": ", Sv(what)));

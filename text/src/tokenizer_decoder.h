@@ -56,6 +56,7 @@ class DecoderStep {
   virtual std::string MapToken(std::string token) const { return token; }
 };
 
+// A parsed decoder: immutable and thread-safe; each decode keeps its own DecodeState.
 class Decoder {
  public:
   // `j` is tokenizer.json's "decoder"; null joins the tokens with spaces, as `tokenizers` does
