@@ -22,7 +22,6 @@ namespace strata {
 namespace {
 
 using json = nlohmann::json;
-
 using tokenizer_internal::AddedToken;
 using tokenizer_internal::AddedTokenMatcher;
 using tokenizer_internal::BpeModel;
