@@ -12,8 +12,11 @@
 namespace {
 
 constexpr size_t kMaxJsonBytes = 64 << 10;
-constexpr std::string_view kText = "Hello, world! 12345 h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c  \n\t"
-                                   "<|eot_id|>\xff\xc3";
+// Byte-level and SentencePiece-style material: CJK and an emoji (byte fallback), runs of spaces,
+// the metaspace marker U+2581, special-token spellings, invalid UTF-8.
+constexpr std::string_view kText =
+    " Hello, world! 12345 h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c  \n\t"
+    "<|eot_id|><s>[INST] \xe2\x96\x81x\xf0\x9f\x98\x80?? \xff\xc3";
 
 }  // namespace
 

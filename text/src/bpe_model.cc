@@ -57,7 +57,7 @@ std::optional<std::pair<std::string, std::string>> SplitMerge(const json& m) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, bool byte_level,
                                                              std::string_view origin) {
   if (!model.is_object()) return ModelError(origin, "is missing");
   std::string type = model.value("type", std::string("BPE"));
@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
     return ModelError(origin, absl::StrCat("type '", type, "' is unsupported (supported: BPE)"));
   }
   std::unique_ptr<BpeModel> bpe(new BpeModel());
+  bpe->byte_level_ = byte_level;
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
     return ModelError(origin, "has no vocab object");
   }
@@ -138,34 +139,37 @@ absl::Status BpeModel::ParseOptions(const json& model, std::string_view origin) 
   }
   fuse_unk_ = model.value("fuse_unk", false);
   ignore_merges_ = model.value("ignore_merges", false);
-  InitByteStarts(model.value("byte_fallback", false));
+  byte_fallback_ = model.value("byte_fallback", false);
+  if (byte_level_) InitByteStarts();
   return absl::OkStatus();
 }
 
-void BpeModel::InitByteStarts(bool byte_fallback) {
-  const ByteAlphabet& alphabet = ByteAlphabet::Get();
-  for (int b = 0; b < 256; ++b) {
-    ByteStart& start = byte_starts_[b];
-    const std::string& ch = alphabet.Utf8Of(static_cast<uint8_t>(b));
-    if (auto it = vocab_.find(ch); it != vocab_.end()) {
-      start.ids = {it->second};
-      continue;
-    }
-    // Byte fallback spells the (mapped) character's UTF-8 bytes as <0xXX> tokens.
-    bool all_found = byte_fallback;
-    for (size_t i = 0; all_found && i < ch.size(); ++i) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<uint8_t>(ch[i]));
-      auto it = vocab_.find(name);
-      all_found = it != vocab_.end();
-      if (all_found) start.ids.push_back(it->second);
-    }
-    start.fallback = all_found;
-    if (!all_found) {
-      start.ids.clear();
-      start.unknown = true;
-    }
+BpeModel::ByteStart BpeModel::CharStart(std::string_view ch) const {
+  ByteStart start;
+  if (auto it = vocab_.find(Sv(ch)); it != vocab_.end()) {
+    start.ids = {it->second};
+    return start;
   }
+  // Byte fallback spells the character's UTF-8 bytes as <0xXX> tokens, if all exist.
+  for (size_t i = 0; byte_fallback_ && i < ch.size(); ++i) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<uint8_t>(ch[i]));
+    auto it = vocab_.find(name);
+    if (it == vocab_.end()) break;
+    start.ids.push_back(it->second);
+  }
+  start.fallback = byte_fallback_ && start.ids.size() == ch.size();
+  if (!start.fallback) {
+    start.ids.clear();
+    start.unknown = true;
+  }
+  return start;
+}
+
+void BpeModel::InitByteStarts() {
+  const ByteAlphabet& alphabet = ByteAlphabet::Get();
+  for (int b = 0; b < 256; ++b)
+    byte_starts_[b] = CharStart(alphabet.Utf8Of(static_cast<uint8_t>(b)));
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
@@ -185,22 +189,28 @@ const BpeModel::Merge* BpeModel::FindMerge(int32_t left, int32_t right) const {
 }
 
 void BpeModel::InitialSymbols(std::string_view piece, std::vector<int32_t>* ids) const {
-  // Unknown bytes become unk_token (consecutive ones fused when fuse_unk), or vanish without
-  // one; a pending unk is emitted before the next known byte, as in `tokenizers`.
+  // Unknown symbols become unk_token (consecutive ones fused when fuse_unk), or vanish without
+  // one; a pending unk is emitted before the next symbol found in the vocab (not before byte
+  // fallback tokens), as in `tokenizers`.
   bool pending_unk = false;
-  for (char ch : piece) {
-    const ByteStart& start = byte_starts_[static_cast<uint8_t>(ch)];
+  auto add = [&](const ByteStart& start) {
     if (start.unknown) {
-      if (!unk_id_) continue;
+      if (!unk_id_) return;
       if (pending_unk && !fuse_unk_) ids->push_back(*unk_id_);
       pending_unk = true;
-      continue;
+      return;
     }
     if (pending_unk && !start.fallback) {
       ids->push_back(*unk_id_);
       pending_unk = false;
     }
     ids->insert(ids->end(), start.ids.begin(), start.ids.end());
+  };
+  if (byte_level_) {
+    for (char ch : piece) add(byte_starts_[static_cast<uint8_t>(ch)]);
+  } else {
+    ForEachChar(piece,
+                [&](char32_t, size_t pos, size_t len) { add(CharStart(piece.substr(pos, len))); });
   }
   if (pending_unk) ids->push_back(*unk_id_);
 }
@@ -252,7 +262,8 @@ void BpeModel::MergeAll(std::vector<int32_t>* ids) const {
 void BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    if (auto it = bytes_vocab_.find(Sv(piece)); it != bytes_vocab_.end()) {
+    const auto& whole = byte_level_ ? bytes_vocab_ : vocab_;
+    if (auto it = whole.find(Sv(piece)); it != whole.end()) {
       out->push_back(it->second);
       return;
     }

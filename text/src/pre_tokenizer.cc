@@ -135,26 +135,29 @@ void FindLiteral(std::string_view text, std::string_view literal, std::vector<Ma
   }
 }
 
+// Appends the non-empty kept spans of `piece`; the first span keeps the piece's input-start
+// flag when it begins at the piece's start.
+void AppendSpans(const PrePiece& piece, const std::vector<MatchSpan>& spans,
+                 std::vector<PrePiece>* out) {
+  for (const MatchSpan& span : spans) {
+    if (span.second <= span.first) continue;
+    out->push_back({piece.text.substr(span.first, span.second - span.first),
+                    piece.at_input_start && span.first == 0});
+  }
+}
+
 class SplitStep : public PreTokenizerStep {
  public:
-  SplitStep(std::unique_ptr<Regex> regex, std::string literal, SplitBehavior behavior, bool invert)
-      : regex_(std::move(regex)),
-        literal_(std::move(literal)),
-        behavior_(behavior),
-        invert_(invert) {}
-  void Apply(std::string_view piece, std::vector<std::string>* out) const override {
+  SplitStep(TextPattern pattern, SplitBehavior behavior, bool invert)
+      : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
+  void Apply(const PrePiece& piece, std::vector<PrePiece>* out) const override {
     std::vector<MatchSpan> matches;
-    if (regex_ != nullptr) {
-      regex_->FindAll(piece, &matches);
-    } else {
-      FindLiteral(piece, literal_, &matches);
-    }
-    SplitAroundMatches(piece, matches, behavior_, invert_, out);
+    pattern_.FindAll(piece.text, &matches);
+    AppendSpans(piece, SplitSpans(piece.text.size(), matches, behavior_, invert_), out);
   }
 
  private:
-  std::unique_ptr<Regex> regex_;  // null for a literal pattern
-  std::string literal_;
+  TextPattern pattern_;
   SplitBehavior behavior_;
   bool invert_;
 };
@@ -163,24 +166,57 @@ class ByteLevelStep : public PreTokenizerStep {
  public:
   ByteLevelStep(bool add_prefix_space, const Regex* regex)
       : add_prefix_space_(add_prefix_space), regex_(regex) {}
-  void Apply(std::string_view piece, std::vector<std::string>* out) const override {
-    std::string prefixed;
-    if (add_prefix_space_ && (piece.empty() || piece.front() != ' ')) {
-      prefixed = absl::StrCat(" ", Sv(piece));
-      piece = prefixed;
+  void Apply(const PrePiece& piece, std::vector<PrePiece>* out) const override {
+    PrePiece prefixed{piece.text, piece.at_input_start};
+    if (add_prefix_space_ && (piece.text.empty() || piece.text.front() != ' ')) {
+      prefixed.text.insert(0, " ");
     }
     if (regex_ == nullptr) {
-      out->emplace_back(piece);
+      out->push_back(std::move(prefixed));
       return;
     }
     std::vector<MatchSpan> matches;
-    regex_->FindAll(piece, &matches);
-    SplitAroundMatches(piece, matches, SplitBehavior::kIsolated, false, out);
+    regex_->FindAll(prefixed.text, &matches);
+    AppendSpans(prefixed,
+                SplitSpans(prefixed.text.size(), matches, SplitBehavior::kIsolated, false), out);
   }
 
  private:
   bool add_prefix_space_;
   const Regex* regex_;  // GPT-2 regex or null; process-lifetime
+};
+
+enum class PrependScheme { kAlways, kFirst, kNever };
+
+// SentencePiece-style whitespace: every U+0020 becomes the replacement character (normally
+// U+2581), which is prepended as the scheme says unless the piece already starts with it; with
+// split, the piece is cut before each replacement character (MergedWithNext).
+class MetaspaceStep : public PreTokenizerStep {
+ public:
+  MetaspaceStep(std::string replacement, PrependScheme scheme, bool split)
+      : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
+  void Apply(const PrePiece& piece, std::vector<PrePiece>* out) const override {
+    PrePiece replaced{TextPattern(" ").ReplaceAll(piece.text, replacement_), piece.at_input_start};
+    bool prepend = scheme_ == PrependScheme::kAlways ||
+                   (scheme_ == PrependScheme::kFirst && piece.at_input_start);
+    if (prepend && !replaced.text.starts_with(replacement_)) {
+      replaced.text.insert(0, replacement_);
+    }
+    if (!split_) {
+      out->push_back(std::move(replaced));
+      return;
+    }
+    std::vector<MatchSpan> matches;
+    TextPattern(replacement_).FindAll(replaced.text, &matches);
+    AppendSpans(replaced,
+                SplitSpans(replaced.text.size(), matches, SplitBehavior::kMergedWithNext, false),
+                out);
+  }
+
+ private:
+  std::string replacement_;  // one character, UTF-8
+  PrependScheme scheme_;
+  bool split_;
 };
 
 const Regex* Gpt2Regex() {
@@ -210,18 +246,39 @@ absl::StatusOr<std::unique_ptr<PreTokenizerStep>> ParseSplit(const json& j,
   if (!ok)
     return InvalidStep(origin, absl::StrCat("Split: unknown behavior '", behavior_name, "'"));
   bool invert = BoolField(j, "invert", false);
-  const json pattern = j.value("pattern", json());
-  if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-    auto regex = Regex::Compile(pattern["Regex"].get<std::string>());
-    if (!regex.ok()) return InvalidStep(origin, absl::StrCat("Split: ", regex.status().message()));
-    return std::make_unique<SplitStep>(std::move(*regex), "", behavior, invert);
+  absl::StatusOr<TextPattern> pattern = TextPattern::FromJson(j.value("pattern", json()), "Split");
+  if (!pattern.ok()) return InvalidStep(origin, std::string(pattern.status().message()));
+  return std::make_unique<SplitStep>(std::move(*pattern), behavior, invert);
+}
+
+absl::StatusOr<std::unique_ptr<PreTokenizerStep>> ParseMetaspace(const json& j,
+                                                                 std::string_view origin) {
+  const json replacement = j.value("replacement", json());
+  size_t len = 0;
+  if (!replacement.is_string() || !DecodeUtf8(replacement.get<std::string>(), &len) ||
+      len != replacement.get<std::string>().size()) {
+    return InvalidStep(origin, "Metaspace: replacement must be one character");
   }
-  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
-    std::string literal = pattern["String"].get<std::string>();
-    if (literal.empty()) return InvalidStep(origin, "Split: empty String pattern is unsupported");
-    return std::make_unique<SplitStep>(nullptr, std::move(literal), behavior, invert);
+  const std::string scheme_name = j.value("prepend_scheme", std::string("always"));
+  PrependScheme scheme = PrependScheme::kAlways;
+  if (scheme_name == "first") {
+    scheme = PrependScheme::kFirst;
+  } else if (scheme_name == "never") {
+    scheme = PrependScheme::kNever;
+  } else if (scheme_name != "always") {
+    return InvalidStep(origin, absl::StrCat("Metaspace: unknown prepend_scheme '", scheme_name,
+                                            "' (supported: always, first, never)"));
   }
-  return InvalidStep(origin, "Split: pattern must be {\"Regex\": ...} or {\"String\": ...}");
+  // The older add_prefix_space=false spells prepend_scheme "never" (`tokenizers` refuses a
+  // contradiction).
+  if (!BoolField(j, "add_prefix_space", true)) {
+    if (scheme != PrependScheme::kNever && j.contains("prepend_scheme")) {
+      return InvalidStep(origin, "Metaspace: add_prefix_space=false contradicts prepend_scheme");
+    }
+    scheme = PrependScheme::kNever;
+  }
+  return std::make_unique<MetaspaceStep>(replacement.get<std::string>(), scheme,
+                                         BoolField(j, "split", true));
 }
 
 // Parses `j` into `steps`, flattening Sequences; `kinds` records each step's type for checks.
@@ -245,19 +302,22 @@ absl::Status ParseInto(const json& j, std::string_view origin,
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PreTokenizerStep> step, ParseSplit(j, origin));
     steps->push_back(std::move(step));
   } else if (type == "Digits") {
-    auto regex = Regex::Compile(R"(\p{N})");
-    if (!regex.ok()) return regex.status();
+    STRATA_ASSIGN_OR_RETURN(TextPattern digits,
+                            TextPattern::FromJson(json::object({{"Regex", R"(\p{N})"}}), "Digits"));
     SplitBehavior behavior = BoolField(j, "individual_digits", false) ? SplitBehavior::kIsolated
                                                                       : SplitBehavior::kContiguous;
-    steps->push_back(std::make_unique<SplitStep>(std::move(*regex), "", behavior, false));
+    steps->push_back(std::make_unique<SplitStep>(std::move(digits), behavior, false));
   } else if (type == "ByteLevel") {
     const Regex* regex = BoolField(j, "use_regex", true) ? Gpt2Regex() : nullptr;
     steps->push_back(
         std::make_unique<ByteLevelStep>(BoolField(j, "add_prefix_space", true), regex));
+  } else if (type == "Metaspace") {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PreTokenizerStep> step, ParseMetaspace(j, origin));
+    steps->push_back(std::move(step));
   } else {
     return InvalidStep(origin, absl::StrCat("'", type,
-                                            "' is unsupported (supported: ByteLevel, Split, "
-                                            "Digits, Sequence)"));
+                                            "' is unsupported (supported: ByteLevel, Metaspace, "
+                                            "Split, Digits, Sequence)"));
   }
   kinds->push_back(type);
   return absl::OkStatus();
@@ -315,52 +375,104 @@ void Regex::FindAll(std::string_view text, std::vector<MatchSpan>* out) const {
   }
 }
 
+std::vector<MatchSpan> SplitSpans(size_t size, const std::vector<MatchSpan>& matches,
+                                  SplitBehavior behavior, bool invert) {
+  return MergeSegments(CoverText(size, matches, invert), behavior);
+}
+
 void SplitAroundMatches(std::string_view text, const std::vector<MatchSpan>& matches,
                         SplitBehavior behavior, bool invert, std::vector<std::string>* out) {
-  for (const MatchSpan& span : MergeSegments(CoverText(text.size(), matches, invert), behavior)) {
+  for (const MatchSpan& span : SplitSpans(text.size(), matches, behavior, invert)) {
     if (span.second > span.first) {
       out->emplace_back(text.substr(span.first, span.second - span.first));
     }
   }
 }
 
+absl::StatusOr<TextPattern> TextPattern::FromJson(const json& pattern, std::string_view what) {
+  if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+    const std::string source = pattern["Regex"].get<std::string>();
+    if (source.empty()) return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": empty Regex"));
+    absl::StatusOr<std::unique_ptr<Regex>> regex = Regex::Compile(source);
+    if (!regex.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": ", regex.status().message()));
+    }
+    TextPattern result("");
+    result.regex_ = std::shared_ptr<const Regex>(std::move(*regex));
+    return result;
+  }
+  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+    std::string literal = pattern["String"].get<std::string>();
+    if (literal.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Sv(what), ": empty String pattern is unsupported"));
+    }
+    return TextPattern(std::move(literal));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(Sv(what), ": pattern must be {\"Regex\": ...} or {\"String\": ...}"));
+}
+
+void TextPattern::FindAll(std::string_view text, std::vector<MatchSpan>* out) const {
+  if (regex_ != nullptr) {
+    regex_->FindAll(text, out);
+  } else {
+    FindLiteral(text, literal_, out);
+  }
+}
+
+std::string TextPattern::ReplaceAll(std::string_view text, std::string_view content) const {
+  std::vector<MatchSpan> matches;
+  FindAll(text, &matches);
+  if (matches.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + matches.size() * content.size());
+  size_t prev = 0;
+  for (const MatchSpan& m : matches) {
+    out.append(text.substr(prev, m.first - prev));
+    out.append(content);
+    prev = m.second;
+  }
+  out.append(text.substr(prev));
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const json& j,
                                                                      std::string_view origin) {
-  if (j.is_null()) {
-    return InvalidStep(origin,
-                       "is null; only byte-level BPE (with a ByteLevel pre-tokenizer) "
-                       "is supported");
-  }
   std::vector<std::unique_ptr<PreTokenizerStep>> steps;
   std::vector<std::string> kinds;
-  STRATA_RETURN_IF_ERROR(ParseInto(j, origin, &steps, &kinds));
+  if (!j.is_null()) STRATA_RETURN_IF_ERROR(ParseInto(j, origin, &steps, &kinds));
   int byte_level = 0;
+  bool metaspace = false;
   for (const std::string& kind : kinds) {
     if (kind == "ByteLevel") {
       ++byte_level;
     } else if (byte_level > 0) {
       return InvalidStep(origin, absl::StrCat(kind, " after ByteLevel is unsupported"));
     }
+    metaspace = metaspace || kind == "Metaspace";
   }
-  if (byte_level != 1) {
-    return InvalidStep(origin, "must contain exactly one ByteLevel (byte-level BPE only)");
+  if (byte_level > 1) return InvalidStep(origin, "with more than one ByteLevel is unsupported");
+  if (byte_level == 1 && metaspace) {
+    return InvalidStep(origin, "with both ByteLevel and Metaspace is unsupported");
   }
-  return std::unique_ptr<PreTokenizer>(new PreTokenizer(std::move(steps)));
+  return std::unique_ptr<PreTokenizer>(new PreTokenizer(std::move(steps), byte_level == 1));
 }
 
-void PreTokenizer::Run(std::string_view text, std::vector<std::string>* pieces) const {
-  std::vector<std::string> current;
-  current.emplace_back(text);
-  std::vector<std::string> next;
+void PreTokenizer::Run(std::string_view text, bool at_input_start,
+                       std::vector<std::string>* pieces) const {
+  std::vector<PrePiece> current;
+  current.push_back({std::string(text), at_input_start});
+  std::vector<PrePiece> next;
   for (const auto& step : steps_) {
     next.clear();
-    for (const std::string& piece : current) {
-      if (!piece.empty()) step->Apply(piece, &next);
+    for (const PrePiece& piece : current) {
+      if (!piece.text.empty()) step->Apply(piece, &next);
     }
     current.swap(next);
   }
-  for (std::string& piece : current) {
-    if (!piece.empty()) pieces->push_back(std::move(piece));
+  for (PrePiece& piece : current) {
+    if (!piece.text.empty()) pieces->push_back(std::move(piece.text));
   }
 }
 

@@ -1,6 +1,8 @@
 #include "strata/text/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -8,9 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
+#include "strata/common/json_limits.h"
 #include "strata/common/status_macros.h"
 #include "tokenizer_added.h"
 #include "tokenizer_bpe.h"
+#include "tokenizer_decoder.h"
 #include "tokenizer_pre.h"
 #include "tokenizer_text.h"
 
@@ -21,12 +25,19 @@ using json = nlohmann::json;
 using tokenizer_internal::AddedToken;
 using tokenizer_internal::AddedTokenMatcher;
 using tokenizer_internal::BpeModel;
-using tokenizer_internal::ByteAlphabet;
+using tokenizer_internal::Decoder;
+using tokenizer_internal::DecodeState;
+using tokenizer_internal::DecodeUnit;
 using tokenizer_internal::Normalizer;
 using tokenizer_internal::PreTokenizer;
 using tokenizer_internal::Sv;
 using tokenizer_internal::TextSegment;
 using tokenizer_internal::Utf8Lossy;
+
+// Real tokenizer.json files are a few MB (tens for the largest vocabularies) and nest about
+// six levels.
+constexpr size_t kMaxJsonBytes = size_t{512} << 20;
+constexpr int kMaxTokenizerJsonDepth = 64;
 
 absl::Status Invalid(std::string_view origin, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(Sv(origin), ": ", Sv(what)));
@@ -114,18 +125,6 @@ absl::Status ParsePostProcessor(const json& j, std::string_view origin, Wrapping
   return absl::OkStatus();
 }
 
-absl::Status CheckDecoder(const json& j, std::string_view origin) {
-  const std::string type = j.is_object() ? j.value("type", std::string()) : "null";
-  if (type == "ByteLevel") return absl::OkStatus();
-  if (type == "Sequence") {
-    const json steps = j.value("decoders", json::array());
-    if (steps.size() == 1) return CheckDecoder(steps[0], origin);
-  }
-  return Invalid(origin, absl::StrCat("decoder '", type,
-                                      "' is unsupported (byte-level BPE needs a ByteLevel "
-                                      "decoder)"));
-}
-
 absl::StatusOr<AddedToken> ParseAddedToken(const json& j, std::string_view origin) {
   if (!j.is_object() || !j.contains("id") || !j["id"].is_number_integer() || j["id"] < 0 ||
       !j.contains("content") || !j["content"].is_string()) {
@@ -155,11 +154,17 @@ class HfTokenizer : public Tokenizer {
   std::optional<std::string> IdToToken(int32_t id) const override;
   bool IsSpecial(int32_t id) const override;
   bool IsAddedToken(int32_t id) const override { return FindAdded(id) != nullptr; }
+  std::unique_ptr<DecodeStream> NewDecodeStream(bool skip_special_tokens) const override;
+
+  // The decoder's input for `id`; false when the id is skipped (unknown, or special while
+  // skipping them).
+  bool DecodeInput(int32_t id, bool skip_special_tokens, DecodeUnit* unit) const;
+  const Decoder& decoder() const { return *decoder_; }
 
  private:
   HfTokenizer() = default;
   absl::Status LoadAddedTokens(const json& list, std::string_view origin);
-  void EncodeText(std::string_view text, std::vector<int32_t>* ids) const;
+  void EncodeText(std::string_view text, bool at_input_start, std::vector<int32_t>* ids) const;
   const AddedToken* FindAdded(int32_t id) const;
   const std::string& AddedText(const AddedToken* token) const {
     return decoded_[token - added_.data()];
@@ -168,6 +173,7 @@ class HfTokenizer : public Tokenizer {
   std::unique_ptr<Normalizer> normalizer_;  // null: none
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Decoder> decoder_;
   Wrapping wrapping_;
   std::vector<AddedToken> added_;
   std::vector<std::string> decoded_;  // per added_ entry: the text it decodes to
@@ -175,7 +181,7 @@ class HfTokenizer : public Tokenizer {
   absl::flat_hash_map<std::string, int32_t> added_by_content_;
   AddedTokenMatcher raw_matcher_;         // tokens with normalized=false, on the input
   AddedTokenMatcher normalized_matcher_;  // tokens with normalized=true, on normalized text
-  std::vector<std::string> token_bytes_;  // per model id, through the ByteLevel decoder
+  std::vector<std::string> token_bytes_;  // per model id, Decoder::TokenBytes
   int32_t vocab_size_ = 0;
 };
 
@@ -183,24 +189,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& root,
                                                                std::string_view origin) {
   if (!root.is_object()) return Invalid(origin, "tokenizer.json is not a JSON object");
   std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
-  STRATA_ASSIGN_OR_RETURN(tok->model_, BpeModel::FromJson(root.value("model", json()), origin));
+  STRATA_ASSIGN_OR_RETURN(tok->pre_tokenizer_,
+                          PreTokenizer::FromJson(root.value("pre_tokenizer", json()), origin));
+  STRATA_ASSIGN_OR_RETURN(
+      tok->model_,
+      BpeModel::FromJson(root.value("model", json()), tok->pre_tokenizer_->byte_level(), origin));
   const json normalizer = root.value("normalizer", json());
   if (!normalizer.is_null()) {
     STRATA_ASSIGN_OR_RETURN(tok->normalizer_, Normalizer::FromJson(normalizer, origin));
   }
-  STRATA_ASSIGN_OR_RETURN(tok->pre_tokenizer_,
-                          PreTokenizer::FromJson(root.value("pre_tokenizer", json()), origin));
   STRATA_RETURN_IF_ERROR(
       ParsePostProcessor(root.value("post_processor", json()), origin, &tok->wrapping_));
-  STRATA_RETURN_IF_ERROR(CheckDecoder(root.value("decoder", json()), origin));
+  STRATA_ASSIGN_OR_RETURN(tok->decoder_, Decoder::FromJson(root.value("decoder", json()), origin));
   STRATA_RETURN_IF_ERROR(tok->LoadAddedTokens(root.value("added_tokens", json::array()), origin));
 
-  const ByteAlphabet& alphabet = ByteAlphabet::Get();
   tok->token_bytes_.resize(tok->model_->max_id() + 1);
   for (int32_t id = 0; id <= tok->model_->max_id(); ++id) {
     if (const std::string* token = tok->model_->IdToToken(id)) {
-      // A token with characters outside the byte alphabet decodes to its own UTF-8 (as HF).
-      tok->token_bytes_[id] = alphabet.Decode(*token).value_or(*token);
+      tok->token_bytes_[id] = tok->decoder_->TokenBytes(*token);
     }
   }
   tok->vocab_size_ = tok->model_->max_id() + 1;
@@ -240,9 +246,10 @@ absl::Status HfTokenizer::LoadAddedTokens(const json& list, std::string_view ori
 }
 
 // Pre-tokenizes and BPE-encodes text that holds no added tokens.
-void HfTokenizer::EncodeText(std::string_view text, std::vector<int32_t>* ids) const {
+void HfTokenizer::EncodeText(std::string_view text, bool at_input_start,
+                             std::vector<int32_t>* ids) const {
   std::vector<std::string> pieces;
-  pre_tokenizer_->Run(text, &pieces);
+  pre_tokenizer_->Run(text, at_input_start, &pieces);
   for (const std::string& piece : pieces) model_->Tokenize(piece, ids);
 }
 
@@ -262,11 +269,12 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text, bool add_special
     if (segment.text.empty()) continue;
     const std::string normalized =
         normalizer_ ? normalizer_->Normalize(segment.text) : std::string(segment.text);
+    const bool segment_at_start = segment.text.data() == text.data();
     for (const TextSegment& inner : normalized_matcher_.Split(normalized)) {
       if (inner.id >= 0) {
         ids.push_back(inner.id);
       } else if (!inner.text.empty()) {
-        EncodeText(inner.text, &ids);
+        EncodeText(inner.text, segment_at_start && inner.text.data() == normalized.data(), &ids);
       }
     }
   }
@@ -276,21 +284,60 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text, bool add_special
   return ids;
 }
 
+bool HfTokenizer::DecodeInput(int32_t id, bool skip_special_tokens, DecodeUnit* unit) const {
+  if (const AddedToken* added = FindAdded(id)) {
+    if (skip_special_tokens && added->special) return false;
+    *unit = DecodeUnit{AddedText(added), true};
+    return true;
+  }
+  if (const std::string* token = model_->IdToToken(id)) {
+    *unit = DecodeUnit{*token, false};
+    return true;
+  }
+  return false;
+}
+
 std::string HfTokenizer::Decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string text;
-  std::string chunk;  // bytes of consecutive vocab tokens, decoded together
+  DecodeState state = decoder_->NewState();
+  DecodeUnit unit;
   for (int32_t id : ids) {
-    if (const AddedToken* added = FindAdded(id)) {
-      if (skip_special_tokens && added->special) continue;
-      text += Utf8Lossy(chunk);
-      chunk.clear();
-      text += AddedText(added);
-    } else if (id >= 0 && static_cast<size_t>(id) < token_bytes_.size()) {
-      chunk += token_bytes_[id];
-    }
+    if (DecodeInput(id, skip_special_tokens, &unit)) decoder_->Push(&state, std::move(unit), &text);
   }
-  text += Utf8Lossy(chunk);
+  decoder_->Finish(&state, &text);
   return text;
+}
+
+// Decode, one id at a time: the same decoder steps with their state kept between calls.
+class HfDecodeStream : public Tokenizer::DecodeStream {
+ public:
+  HfDecodeStream(const HfTokenizer* tokenizer, bool skip_special_tokens)
+      : tokenizer_(tokenizer),
+        skip_special_(skip_special_tokens),
+        state_(tokenizer->decoder().NewState()) {}
+  std::string Push(int32_t id) override {
+    std::string text;
+    DecodeUnit unit;
+    if (tokenizer_->DecodeInput(id, skip_special_, &unit)) {
+      tokenizer_->decoder().Push(&state_, std::move(unit), &text);
+    }
+    return text;
+  }
+  std::string Flush() override {
+    std::string text;
+    tokenizer_->decoder().Finish(&state_, &text);
+    return text;
+  }
+
+ private:
+  const HfTokenizer* tokenizer_;
+  bool skip_special_;
+  DecodeState state_;
+};
+
+std::unique_ptr<Tokenizer::DecodeStream> HfTokenizer::NewDecodeStream(
+    bool skip_special_tokens) const {
+  return std::make_unique<HfDecodeStream>(this, skip_special_tokens);
 }
 
 const AddedToken* HfTokenizer::FindAdded(int32_t id) const {
@@ -324,12 +371,24 @@ bool HfTokenizer::IsSpecial(int32_t id) const {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (!error && size > kMaxJsonBytes) {
+    return Invalid(path, absl::StrCat("tokenizer.json is larger than ", kMaxJsonBytes, " bytes"));
+  }
   STRATA_ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path));
   return FromJson(contents, path);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_text,
                                                                std::string_view origin) {
+  if (json_text.size() > kMaxJsonBytes) {
+    return Invalid(origin, absl::StrCat("tokenizer.json is larger than ", kMaxJsonBytes, " bytes"));
+  }
+  // tokenizer.json nests a few levels; deeper input is refused before it is parsed.
+  if (absl::Status depth = CheckJsonDepth(json_text, kMaxTokenizerJsonDepth); !depth.ok()) {
+    return Invalid(origin, std::string(depth.message()));
+  }
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Invalid(origin, "malformed JSON");
   try {

@@ -1,7 +1,9 @@
 #pragma once
-// The BPE model of a byte-level tokenizer.json, working directly on raw bytes: byte b starts as
-// the vocab entry of its ByteLevel character, then merges apply lowest rank first (leftmost on
-// ties), exactly the order `tokenizers`' Word::merge_all uses.
+// The BPE model of a tokenizer.json. Byte-level: works directly on raw bytes, byte b starting as
+// the vocab entry of its ByteLevel character. Character-level (SentencePiece style): each UTF-8
+// character starts as its vocab entry, else as its <0xNN> byte tokens (byte_fallback), else as
+// unk_token. Then merges apply lowest rank first (leftmost on ties), exactly the order
+// `tokenizers`' Word::merge_all uses.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -20,9 +22,11 @@ class BpeModel {
  public:
   // `model` is tokenizer.json's "model" object; `origin` names the file in errors.
   static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model,
+                                                            bool byte_level,
                                                             std::string_view origin);
 
-  // Appends the ids of one pre-tokenized piece (raw bytes). Thread-safe.
+  // Appends the ids of one pre-tokenized piece (raw bytes, or UTF-8 for character-level).
+  // Thread-safe.
   void Tokenize(std::string_view piece, std::vector<int32_t>* out) const;
 
   std::optional<int32_t> TokenToId(std::string_view token) const;
@@ -46,7 +50,9 @@ class BpeModel {
   absl::Status ParseVocab(const nlohmann::json& vocab, std::string_view origin);
   absl::Status ParseMerges(const nlohmann::json& merges, std::string_view origin);
   absl::Status ParseOptions(const nlohmann::json& model, std::string_view origin);
-  void InitByteStarts(bool byte_fallback);
+  void InitByteStarts();
+  // The start of the symbol of one raw byte (byte-level) or one character (character-level).
+  ByteStart CharStart(std::string_view ch) const;
   void InitialSymbols(std::string_view piece, std::vector<int32_t>* ids) const;
   void MergeAll(std::vector<int32_t>* ids) const;
   const Merge* FindMerge(int32_t left, int32_t right) const;
@@ -60,6 +66,8 @@ class BpeModel {
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
+  bool byte_level_ = true;
+  bool byte_fallback_ = false;
 };
 
 }  // namespace strata::tokenizer_internal

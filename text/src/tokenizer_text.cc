@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "strata/common/status_macros.h"
+#include "tokenizer_pre.h"
 
 namespace strata::tokenizer_internal {
 namespace {
@@ -234,6 +235,33 @@ class SequenceNormalizer : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps_;
 };
 
+// Replaces every match of a literal or regex pattern.
+class ReplaceNormalizer : public Normalizer {
+ public:
+  ReplaceNormalizer(TextPattern pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  std::string Normalize(std::string_view text) const override {
+    return pattern_.ReplaceAll(text, content_);
+  }
+
+ private:
+  TextPattern pattern_;
+  std::string content_;
+};
+
+// Puts a fixed string before any non-empty text.
+class PrependNormalizer : public Normalizer {
+ public:
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::string Normalize(std::string_view text) const override {
+    if (text.empty()) return std::string();
+    return absl::StrCat(prefix_, Sv(text));
+  }
+
+ private:
+  std::string prefix_;
+};
+
 absl::StatusOr<const icu::Normalizer2*> IcuInstance(const std::string& type) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* impl = nullptr;
@@ -271,8 +299,29 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(const json& j,
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
-  return absl::InvalidArgumentError(absl::StrCat(Sv(origin), ": unsupported normalizer '", type,
-                                                 "' (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
+  if (type == "Replace") {
+    absl::StatusOr<TextPattern> pattern =
+        TextPattern::FromJson(j.value("pattern", json()), "normalizer Replace");
+    if (!pattern.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(Sv(origin), ": ", pattern.status().message()));
+    }
+    if (!j.contains("content") || !j["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Sv(origin), ": normalizer Replace without a content string"));
+    }
+    return std::make_unique<ReplaceNormalizer>(std::move(*pattern),
+                                               j["content"].get<std::string>());
+  }
+  if (type == "Prepend") {
+    if (!j.contains("prepend") || !j["prepend"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Sv(origin), ": normalizer Prepend without a prepend string"));
+    }
+    return std::make_unique<PrependNormalizer>(j["prepend"].get<std::string>());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(Sv(origin), ": unsupported normalizer '", type,
+                   "' (supported: NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)"));
 }
 
 }  // namespace strata::tokenizer_internal

@@ -77,7 +77,8 @@ class ByteAlphabet {
   std::array<int16_t, 0x144> char_to_byte_;
 };
 
-// A tokenizer.json normalizer (Unicode normalization forms and Sequences of them).
+// A tokenizer.json normalizer: Unicode normalization forms, Replace (literal or regex), Prepend,
+// and Sequences of them.
 class Normalizer {
  public:
   // `origin` names the file in error messages.

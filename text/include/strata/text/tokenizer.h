@@ -1,19 +1,26 @@
 #pragma once
-// Hugging Face `tokenizer.json` byte-level BPE (GPT-2, Llama 3, Qwen2/3 style).
+// Hugging Face `tokenizer.json` BPE: byte-level (GPT-2, Llama 3, Qwen2/3 style) and
+// SentencePiece style (Llama 2, Mistral, Mixtral: Metaspace or Prepend/Replace normalizers,
+// byte_fallback, ByteFallback/Fuse/Strip decoders).
 //
-// Supported: normalizer (none, NFC/NFD/NFKC/NFKD via ICU, Sequence of those); pre_tokenizer
-// ByteLevel (with or without its GPT-2 regex, add_prefix_space), Split (Regex via PCRE2 with
-// Unicode properties, or String pattern; behaviors Isolated/Removed/MergedWithPrevious/
-// MergedWithNext/Contiguous; invert), Digits, Sequence; model BPE with merges ("a b" strings or
-// [a, b] pairs), ignore_merges, unk_token/fuse_unk, byte_fallback; added tokens (special and
-// not; lstrip/rstrip/single_word/normalized; leftmost-longest match before normalization);
+// Supported: normalizer (none, NFC/NFD/NFKC/NFKD via ICU, Replace with a String or Regex
+// pattern, Prepend, Sequence of those); pre_tokenizer (none, ByteLevel with or without its GPT-2
+// regex and add_prefix_space, Metaspace with prepend_scheme always/first/never and split on or
+// off, Split with a Regex (PCRE2 with Unicode properties) or String pattern and behaviors
+// Isolated/Removed/MergedWithPrevious/MergedWithNext/Contiguous and invert, Digits, Sequence);
+// model BPE with merges ("a b" strings or [a, b] pairs), ignore_merges, unk_token/fuse_unk,
+// byte_fallback (<0xNN> tokens for characters not in the vocab); added tokens (special and not;
+// lstrip/rstrip/single_word/normalized; leftmost-longest match before normalization);
 // post_processor TemplateProcessing / ByteLevel / RobertaProcessing / BertProcessing / Sequence;
-// decoder ByteLevel (invalid UTF-8 decodes as U+FFFD exactly like HF).
+// decoder ByteLevel (invalid UTF-8 decodes as U+FFFD exactly like HF), Metaspace, Replace,
+// ByteFallback, Fuse, Strip, Sequence of those, or none (tokens joined by spaces).
+// With a ByteLevel pre-tokenizer the model works on bytes; without one, on characters.
 // Encoding and decoding match `tokenizers` exactly; anything unsupported is an InvalidArgument
 // error at load time naming the file and the feature. "truncation" and "padding" are ignored
-// (transformers turns them off for every call it does not ask them for, too).
-// Not supported: other models (WordPiece, Unigram, ...), BPE dropout / subword prefixes, and
-// pipelines without a ByteLevel pre-tokenizer and ByteLevel decoder.
+// (transformers turns them off for every call it does not ask them for, too). Files over
+// 512 MiB or nested over 64 levels are refused.
+// Not supported: other models (WordPiece, Unigram, ...), BPE dropout / subword prefixes,
+// ByteLevel together with Metaspace, and a ByteLevel decoder after Fuse.
 //
 // Thread-safe after construction (Encode/Decode are const).
 #include <cstdint>
@@ -40,28 +47,43 @@ class Tokenizer {
   virtual std::vector<int32_t> Encode(std::string_view text,
                                       bool add_special_tokens = false) const = 0;
   // Like HF: ids that are neither vocab nor added tokens (negative, out of range) are skipped;
-  // runs of vocab tokens go through the ByteLevel decoder (invalid UTF-8 -> U+FFFD per maximal
-  // subpart); added tokens are inserted as their content (normalized content when
-  // normalized=true), special ones dropped when skip_special_tokens.
+  // the rest go through the decoder as their vocab strings or, for added tokens, their content
+  // (normalized content when normalized=true), special ones dropped when skip_special_tokens.
+  // A ByteLevel decoder turns runs of vocab tokens into bytes (invalid UTF-8 -> U+FFFD per
+  // maximal subpart) and inserts added tokens as they are.
   virtual std::string Decode(std::span<const int32_t> ids,
                              bool skip_special_tokens = false) const = 0;
-  // Raw bytes of one token after the decoder's byte mapping (may be a partial UTF-8 sequence);
-  // an added token's decoded content; empty for an unknown id.
+  // Raw bytes of one token after the decoder's per-token mapping, as it reads in the middle of a
+  // text (ByteLevel's bytes, "<0xE4>" as byte E4, U+2581 as a space; may be a partial UTF-8
+  // sequence); an added token's decoded content; empty for an unknown id.
   virtual std::string TokenBytes(int32_t id) const = 0;
 
   virtual int32_t vocab_size() const = 0;  // max id + 1 over vocab and added tokens
-  // Added tokens by content first, then the vocab (spelled in the ByteLevel alphabet: "Ġthe").
+  // Added tokens by content first, then the vocab (spelled as tokenizer.json spells it: "Ġthe"
+  // byte-level, "▁the" SentencePiece style).
   virtual std::optional<int32_t> TokenToId(std::string_view token) const = 0;
   virtual std::optional<std::string> IdToToken(int32_t id) const = 0;
   virtual bool IsSpecial(int32_t id) const = 0;
   // True for every "added_tokens" entry, special or not.
   virtual bool IsAddedToken(int32_t id) const = 0;
+
+  // Decode one id at a time (what StreamDecoder uses). Push returns the text that no later id
+  // can change; Flush returns the rest and starts over. Not thread-safe; one per stream.
+  class DecodeStream {
+   public:
+    virtual ~DecodeStream() = default;
+    virtual std::string Push(int32_t id) = 0;
+    virtual std::string Flush() = 0;
+  };
+  virtual std::unique_ptr<DecodeStream> NewDecodeStream(bool skip_special_tokens) const = 0;
 };
 
 // Incremental detokenization for streaming: Push returns only text that is complete UTF-8
-// (never a broken sequence); bytes of an unfinished character wait for the next tokens.
-// Flush returns what is left (an unfinishable tail as U+FFFD). The concatenation of all Push
-// results and Flush equals Decode(all ids, skip_special_tokens). Not thread-safe; one per stream.
+// (never a broken sequence) and final; what later tokens may still change waits: bytes of an
+// unfinished character, a run of <0xNN> byte-fallback tokens (invalid as a whole, each becomes
+// U+FFFD), trailing characters a Strip decoder may remove. Flush returns what is left (an
+// unfinishable tail as U+FFFD). The concatenation of all Push results and Flush equals
+// Decode(all ids, skip_special_tokens). Not thread-safe; one per stream.
 class StreamDecoder {
  public:
   // `tokenizer` must outlive the decoder.
@@ -70,9 +92,7 @@ class StreamDecoder {
   std::string Flush();
 
  private:
-  const Tokenizer* tokenizer_;
-  bool skip_special_;
-  std::string pending_;  // bytes of an incomplete UTF-8 character
+  std::unique_ptr<Tokenizer::DecodeStream> stream_;
 };
 
 // Trains a byte-level BPE tokenizer (Llama-3 pre-tokenizer regex + ByteLevel(use_regex=false),
