@@ -18,7 +18,7 @@
 # docs/sim.md; the trace's mean prompt is 12k tokens). Both factors are printed; set SLO_TTFT / SLO_TPOT to override.
 #
 # Usage: scripts/bench_sim.sh [BUILD_DIR]
-#   env: PROFILE, TRACE, GPUS, PLAN_REQUESTS, EVALS, QUEUE (default 256),
+#   env: PROFILE, TRACE, FORMAT (default auto), GPUS, PLAN_REQUESTS, EVALS, QUEUE (default 256),
 #        SPLITS (e.g. "16=6:10 64=24:40": use these prefill:decode splits instead of planning),
 #        POLICIES (default "round-robin kv-cost kv-aware least-loaded goodput")
 set -euo pipefail
@@ -28,6 +28,7 @@ BUILD=${1:-$ROOT/build}
 STRATA=$BUILD/bin/strata
 PROFILE=${PROFILE:-$ROOT/deploy/profiles/tiny-llama-cpu.json}
 TRACE=${TRACE:-$ROOT/../shared/traces/mooncake_conversation.jsonl}
+FORMAT=${FORMAT:-auto}
 GPUS=${GPUS:-"16 64"}
 PLAN_REQUESTS=${PLAN_REQUESTS:-3000}
 EVALS=${EVALS:-8}
@@ -50,7 +51,7 @@ PY
 )
 SLO_TTFT=${SLO_TTFT:-$(python3 -c "print(round(2.0 * $SCALE_TTFT, 4))")}
 SLO_TPOT=${SLO_TPOT:-$(python3 -c "print(round(0.1 * $SCALE_TPOT, 5))")}
-COMMON=(--trace "$TRACE" --format mooncake --profile "$PROFILE" --slo-ttft "$SLO_TTFT"
+COMMON=(--trace "$TRACE" --format "$FORMAT" --profile "$PROFILE" --slo-ttft "$SLO_TTFT"
         --slo-tpot "$SLO_TPOT" --quiet)
 
 # goodput GPUS POLICY SHAPE... -> prints the goodput (0 when no probed rate met the target).
