@@ -31,6 +31,10 @@
 #       `strata profile` of a mixed CUDA worker (scripts/gpu_profile.py), e.g.
 #       device-profile --model preset:llama-3.1-8b-shape --name NAME --out $OUT/NAME.json
 #
+#   scripts/gpu_disagg.sh device-replay [gpu_replay.py options]
+#       Trace windows against `strata up` with the CUDA plugin (scripts/gpu_replay.py); carry the
+#       traces in an ignored folder (e.g. out/traces, copied from ../shared/traces).
+#
 #   scripts/gpu_disagg.sh device-generate [strata generate options]
 #       `strata generate --plugin cuda` with the carried build, timed.
 set -euo pipefail
@@ -103,9 +107,11 @@ case ${1:-} in
   device-bench) shift; bench "$@" ;;
   device-profile) shift; device_env; PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/gpu_profile.py" \
     /tmp/gpu-disagg/bin "$@" ;;
+  device-replay) shift; device_env; PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/gpu_replay.py" \
+    /tmp/gpu-disagg/bin "$@" ;;
   device-generate) shift; device_env; (cd /tmp/gpu-disagg/bin && time ./strata generate \
     --plugin ./libstrata_cuda.so "$@") ;;
   device-check) shift; device_env; PYTHONUNBUFFERED=1 "$ROOT/scripts/gpu_cluster_check.sh" \
     /tmp/gpu-disagg/bin "$@" ;;
-  *) sed -n 2,35p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n 2,39p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

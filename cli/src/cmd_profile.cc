@@ -126,7 +126,11 @@ class Runner {
     for (int b = 0; b < prefix / replay::kTraceBlockTokens; ++b) first.block_ids.push_back(b);
     TraceRequest second = first;
     second.input_tokens = prefix + fresh;
-    second.block_ids.push_back(first.block_ids.size());
+    // One new block id per (partial) trace block of the fresh tokens.
+    const int fresh_blocks = (fresh + replay::kTraceBlockTokens - 1) / replay::kTraceBlockTokens;
+    for (int b = 0; b < fresh_blocks; ++b) {
+      second.block_ids.push_back(first.block_ids.size() + static_cast<uint64_t>(b));
+    }
     STRATA_RETURN_IF_ERROR(RunChecked({first}, *prompts).status());
     auto results = RunChecked({second}, *prompts);
     if (!results.ok()) return results.status();

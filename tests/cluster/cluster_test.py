@@ -440,6 +440,63 @@ class StandaloneAdmissionTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class ProfileTest(unittest.TestCase):
+    """`strata profile` against a mixed worker: prefill samples after cached prefixes longer and
+    shorter than a trace block, a profile that names the worker's model and device, and the
+    goodput router accepting the worker with it and refusing one on another device."""
+
+    def test_profile_names_model_and_device_and_the_router_matches_workers(self):
+        tmp = tempfile.mkdtemp(prefix="strata_profile_test_")
+        procs = []
+        try:
+            model = os.path.join(tmp, "model")
+            subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", model],
+                           check=True, capture_output=True)
+            worker = cu.start_worker(STRATA, model, tmp, "mixed", "mixed-profile",
+                                     extra=["--served-model-name", MODEL])
+            procs.append(worker)
+            port = int(worker.match.group(1))
+            status, info = cu.request(port, "GET", "/server_info")
+            self.assertEqual(status, 200, info)
+            self.assertTrue(info["device"].startswith("cpu:"), info)
+            out = os.path.join(tmp, "profile.json")
+            done = subprocess.run(
+                [STRATA, "profile", "--url", f"http://127.0.0.1:{port}", "--model", model,
+                 "--name", "test-cpu", "--out", out, "--prefill-lens", "16,64,256",
+                 "--prefill-batches", "1,2", "--prefill-contexts", "512",
+                 "--prefill-context-lens", "64,700", "--decode-batches", "1,2,4",
+                 "--decode-lens", "32,128", "--decode-tokens", "16", "--repeats", "1"],
+                capture_output=True, text=True, timeout=300)
+            self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+            with open(out) as f:
+                profile = json.load(f)
+            self.assertEqual(profile["model"], MODEL)
+            self.assertEqual(profile["device"], info["device"])
+            worker.stop()
+            procs.clear()
+            # A goodput router with only this profile: a CPU worker of this model registers;
+            # the same worker under another served name is refused with the reason.
+            router = cu.start_router(STRATA, model, tmp,
+                                     extra=["--policy", "goodput", "--profile", out,
+                                            "--served-model-name", MODEL])
+            procs.append(router)
+            grpc = int(router.match.group(2))
+            good = cu.start_worker(STRATA, model, tmp, "mixed", "mixed-ok", router_grpc=grpc,
+                                   extra=["--served-model-name", MODEL])
+            procs.append(good)
+            assert cu.wait_until(lambda: "registered with the router" in good.tail_all(),
+                                 timeout=30), good.tail()
+            other = cu.start_worker(STRATA, model, tmp, "mixed", "mixed-other",
+                                    router_grpc=grpc, extra=["--served-model-name", "other"])
+            procs.append(other)
+            assert cu.wait_until(lambda: "no goodput profile for model 'other'" in
+                                 other.tail_all(), timeout=30), other.tail()
+        finally:
+            for p in procs:
+                p.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     STRATA = sys.argv.pop(1)
     unittest.main(verbosity=2)
