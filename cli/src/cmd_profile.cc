@@ -9,7 +9,8 @@
 // second half of its output (every sequence is decoding by then); the sample is (B, total
 // context B*(C + 3/4 of the output), the median over the streams).
 // Every request gets its own prompt (a new synthesizer seed per run), so the prefix cache
-// cannot hide compute. Transfer and tier bandwidths are not measured here (flags).
+// cannot hide compute. Transfer and tier bandwidths are not measured here: flags give measured
+// values, and a link without one is left out of the profile (its consumers say so).
 #include <signal.h>
 
 #include <algorithm>
@@ -45,7 +46,10 @@ struct ProfileFlags {
   int repeats = 3, decode_tokens = 32, max_batch_tokens = 512, max_running = 64;
   int block_size = 16, vocab_size = 1024;
   long long num_kv_blocks = 0, seed = 1;
-  double kv_transfer_gbps = 0.75, host_gbps = 10, disk_gbps = 1, remote_gbps = 0.75;
+  // Link bandwidths measured elsewhere (kv_handoff_bench, the tier benchmarks); 0 = not
+  // measured: the profile omits the link.
+  double kv_transfer_gbps = 0, host_gbps = 0, disk_gbps = 0, remote_gbps = 0;
+  double kv_transfer_latency_us = 50;
 };
 
 void AddFlags(ArgParser& p, ProfileFlags& f) {
@@ -74,10 +78,14 @@ void AddFlags(ArgParser& p, ProfileFlags& f) {
   p.AddInt64("--num-kv-blocks", &f.num_kv_blocks, "the worker's KV blocks (recorded)");
   p.AddInt("--vocab-size", &f.vocab_size, "draw prompt token ids from [0, N)");
   p.AddInt64("--seed", &f.seed, "prompt seed");
-  p.AddDouble("--kv-transfer-gbps", &f.kv_transfer_gbps, "prefill->decode KV bandwidth, GB/s");
-  p.AddDouble("--host-gbps", &f.host_gbps, "G2 (pinned host) fetch bandwidth, GB/s");
-  p.AddDouble("--disk-gbps", &f.disk_gbps, "G3 (disk) fetch bandwidth, GB/s");
-  p.AddDouble("--remote-gbps", &f.remote_gbps, "G4 (remote kvstore) fetch bandwidth, GB/s");
+  p.AddDouble("--kv-transfer-gbps", &f.kv_transfer_gbps,
+              "prefill->decode KV bandwidth, GB/s, as measured (0 = not measured: omitted)");
+  p.AddDouble("--kv-transfer-latency-us", &f.kv_transfer_latency_us,
+              "prefill->decode fixed cost per handoff, microseconds");
+  p.AddDouble("--host-gbps", &f.host_gbps, "G2 (pinned host) fetch bandwidth, GB/s (0 = omitted)");
+  p.AddDouble("--disk-gbps", &f.disk_gbps, "G3 (disk) fetch bandwidth, GB/s (0 = omitted)");
+  p.AddDouble("--remote-gbps", &f.remote_gbps,
+              "G4 (remote kvstore) fetch bandwidth, GB/s (0 = omitted)");
 }
 
 absl::StatusOr<std::vector<int>> ParseList(const std::string& flag, const std::string& text) {
@@ -263,10 +271,16 @@ std::string Today() {
 }
 
 void FillLinks(const ProfileFlags& f, router::WorkerProfile& p) {
-  p.kv_transfer = {f.kv_transfer_gbps * 1e9, 50e-6};
-  p.tier_fetch[1] = {f.host_gbps * 1e9, 10e-6};
-  p.tier_fetch[2] = {f.disk_gbps * 1e9, 100e-6};
-  p.tier_fetch[3] = {f.remote_gbps * 1e9, 200e-6};
+  const auto link = [](double gbps, double latency_s) {
+    router::LinkModel l;
+    l.measured = gbps > 0;
+    if (l.measured) l = {gbps * 1e9, latency_s, true};
+    return l;
+  };
+  p.kv_transfer = link(f.kv_transfer_gbps, f.kv_transfer_latency_us * 1e-6);
+  p.tier_fetch[1] = link(f.host_gbps, 10e-6);
+  p.tier_fetch[2] = link(f.disk_gbps, 100e-6);
+  p.tier_fetch[3] = link(f.remote_gbps, 200e-6);
 }
 
 absl::StatusOr<router::WorkerProfile> Profile(const ProfileFlags& f) {
@@ -286,6 +300,8 @@ absl::StatusOr<router::WorkerProfile> Profile(const ProfileFlags& f) {
   p.hardware = f.hardware;
   p.model = model;
   p.device = !f.device.empty() ? f.device : replay::FetchServerDevice(*url, "");
+  // "cuda:NVIDIA H100 80GB HBM3 (device 0, sm_90)" describes every such GPU, not device 0 only.
+  if (const size_t at = p.device.find(" (device "); at != std::string::npos) p.device.resize(at);
   if (p.device.empty()) {
     return absl::FailedPreconditionError(
         "the worker does not report its device in /server_info: pass --device");

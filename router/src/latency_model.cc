@@ -219,8 +219,13 @@ absl::Status ReadLink(const Json& obj, const std::string& field, LinkModel* link
 }
 
 absl::Status ReadLinks(const Json& root, WorkerProfile* p) {
+  // A link the JSON omits is unmeasured until read.
+  p->kv_transfer.measured = false;
+  for (LinkModel& l : p->tier_fetch) l.measured = false;
+  p->tier_fetch[0].measured = true;  // G1 costs nothing
   if (auto it = root.find("kv_transfer"); it != root.end()) {
     STRATA_RETURN_IF_ERROR(ReadLink(*it, "kv_transfer", &p->kv_transfer));
+    p->kv_transfer.measured = true;
   }
   auto it = root.find("tier_fetch");
   if (it == root.end()) return absl::OkStatus();
@@ -230,8 +235,9 @@ absl::Status ReadLinks(const Json& root, WorkerProfile* p) {
     if (pos == kTierNames.end()) {
       return FieldError("tier_fetch." + name, "unknown tier (gpu, host, disk, remote)");
     }
-    STRATA_RETURN_IF_ERROR(
-        ReadLink(link, "tier_fetch." + name, &p->tier_fetch[pos - kTierNames.begin()]));
+    LinkModel& l = p->tier_fetch[pos - kTierNames.begin()];
+    STRATA_RETURN_IF_ERROR(ReadLink(link, "tier_fetch." + name, &l));
+    l.measured = true;
   }
   return absl::OkStatus();
 }
@@ -453,9 +459,20 @@ absl::StatusOr<WorkerProfile> WorkerProfile::Load(const std::string& path) {
   return p;
 }
 
+std::vector<std::string> WorkerProfile::UnmeasuredLinks() const {
+  std::vector<std::string> out;
+  if (!kv_transfer.measured) out.push_back("kv_transfer");
+  for (int t = 1; t < kNumTierNames; ++t) {
+    if (!tier_fetch[t].measured) out.push_back(kTierNames[t]);
+  }
+  return out;
+}
+
 std::string WorkerProfile::ToJson() const {
   Json tiers = Json::object();
-  for (int t = 1; t < kNumTierNames; ++t) tiers[kTierNames[t]] = LinkJson(tier_fetch[t]);
+  for (int t = 1; t < kNumTierNames; ++t) {
+    if (tier_fetch[t].measured) tiers[kTierNames[t]] = LinkJson(tier_fetch[t]);
+  }
   Json root = {
       {"name", name},
       {"hardware", hardware},
@@ -471,9 +488,9 @@ std::string WorkerProfile::ToJson() const {
        {{"a", prefill.a}, {"b", prefill.b}, {"c", prefill.c}, {"d", prefill.d},
         {"r2", fit_r2_prefill}}},
       {"decode", {{"a", decode.a}, {"b", decode.b}, {"c", decode.c}, {"r2", fit_r2_decode}}},
-      {"kv_transfer", LinkJson(kv_transfer)},
       {"tier_fetch", tiers},
   };
+  if (kv_transfer.measured) root["kv_transfer"] = LinkJson(kv_transfer);
   return root.dump(2) + "\n";
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cluster_backend.h"
 #include "strata/common/logging.h"
@@ -101,6 +102,12 @@ absl::Status ResolvePlacementOptions(RouterOptions& o, WorkerPool& pool) {
         "the goodput policy needs a worker profile: pass --profile FILE|DIR (see strata profile)");
   }
   STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> profiles, LoadProfiles(path));
+  for (const WorkerProfile& profile : profiles) {
+    if (const auto missing = profile.UnmeasuredLinks(); !missing.empty()) {
+      STRATA_LOG(Warning) << "profile '" << profile.name << "' has no measured "
+                          << absl::StrJoin(missing, ", ") << ": priced at 1 GB/s, no latency";
+    }
+  }
   const std::string served = !o.model_name.empty()
                                  ? o.model_name
                                  : std::filesystem::path(o.model_dir).filename().string();

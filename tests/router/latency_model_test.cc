@@ -325,6 +325,25 @@ TEST(ChooseProfileTest, ProfilesLoadFromAFileOrADirectoryAndRoundTripModelAndDev
   std::filesystem::remove_all(dir);
 }
 
+// A link the profile JSON omits is unmeasured: named by UnmeasuredLinks, left out on the way
+// back to JSON; the shipped GPU profile has measured all but the remote tier.
+TEST(ChooseProfileTest, UnmeasuredLinksAreNamedAndStayOmitted) {
+  auto p = WorkerProfile::FromJson(
+      R"({"prefill": {"a": 0.01, "b": 1e-4, "c": 0}, "decode": {"a": 0.005, "b": 1e-7, "c": 1e-4},
+          "tier_fetch": {"host": {"bytes_per_second": 5e10, "latency_seconds": 1e-5}}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->UnmeasuredLinks(), (std::vector<std::string>{"kv_transfer", "disk", "remote"}));
+  auto back = WorkerProfile::FromJson(p->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->UnmeasuredLinks(), p->UnmeasuredLinks());
+  EXPECT_EQ(back->tier_fetch[1].bytes_per_second, 5e10);
+  auto gpu = WorkerProfile::Load(DefaultProfileDir() + "/llama-3.1-8b-shape-h100.json");
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->UnmeasuredLinks(), std::vector<std::string>{"remote"});
+  EXPECT_TRUE(gpu->Matches("llama-3.1-8b-shape", "cuda:NVIDIA H100 80GB HBM3 (device 1, sm_90)")
+                  .ok());
+}
+
 // The shipped directory: every profile loads, and CPU workers of any model get the default.
 TEST(ChooseProfileTest, TheShippedProfilesGiveCpuWorkersTheDefault) {
   auto all = LoadProfiles(DefaultProfileDir());

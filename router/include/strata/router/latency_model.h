@@ -52,6 +52,9 @@ struct DecodeModel {
 struct LinkModel {
   double bytes_per_second = 1e9;
   double latency_seconds = 0;
+  // False when the profile has no measurement of this link (its JSON omits it): the values
+  // above are then placeholders, and UnmeasuredLinks() names the link.
+  bool measured = true;
   double Seconds(double bytes) const { return latency_seconds + bytes / bytes_per_second; }
 };
 
@@ -89,6 +92,9 @@ struct WorkerProfile {
   // OK when this profile describes a worker serving `model` on `device` (see model / device;
   // a worker that reports no device matches any profile); else FailedPrecondition saying why.
   absl::Status Matches(const std::string& worker_model, const std::string& worker_device) const;
+  // The links this profile has no measurement of ("kv_transfer", "disk", ...), for consumers
+  // to say so: they are priced at LinkModel's placeholder (1 GB/s, no latency).
+  std::vector<std::string> UnmeasuredLinks() const;
 
   // JSON: {"name", "hardware", "model", "device", "measured_at", "block_size", "kv_block_bytes", "num_kv_blocks",
   //  "max_batch_tokens", "max_running", "prefill": {a,b,c[,d],r2}, "decode": {a,b,c,r2},
