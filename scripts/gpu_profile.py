@@ -64,6 +64,11 @@ def main():
         with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
             served = json.load(r)["data"][0]["id"]
         mbt = args.max_batch_tokens
+        # The worker's KV pool, recorded in the profile (the simulator sizes its pools by it).
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+        m = re.search(r"^strata_worker_kv_blocks_capacity(?:\{[^}]*\})? ([0-9.e+]+)", metrics,
+                      re.M)
+        blocks = ["--num-kv-blocks", str(int(float(m.group(1))))] if m else []
         lens = [n for n in (128, 512, 1024, 2048, 4096, 8192, 16384) if n <= mbt]
         grid = ["--prefill-lens", ",".join(map(str, lens)), "--prefill-batches", "1,2",
                 "--decode-batches", "1,4,16,32,64", "--decode-lens", "512,2048",
@@ -76,7 +81,7 @@ def main():
                     "--prefill-context-lens", "512", "--repeats", "1"]
         cmd = [strata, "profile", "--url", url, "--model", args.model, "--name", args.name,
                "--hardware", args.hardware, "--served-model-name", served,
-               "--max-batch-tokens", str(mbt), "--max-running", "64", "--out", args.out,
+               "--max-batch-tokens", str(mbt), "--max-running", "64", "--out", args.out, *blocks,
                *grid, *args.extra]
         print(" ".join(cmd), flush=True)
         t1 = time.time()
