@@ -1,5 +1,7 @@
 #include "strata/decode/decode_driver.h"
 
+#include <deque>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -20,12 +22,15 @@ struct Job {
   v1::PrefillResponse response;
   bool cancelled = false;  // guarded by the driver's mutex
   bool decoding = false;   // handed to the engine
+  absl::Time waiting_since = absl::InfinitePast();  // engine thread: waiting for blocks
 };
 
 class DecodeDriverImpl final : public DecodeDriver {
  public:
   DecodeDriverImpl(EngineLoop* loop, DecodeDriverOptions options)
-      : loop_(loop), options_(std::move(options)) {}
+      : loop_(loop), options_(std::move(options)) {
+    loop_->AddAfterStep([this](Engine& e) { RetryWaiting(e); });
+  }
 
   void Start(std::string id, std::vector<int32_t> prompt, SamplingParams params,
              std::string prefill_address, OutputCallback callback) override {
@@ -78,22 +83,51 @@ class DecodeDriverImpl final : public DecodeDriver {
   }
 
  private:
-  // Engine thread.
+  // Engine thread: a new job reserves, or queues behind the jobs waiting for blocks.
   void Reserve(Engine& e, const std::shared_ptr<Job>& job) {
+    if (!waiting_.empty()) {
+      Wait(job);
+      RetryWaiting(e);
+      return;
+    }
+    TryReserve(e, job);
+  }
+
+  // Engine thread. False when the job must wait for blocks (queued by the caller's rules).
+  bool TryReserve(Engine& e, const std::shared_ptr<Job>& job) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job->cancelled) {  // cancelled while it waited
+        Drop(job->id);
+        job->callback(absl::OkStatus(), AbortedOutput(job->id));
+        return true;
+      }
+    }
     auto res = e.ReservePrompt(job->prompt, job->params.cache_salt);
     if (!res.ok()) {
+      const int64_t needed =
+          (static_cast<int64_t>(job->prompt.size()) + options_.block_size - 1) /
+          options_.block_size;
+      const bool could_fit = needed <= e.runner().num_kv_blocks();
+      const bool in_time = job->waiting_since == absl::InfinitePast() ||
+                           absl::Now() - job->waiting_since < options_.reserve_wait;
+      if (absl::IsResourceExhausted(res.status()) && could_fit && in_time &&
+          options_.reserve_wait > absl::ZeroDuration()) {
+        if (job->waiting_since == absl::InfinitePast()) Wait(job);
+        return false;
+      }
       absl::MutexLock lock(&mu_);
       ++stats_.reserve_failures;
       Drop(job->id);
       job->callback(res.status(), {});
-      return;
+      return true;
     }
     job->reservation = std::move(*res);
     {
       absl::MutexLock lock(&mu_);
       if (job->cancelled) {  // cancelled before the prefill was asked for
         AbortReserved(e, *job);
-        return;
+        return true;
       }
     }
     const int first_block = job->reservation.cached_tokens / options_.block_size;
@@ -112,6 +146,37 @@ class DecodeDriverImpl final : public DecodeDriver {
         ->async()
         ->Prefill(&job->context, &job->request, &job->response,
                   [this, job](grpc::Status status) { OnPrefilled(job, std::move(status)); });
+    return true;
+  }
+
+  // Engine thread: queues a job whose prompt the pool cannot take now.
+  void Wait(const std::shared_ptr<Job>& job) {
+    job->waiting_since = absl::Now();
+    waiting_.push_back(job);
+    absl::MutexLock lock(&mu_);
+    ++stats_.reserve_waits;
+  }
+
+  // Engine thread (after each step, and when blocks come back): reserves for the waiting jobs
+  // in arrival order while the pool can take them; fails those waiting past reserve_wait.
+  void RetryWaiting(Engine& e) {
+    while (!waiting_.empty()) {
+      std::shared_ptr<Job> job = waiting_.front();
+      if (!TryReserve(e, job)) {
+        // Still no room: the first job keeps its place; later ones only fail by the clock.
+        for (auto it = waiting_.begin() + 1; it != waiting_.end();) {
+          if (absl::Now() - (*it)->waiting_since >= options_.reserve_wait) {
+            std::shared_ptr<Job> late = *it;
+            it = waiting_.erase(it);
+            TryReserve(e, late);  // out of time: fails it, unless blocks came back
+          } else {
+            ++it;
+          }
+        }
+        return;
+      }
+      waiting_.pop_front();
+    }
   }
 
   // gRPC thread: the prefill worker replied; nothing more will be written into the blocks.
@@ -131,6 +196,7 @@ class DecodeDriverImpl final : public DecodeDriver {
       }
       if (cancelled || !status.ok()) {
         e.CancelReservation(job->reservation);
+        RetryWaiting(e);
         absl::MutexLock lock(&mu_);
         Drop(job->id);
         if (cancelled) {
@@ -188,7 +254,7 @@ class DecodeDriverImpl final : public DecodeDriver {
 
   // Engine thread: a cancelled job that still holds its reservation gives it back and ends.
   void AbortReserved(Engine& e, Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    e.CancelReservation(job.reservation);
+    e.CancelReservation(job.reservation);  // the next step's RetryWaiting reuses the blocks
     Drop(job.id);
     job.callback(absl::OkStatus(), AbortedOutput(job.id));
   }
@@ -202,6 +268,7 @@ class DecodeDriverImpl final : public DecodeDriver {
 
   EngineLoop* loop_;
   DecodeDriverOptions options_;
+  std::deque<std::shared_ptr<Job>> waiting_;  // engine thread: waiting for free blocks, in order
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   DecodeStats stats_ ABSL_GUARDED_BY(mu_);

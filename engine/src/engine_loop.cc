@@ -24,8 +24,8 @@ void EngineLoop::Post(std::function<void(Engine&)> fn) {
   posted_.push_back(std::move(fn));
 }
 
-void EngineLoop::SetAfterStep(std::function<void(Engine&)> fn) {
-  Post([this, fn = std::move(fn)](Engine&) { after_step_ = fn; });
+void EngineLoop::AddAfterStep(std::function<void(Engine&)> fn) {
+  Post([this, fn = std::move(fn)](Engine&) { after_step_.push_back(fn); });
 }
 
 void EngineLoop::PostForPrompt(const std::string& id, std::span<const int32_t> prompt,
@@ -191,7 +191,7 @@ void EngineLoop::StepOnce() {
     it->second(absl::OkStatus(), o);
     if (o.finished) callbacks_.erase(it);
   }
-  if (after_step_) after_step_(*engine_);
+  for (auto& fn : after_step_) fn(*engine_);
   RefreshLoad(seconds);
 }
 

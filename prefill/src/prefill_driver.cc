@@ -45,7 +45,7 @@ class PrefillDriverImpl final : public PrefillDriver {
         block_bytes_(block_bytes),
         block_size_(block_size),
         layout_(std::move(layout)) {
-    loop_->SetAfterStep([this](Engine& e) { PostCompleted(e); });
+    loop_->AddAfterStep([this](Engine& e) { PostCompleted(e); });
     poller_ = std::thread([this] { PollLoop(); });
   }
 

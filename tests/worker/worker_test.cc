@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "strata/engine/presets.h"
 #include "strata/proto/protocol.h"
@@ -201,6 +203,35 @@ TEST_F(WorkerTest, ADestinationWithAnotherKvLayoutIsRefusedNamingBoth) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), ::testing::HasSubstr("decode worker gpu-decode's KV pool (bf16"));
   EXPECT_THAT(st.error_message(), ::testing::HasSubstr("device memory) does not match this one (f32"));
+}
+
+// Remote prefills whose prompts the decode worker's pool (128 blocks) cannot hold all at once
+// wait for blocks instead of failing: four 600-token prompts with 40 output tokens need 160
+// blocks, so the last to reserve waits for one of the first three to finish. A prompt larger
+// than the whole pool still fails at once.
+TEST_F(WorkerTest, ReservationsWaitForFreeBlocksInsteadOfFailing) {
+  std::vector<Streamed> out(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      auto stub = Stub(*decode_);
+      v1::GenerateRequest req = Request("wait-" + std::to_string(i), 600, 40);
+      req.set_prompt(0, 100 + i);  // no shared prefix between them
+      req.set_prefill_address(Address(*prefill_));
+      out[i] = Generate(*stub, req);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(out[i].status.ok()) << i << ": " << out[i].status.error_message();
+    EXPECT_EQ(out[i].tokens.size(), 40u) << i;
+  }
+  auto stub = Stub(*decode_);
+  v1::GenerateRequest big = Request("too-big", 2100, 4);
+  big.set_prefill_address(Address(*prefill_));
+  Streamed refused = Generate(*stub, big);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
 }
 
 TEST_F(WorkerTest, AnUnreachablePrefillWorkerFailsTheRequestAndFreesTheReservation) {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 #include "strata/engine/engine_loop.h"
 #include "strata/proto/protocol.h"
 
@@ -29,12 +31,18 @@ struct DecodeDriverOptions {
   // Called once per remote prefill that completed: its KV transfer time (first write posted to
   // last landed, as the prefill worker measured it) and bytes. Any thread; must be cheap.
   std::function<void(double seconds, uint64_t bytes)> on_transfer;
+  // How long a request waits for free KV blocks when the pool cannot take its prompt now
+  // (reservations wait in arrival order and are retried after every engine step, as running
+  // sequences finish); past it, or for a prompt the whole pool cannot hold, the request fails
+  // with ResourceExhausted. Zero: fail at once.
+  absl::Duration reserve_wait = absl::Seconds(30);
 };
 
 struct DecodeStats {
   uint64_t prefills = 0;
   uint64_t prefill_failures = 0;
   uint64_t reserve_failures = 0;
+  uint64_t reserve_waits = 0;  // reservations that had to wait for free blocks
   uint64_t bytes_received = 0;
   double transfer_seconds_sum = 0;
 };

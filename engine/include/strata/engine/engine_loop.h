@@ -72,8 +72,8 @@ class EngineLoop {
   // it on the calling thread (the engine is idle then). Not from the engine thread.
   void RunOnEngine(std::function<void(Engine&)> fn);
   // Runs `fn` on the engine thread after every step that ran (e.g. posting KV transfers for
-  // newly computed blocks). Set before the first request.
-  void SetAfterStep(std::function<void(Engine&)> fn);
+  // newly computed blocks), after the functions added before it. Add before the first request.
+  void AddAfterStep(std::function<void(Engine&)> fn);
 
   // Stages every later prompt through `stager` (not owned; outlives the loop). Set before the
   // first request.
@@ -131,7 +131,7 @@ class EngineLoop {
   PromptStager* stager_ = nullptr;
   std::function<void(const KvCacheEvent&)> kv_observer_;
   int64_t last_prompt_tokens_computed_ = 0;  // engine thread
-  std::function<void(Engine&)> after_step_;
+  std::vector<std::function<void(Engine&)>> after_step_;
   // Engine thread only.
   absl::flat_hash_map<std::string, OutputCallback> callbacks_;
   std::thread thread_;
