@@ -113,11 +113,6 @@ absl::StatusOr<Setup> Prepare(const CommonFlags& f, const std::string& default_p
       router::WorkerProfile::Load(f.profile.empty() ? router::DefaultProfilePath() : f.profile);
   if (!profile.ok()) return absl::InvalidArgumentError(profile.status().message());
   s.options.profile = *std::move(profile);
-  if (const auto missing = s.options.profile.UnmeasuredLinks(); !missing.empty()) {
-    std::fprintf(stderr,
-                 "strata sim: profile '%s' has no measured %s: priced at 1 GB/s, no latency\n",
-                 s.options.profile.name.c_str(), absl::StrJoin(missing, ", ").c_str());
-  }
   if (f.kv_blocks > 0) s.options.profile.num_kv_blocks = f.kv_blocks;
   s.options.placement.policy = f.policy.empty() ? default_policy : f.policy;
   s.options.placement.min_remote_prefill_tokens = f.min_remote_prefill_tokens;
@@ -145,6 +140,12 @@ absl::StatusOr<Setup> Prepare(const CommonFlags& f, const std::string& default_p
   s.window.max_model_len = f.max_model_len;
   s.window.clip_policy = f.clip == "skip" ? ClipPolicy::kSkip : ClipPolicy::kTruncateInput;
   s.slo = {f.slo_ttft, f.slo_tpot};
+  // Said once the run is set up, so a usage error stays the one line it is.
+  if (const auto missing = s.options.profile.UnmeasuredLinks(); !missing.empty()) {
+    std::fprintf(stderr,
+                 "strata sim: profile '%s' has no measured %s: priced at 1 GB/s, no latency\n",
+                 s.options.profile.name.c_str(), absl::StrJoin(missing, ", ").c_str());
+  }
   return s;
 }
 

@@ -192,26 +192,39 @@ TEST(HttpStreamingTest, AStalledWriteIsCutOffAfterTheWriteTimeout) {
   options.max_queued_write_bytes = size_t{256} << 20;  // only the timeout acts here
   auto server = MakeServer(options);
   absl::Notification closed;
-  absl::Time wrote_last;
+  absl::Mutex mu;
+  absl::Time started, closed_at;
   std::thread producer;
   server->Route("GET", "/stream", [&](const Request&, std::shared_ptr<ResponseWriter> writer) {
-    writer->OnClose([&] { closed.Notify(); });
+    {
+      absl::MutexLock lock(&mu);
+      started = absl::Now();
+    }
+    writer->OnClose([&] {
+      {
+        absl::MutexLock lock(&mu);
+        closed_at = absl::Now();
+      }
+      closed.Notify();
+    });
     ASSERT_TRUE(writer->StartStream(200, "text/event-stream"));
-    producer = std::thread([writer, &wrote_last] {
+    producer = std::thread([writer] {
       // Far more than loopback socket buffers hold (a few MiB), well under the queue bound; then
       // nothing more.
       const std::string chunk(256 << 10, 'y');
       for (int i = 0; i < 256; ++i) writer->Write(chunk);
-      wrote_last = absl::Now();
     });
   });
   ASSERT_TRUE(server->Start().ok());
   auto client = TestClient::Connect(server->port());
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Send(Get("/stream")));
+  ASSERT_TRUE(client->Send(Get("/stream")));  // and never reads: the socket stalls
   ASSERT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(20)));
   producer.join();
-  EXPECT_GE(absl::Now() - wrote_last, absl::Milliseconds(250));
+  // The stream is cut for the stall, not before the timeout: the socket cannot have stalled
+  // before the stream started.
+  absl::MutexLock lock(&mu);
+  EXPECT_GE(closed_at - started, absl::Milliseconds(300));
 }
 
 TEST(HttpStreamingTest, AbandonedStreamClosesTheConnection) {
