@@ -6,7 +6,9 @@ Usage: gpu_sim_vs_real.py STRATA --replays DIR --profile FILE --trace FILE [--tr
          [--start 600] [--duration 30] [--speedup 0.5,1] [--max-output-tokens 256]
          [--max-batch-tokens 8192] [--policy kv-aware] [--slo-ttft 2] [--slo-tpot 0.1]
 DIR holds the replays as gpu_replay.py writes them (TRACE-MODE/summary.json and row.json, whose
-kv_blocks sizes the simulated pools). --speedup takes one value per --trace.
+kv_blocks sizes the simulated pools). --speedup takes one value per --trace. The 1P+1D replays
+ran both workers on one GPU, so they are simulated --colocated (time-sliced); --apart simulates
+them as two devices instead.
 """
 import argparse
 import json
@@ -33,6 +35,8 @@ def main():
     ap.add_argument("--policy", default="kv-aware")
     ap.add_argument("--slo-ttft", type=float, default=2)
     ap.add_argument("--slo-tpot", type=float, default=0.1)
+    ap.add_argument("--apart", action="store_true",
+                    help="simulate 1P+1D as two devices rather than colocated on one")
     args = ap.parse_args()
     speedups = [float(x) for x in args.speedup.split(",")]
     if len(speedups) == 1:
@@ -42,7 +46,8 @@ def main():
     for trace, speedup in zip(args.trace, speedups):
         tname = os.path.splitext(os.path.basename(trace))[0]
         for mode, shape in (("mixed", ["--aggregated", "--workers", "1"]),
-                            ("disagg", ["--prefill", "1", "--decode", "1"])):
+                            ("disagg", ["--prefill", "1", "--decode", "1"] +
+                             ([] if args.apart else ["--colocated"]))):
             run = os.path.join(args.replays, f"{tname}-{mode}")
             if not os.path.exists(os.path.join(run, "summary.json")):
                 continue
@@ -69,7 +74,8 @@ def main():
                 sim = json.load(f)
             rows.append((tname, mode, real, sim))
     print(f"profile {os.path.basename(args.profile)}, policy {args.policy}, window "
-          f"{args.start:g}+{args.duration:g} s; ratio = sim / real, tolerance 20%")
+          f"{args.start:g}+{args.duration:g} s, 1P+1D {'apart' if args.apart else 'colocated'}; "
+          f"ratio = sim / real, tolerance 20%")
     print("| trace | cluster | measure | real | sim | sim / real | within 20% |")
     print("|---|---|---|---:|---:|---:|---|")
     within = total = 0

@@ -213,7 +213,7 @@ std::string SimLine(const sim::SimOptions& o, const sim::SimStats& s, double wal
 struct SimFlags {
   CommonFlags common;
   int prefill = 0, decode = 0, workers = 0;
-  bool aggregated = false, find_goodput = false;
+  bool aggregated = false, find_goodput = false, colocated = false;
   double speedup = 1;
   std::string out;
 };
@@ -221,6 +221,10 @@ struct SimFlags {
 absl::Status ShapeFrom(const SimFlags& f, sim::ClusterShape* shape) {
   if (f.prefill < 0 || f.decode < 0 || f.workers < 0) {
     return absl::InvalidArgumentError("worker counts must be >= 0");
+  }
+  if (f.colocated && (f.aggregated || f.prefill != f.decode)) {
+    return absl::InvalidArgumentError(
+        "--colocated pairs prefill and decode workers: give --prefill N --decode N");
   }
   if (f.aggregated) {
     if (f.prefill > 0 || f.decode > 0) {
@@ -235,7 +239,7 @@ absl::Status ShapeFrom(const SimFlags& f, sim::ClusterShape* shape) {
     return absl::InvalidArgumentError(
         "give --prefill P --decode D (D >= 1) or --aggregated --workers N");
   }
-  *shape = {f.prefill, f.decode, 0};
+  *shape = {f.prefill, f.decode, 0, f.colocated};
   return absl::OkStatus();
 }
 
@@ -294,6 +298,8 @@ int RunSim(const Args& args) {
   p.AddInt("--decode", &f.decode, "decode workers (disaggregated)");
   p.AddBool("--aggregated", &f.aggregated, "mixed workers only (with --workers N)");
   p.AddInt("--workers", &f.workers, "mixed workers of --aggregated");
+  p.AddBool("--colocated", &f.colocated,
+            "prefill worker i and decode worker i share one GPU (time-sliced)");
   p.AddDouble("--speedup", &f.speedup, "arrival-rate scale: 2 simulates twice the rate");
   p.AddBool("--find-goodput", &f.find_goodput,
             "search the speedup for the highest rate with >= --target attainment");

@@ -40,6 +40,10 @@ absl::Status Validate(const std::vector<TraceRequest>& trace, const SimOptions& 
   if (!s.aggregated() && s.decode == 0) {
     return absl::InvalidArgumentError("the cluster needs at least one decode or mixed worker");
   }
+  if (s.colocated && (s.aggregated() || s.prefill != s.decode)) {
+    return absl::InvalidArgumentError(
+        "colocated workers pair prefill and decode workers: give as many of each, no mixed");
+  }
   const router::WorkerProfile& p = o.profile;
   if (p.block_size <= 0 || replay::kTraceBlockTokens % p.block_size != 0) {
     return absl::InvalidArgumentError(
@@ -214,7 +218,13 @@ void Simulation::Heartbeat(int worker) {
 }
 
 void Simulation::Kick(int worker) {
-  const double seconds = workers_[worker]->MaybeStartStep();
+  double seconds = workers_[worker]->MaybeStartStep();
+  // A colocated pair time-slices its device (ClusterShape::colocated).
+  if (seconds > 0 && o_.shape.colocated) {
+    const int n = o_.shape.prefill;
+    const int partner = worker < n ? worker + n : worker - n;
+    if (workers_[partner]->busy()) seconds *= 2;
+  }
   if (seconds >= 0) Push(now_ + seconds, EventKind::kStepDone, worker);
 }
 
@@ -444,7 +454,7 @@ SimResult Simulation::Run() {
 
 std::string ClusterShape::ToString() const {
   if (aggregated()) return absl::StrCat(mixed, " mixed");
-  return absl::StrCat(prefill, "P:", decode, "D");
+  return absl::StrCat(prefill, "P:", decode, "D", colocated ? " colocated" : "");
 }
 
 std::vector<BlockHash> TraceBlockChain(const TraceRequest& request, uint64_t request_index,

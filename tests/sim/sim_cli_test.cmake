@@ -90,6 +90,8 @@ expect_error(2 "--aggregated needs --workers" ${STRATA} sim ${common} --aggregat
 expect_error(2 "--workers needs --aggregated" ${STRATA} sim ${common} --workers 3)
 expect_error(2 "give --prefill P --decode D" ${STRATA} sim ${common} --prefill 2)
 expect_error(2 "--trace is required" ${STRATA} sim --prefill 1 --decode 1)
+expect_error(2 "--colocated pairs prefill and decode workers"
+             ${STRATA} sim ${common} --prefill 1 --decode 2 --colocated)
 expect_error(2 "unknown routing policy"
              ${STRATA} sim ${common} --prefill 1 --decode 1 --policy nope)
 expect_error(2 "strata sim: .*" ${STRATA} sim ${common} --decode 1 --bogus)

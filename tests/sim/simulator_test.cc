@@ -258,6 +258,32 @@ TEST(SimulatorTest, RequestLargerThanAWorkerFailsInsteadOfStalling) {
   EXPECT_TRUE(r->results[1].ok());
 }
 
+// A colocated prefill and decode worker time-slice one device: a decode step that starts while
+// the partner prefills takes twice its time; with the partner idle, the profiled time.
+TEST(SimulatorTest, ColocatedWorkersTimeSliceTheirDevice) {
+  // Request 0 decodes 40 steps (0.8 s) from 0.122 s; request 1 arrives at 0.3 s and its 1,000
+  // token prompt prefills for 1.01 s on the partner.
+  const std::vector<TraceRequest> trace = {Req(0, 100, 41), Req(0.3, 1000, 2)};
+  ClusterShape split{1, 1, 0};
+  auto apart = Simulate(trace, Options(split));
+  split.colocated = true;
+  auto together = Simulate(trace, Options(split));
+  ASSERT_TRUE(apart.ok() && together.ok()) << together.status();
+  EXPECT_NEAR(*replay::Tpot(apart->results[0]), 0.02, 1e-12);
+  // Steps that start while the partner's prefill runs (from 0.3 s on) take 40 ms.
+  EXPECT_GT(*replay::Tpot(together->results[0]), 0.03);
+  for (double g : together->results[0].gaps_s) {
+    EXPECT_TRUE(std::abs(g - 0.02) < 1e-9 || std::abs(g - 0.04) < 1e-9) << g;
+  }
+  // The prefill started while a decode step ran: it takes twice its 1.01 s.
+  EXPECT_NEAR(apart->results[1].ttft_s, 1.01 + 0.005 + 0.063, 1e-9);
+  EXPECT_GT(together->results[1].ttft_s, 2.0);
+  EXPECT_EQ(split.ToString(), "1P:1D colocated");
+  EXPECT_EQ(split.gpus(), 1);
+  ClusterShape bad{1, 2, 0, true};
+  EXPECT_EQ(Simulate(trace, Options(bad)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SimulatorTest, InvalidConfigurations) {
   EXPECT_EQ(Simulate({}, Options({1, 0, 0})).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Simulate({}, Options({1, 1, 1})).status().code(), absl::StatusCode::kInvalidArgument);

@@ -46,9 +46,14 @@ struct ClusterShape {
   int prefill = 0;
   int decode = 0;
   int mixed = 0;
-  int gpus() const { return prefill + decode + mixed; }
+  // Prefill worker i and decode worker i share one device (prefill == decode), as two worker
+  // processes on one GPU do: they time-slice it, so a step that starts while its partner's step
+  // runs takes twice its profiled time (each gets half the device; the partner's step already
+  // under way keeps its time: an approximation of processor sharing).
+  bool colocated = false;
+  int gpus() const { return colocated ? prefill + mixed : prefill + decode + mixed; }
   bool aggregated() const { return mixed > 0; }
-  std::string ToString() const;  // "4P:12D" or "16 mixed"
+  std::string ToString() const;  // "4P:12D", "1P:1D colocated" or "16 mixed"
 };
 
 struct SimOptions {
