@@ -174,7 +174,7 @@ class ClusterTest(unittest.TestCase):
     def test_errors_are_openai_shaped_and_the_cluster_keeps_serving(self):
         cases = [
             (b"{not json", 400, None),
-            (completion_body("x", 4, logit_bias={"1": 5}), 400, "logit_bias"),
+            (completion_body("x", 4, logit_bias={"1": 500}), 400, "logit_bias"),
             (completion_body("x", -1), 400, "max_tokens"),
             (completion_body([i % 1000 for i in range(5000)], 4), 413, None),
             ({**completion_body("x", 4), "model": "nope"}, 404, "model"),
