@@ -45,6 +45,9 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
       logits[t] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
     }
   }
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < vocab) logits[t] += bias;
+  }
 }
 
 }  // namespace
@@ -101,7 +104,7 @@ strata_sample_params ToSampleParams(const SamplingParams& params) {
 
 bool NeedsHostSampling(const SamplingParams& params) {
   return params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
-         params.presence_penalty != 0.0f;
+         params.presence_penalty != 0.0f || !params.logit_bias.empty();
 }
 
 }  // namespace strata

@@ -223,16 +223,22 @@ std::optional<ApiError> Frontend::PrepareCompletion(const CompletionRequest& req
       if (spec->prompts.back().empty()) {
         return ApiError::BadRequest("prompt must not be empty", "prompt");
       }
-      continue;
-    }
-    for (int32_t t : p.tokens) {
-      if (t >= model_.vocab_size) {
-        return ApiError::BadRequest(
-            absl::StrCat("prompt token id ", t, " is out of range [0, ", model_.vocab_size, ")"),
-            "prompt");
+    } else {
+      for (int32_t t : p.tokens) {
+        if (t >= model_.vocab_size) {
+          return ApiError::BadRequest(
+              absl::StrCat("prompt token id ", t, " is out of range [0, ", model_.vocab_size, ")"),
+              "prompt");
+        }
       }
+      spec->prompts.push_back(p.tokens);
     }
-    spec->prompts.push_back(p.tokens);
+    // echo repeats a text prompt as sent and token ids as their text (special tokens kept).
+    if (request.echo) {
+      spec->echo.push_back(p.is_tokens ? model_.tokenizer->Decode(p.tokens,
+                                                                  /*skip_special_tokens=*/false)
+                                       : p.text);
+    }
   }
   return std::nullopt;
 }

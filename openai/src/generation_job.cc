@@ -16,8 +16,9 @@ struct ChoiceState {
   std::vector<SampleResult> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
   bool finished = false;
-  bool role_sent = false;  // chat streams: the {"role":"assistant"} delta went out
-  int64_t tokens = 0;      // tokens received
+  bool role_sent = false;         // chat streams: the {"role":"assistant"} delta went out
+  bool echo_sent = false;         // completion streams: the echoed prompt went out
+  int64_t tokens = 0;             // tokens received
   int64_t completion_tokens = 0;  // as reported by the backend
   int64_t cached_tokens = 0;
   int64_t text_offset = 0;  // completions logprobs' running text_offset
@@ -41,6 +42,11 @@ class Job : public std::enable_shared_from_this<Job> {
 
  private:
   GenerateRequest RequestFor(int choice) const;
+  // The echoed prompt text of `choice` (empty without echo).
+  const std::string& EchoFor(int choice) const {
+    static const std::string* const kNone = new std::string();
+    return spec_.echo.empty() ? *kNone : spec_.echo[choice / spec_.n];
+  }
   void OnEvent(int choice, GenerateEvent event);
   void OnClientGone();
   // These run under mu_ and leave the request `done_`; they return the record to report.
@@ -185,11 +191,15 @@ void Job::StreamLocked(int choice, const GenerateEvent& event) {
   const bool has_output = !event.text.empty() || !event.logprobs.empty();
   const FinishReason finish = event.finished ? event.finish_reason : FinishReason::kNone;
   if (spec_.endpoint == Endpoint::kCompletions) {
-    if (!has_output && !event.finished) return;
+    // echo: the prompt's text leads the choice's first chunk.
+    const std::string& echo = EchoFor(choice);
+    const bool echo_now = !c.echo_sent && !echo.empty();
+    if (!has_output && !echo_now && !event.finished) return;
+    c.echo_sent = true;
     OrderedJson lp = spec_.logprobs ? CompletionLogprobsJson(tok, event.logprobs, &c.text_offset)
                                     : OrderedJson(nullptr);
-    WriteLocked(CompletionChunkJson(spec_.meta, choice, event.text, std::move(lp), finish,
-                                    spec_.include_usage));
+    WriteLocked(CompletionChunkJson(spec_.meta, choice, echo_now ? echo + event.text : event.text,
+                                    std::move(lp), finish, spec_.include_usage));
     return;
   }
   if (!c.role_sent) {
@@ -238,7 +248,7 @@ void Job::CompleteLocked() {
     std::vector<ChoiceOutput> out(choices_.size());
     for (size_t i = 0; i < choices_.size(); ++i) {
       out[i].index = static_cast<int>(i);
-      out[i].text = std::move(choices_[i].text);
+      out[i].text = EchoFor(static_cast<int>(i)) + choices_[i].text;
       out[i].logprobs = std::move(choices_[i].logprobs);
       out[i].finish_reason = choices_[i].finish_reason;
     }

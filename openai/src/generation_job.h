@@ -26,6 +26,8 @@ struct JobSpec {
   std::vector<std::vector<int32_t>> prompts;  // choice index = prompt index * n + i
   std::vector<int> max_tokens;                // per prompt, resolved and clipped
   SamplingParams params;                      // shared by all choices (max_tokens/seed set later)
+  // Completions' echo: per prompt, the text that starts each of its choices (empty: no echo).
+  std::vector<std::string> echo;
   int n = 1;
   bool stream = false;
   bool include_usage = false;

@@ -150,6 +150,57 @@ std::optional<ApiError> ParseStopTokenIds(const Fields& f, SamplingParams* p) {
   return std::nullopt;
 }
 
+// OpenAI's logit_bias: an object mapping token ids (as decimal strings) to biases in
+// [-100, 100], at most SamplingParams::kMaxLogitBias entries. Ids beyond the vocabulary are
+// refused later, where the vocabulary is known (SamplingParams::Validate).
+std::optional<ApiError> ParseLogitBias(const Fields& f, SamplingParams* p) {
+  const Json* v = f.Find("logit_bias");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_object()) {
+    return Fields::TypeError("logit_bias", "an object mapping token ids to numbers");
+  }
+  if (v->size() > SamplingParams::kMaxLogitBias) {
+    return ApiError::BadRequest(
+        absl::StrCat("logit_bias may hold at most ", SamplingParams::kMaxLogitBias,
+                     " entries, got ", v->size()),
+        "logit_bias");
+  }
+  const double limit = SamplingParams::kMaxLogitBiasValue;
+  for (const auto& [key, value] : v->items()) {
+    int64_t id = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return absl::ascii_isdigit(c); });
+    if (!digits || !absl::SimpleAtoi(key, &id) || id > INT32_MAX) {
+      return ApiError::BadRequest(
+          absl::StrCat("logit_bias keys must be token ids (non-negative integers as strings), "
+                       "got \"",
+                       key.substr(0, 32), "\""),
+          "logit_bias");
+    }
+    if (!value.is_number()) {
+      return ApiError::BadRequest(absl::StrCat("logit_bias values must be numbers, got ",
+                                               value.dump().substr(0, 32), " for token ", id),
+                                  "logit_bias");
+    }
+    const double bias = value.get<double>();
+    if (!std::isfinite(bias) || bias < -limit || bias > limit) {
+      return ApiError::BadRequest(absl::StrCat("logit_bias values must be in [-", limit, ", ",
+                                               limit, "], got ", value.dump(), " for token ", id),
+                                  "logit_bias");
+    }
+    p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  // "7" and "007" name one token: the last one given would silently win.
+  std::vector<int32_t> ids;
+  for (const auto& entry : p->logit_bias) ids.push_back(entry.first);
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return ApiError::BadRequest("logit_bias names a token id more than once", "logit_bias");
+  }
+  return std::nullopt;
+}
+
 // vLLM's include_stop_str_in_output and SGLang's no_stop_trim say the same: keep the stop
 // string (or stop token's text) at the end of the output. Either one set to true keeps it.
 std::optional<ApiError> ParseStopTrim(const Fields& f, SamplingParams* p) {
@@ -219,6 +270,7 @@ std::optional<ApiError> ParseSampling(const Fields& f, SamplingParams* p) {
   STRATA_RETURN_IF_API_ERROR(f.Int("min_tokens", 0, INT32_MAX, &p->min_tokens));
   STRATA_RETURN_IF_API_ERROR(ParseStop(f, p));
   STRATA_RETURN_IF_API_ERROR(ParseStopTokenIds(f, p));
+  STRATA_RETURN_IF_API_ERROR(ParseLogitBias(f, p));
   return ParseStopTrim(f, p);
 }
 
@@ -269,6 +321,12 @@ std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
     bool add = false;
     STRATA_RETURN_IF_API_ERROR(f.Bool("add_special_tokens", &add));
     c->add_special_tokens = add;
+  }
+  // Informational: no effect on generation, but a value of the wrong type is still the
+  // client's mistake, as OpenAI answers it.
+  for (const char* name : {"user", "service_tier"}) {
+    const Json* v = f.Find(name);
+    if (v != nullptr && !v->is_string()) return Fields::TypeError(name, "a string");
   }
   STRATA_RETURN_IF_API_ERROR(ParseCacheSalt(f, &c->sampling));
   STRATA_RETURN_IF_API_ERROR(ParseSampling(f, &c->sampling));
@@ -338,9 +396,6 @@ std::optional<ApiError> ParsePrompts(const Fields& f, std::vector<PromptInput>* 
 
 // Fields /v1/completions accepts only in their trivial form (see docs/openai_api.md).
 std::optional<ApiError> CheckUnsupportedCompletionFields(const Fields& f, int n) {
-  bool echo = false;
-  STRATA_RETURN_IF_API_ERROR(f.Bool("echo", &echo));
-  if (echo) return ApiError::BadRequest("echo is not supported", "echo");
   if (const Json* suffix = f.Find("suffix")) {
     if (!suffix->is_string()) return Fields::TypeError("suffix", "a string");
     if (!suffix->get<std::string>().empty()) {
@@ -528,7 +583,7 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
   static constexpr std::string_view kCommon[] = {
       "model", "n", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
       "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
-      "ignore_eos", "skip_special_tokens", "max_tokens", "cache_salt",
+      "ignore_eos", "skip_special_tokens", "max_tokens", "cache_salt", "logit_bias",
       // vLLM and SGLang extensions (parsed in ParseCommon)
       "min_tokens", "include_stop_str_in_output", "no_stop_trim", "add_special_tokens",
       "spaces_between_special_tokens", "return_hidden_states", "use_beam_search",
@@ -536,8 +591,8 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       // informational, no effect on generation
       "user", "store", "metadata", "service_tier", "parallel_tool_calls"};
   static constexpr std::string_view kUnsupported[] = {
-      "logit_bias", "tools", "tool_choice", "response_format", "functions", "function_call",
-      "audio", "modalities", "prediction", "reasoning_effort", "web_search_options",
+      "tools", "tool_choice", "response_format", "functions", "function_call", "audio",
+      "modalities", "prediction", "reasoning_effort", "web_search_options",
       // vLLM and SGLang features strata does not implement
       "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
       "structured_outputs", "regex", "json_schema", "ebnf", "logits_processors",
@@ -609,6 +664,14 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParsePrompts(f, &out->prompts));
   STRATA_RETURN_IF_API_ERROR(f.Int("logprobs", 0, kMaxLogprobs, &out->common.sampling.logprobs));
+  STRATA_RETURN_IF_API_ERROR(f.Bool("echo", &out->echo));
+  if (out->echo && out->common.sampling.logprobs >= 0) {
+    // The prompt's logprobs would have to come with it, and the backend returns none.
+    return ApiError::BadRequest(
+        "echo together with logprobs is not supported (the prompt tokens' logprobs are not "
+        "computed); send one of them",
+        "echo");
+  }
   return CheckUnsupportedCompletionFields(f, out->common.n);
 }
 

@@ -58,6 +58,11 @@ void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
   out->set_skip_special_tokens(p.skip_special_tokens);
   out->set_min_tokens(p.min_tokens);
   out->set_include_stop_str_in_output(p.include_stop_str_in_output);
+  for (const auto& [token, bias] : p.logit_bias) {
+    v1::LogitBias* b = out->add_logit_bias();
+    b->set_token(token);
+    b->set_bias(bias);
+  }
   out->set_cache_salt(p.cache_salt);
 }
 
@@ -79,6 +84,7 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   p.skip_special_tokens = m.skip_special_tokens();
   p.min_tokens = m.min_tokens();
   p.include_stop_str_in_output = m.include_stop_str_in_output();
+  for (const v1::LogitBias& b : m.logit_bias()) p.logit_bias.emplace_back(b.token(), b.bias());
   p.cache_salt = m.cache_salt();
   return p;
 }

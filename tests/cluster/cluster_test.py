@@ -147,6 +147,57 @@ class ClusterTest(unittest.TestCase):
         with self.assertRaises(openai.NotFoundError):
             client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
 
+    def test_openai_client_logit_bias_echo_stop_token_ids_user(self):
+        import openai
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.http}/v1", api_key="unused")
+        greedy = dict(model=MODEL, prompt=LONG_PROMPT, max_tokens=4, temperature=0, logprobs=0,
+                      extra_body={"ignore_eos": True})
+
+        def one_id(text):  # the id of a one-token string, through the router's /tokenize
+            status, t = cu.request(self.http, "POST", "/tokenize",
+                                   {"model": MODEL, "prompt": text, "add_special_tokens": False})
+            self.assertEqual(status, 200, t)
+            self.assertEqual(len(t["tokens"]), 1, (text, t))
+            return t["tokens"][0]
+
+        # The request is served by a prefill and a decode worker: the bias reaches both.
+        plain = client.completions.create(**greedy, user="someone")
+        first = one_id(plain.choices[0].logprobs.tokens[0])
+        forced = next(i for i in range(300, 400) if i != first)
+        status, d = cu.request(self.http, "POST", "/detokenize",
+                               {"model": MODEL, "tokens": [forced]})
+        self.assertEqual(status, 200, d)
+        up = client.completions.create(**greedy, logit_bias={str(forced): 100})
+        self.assertEqual(up.choices[0].logprobs.tokens, [d["prompt"]] * 4)
+        down = client.completions.create(**greedy, logit_bias={str(first): -100})
+        self.assertNotEqual(down.choices[0].logprobs.tokens[0],
+                            plain.choices[0].logprobs.tokens[0])
+        with self.assertRaises(openai.BadRequestError) as bad:
+            client.completions.create(**greedy, logit_bias={"1": 101})
+        self.assertEqual(bad.exception.body["param"], "logit_bias")
+
+        # echo: the prompt leads the text, streamed or not.
+        args = dict(model=MODEL, prompt=LONG_PROMPT, max_tokens=4, temperature=0,
+                    extra_body={"ignore_eos": True})
+        echoed = client.completions.create(**args, echo=True)
+        self.assertEqual(echoed.choices[0].text, LONG_PROMPT + plain.choices[0].text)
+        pieces = [ch.choices[0].text for ch in client.completions.create(
+            **args, echo=True, stream=True) if ch.choices]
+        self.assertTrue(pieces[0].startswith(LONG_PROMPT))
+        self.assertEqual("".join(pieces), echoed.choices[0].text)
+
+        # Chat stops on a token id; user and service_tier are accepted and change nothing.
+        messages = [{"role": "user", "content": "Tell me a story."}]
+        chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6,
+                                              temperature=0, logprobs=True, user="u",
+                                              service_tier="auto")
+        stop_id = one_id(chat.choices[0].logprobs.content[0].token)
+        stopped = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=6, temperature=0,
+            extra_body={"stop_token_ids": [stop_id], "ignore_eos": True})
+        self.assertEqual(stopped.choices[0].finish_reason, "stop")
+        self.assertEqual(stopped.usage.completion_tokens, 1)
+
     def test_200_concurrent_streams(self):
         def one(i):
             return cu.stream(self.http, "/v1/completions", completion_body(
@@ -174,7 +225,7 @@ class ClusterTest(unittest.TestCase):
     def test_errors_are_openai_shaped_and_the_cluster_keeps_serving(self):
         cases = [
             (b"{not json", 400, None),
-            (completion_body("x", 4, logit_bias={"1": 5}), 400, "logit_bias"),
+            (completion_body("x", 4, logit_bias={"1": 500}), 400, "logit_bias"),
             (completion_body("x", -1), 400, "max_tokens"),
             (completion_body([i % 1000 for i in range(5000)], 4), 413, None),
             ({**completion_body("x", 4), "model": "nope"}, 404, "model"),

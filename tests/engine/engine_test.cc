@@ -339,6 +339,52 @@ TEST_F(EngineTest, MinTokensKeepsStopTokensAndStringsFromEndingEarly) {
   }
 }
 
+// logit_bias needs the host sampler (the plugin's `sample` op takes no bias): with device
+// sampling on, a biased request's row comes back to the host, mid-batch, and obeys the bias.
+TEST_F(EngineTest, LogitBiasSteersGreedyDecodingOnBothSamplingPaths) {
+  for (bool device_sampling : {true, false}) {
+    SCOPED_TRACE(device_sampling ? "device sampling" : "host sampling");
+    auto e = Make(/*prefix_caching=*/true, /*num_blocks=*/128, device_sampling);
+    auto plain = e->Generate({"Hello"}, Greedy(6));
+    ASSERT_TRUE(plain.ok());
+    const std::vector<int32_t>& greedy = (*plain)[0].tokens;
+    // A token the greedy output never picks, pushed up by +100, is every output token.
+    int32_t forced = 7;
+    while (std::find(greedy.begin(), greedy.end(), forced) != greedy.end()) ++forced;
+    SamplingParams up = Greedy(6);
+    up.logit_bias = {{forced, 100.0f}};
+    auto pushed = e->Generate({"Hello"}, up);
+    ASSERT_TRUE(pushed.ok());
+    EXPECT_EQ((*pushed)[0].tokens, std::vector<int32_t>(6, forced));
+    // -100 on the first greedy token: the first output token changes.
+    SamplingParams down = Greedy(6);
+    down.logit_bias = {{greedy[0], -100.0f}};
+    auto banned = e->Generate({"Hello"}, down);
+    ASSERT_TRUE(banned.ok());
+    ASSERT_FALSE((*banned)[0].tokens.empty());
+    EXPECT_NE((*banned)[0].tokens[0], greedy[0]);
+    for (int32_t t : (*banned)[0].tokens) EXPECT_NE(t, greedy[0]);
+    // One batch of a biased and an unbiased request: each gets its own tokens.
+    ASSERT_TRUE(e->AddTextRequest("plain", "Hello", Greedy(6)).ok());
+    ASSERT_TRUE(e->AddTextRequest("biased", "Hello", up).ok());
+    std::map<std::string, std::vector<int32_t>> tokens;
+    while (e->HasUnfinished()) {
+      auto outs = e->Step();
+      ASSERT_TRUE(outs.ok()) << outs.status();
+      for (const RequestOutput& o : *outs) {
+        auto& t = tokens[o.request_id];
+        t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    EXPECT_EQ(tokens["plain"], greedy);
+    EXPECT_EQ(tokens["biased"], std::vector<int32_t>(6, forced));
+    // An id outside the vocabulary is refused.
+    SamplingParams bad = Greedy(2);
+    bad.logit_bias = {{e->config().vocab_size, 1.0f}};
+    EXPECT_EQ(e->Generate({"Hello"}, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_F(EngineTest, RejectsBadRequestsWithoutDisturbingOthers) {
   auto e = Make(true, 16);  // 128 tokens of cache
   ASSERT_TRUE(e->AddRequest("ok", {1, 2, 3}, Greedy(4)).ok());

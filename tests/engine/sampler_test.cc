@@ -92,6 +92,42 @@ TEST(SamplerTest, PenaltiesFollowOpenAiAndHfRules) {
   EXPECT_EQ(Sample(l, r, prompt, {}, rng).token, 4);
 }
 
+TEST(SamplerTest, LogitBiasIsAddedAfterPenaltiesAndSendsRowsToTheHost) {
+  SamplingParams p;
+  p.temperature = 0;
+  Rng rng(0);
+  auto l = Logits();
+  EXPECT_EQ(Sample(l, p, {}, {}, rng).token, 1);  // 3.0 is the argmax
+  EXPECT_FALSE(NeedsHostSampling(p));
+  p.logit_bias = {{4, 0.2f}};  // 2.9 + 0.2 = 3.1 > 3.0
+  EXPECT_TRUE(NeedsHostSampling(p));
+  l = Logits();
+  EXPECT_EQ(Sample(l, p, {}, {}, rng).token, 4);
+  p.logit_bias = {{1, -100.0f}};
+  l = Logits();
+  EXPECT_EQ(Sample(l, p, {}, {}, rng).token, 4);
+  // The presence penalty (1.5) applies first, then the bias: 3.0 - 1.5 + 1.45 = 2.95 > 2.9.
+  p.logit_bias = {{1, 1.45f}};
+  p.presence_penalty = 1.5f;
+  std::vector<int32_t> output = {1};
+  l = Logits();
+  EXPECT_EQ(Sample(l, p, {}, output, rng).token, 1);
+  p.logit_bias = {{1, 1.35f}};
+  l = Logits();
+  EXPECT_EQ(Sample(l, p, {}, output, rng).token, 4);
+  // Logprobs stay those of the unbiased distribution.
+  SamplingParams lp;
+  lp.temperature = 0;
+  lp.logprobs = 1;
+  lp.logit_bias = {{4, 50.0f}};
+  l = Logits();
+  SampleResult s = Sample(l, lp, {}, {}, rng);
+  EXPECT_EQ(s.token, 4);
+  ASSERT_EQ(s.top.size(), 1u);
+  EXPECT_EQ(s.top[0].token, 1);
+  EXPECT_LT(s.logprob, s.top[0].logprob);
+}
+
 TEST(SamplerTest, LogprobsAreFromTheRawDistribution) {
   SamplingParams p;
   p.temperature = 0;
@@ -125,6 +161,23 @@ TEST(SamplerTest, ValidateRejectsOutOfRangeParameters) {
   p = {};
   p.stop = {""};
   EXPECT_FALSE(p.Validate(10).ok());
+  p = {};
+  p.logit_bias = {{9, 100.0f}, {0, -100.0f}};
+  EXPECT_TRUE(p.Validate(10).ok());
+  for (const auto& bad :
+       std::vector<std::vector<std::pair<int32_t, float>>>{{{10, 1.0f}},
+                                                           {{-1, 1.0f}},
+                                                           {{1, 100.5f}},
+                                                           {{1, -101.0f}},
+                                                           {{1, NAN}},
+                                                           {{1, 1.0f}, {1, 2.0f}}}) {
+    p.logit_bias = bad;
+    const absl::Status st = p.Validate(10);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message().substr(0, 10), "logit_bias") << st;
+  }
+  p.logit_bias.assign(SamplingParams::kMaxLogitBias + 1, {0, 1.0f});
+  EXPECT_NE(p.Validate(1000).message().find("at most 300"), std::string::npos);
 }
 
 }  // namespace

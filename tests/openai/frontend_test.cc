@@ -3,6 +3,7 @@
 // disconnects, auth, the probes and the chat prompt the model actually sees.
 #include "strata/openai/frontend.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -282,6 +283,54 @@ TEST_F(FrontendTest, CompletionStreamWithLogprobs) {
   EXPECT_EQ(w->Events().back(), "[DONE]");
 }
 
+TEST_F(FrontendTest, EchoPrependsThePromptToEachChoice) {
+  // A batch of text prompts (echoed as sent), n = 2.
+  auto w = Complete(R"("prompt":["Hello there","Bye"],"n":2,"echo":true)");
+  ASSERT_EQ(backend_.num_calls(), 4);
+  for (int i = 0; i < 4; ++i) {
+    backend_.Emit(i, Final({65}, "!" + std::to_string(i), FinishReason::kLength));
+  }
+  ASSERT_EQ(w->status(), 200);
+  const Json body = w->json();
+  EXPECT_EQ(body["choices"][0]["text"], "Hello there!0");
+  EXPECT_EQ(body["choices"][1]["text"], "Hello there!1");
+  EXPECT_EQ(body["choices"][2]["text"], "Bye!2");
+  EXPECT_EQ(body["choices"][3]["text"], "Bye!3");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
+  // Token ids are echoed as their text; the backend still gets the prompt as tokens.
+  auto t = Complete(R"("prompt":[72,105],"echo":true)");
+  ASSERT_EQ(backend_.num_calls(), 5);
+  EXPECT_EQ(backend_.request(4).prompt, (std::vector<int32_t>{72, 105}));
+  backend_.Emit(4, Final({65}, "!", FinishReason::kLength));
+  const std::string tokens_text = tokenizer_->Decode(std::vector<int32_t>{72, 105}, false);
+  ASSERT_FALSE(tokens_text.empty());
+  EXPECT_EQ(t->json()["choices"][0]["text"], tokens_text + "!");
+  EXPECT_EQ(t->json()["usage"]["prompt_tokens"], 2);
+
+  // Streamed: the prompt leads each choice's first chunk only; max_tokens 0 gives the prompt.
+  auto s = Complete(R"("prompt":"Hi","n":2,"echo":true,"stream":true)");
+  ASSERT_EQ(backend_.num_calls(), 7);
+  backend_.Emit(5, TokensEvent({65}, " a"));
+  backend_.Emit(5, Final({66}, " b", FinishReason::kLength));
+  backend_.Emit(6, Final({}, "", FinishReason::kLength));
+  std::vector<Json> events = JsonEvents(*s);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Hi a");
+  EXPECT_EQ(events[1]["choices"][0]["text"], " b");
+  EXPECT_EQ(events[2]["choices"][0]["index"], 1);
+  EXPECT_EQ(events[2]["choices"][0]["text"], "Hi");
+  EXPECT_EQ(events[2]["choices"][0]["finish_reason"], "length");
+
+  // Without echo nothing is prepended; echo with logprobs is refused.
+  auto plain = Complete(R"("prompt":"Hi","echo":false)");
+  backend_.Emit(7, Final({65}, "x", FinishReason::kLength));
+  EXPECT_EQ(plain->json()["choices"][0]["text"], "x");
+  auto refused = Complete(R"("prompt":"Hi","echo":true,"logprobs":1)");
+  EXPECT_EQ(refused->status(), 400);
+  EXPECT_EQ(refused->json()["error"]["param"], "echo");
+  EXPECT_EQ(backend_.num_calls(), 8);
+}
+
 TEST_F(FrontendTest, ErrorBeforeStreamStartsIsAnHttpErrorAndCancelsTheOthers) {
   auto w = Complete(R"("prompt":[1],"n":3,"stream":true)");
   ASSERT_EQ(backend_.num_calls(), 3);
@@ -414,6 +463,11 @@ TEST_F(FrontendTest, ValidationErrors) {
        ""},
       {"/v1/completions", R"({"model":"tiny","prompt":[1],"stop_token_ids":[999]})", 400,
        "stop_token_ids", ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1],"logit_bias":{"384":1}})", 400,
+       "logit_bias", ""},
+      {"/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":101}})", 400,
+       "logit_bias", ""},
       // 256 tokens leave no room in a 256-token context.
       {"/v1/completions", R"({"model":"tiny","prompt":)" + Json(std::vector<int>(256, 1)).dump() +
                               "}",
@@ -498,6 +552,40 @@ TEST_F(FrontendTest, CacheSaltIsValidatedAndPassedToTheBackend) {
   }
   EXPECT_EQ(Chat(R"("cache_salt":"")")->status(), 400);
   EXPECT_EQ(backend_.num_calls(), 4);
+}
+
+TEST_F(FrontendTest, LogitBiasReachesTheBackendAndUserIsIgnored) {
+  auto c = Complete(R"("prompt":[1],"logit_bias":{"383":100},"user":"u","service_tier":"auto")");
+  auto h = Chat(R"("logit_bias":{"0":-100,"5":2.5},"user":"u")");
+  ASSERT_EQ(backend_.num_calls(), 2);
+  EXPECT_THAT(backend_.request(0).params.logit_bias,
+              ElementsAre(std::pair<int32_t, float>(383, 100.0f)));
+  auto chat_bias = backend_.request(1).params.logit_bias;
+  std::sort(chat_bias.begin(), chat_bias.end());
+  EXPECT_THAT(chat_bias, ElementsAre(std::pair<int32_t, float>(0, -100.0f),
+                                     std::pair<int32_t, float>(5, 2.5f)));
+  backend_.Emit(0, Final({65}, "x", FinishReason::kLength));
+  backend_.Emit(1, Final({65}, "x", FinishReason::kLength));
+  EXPECT_EQ(c->status(), 200);
+  EXPECT_EQ(h->status(), 200);
+}
+
+// OpenAI's chat `stop` takes strings only; token ids go in vLLM's stop_token_ids, on chat as
+// on completions.
+TEST_F(FrontendTest, ChatStopsOnTokenIds) {
+  auto ok = Chat(R"("stop_token_ids":[7,383],"stop":["END"])");
+  ASSERT_EQ(backend_.num_calls(), 1);
+  backend_.Emit(0, Final({7}, "x", FinishReason::kStop));
+  EXPECT_EQ(ok->status(), 200);
+  EXPECT_THAT(backend_.request(0).params.stop_token_ids, ElementsAre(7, 383));
+  EXPECT_THAT(backend_.request(0).params.stop, ElementsAre("END"));
+  for (const std::string bad : {R"("stop_token_ids":[384])", R"("stop_token_ids":[-1])",
+                                R"("stop_token_ids":"7")", R"("stop":[7])"}) {
+    auto w = Chat(bad);
+    EXPECT_EQ(w->status(), 400) << bad;
+    EXPECT_THAT(w->json()["error"]["param"].get<std::string>(), HasSubstr("stop")) << bad;
+  }
+  EXPECT_EQ(backend_.num_calls(), 1);
 }
 
 TEST_F(FrontendTest, ApiKeyDefaultCacheSaltAppliesWhenTheRequestHasNone) {

@@ -1,7 +1,9 @@
 // Request parsing: every parameter's valid and invalid forms, and the error shape.
 #include "strata/openai/protocol.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -110,6 +112,37 @@ TEST(CompletionParseTest, PromptForms) {
   EXPECT_THAT(single_stop.common.sampling.stop, ElementsAre("END"));
 }
 
+TEST(CompletionParseTest, LogitBiasUserAndServiceTier) {
+  CompletionRequest r = ParseCompletionOk(
+      Completion(R"("logit_bias":{"5":100,"12":-100,"0":0.5},"user":"u-1","service_tier":"flex")"));
+  std::vector<std::pair<int32_t, float>> bias = r.common.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_THAT(bias,
+              ElementsAre(std::pair<int32_t, float>(0, 0.5f), std::pair<int32_t, float>(5, 100.0f),
+                          std::pair<int32_t, float>(12, -100.0f)));
+  ChatRequest c = ParseChatOk(Chat(R"("logit_bias":{"3":-7.5},"user":"u","service_tier":"auto")"));
+  EXPECT_THAT(c.common.sampling.logit_bias, ElementsAre(std::pair<int32_t, float>(3, -7.5f)));
+  EXPECT_TRUE(
+      ParseCompletionOk(Completion(R"("logit_bias":{})")).common.sampling.logit_bias.empty());
+
+  // At most 300 entries.
+  std::string many;
+  for (int i = 0; i <= 300; ++i) many += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  ParseCompletionOk(Completion("\"logit_bias\":{" + many.substr(0, many.rfind(',')) + "}"));
+  CompletionRequest too_many;
+  std::optional<ApiError> e =
+      ParseCompletionRequest(Completion("\"logit_bias\":{" + many + "}"), &too_many);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "logit_bias");
+  EXPECT_THAT(e->message, HasSubstr("at most 300"));
+}
+
+TEST(CompletionParseTest, Echo) {
+  EXPECT_TRUE(ParseCompletionOk(Completion(R"("echo":true)")).echo);
+  EXPECT_FALSE(ParseCompletionOk(Completion(R"("echo":null,"logprobs":2)")).echo);
+  EXPECT_FALSE(ParseCompletionOk(Completion("")).echo);
+}
+
 TEST(CompletionParseTest, InvalidRequests) {
   const std::vector<BadCase> cases = {
       {"{not json", "", "not valid JSON"},
@@ -117,7 +150,19 @@ TEST(CompletionParseTest, InvalidRequests) {
       {R"({"model":"m","prompt":"hi","unknown_field":1})", "unknown_field",
        "Unrecognized request argument supplied: unknown_field"},
       {R"({"model":"m","prompt":"hi","messages":[]})", "messages", "Unrecognized"},
-      {R"({"model":"m","prompt":"hi","logit_bias":{"1":5}})", "logit_bias", "not supported"},
+      {R"({"model":"m","prompt":"hi","tools":[]})", "tools", "not supported"},
+      {Completion(R"("logit_bias":[1,5])"), "logit_bias", "an object"},
+      {Completion(R"("logit_bias":{"x":5})"), "logit_bias", "keys must be token ids"},
+      {Completion(R"("logit_bias":{"-1":5})"), "logit_bias", "keys must be token ids"},
+      {Completion(R"("logit_bias":{"1.5":5})"), "logit_bias", "keys must be token ids"},
+      {Completion(R"("logit_bias":{"":5})"), "logit_bias", "keys must be token ids"},
+      {Completion(R"("logit_bias":{"4294967296":5})"), "logit_bias", "keys must be token ids"},
+      {Completion(R"("logit_bias":{"1":"5"})"), "logit_bias", "must be numbers"},
+      {Completion(R"("logit_bias":{"1":100.5})"), "logit_bias", "[-100, 100]"},
+      {Completion(R"("logit_bias":{"1":-101})"), "logit_bias", "[-100, 100]"},
+      {Completion(R"("logit_bias":{"7":1,"007":2})"), "logit_bias", "more than once"},
+      {Completion(R"("user":5)"), "user", "string"},
+      {Completion(R"("service_tier":["auto"])"), "service_tier", "string"},
       {R"({"prompt":"hi"})", "model", "model is required"},
       {R"({"model":3,"prompt":"hi"})", "model", "must be a string"},
       {R"({"model":"m"})", "prompt", "prompt is required"},
@@ -151,7 +196,7 @@ TEST(CompletionParseTest, InvalidRequests) {
       {Completion(R"("logprobs":21)"), "logprobs", "[0, 20]"},
       {Completion(R"("logprobs":-1)"), "logprobs", "[0, 20]"},
       {Completion(R"("logprobs":true)"), "logprobs", "integer"},
-      {Completion(R"("echo":true)"), "echo", "not supported"},
+      {Completion(R"("echo":true,"logprobs":0)"), "echo", "not supported"},
       {Completion(R"("echo":"yes")"), "echo", "boolean"},
       {Completion(R"("presence_penalty":2.5)"), "presence_penalty", "[-2, 2]"},
       {Completion(R"("frequency_penalty":-3)"), "frequency_penalty", "[-2, 2]"},

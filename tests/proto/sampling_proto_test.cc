@@ -25,6 +25,7 @@ TEST(SamplingProtoTest, EveryFieldSurvivesTheRoundTrip) {
   p.include_stop_str_in_output = true;
   p.logprobs = 2;
   p.skip_special_tokens = false;
+  p.logit_bias = {{9, -100.0f}, {2, 0.5f}};
   v1::SamplingParams m;
   proto::ToProto(p, &m);
   const SamplingParams q = proto::FromProto(m);
@@ -44,6 +45,7 @@ TEST(SamplingProtoTest, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_TRUE(q.include_stop_str_in_output);
   EXPECT_EQ(q.logprobs, 2);
   EXPECT_FALSE(q.skip_special_tokens);
+  EXPECT_EQ(q.logit_bias, p.logit_bias);
 }
 
 }  // namespace

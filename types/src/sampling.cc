@@ -1,7 +1,9 @@
 #include "strata/types/sampling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,6 +38,24 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
   if (logprobs > 20) return bad(absl::StrCat("logprobs must be <= 20, got ", logprobs));
   for (int32_t t : stop_token_ids) {
     if (t < 0 || t >= vocab_size) return bad(absl::StrCat("stop_token_ids: bad token id ", t));
+  }
+  if (logit_bias.size() > kMaxLogitBias) {
+    return bad(absl::StrCat("logit_bias may hold at most ", kMaxLogitBias, " entries, got ",
+                            logit_bias.size()));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(logit_bias.size());
+  for (const auto& [t, b] : logit_bias) {
+    if (t < 0 || t >= vocab_size) return bad(absl::StrCat("logit_bias: bad token id ", t));
+    if (!(std::abs(b) <= kMaxLogitBiasValue)) {
+      return bad(absl::StrCat("logit_bias: the bias of token ", t, " must be in [-",
+                              kMaxLogitBiasValue, ", ", kMaxLogitBiasValue, "], got ", b));
+    }
+    ids.push_back(t);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return bad("logit_bias: a token id appears more than once");
   }
   for (const auto& s : stop) {
     if (s.empty()) return bad("stop strings must be non-empty");

@@ -3,7 +3,8 @@
 //
 // Order of operations for one logits row (OpenAI / vLLM semantics):
 //   1. penalties: repetition (prompt + output tokens, HF rule: positive logits divided,
-//      negative multiplied), then frequency (count in output) and presence (in output);
+//      negative multiplied), then frequency (count in output) and presence (in output),
+//      then logit_bias (added to its tokens' logits);
 //   2. temperature == 0 -> greedy argmax (ties: lowest id); otherwise divide by temperature;
 //   3. top-k, top-p (smallest set with cumulative probability >= top_p), min-p (drop
 //      tokens with p < min_p * p_max), then sample from the renormalized distribution.
@@ -31,8 +32,9 @@ class Rng {
 // The device-side form of `params` (strata/plugin/abi.h) with `uniform` 0: the caller sets it
 // from the request's generator (one draw per sampled token, only when temperature > 0).
 strata_sample_params ToSampleParams(const SamplingParams& params);
-// Penalties need the request's token history, which only the host sampler applies: such a
-// request's logits must come back to the host.
+// Penalties need the request's token history and logit_bias a per-token table, which only the
+// host sampler applies (the plugin ABI's `sample` op takes neither): such a request's logits
+// must come back to the host.
 bool NeedsHostSampling(const SamplingParams& params);
 
 // Samples one token from `logits` (modified in place as scratch). `prompt` and `output` are

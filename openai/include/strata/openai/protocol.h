@@ -92,6 +92,8 @@ struct CompletionRequest {
   CommonRequest common;
   std::vector<PromptInput> prompts;  // a batch: each prompt has its own n choices
   // sampling.logprobs: -1 when `logprobs` is absent/null, else 0..20 (top alternatives).
+  // Each choice's text starts with its prompt (a text prompt as sent, token ids decoded).
+  bool echo = false;
 };
 
 struct ChatRequest {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +31,10 @@ struct SamplingParams {
   // Keep the matched stop string (or the stop token's text) at the end of the output text.
   bool include_stop_str_in_output = false;
   int logprobs = -1;  // -1: none; N >= 0: the chosen token's logprob and the top N
+  // OpenAI logit_bias: (token id, bias in [-100, 100]) pairs, each id at most once, at most
+  // kMaxLogitBias of them; the bias is added to that token's logit after the penalties and
+  // before temperature and sampling. Logprobs stay those of the unbiased distribution.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   bool skip_special_tokens = true;
   // Not a sampling parameter, but it travels with them to every worker of the request: mixed
   // into the request's block hashes, so only requests with the same salt share cached KV
@@ -37,6 +42,8 @@ struct SamplingParams {
   std::string cache_salt;
 
   static constexpr size_t kMaxCacheSaltBytes = 256;
+  static constexpr size_t kMaxLogitBias = 300;
+  static constexpr float kMaxLogitBiasValue = 100.0f;
 
   // InvalidArgument naming the parameter when out of range.
   absl::Status Validate(int vocab_size) const;
