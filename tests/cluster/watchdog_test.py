@@ -118,10 +118,6 @@ class WatchdogTest(unittest.TestCase):
         _, good_port = self.start_worker("mixed-1", grpc)
         self.assertTrue(cu.wait_until(lambda: cu.metric(http, "strata_router_workers",
                                                         {"role": "mixed"}) == 2, timeout=30))
-        # The reference: the same request on the healthy worker's own API.
-        status, reference = cu.request(good_port, "POST", "/v1/completions",
-                                       body(HUNG_PROMPT, 40))
-        self.assertEqual(status, 200, reference)
         # mixed-0 caches the prompt's prefix (it has no marker) so that the router's kv-aware
         # placement sends the marked request there; the index learns it from a heartbeat.
         self.assertEqual(cu.request(hung_port, "POST", "/v1/completions", body(PREFIX, 1))[0],
@@ -132,6 +128,11 @@ class WatchdogTest(unittest.TestCase):
         status, events, done = cu.stream(http, "/v1/completions",
                                          body(HUNG_PROMPT, 40, stream=True), timeout=60)
         elapsed = time.time() - start
+        # The reference: the same request on the healthy worker's own API (afterwards, so that
+        # only mixed-0 held the prompt's prefix when the router placed it).
+        status, reference = cu.request(good_port, "POST", "/v1/completions",
+                                       body(HUNG_PROMPT, 40))
+        self.assertEqual(status, 200, reference)
         self.assertEqual(status, 200, events)
         self.assertTrue(done, events[-3:])
         self.assertFalse([e for e in events if "error" in e])
