@@ -135,6 +135,8 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(c->model, d->model);
   EXPECT_EQ(c->router.http_port, d->router.http_port);
+  EXPECT_EQ(c->router.worker_stream_idle_timeout_s, d->router.worker_stream_idle_timeout_s);
+  EXPECT_EQ(c->engine.stall_timeout_s, d->engine.stall_timeout_s);
   EXPECT_EQ(c->prefill.count, d->prefill.count);
   EXPECT_EQ(c->decode.count, d->decode.count);
   EXPECT_EQ(c->engine.block_size, d->engine.block_size);
@@ -299,6 +301,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"kv_tiers:\n  host_policy: mru\n",
                 "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu, "
                 "prefix-tinylfu, adaptive-tinylfu or ghost-lru, got 'mru'"},
+        BadCase{"engine:\n  stall_timeout_s: -1\n",
+                "cluster.yaml:2: engine.stall_timeout_s: must be a number of seconds >= 0, "
+                "got -1"},
+        BadCase{"router:\n  worker_stream_idle_timeout_s: -3\n",
+                "cluster.yaml:2: router.worker_stream_idle_timeout_s: must be a number of "
+                "seconds >= 0, got -3"},
         BadCase{"engine:\n  kv_device_path: rdma\n",
                 "cluster.yaml:2: engine.kv_device_path: must be auto or staged, got 'rdma'"},
         BadCase{"kv_tiers:\n  offload: lazy\n",
