@@ -247,8 +247,8 @@ TEST_F(PlacementTest, AStalledWorkerGetsNothingUntilItProgressesAgain) {
   stalled.mutable_load()->set_stalled(true);
   stalled.mutable_load()->set_stalled_seconds(42);
   ASSERT_TRUE(pool_.Heartbeat(stalled).ok());
-  EXPECT_TRUE(pool_.Snapshot()[2].load.stalled);
-  EXPECT_EQ(pool_.Snapshot()[2].load.stalled_seconds, 42);
+  EXPECT_TRUE(pool_.Snapshot()[1].load.stalled);
+  EXPECT_EQ(pool_.Snapshot()[1].load.stalled_seconds, 42);
   auto placer = Make("kv-aware");
   for (int i = 0; i < 3; ++i) EXPECT_EQ(Place(*placer, 56, {1, 2, 3}).decode_id, "d0");
   // Only the stalled one left: no decode worker is available (503), not a full one (429).
