@@ -322,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port)"},
+                "grpc_port, worker_stream_idle_timeout_s)"},
         BadCase{"router:\n  http_port: 70000\n",
                 "cluster.yaml:2: router.http_port: must be in 0..65535, got 70000"},
         BadCase{"router:\n  grpc_port: -1\n",
@@ -389,7 +389,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "on GPU 1 adds up to 0.9, leaving nothing of 0.9 for the workers there "
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
-                "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port"},
+                "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
+                "worker_stream_idle_timeout_s"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
