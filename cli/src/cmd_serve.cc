@@ -74,8 +74,8 @@ absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* 
   int token = -1, after = 0;
   double seconds = 0;
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &token) ||
-      !absl::SimpleAtoi(parts[1], &after) || !absl::SimpleAtod(parts[2], &seconds) ||
-      token < 0 || after < 1 || !(seconds > 0 && seconds <= 3600)) {
+      !absl::SimpleAtoi(parts[1], &after) || !absl::SimpleAtod(parts[2], &seconds) || token < 0 ||
+      after < 1 || !(seconds > 0 && seconds <= 3600)) {
     return absl::InvalidArgumentError(
         "STRATA_TEST_ENGINE_STALL (test fault injection) must be TOKEN:AFTER:SECONDS with "
         "TOKEN >= 0, AFTER >= 1 and 0 < SECONDS <= 3600");

@@ -583,7 +583,8 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
   }
   argv.insert(argv.end(),
               {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot", absl::StrCat(c.slo.tpot_s)});
-  if (c.router.worker_stream_idle_timeout_s != ClusterConfig::Router{}.worker_stream_idle_timeout_s) {
+  if (c.router.worker_stream_idle_timeout_s !=
+      ClusterConfig::Router{}.worker_stream_idle_timeout_s) {
     argv.insert(argv.end(), {"--worker-stream-idle-timeout-s",
                              absl::StrCat(c.router.worker_stream_idle_timeout_s)});
   }

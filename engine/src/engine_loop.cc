@@ -82,7 +82,7 @@ void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingPar
 }
 
 OutputCallback EngineLoop::WithStallForTesting(const std::vector<int32_t>& prompt,
-                                              OutputCallback callback) {
+                                               OutputCallback callback) {
   const StallForTesting stall = stall_for_testing_;
   if (std::find(prompt.begin(), prompt.end(), stall.marker_token) == prompt.end()) return callback;
   auto produced = std::make_shared<int>(0);  // engine thread only

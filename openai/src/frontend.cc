@@ -361,10 +361,9 @@ void Frontend::HandleModels(const http::Request& request,
 void Frontend::HandleHealth(const http::Request& request,
                             std::shared_ptr<http::ResponseWriter> writer) {
   if (auto problem = backend_->Problem()) {
-    RespondJson(*writer, 503,
-                {{"status", problem->status},
-                 {"reason", problem->reason},
-                 {"seconds", problem->seconds}});
+    RespondJson(
+        *writer, 503,
+        {{"status", problem->status}, {"reason", problem->reason}, {"seconds", problem->seconds}});
     return;
   }
   RespondJson(*writer, 200, {{"status", "ok"}});
@@ -373,10 +372,9 @@ void Frontend::HandleHealth(const http::Request& request,
 void Frontend::HandleReady(const http::Request& request,
                            std::shared_ptr<http::ResponseWriter> writer) {
   if (auto problem = backend_->Problem()) {
-    RespondJson(*writer, 503,
-                {{"status", problem->status},
-                 {"reason", problem->reason},
-                 {"seconds", problem->seconds}});
+    RespondJson(
+        *writer, 503,
+        {{"status", problem->status}, {"reason", problem->reason}, {"seconds", problem->seconds}});
     return;
   }
   const bool ready = backend_->Ready();

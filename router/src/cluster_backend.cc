@@ -63,8 +63,7 @@ constexpr int kMaxResumes = 3;
 
 // One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
 // Watched for silence (ClusterBackend::Watch) from Start to OnDone.
-class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>,
-                      public WatchedStream {
+class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, public WatchedStream {
  public:
   Attempt(std::shared_ptr<CallState> state, Placement placement,
           std::shared_ptr<v1::Worker::Stub> decode_stub)

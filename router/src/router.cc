@@ -141,11 +141,10 @@ class RouterImpl final : public Router {
     if (options_.admission.capacity > 0) {
       queue_ = std::make_unique<AdmissionQueue>(options_.admission, admission_metrics_.get());
     }
-    backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
-                                                recorder_.get(), queue_.get(),
-                                                absl::ToDoubleSeconds(options_.worker_grace),
-                                                absl::ToDoubleSeconds(
-                                                    options_.worker_stream_idle_timeout));
+    backend_ = std::make_unique<ClusterBackend>(
+        &pool_, placer_.get(), backend_metrics_, recorder_.get(), queue_.get(),
+        absl::ToDoubleSeconds(options_.worker_grace),
+        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;

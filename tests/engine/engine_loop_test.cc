@@ -139,7 +139,6 @@ TEST_F(EngineLoopTest, RunOnEngineRunsOnTheEngineThreadThenInlineOnceStopped) {
   EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
-
 // Polls `loop`'s StallAge for up to `limit` until `pred` holds; returns whether it did.
 bool WaitForStallAge(const EngineLoop& loop, const std::function<bool(absl::Duration)>& pred,
                      absl::Duration limit = absl::Seconds(5)) {
@@ -185,7 +184,8 @@ TEST_F(EngineLoopTest, StallForTestingSleepsInsideTheStepOfAMarkedRequestOnce) {
   loop->SetStallForTesting({.marker_token = 7, .after_tokens = 2, .sleep = absl::Seconds(1)});
   Collected marked;
   loop->Submit("marked", {3, 4, 7, 9}, Greedy(6), CollectInto(&marked));
-  EXPECT_TRUE(WaitForStallAge(*loop, [](absl::Duration d) { return d >= absl::Milliseconds(600); }));
+  EXPECT_TRUE(
+      WaitForStallAge(*loop, [](absl::Duration d) { return d >= absl::Milliseconds(600); }));
   ASSERT_TRUE(marked.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_TRUE(marked.status.ok()) << marked.status;
   EXPECT_EQ(marked.tokens.size(), 6u);

@@ -29,8 +29,7 @@ std::optional<std::string> EngineWatchdog::Describe() const {
 
 void EngineWatchdog::Poll() {
   // A tenth of the limit, between 10 ms and 1 s: the log trails the state by at most that.
-  const absl::Duration period =
-      std::clamp(limit_ / 10, absl::Milliseconds(10), absl::Seconds(1));
+  const absl::Duration period = std::clamp(limit_ / 10, absl::Milliseconds(10), absl::Seconds(1));
   bool stalled = false;
   while (!stop_.WaitForNotificationWithTimeout(period)) {
     const std::optional<std::string> problem = Describe();

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "engine_watchdog.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/proto/registry_client.h"
-#include "engine_watchdog.h"
 
 namespace strata::worker {
 
@@ -15,8 +15,9 @@ using RegistryClient = proto::RegistryClient;
 
 class KvTiering;
 
-// `loop`, `watchdog` (whose stall the load reports) (and `tiering`, the worker's lower KV tiers, or null) must outlive the client. The
-// heartbeats carry the engine's events at tier 0 and the tiers' events at their tiers (1, 2).
+// `loop`, `watchdog` (whose stall the load reports) and `tiering` (the worker's lower KV tiers, or
+// null) must outlive the client. The heartbeats carry the engine's events at tier 0 and the tiers'
+// events at their tiers (1, 2).
 std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
                                                    EngineLoop* loop, const EngineWatchdog* watchdog,
                                                    KvTiering* tiering, absl::Duration interval);

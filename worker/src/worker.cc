@@ -4,11 +4,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "engine_watchdog.h"
 #include "kv_tiering.h"
 #include "local_backend.h"
-#include "strata/worker/plugin_device_memory.h"
+#include "nlohmann/json.hpp"
 #include "registry_client.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
@@ -20,6 +19,7 @@
 #include "strata/prefill/prefill_driver.h"
 #include "strata/text/chat_template.h"
 #include "strata/transport/agent.h"
+#include "strata/worker/plugin_device_memory.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
 
@@ -146,9 +146,9 @@ class WorkerImpl final : public Worker {
                             Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
     auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
     if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
-    metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), watchdog_.get(),
-                                               agent_.get(), prefill_.get(), decode_.get(),
-                                               handoff_path_);
+    metrics_ =
+        std::make_unique<WorkerMetrics>(options_.id, loop_.get(), watchdog_.get(), agent_.get(),
+                                        prefill_.get(), decode_.get(), handoff_path_);
     if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
       return absl::InvalidArgumentError("G4 daemons from the router need a router address");
     }

@@ -7,8 +7,9 @@
 namespace strata::worker {
 
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
-                             const EngineWatchdog* watchdog, transport::Agent* agent, prefill::PrefillDriver* prefill,
-                             decode::DecodeDriver* decode, const std::string& handoff_path)
+                             const EngineWatchdog* watchdog, transport::Agent* agent,
+                             prefill::PrefillDriver* prefill, decode::DecodeDriver* decode,
+                             const std::string& handoff_path)
     : api_(registry_, "strata_worker"),
       decode_(std::make_unique<decode::DecodeMetrics>(registry_, decode)) {
   Gauge("strata_worker_running_requests", "Sequences in the running batch",

@@ -73,9 +73,9 @@ struct BackendLoad {
 // Why a backend that is up cannot serve now (e.g. its engine stopped completing steps): /health
 // and /ready answer 503 with {"status": status, "reason": reason, "seconds": seconds}.
 struct BackendProblem {
-  std::string status;   // a short word, e.g. "stalled"
-  std::string reason;   // a sentence for the operator
-  double seconds = 0;   // how long it has been so
+  std::string status;  // a short word, e.g. "stalled"
+  std::string reason;  // a sentence for the operator
+  double seconds = 0;  // how long it has been so
 };
 
 class Backend {
