@@ -103,6 +103,9 @@ class WatchdogTest(unittest.TestCase):
                                       timeout=10))
         self.assertEqual(cu.request(port, "GET", "/ready")[0], 200)
         self.assertEqual(cu.metric(port, "strata_worker_engine_stalled"), 0)
+        # One line for each change (the watchdog logs within a tenth of the limit).
+        self.assertTrue(cu.wait_until(lambda: "engine progressing again" in worker.tail_all(),
+                                      timeout=5), worker.tail())
         log = worker.tail_all()
         self.assertEqual(log.count("engine stalled: no step completed"), 1, log[-3000:])
         self.assertEqual(log.count("engine progressing again"), 1, log[-3000:])
