@@ -3,8 +3,13 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "args.h"
 #include "commands.h"
 #include "strata/engine/presets.h"
@@ -60,12 +65,33 @@ struct ApiCompatFlags {
   }
 };
 
+// Test-only fault injection from STRATA_TEST_ENGINE_STALL="TOKEN:AFTER:SECONDS": the engine
+// sleeps SECONDS inside the step in which a request whose prompt holds token id TOKEN reaches
+// AFTER generated tokens (EngineLoop::StallForTesting). Unset or empty: off.
+absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* out) {
+  if (env == nullptr || *env == '\0') return absl::OkStatus();
+  const std::vector<std::string> parts = absl::StrSplit(env, ':');
+  int token = -1, after = 0;
+  double seconds = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &token) ||
+      !absl::SimpleAtoi(parts[1], &after) || !absl::SimpleAtod(parts[2], &seconds) || token < 0 ||
+      after < 1 || !(seconds > 0 && seconds <= 3600)) {
+    return absl::InvalidArgumentError(
+        "STRATA_TEST_ENGINE_STALL (test fault injection) must be TOKEN:AFTER:SECONDS with "
+        "TOKEN >= 0, AFTER >= 1 and 0 < SECONDS <= 3600");
+  }
+  out->marker_token = token;
+  out->after_tokens = after;
+  out->sleep = absl::Seconds(seconds);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunRouter(const Args& args) {
   router::RouterOptions o;
   std::string model = "preset:tiny-llama";
-  double drain_s = 10, worker_grace_s = 5;
+  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60;
   ArgParser p("strata router [flags]",
               "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
   p.AddString("--host", &o.host, "address to listen on");
@@ -107,6 +133,9 @@ int RunRouter(const Args& args) {
   p.AddDouble("--worker-grace", &worker_grace_s,
               "within this many seconds of the start, a request that finds no decode worker waits "
               "for one to register instead of getting 503 (0: none)");
+  p.AddDouble("--worker-stream-idle-timeout-s", &stream_idle_s,
+              "a worker stream on which nothing arrives for this many seconds is cancelled, the "
+              "worker dropped and the request moved to another worker (0: no limit)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
@@ -119,6 +148,10 @@ int RunRouter(const Args& args) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
+  if (!(stream_idle_s >= 0) || !std::isfinite(stream_idle_s)) {
+    return Fail("router", "--worker-stream-idle-timeout-s must be a number of seconds >= 0", 2);
+  }
+  o.worker_stream_idle_timeout = absl::Seconds(stream_idle_s);
   auto tenant_settings = ResolveTenantFlags(tenant, o.api_keys.size());
   if (!tenant_settings.ok()) {
     return Fail("router", std::string(tenant_settings.status().message()), 2);
@@ -192,6 +225,10 @@ int RunWorker(const Args& args) {
   worker::KvTierOptions& t = o.kv_tiers;
   p.AddInt("--max-waiting-requests", &o.max_waiting_requests,
            "mixed role: requests waiting in the engine beyond which new ones get 429 (0: none)");
+  double stall_timeout_s = 30;
+  p.AddDouble("--engine-stall-timeout-s", &stall_timeout_s,
+              "seconds the engine may have work without completing a step before the worker "
+              "reports itself stalled: /health 503, `stalled` to the router (0: never)");
   std::string kv_device_path = "auto";
   p.AddString("--kv-device-path", &kv_device_path,
               "device KV handoffs: auto (ipc on this host, else staged) or staged (always "
@@ -244,6 +281,15 @@ int RunWorker(const Args& args) {
   }
   if (o.max_waiting_requests < 0) {
     return Fail("worker", "--max-waiting-requests must be >= 0", 2);
+  }
+  if (!(stall_timeout_s >= 0) || !std::isfinite(stall_timeout_s)) {
+    return Fail("worker", "--engine-stall-timeout-s must be a number of seconds >= 0", 2);
+  }
+  o.engine_stall_timeout = absl::Seconds(stall_timeout_s);
+  if (auto s = ParseStallForTesting(std::getenv("STRATA_TEST_ENGINE_STALL"),
+                                    &o.engine_stall_for_testing);
+      !s.ok()) {
+    return Fail("worker", std::string(s.message()), 2);
   }
   if (kv_device_path != "auto" && kv_device_path != "staged") {
     return Fail("worker", "--kv-device-path must be auto or staged, not '" + kv_device_path + "'",

@@ -544,6 +544,9 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
   if (c.engine.kv_device_path != "auto") {
     argv.insert(argv.end(), {"--kv-device-path", c.engine.kv_device_path});
   }
+  if (c.engine.stall_timeout_s != ClusterConfig::Engine{}.stall_timeout_s) {
+    argv.insert(argv.end(), {"--engine-stall-timeout-s", absl::StrCat(c.engine.stall_timeout_s)});
+  }
   AppendKvTierFlags(c, id, kvstores, argv);
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/ready"),
@@ -580,6 +583,11 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
   }
   argv.insert(argv.end(),
               {"--slo-ttft", absl::StrCat(c.slo.ttft_s), "--slo-tpot", absl::StrCat(c.slo.tpot_s)});
+  if (c.router.worker_stream_idle_timeout_s !=
+      ClusterConfig::Router{}.worker_stream_idle_timeout_s) {
+    argv.insert(argv.end(), {"--worker-stream-idle-timeout-s",
+                             absl::StrCat(c.router.worker_stream_idle_timeout_s)});
+  }
   const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", c.router.http_port);
   plan.router.push_back(
       ProcessSpec{"router", std::move(argv), http + "/ready", log_dir + "/router.log"});

@@ -71,6 +71,11 @@ std::string CheckPositiveSeconds(const double& v) {
   return absl::StrCat("must be a positive number of seconds", Got(v));
 }
 
+std::string CheckNonNegativeSeconds(const double& v) {
+  if (std::isfinite(v) && v >= 0) return "";
+  return absl::StrCat("must be a number of seconds >= 0", Got(v));
+}
+
 std::string CheckNonEmpty(const std::string& v) { return v.empty() ? "must not be empty" : ""; }
 
 // Empty (the plugin's defaults) or a JSON object, as a plugin's create() expects.
@@ -245,6 +250,10 @@ std::vector<FieldSpec> HeadFields() {
       Scalar<int>(
           "router.grpc_port", "an integer", [](auto& c) -> auto& { return c.router.grpc_port; },
           IntRange(0, 65535)),
+      Scalar<double>(
+          "router.worker_stream_idle_timeout_s", "a number",
+          [](auto& c) -> auto& { return c.router.worker_stream_idle_timeout_s; },
+          CheckNonNegativeSeconds),
   };
 }
 
@@ -272,6 +281,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "engine.kv_device_path", "a string",
           [](auto& c) -> auto& { return c.engine.kv_device_path; }, CheckKvDevicePath),
+      Scalar<double>(
+          "engine.stall_timeout_s", "a number",
+          [](auto& c) -> auto& { return c.engine.stall_timeout_s; }, CheckNonNegativeSeconds),
       Scalar<int64_t>(
           "engine.max_model_len", "an integer",
           [](auto& c) -> auto& { return c.engine.max_model_len; },

@@ -1,5 +1,6 @@
 #include "strata/engine/engine_loop.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/synchronization/notification.h"
@@ -63,6 +64,9 @@ void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingPar
     staged = *shared_prompt;
     staged.insert(staged.end(), resumed.tokens.begin(), resumed.tokens.end());
   }
+  if (stall_for_testing_.marker_token >= 0) {
+    callback = WithStallForTesting(*shared_prompt, std::move(callback));
+  }
   const std::string key = id;
   const std::string salt = params.cache_salt;  // copied: `params` moves into the task
   PostForPrompt(key, resumed.tokens.empty() ? *shared_prompt : staged, salt,
@@ -75,6 +79,24 @@ void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingPar
                   }
                   callbacks_[id] = std::move(callback);
                 });
+}
+
+OutputCallback EngineLoop::WithStallForTesting(const std::vector<int32_t>& prompt,
+                                               OutputCallback callback) {
+  const StallForTesting stall = stall_for_testing_;
+  if (std::find(prompt.begin(), prompt.end(), stall.marker_token) == prompt.end()) return callback;
+  auto produced = std::make_shared<int>(0);  // engine thread only
+  return [stall, produced, callback = std::move(callback)](const absl::Status& s,
+                                                           const RequestOutput& out) {
+    const bool before = *produced >= stall.after_tokens;
+    *produced += int(out.new_tokens.size());
+    if (!before && *produced >= stall.after_tokens) {
+      STRATA_LOG(Warning) << "test fault: the engine thread sleeps "
+                          << absl::FormatDuration(stall.sleep) << " inside a step";
+      absl::SleepFor(stall.sleep);
+    }
+    callback(s, out);
+  };
 }
 
 void EngineLoop::TrackOnEngineThread(const std::string& id, OutputCallback callback) {
@@ -120,6 +142,25 @@ EngineLoad EngineLoop::load() const {
   return load_;
 }
 
+namespace {
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void EngineLoop::MarkProgress(bool busy) {
+  // The time first, then the flag: a reader that sees busy_ sees this period's time or newer.
+  progress_ns_.store(SteadyNanos());
+  busy_.store(busy);
+}
+
+absl::Duration EngineLoop::StallAge() const {
+  if (!busy_.load()) return absl::ZeroDuration();
+  return absl::Nanoseconds(std::max<int64_t>(0, SteadyNanos() - progress_ns_.load()));
+}
+
 void EngineLoop::RunOnEngine(std::function<void(Engine&)> fn) {
   absl::MutexLock stop(&stop_mu_);  // the loop cannot stop meanwhile
   absl::Notification done;
@@ -159,10 +200,15 @@ void EngineLoop::Run() {
       // Sleep while there is nothing to post and nothing to step.
       auto ready = [this]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !posted_.empty(); };
-      if (!engine_->HasUnfinished()) mu_.Await(absl::Condition(&ready));
+      if (!engine_->HasUnfinished()) {
+        MarkProgress(/*busy=*/false);
+        mu_.Await(absl::Condition(&ready));
+      }
       if (stopping_) break;
       work.swap(posted_);
     }
+    // Each pass (posted closures, then a step) is one unit of progress.
+    MarkProgress(/*busy=*/true);
     for (auto& fn : work) fn(*engine_);
     if (engine_->HasUnfinished()) {
       StepOnce();
@@ -171,6 +217,7 @@ void EngineLoop::Run() {
       RefreshLoad(0);  // posted work (aborts, released leases) changed the load
     }
   }
+  MarkProgress(/*busy=*/false);
   FailAll(absl::UnavailableError("the worker is shutting down"));
 }
 

@@ -366,11 +366,23 @@ void Frontend::HandleModels(const http::Request& request,
 
 void Frontend::HandleHealth(const http::Request& request,
                             std::shared_ptr<http::ResponseWriter> writer) {
+  if (auto problem = backend_->Problem()) {
+    RespondJson(
+        *writer, 503,
+        {{"status", problem->status}, {"reason", problem->reason}, {"seconds", problem->seconds}});
+    return;
+  }
   RespondJson(*writer, 200, {{"status", "ok"}});
 }
 
 void Frontend::HandleReady(const http::Request& request,
                            std::shared_ptr<http::ResponseWriter> writer) {
+  if (auto problem = backend_->Problem()) {
+    RespondJson(
+        *writer, 503,
+        {{"status", problem->status}, {"reason", problem->reason}, {"seconds", problem->seconds}});
+    return;
+  }
   const bool ready = backend_->Ready();
   RespondJson(*writer, ready ? 200 : 503, {{"status", ready ? "ready" : "not ready"}});
 }

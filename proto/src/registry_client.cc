@@ -37,7 +37,9 @@ void RegistryClient::Stop() {
 
 void RegistryClient::Run() {
   while (!stop_.HasBeenNotified()) {
-    const bool ok = registered_.load() ? Beat() : Register();
+    // A registration carries no load: a heartbeat follows at once, so the router never sees a
+    // (re-)registered worker as idle for an interval it is not (e.g. with its engine stalled).
+    const bool ok = registered_.load() ? Beat() : Register() && Beat();
     if (!ok) registered_ = false;
     stop_.WaitForNotificationWithTimeout(interval_);
   }

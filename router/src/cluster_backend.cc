@@ -62,7 +62,8 @@ constexpr int kMaxRetries = 3;
 constexpr int kMaxResumes = 3;
 
 // One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
-class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+// Watched for silence (ClusterBackend::Watch) from Start to OnDone.
+class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, public WatchedStream {
  public:
   Attempt(std::shared_ptr<CallState> state, Placement placement,
           std::shared_ptr<v1::Worker::Stub> decode_stub)
@@ -70,6 +71,11 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
         placement_(std::move(placement)),
         decode_stub_(std::move(decode_stub)),
         placed_at_(absl::Now()) {}
+
+  void CancelIfIdleSince(double cutoff) override {
+    if (last_message_s_.load() >= cutoff || idle_cancelled_.exchange(true)) return;
+    context_.TryCancel();  // OnDone follows (never inline) and places the request again
+  }
 
   void Start(std::shared_ptr<Attempt> self) {
     self_ = std::move(self);
@@ -85,6 +91,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     proto::ToProto(r.params, request_.mutable_params());
     request_.set_prefill_address(placement_.prefill_address);
     decode_stub_->async()->Generate(&context_, &request_, this);
+    last_message_s_.store(ClusterBackend::Now());
+    state_->backend->Watch(this);
     StartRead(&response_);
     StartCall();
   }
@@ -92,6 +100,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows with the status
+    last_message_s_.store(ClusterBackend::Now());
     openai::GenerateEvent ev = ToEvent(response_);
     if (!got_any_ && !ev.tokens.empty()) {
       ObserveFirstToken(absl::Now() - placed_at_);
@@ -119,8 +128,19 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     StartRead(&response_);
   }
 
-  void OnDone(const grpc::Status& status) override {
+  void OnDone(const grpc::Status& grpc_status) override {
     ClusterBackend* b = state_->backend;
+    b->Unwatch(this);
+    // Cancelled for silence: the worker is as good as gone (a hung engine), and the request
+    // moves on as when a worker dies.
+    const bool idle = idle_cancelled_.load() && !finished_;
+    const grpc::Status status =
+        idle ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrFormat("no message from the worker for %gs (the router's "
+                                            "worker stream idle timeout)",
+                                            b->stream_idle_timeout_s()))
+             : grpc_status;
+    if (idle && b->metrics().idle_timeouts) b->metrics().idle_timeouts->Increment();
     if (!observed_) ObserveFirstToken(absl::InfiniteDuration());  // releases the ledger only
     b->pool()->AddInflight(placement_.decode_id, -1);
     if (!placement_.prefill_id.empty()) b->pool()->AddInflight(placement_.prefill_id, -1);
@@ -202,6 +222,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   v1::GenerateResponse response_;
   bool finished_ = false, got_any_ = false;
   bool delivered_ = false;                   // an event reached the front end
+  std::atomic<double> last_message_s_{0};    // ClusterBackend::Now() of the last message
+  std::atomic<bool> idle_cancelled_{false};  // cancelled by the idle check
   std::vector<openai::GenerateEvent> held_;  // events the client would not have seen yet
 };
 
@@ -379,6 +401,49 @@ class CallHandle final : public openai::GenerationHandle {
 };
 
 }  // namespace
+
+ClusterBackend::ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
+                               TrafficRecorder* recorder, AdmissionQueue* queue,
+                               double worker_grace_s, double stream_idle_timeout_s)
+    : pool_(pool),
+      placer_(placer),
+      metrics_(metrics),
+      recorder_(recorder),
+      queue_(queue),
+      worker_grace_s_(worker_grace_s),
+      started_s_(Now()),
+      stream_idle_timeout_s_(stream_idle_timeout_s) {
+  if (stream_idle_timeout_s_ > 0) watch_thread_ = std::thread([this] { CheckIdleStreams(); });
+}
+
+ClusterBackend::~ClusterBackend() {
+  stop_watch_.Notify();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+void ClusterBackend::Watch(WatchedStream* stream) {
+  if (stream_idle_timeout_s_ <= 0) return;
+  absl::MutexLock lock(&watch_mu_);
+  watched_.insert(stream);
+}
+
+void ClusterBackend::Unwatch(WatchedStream* stream) {
+  if (stream_idle_timeout_s_ <= 0) return;
+  absl::MutexLock lock(&watch_mu_);
+  watched_.erase(stream);
+}
+
+void ClusterBackend::CheckIdleStreams() {
+  // A tenth of the timeout, between 10 ms and 1 s: a silent stream is cancelled within that
+  // much of its timeout.
+  const absl::Duration period = std::clamp(absl::Seconds(stream_idle_timeout_s_ / 10),
+                                           absl::Milliseconds(10), absl::Seconds(1));
+  while (!stop_watch_.WaitForNotificationWithTimeout(period)) {
+    const double cutoff = Now() - stream_idle_timeout_s_;
+    absl::MutexLock lock(&watch_mu_);  // Unwatch waits, so no stream is destroyed meanwhile
+    for (WatchedStream* s : watched_) s->CancelIfIdleSince(cutoff);
+  }
+}
 
 std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
     openai::GenerateRequest request, openai::EventCallback on_event) {

@@ -13,10 +13,13 @@
 // their next heartbeat).
 #include <atomic>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "strata/common/metrics.h"
 #include "strata/openai/backend.h"
 #include "strata/router/admission_queue.h"
@@ -35,6 +38,16 @@ struct ClusterBackendMetrics {
   metrics::HistogramFamily* ttft_error = nullptr;     // observed / predicted TTFT per request
   metrics::Gauge* awaiting = nullptr;  // requests waiting for a first decode worker to register
   metrics::Counter* resumes = nullptr;  // streams continued on another worker mid-answer
+  metrics::Counter* idle_timeouts = nullptr;  // streams cancelled for silence (a hung worker)
+};
+
+// A worker stream the backend's idle check watches (ClusterBackend::Watch).
+class WatchedStream {
+ public:
+  virtual ~WatchedStream() = default;
+  // Cancels the stream if nothing arrived on it since `cutoff` (steady-clock seconds,
+  // ClusterBackend::Now); cheap and non-blocking, called under the backend's watch lock.
+  virtual void CancelIfIdleSince(double cutoff) = 0;
 };
 
 class ClusterBackend final : public openai::Backend {
@@ -43,17 +56,14 @@ class ClusterBackend final : public openai::Backend {
   // owned): requests the goodput policy cannot place now but could after waiting for a decode
   // slot wait there (admission_queue.h) instead of getting 429 at once.
   // `worker_grace_s`: how long after construction a request that finds no decode worker may
-  // wait for one (0: answered 503 at once).
+  // wait for one (0: answered 503 at once). `stream_idle_timeout_s`: a worker stream on which
+  // nothing (no token, no end) arrives for this long is cancelled, its worker dropped from the
+  // pool and the request placed again or resumed elsewhere, as when a worker dies (a hung
+  // worker's requests move on); 0: no limit.
   ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
                  TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr,
-                 double worker_grace_s = 0)
-      : pool_(pool),
-        placer_(placer),
-        metrics_(metrics),
-        recorder_(recorder),
-        queue_(queue),
-        worker_grace_s_(worker_grace_s),
-        started_s_(Now()) {}
+                 double worker_grace_s = 0, double stream_idle_timeout_s = 0);
+  ~ClusterBackend() override;
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
@@ -80,6 +90,11 @@ class ClusterBackend final : public openai::Backend {
   const ClusterBackendMetrics& metrics() const { return metrics_; }
   // Seconds on the steady clock the admission queue runs on.
   static double Now();
+  // A stream is checked for silence from Watch until Unwatch (both before it is destroyed);
+  // no-ops without an idle timeout.
+  void Watch(WatchedStream* stream);
+  void Unwatch(WatchedStream* stream);
+  double stream_idle_timeout_s() const { return stream_idle_timeout_s_; }
 
  private:
   static constexpr size_t kMaxAwaiting = 4096;
@@ -101,6 +116,13 @@ class ClusterBackend final : public openai::Backend {
   absl::Mutex await_mu_;
   std::vector<Awaiting> awaiting_ ABSL_GUARDED_BY(await_mu_);
   std::atomic<int> awaiting_count_{0};
+  // The idle check: a thread cancels watched streams silent for stream_idle_timeout_s_.
+  void CheckIdleStreams();
+  const double stream_idle_timeout_s_;
+  absl::Mutex watch_mu_;
+  absl::flat_hash_set<WatchedStream*> watched_ ABSL_GUARDED_BY(watch_mu_);
+  absl::Notification stop_watch_;
+  std::thread watch_thread_;
 };
 
 }  // namespace strata::router

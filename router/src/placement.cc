@@ -157,6 +157,7 @@ absl::StatusOr<Placement> Placer::Place(const std::vector<WorkerView>& workers,
   for (const WorkerView& w : workers) {
     const auto& ex = request.exclude;
     if (std::find(ex.begin(), ex.end(), w.id) != ex.end()) continue;
+    if (w.load.stalled) continue;  // its engine is hung: requests there would never finish
     const bool full = OutstandingRequests(w) >= options_.max_inflight_per_worker;
     if (IsDecodeCapable(w)) {
       any_decode = true;

@@ -141,9 +141,10 @@ class RouterImpl final : public Router {
     if (options_.admission.capacity > 0) {
       queue_ = std::make_unique<AdmissionQueue>(options_.admission, admission_metrics_.get());
     }
-    backend_ = std::make_unique<ClusterBackend>(&pool_, placer_.get(), backend_metrics_,
-                                                recorder_.get(), queue_.get(),
-                                                absl::ToDoubleSeconds(options_.worker_grace));
+    backend_ = std::make_unique<ClusterBackend>(
+        &pool_, placer_.get(), backend_metrics_, recorder_.get(), queue_.get(),
+        absl::ToDoubleSeconds(options_.worker_grace),
+        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -202,6 +203,12 @@ class RouterImpl final : public Router {
             .CounterOrDie("strata_router_resumed_streams_total",
                           "Streams continued on another worker after theirs failed mid-answer "
                           "(from the tokens the client had)")
+            .Default();
+    backend_metrics_.idle_timeouts =
+        registry_
+            .CounterOrDie("strata_router_worker_stream_idle_timeouts_total",
+                          "Worker streams cancelled after nothing arrived for the worker stream "
+                          "idle timeout (the worker is dropped and the request moves on)")
             .Default();
     backend_metrics_.awaiting =
         registry_

@@ -34,6 +34,8 @@ LoadReport LoadFromProto(const v1::WorkerLoad& load) {
   out.step_seconds_ema = load.step_seconds_ema();
   out.decode_context_tokens = load.decode_context_tokens();
   out.prefill_tokens_per_second = load.prefill_tokens_per_second();
+  out.stalled = load.stalled();
+  out.stalled_seconds = load.stalled_seconds();
   return out;
 }
 
@@ -128,7 +130,16 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
     if (it == workers_.end() || req.epoch() != epoch_) {
       return absl::NotFoundError(absl::StrCat("unknown worker ", req.worker_id()));
     }
+    const bool was_stalled = it->second.view.load.stalled;
     it->second.view.load = LoadFromProto(req.load());
+    if (it->second.view.load.stalled != was_stalled) {
+      if (was_stalled) {
+        STRATA_LOG(Info) << "worker " << req.worker_id() << " reports its engine progressing again";
+      } else {
+        STRATA_LOG(Warning) << "worker " << req.worker_id() << " reports its engine stalled for "
+                            << req.load().stalled_seconds() << " s: placing nothing there";
+      }
+    }
     it->second.view.last_heartbeat = absl::Now();
     index_id = it->second.view.index_id;
     is_kvstore = it->second.view.role == WorkerRole::kKvstore;

@@ -69,6 +69,13 @@ expect_error(2 "no case of sample has 'nope' in its name"
 # The router's worker grace is a number of seconds >= 0.
 expect_error(2 "--worker-grace must be a number of seconds >= 0"
              ${STRATA} router --worker-grace -1)
+# The hang timeouts are numbers of seconds >= 0; the test-only stall fault is checked.
+expect_error(2 "--worker-stream-idle-timeout-s must be a number of seconds >= 0"
+             ${STRATA} router --worker-stream-idle-timeout-s -1)
+expect_error(2 "--engine-stall-timeout-s must be a number of seconds >= 0"
+             ${STRATA} worker --engine-stall-timeout-s -1)
+expect_error(2 "STRATA_TEST_ENGINE_STALL \\(test fault injection\\) must be TOKEN:AFTER:SECONDS"
+             ${CMAKE_COMMAND} -E env STRATA_TEST_ENGINE_STALL=5:x:1 ${STRATA} worker)
 
 # G4's daemons come from a list or from the router, with a host tier under them.
 expect_error(2 "--kv-remote-from-router and --kv-remote exclude each other"

@@ -135,6 +135,8 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(c->model, d->model);
   EXPECT_EQ(c->router.http_port, d->router.http_port);
+  EXPECT_EQ(c->router.worker_stream_idle_timeout_s, d->router.worker_stream_idle_timeout_s);
+  EXPECT_EQ(c->engine.stall_timeout_s, d->engine.stall_timeout_s);
   EXPECT_EQ(c->prefill.count, d->prefill.count);
   EXPECT_EQ(c->decode.count, d->decode.count);
   EXPECT_EQ(c->engine.block_size, d->engine.block_size);
@@ -299,6 +301,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"kv_tiers:\n  host_policy: mru\n",
                 "cluster.yaml:2: kv_tiers.host_policy: must be lru, s3-fifo, arc, w-tinylfu, "
                 "prefix-tinylfu, adaptive-tinylfu or ghost-lru, got 'mru'"},
+        BadCase{"engine:\n  stall_timeout_s: -1\n",
+                "cluster.yaml:2: engine.stall_timeout_s: must be a number of seconds >= 0, "
+                "got -1"},
+        BadCase{"router:\n  worker_stream_idle_timeout_s: -3\n",
+                "cluster.yaml:2: router.worker_stream_idle_timeout_s: must be a number of "
+                "seconds >= 0, got -3"},
         BadCase{"engine:\n  kv_device_path: rdma\n",
                 "cluster.yaml:2: engine.kv_device_path: must be auto or staged, got 'rdma'"},
         BadCase{"kv_tiers:\n  offload: lazy\n",
@@ -314,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port)"},
+                "grpc_port, worker_stream_idle_timeout_s)"},
         BadCase{"router:\n  http_port: 70000\n",
                 "cluster.yaml:2: router.http_port: must be in 0..65535, got 70000"},
         BadCase{"router:\n  grpc_port: -1\n",
@@ -381,7 +389,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "on GPU 1 adds up to 0.9, leaving nothing of 0.9 for the workers there "
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
-                "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port"},
+                "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
+                "worker_stream_idle_timeout_s"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},

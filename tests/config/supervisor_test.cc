@@ -397,6 +397,31 @@ int FlagAt(const std::vector<std::string>& argv, const std::string& flag,
   return -1;
 }
 
+TEST(ClusterPlanTest, StallAndStreamIdleTimeoutsReachTheirProcessesWhenSet) {
+  ClusterConfig c;
+  c.mixed.count = 1;
+  c.prefill.count = 0;
+  c.decode.count = 0;
+  c.router.worker_stream_idle_timeout_s = 2.5;
+  c.engine.stall_timeout_s = 0;
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_GE(FlagAt(planned->router[0].argv, "--worker-stream-idle-timeout-s", "2.5"), 0);
+  ASSERT_EQ(planned->workers.size(), 1u);
+  EXPECT_GE(FlagAt(planned->workers[0].argv, "--engine-stall-timeout-s", "0"), 0);
+  // At their defaults the processes' own defaults apply: no flag.
+  ClusterConfig plain;
+  plain.mixed.count = 1;
+  plain.prefill.count = 0;
+  plain.decode.count = 0;
+  planned = PlanCluster(plain, "/bin/strata", "/models/m", "/logs", {{8101, 9101}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_THAT(planned->router[0].argv,
+              testing::Not(testing::Contains("--worker-stream-idle-timeout-s")));
+  EXPECT_THAT(planned->workers[0].argv,
+              testing::Not(testing::Contains("--engine-stall-timeout-s")));
+}
+
 TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
   ClusterConfig c;
   c.mixed.count = 1;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -135,6 +137,65 @@ TEST_F(EngineLoopTest, RunOnEngineRunsOnTheEngineThreadThenInlineOnceStopped) {
   });
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+// Polls `loop`'s StallAge for up to `limit` until `pred` holds; returns whether it did.
+bool WaitForStallAge(const EngineLoop& loop, const std::function<bool(absl::Duration)>& pred,
+                     absl::Duration limit = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end) {
+    if (pred(loop.StallAge())) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred(loop.StallAge());
+}
+
+TEST_F(EngineLoopTest, StallAgeGrowsOnlyWhileAStepOrPostedWorkDoesNotReturn) {
+  auto loop = Make();
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(loop->StallAge(), absl::ZeroDuration()) << "idle";
+
+  // A posted closure that does not return for a while.
+  absl::Notification entered, release;
+  loop->Post([&](Engine&) {
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  entered.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_GE(loop->StallAge(), absl::Milliseconds(150));
+  release.Notify();
+  EXPECT_TRUE(WaitForStallAge(*loop, [](absl::Duration d) { return d == absl::ZeroDuration(); }));
+
+  // A long answer whose steps keep returning never looks stalled.
+  Collected normal;
+  loop->Submit("normal", std::vector<int32_t>(40, 11), Greedy(200), CollectInto(&normal));
+  absl::Duration worst = absl::ZeroDuration();
+  while (!normal.done.HasBeenNotified()) {
+    worst = std::max(worst, loop->StallAge());
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(normal.tokens.size(), 200u);
+  EXPECT_LT(worst, absl::Milliseconds(150));
+}
+
+TEST_F(EngineLoopTest, StallForTestingSleepsInsideTheStepOfAMarkedRequestOnce) {
+  auto loop = Make();
+  loop->SetStallForTesting({.marker_token = 7, .after_tokens = 2, .sleep = absl::Seconds(1)});
+  Collected marked;
+  loop->Submit("marked", {3, 4, 7, 9}, Greedy(6), CollectInto(&marked));
+  EXPECT_TRUE(
+      WaitForStallAge(*loop, [](absl::Duration d) { return d >= absl::Milliseconds(600); }));
+  ASSERT_TRUE(marked.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(marked.status.ok()) << marked.status;
+  EXPECT_EQ(marked.tokens.size(), 6u);
+  EXPECT_TRUE(WaitForStallAge(*loop, [](absl::Duration d) { return d == absl::ZeroDuration(); }));
+  // A prompt without the marker runs without a pause.
+  Collected plain;
+  const absl::Time start = absl::Now();
+  loop->Submit("plain", {3, 4, 8, 9}, Greedy(6), CollectInto(&plain));
+  ASSERT_TRUE(plain.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(700));
 }
 
 }  // namespace

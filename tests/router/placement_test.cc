@@ -241,5 +241,23 @@ TEST_F(PlacementTest, OverloadIs429AndNoDecodeWorkerIs503) {
   EXPECT_FALSE(Placer::Create({.policy = "random"}).ok());
 }
 
+TEST_F(PlacementTest, AStalledWorkerGetsNothingUntilItProgressesAgain) {
+  // d1 holds the prompt's prefix, so kv-aware would pick it, but its engine is stalled.
+  v1::HeartbeatRequest stalled = Beat("d1", epoch_, 0, {1, 2, 3});
+  stalled.mutable_load()->set_stalled(true);
+  stalled.mutable_load()->set_stalled_seconds(42);
+  ASSERT_TRUE(pool_.Heartbeat(stalled).ok());
+  EXPECT_TRUE(pool_.Snapshot()[1].load.stalled);
+  EXPECT_EQ(pool_.Snapshot()[1].load.stalled_seconds, 42);
+  auto placer = Make("kv-aware");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Place(*placer, 56, {1, 2, 3}).decode_id, "d0");
+  // Only the stalled one left: no decode worker is available (503), not a full one (429).
+  auto r = placer->Place(pool_.Snapshot(), {}, 10, 16, {"d0"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  // Its next heartbeat says it progresses again: placed there once more.
+  ASSERT_TRUE(pool_.Heartbeat(Beat("d1", epoch_, 0)).ok());
+  EXPECT_EQ(Place(*placer, 56, {1, 2, 3}).decode_id, "d1");
+}
+
 }  // namespace
 }  // namespace strata::router

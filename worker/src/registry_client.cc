@@ -36,10 +36,19 @@ std::vector<v1::KvEvent> TakeEvents(EngineLoop* loop) {
 }  // namespace
 
 std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
-                                                   EngineLoop* loop, KvTiering* tiering,
-                                                   absl::Duration interval) {
+                                                   EngineLoop* loop, const EngineWatchdog* watchdog,
+                                                   KvTiering* tiering, absl::Duration interval) {
   proto::RegistryHooks hooks;
-  hooks.load = [loop] { return ToProto(loop->load()); };
+  // A stalled engine keeps heartbeating (so the router keeps its KV index and places here again
+  // the moment a step completes) but says so: the router places nothing on it meanwhile.
+  hooks.load = [loop, watchdog] {
+    v1::WorkerLoad l = ToProto(loop->load());
+    if (watchdog->Stalled()) {
+      l.set_stalled(true);
+      l.set_stalled_seconds(absl::ToDoubleSeconds(watchdog->Age()));
+    }
+    return l;
+  };
   hooks.take_events = [loop, tiering] {
     std::vector<v1::KvEvent> events = TakeEvents(loop);
     if (tiering != nullptr) {

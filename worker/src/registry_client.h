@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "engine_watchdog.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/proto/registry_client.h"
 
@@ -14,10 +15,11 @@ using RegistryClient = proto::RegistryClient;
 
 class KvTiering;
 
-// `loop` (and `tiering`, the worker's lower KV tiers, or null) must outlive the client. The
-// heartbeats carry the engine's events at tier 0 and the tiers' events at their tiers (1, 2).
+// `loop`, `watchdog` (whose stall the load reports) and `tiering` (the worker's lower KV tiers, or
+// null) must outlive the client. The heartbeats carry the engine's events at tier 0 and the tiers'
+// events at their tiers (1, 2).
 std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
-                                                   EngineLoop* loop, KvTiering* tiering,
-                                                   absl::Duration interval);
+                                                   EngineLoop* loop, const EngineWatchdog* watchdog,
+                                                   KvTiering* tiering, absl::Duration interval);
 
 }  // namespace strata::worker

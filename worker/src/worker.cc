@@ -4,9 +4,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "engine_watchdog.h"
 #include "kv_tiering.h"
 #include "local_backend.h"
-#include "strata/worker/plugin_device_memory.h"
+#include "nlohmann/json.hpp"
 #include "registry_client.h"
 #include "strata/common/logging.h"
 #include "strata/common/status_macros.h"
@@ -18,6 +19,7 @@
 #include "strata/prefill/prefill_driver.h"
 #include "strata/text/chat_template.h"
 #include "strata/transport/agent.h"
+#include "strata/worker/plugin_device_memory.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
 
@@ -71,6 +73,14 @@ class WorkerImpl final : public Worker {
     kv_layout_.set_memory(pool_registered ? "host" : "device");
     num_kv_blocks_ = kv.num_blocks;
     loop_ = std::make_unique<EngineLoop>(std::move(*engine));
+    if (options_.engine_stall_for_testing.marker_token >= 0) {
+      STRATA_LOG(Warning) << "test fault injection on: the engine sleeps "
+                          << absl::FormatDuration(options_.engine_stall_for_testing.sleep)
+                          << " in a step of each request whose prompt has token "
+                          << options_.engine_stall_for_testing.marker_token;
+      loop_->SetStallForTesting(options_.engine_stall_for_testing);
+    }
+    watchdog_ = std::make_unique<EngineWatchdog>(loop_.get(), options_.engine_stall_timeout);
     const v1::Role role = options_.role;
     if (pool_registered) {
       handoff_path_ = "ucx";
@@ -136,8 +146,9 @@ class WorkerImpl final : public Worker {
                             Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
     auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
     if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
-    metrics_ = std::make_unique<WorkerMetrics>(options_.id, loop_.get(), agent_.get(),
-                                               prefill_.get(), decode_.get(), handoff_path_);
+    metrics_ =
+        std::make_unique<WorkerMetrics>(options_.id, loop_.get(), watchdog_.get(), agent_.get(),
+                                        prefill_.get(), decode_.get(), handoff_path_);
     if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
       return absl::InvalidArgumentError("G4 daemons from the router need a router address");
     }
@@ -160,7 +171,7 @@ class WorkerImpl final : public Worker {
     if (options_.role == v1::ROLE_MIXED) {
       backend_ = std::make_unique<LocalBackend>(
           loop_.get(), [this] { return Ready(); }, options_.engine.runner.block_size,
-          options_.max_waiting_requests);
+          options_.max_waiting_requests, [this] { return Problem(); });
       openai::ServedModel m;
       m.name = ModelName();
       m.tokenizer = tokenizer_.get();
@@ -179,11 +190,17 @@ class WorkerImpl final : public Worker {
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);
     } else {
-      http_->Route("GET", "/health", [](const http::Request&, auto w) {
+      http_->Route("GET", "/health", [this](const http::Request&, auto w) {
+        if (auto problem = Problem()) {
+          w->Respond(503, "application/json", ProblemJson(*problem));
+          return;
+        }
         w->Respond(200, "application/json", R"({"status":"ok"})");
       });
       http_->Route("GET", "/ready", [this](const http::Request&, auto w) {
-        if (Ready())
+        if (auto problem = Problem()) {
+          w->Respond(503, "application/json", ProblemJson(*problem));
+        } else if (Ready())
           w->Respond(200, "application/json", R"({"status":"ready"})");
         else
           w->Respond(503, "application/json", R"({"status":"not ready"})");
@@ -218,8 +235,8 @@ class WorkerImpl final : public Worker {
       info.set_num_kv_blocks(num_kv_blocks_);
       info.set_max_model_len(loop_->engine_for_config().max_model_len());
       *info.mutable_kv_layout() = kv_layout_;
-      registry_ = MakeRegistryClient(options_.router_address, info, loop_.get(), tiering_.get(),
-                                     options_.heartbeat_interval);
+      registry_ = MakeRegistryClient(options_.router_address, info, loop_.get(), watchdog_.get(),
+                                     tiering_.get(), options_.heartbeat_interval);
       registry_->Start();
     }
     started_ = true;
@@ -256,6 +273,18 @@ class WorkerImpl final : public Worker {
   EngineLoad load() const override { return loop_->load(); }
 
  private:
+  // The engine's stall as /health, /ready and the mixed role's API report it; nullopt when it
+  // progresses (or is idle).
+  std::optional<openai::BackendProblem> Problem() const {
+    std::optional<std::string> stall = watchdog_->Describe();
+    if (!stall.has_value()) return std::nullopt;
+    return openai::BackendProblem{"stalled", *stall, absl::ToDoubleSeconds(watchdog_->Age())};
+  }
+  static std::string ProblemJson(const openai::BackendProblem& p) {
+    return nlohmann::json{{"status", p.status}, {"reason", p.reason}, {"seconds", p.seconds}}
+        .dump();
+  }
+
   std::string ModelName() const {
     if (!options_.model_name.empty()) return options_.model_name;
     return std::filesystem::path(options_.model_dir).filename().string();
@@ -273,6 +302,7 @@ class WorkerImpl final : public Worker {
   v1::KvLayout kv_layout_;
   uint64_t kv_region_ = 0;
   std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<EngineWatchdog> watchdog_;  // reads loop_; read by metrics_, registry_, HTTP
   // Set before the first request; destroyed before loop_, which Shutdown() has stopped.
   std::unique_ptr<KvTiering> tiering_;
   std::unique_ptr<prefill::PrefillDriver> prefill_;

@@ -7,8 +7,9 @@
 namespace strata::worker {
 
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
-                             transport::Agent* agent, prefill::PrefillDriver* prefill,
-                             decode::DecodeDriver* decode, const std::string& handoff_path)
+                             const EngineWatchdog* watchdog, transport::Agent* agent,
+                             prefill::PrefillDriver* prefill, decode::DecodeDriver* decode,
+                             const std::string& handoff_path)
     : api_(registry_, "strata_worker"),
       decode_(std::make_unique<decode::DecodeMetrics>(registry_, decode)) {
   Gauge("strata_worker_running_requests", "Sequences in the running batch",
@@ -26,6 +27,14 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, EngineLoop* loop,
         });
   Gauge("strata_worker_step_seconds", "Recent engine step time (exponential moving average)",
         [loop] { return loop->load().step_seconds_ema; });
+  Gauge("strata_worker_engine_stalled",
+        "1 while the engine has had work and completed no step for longer than its stall limit "
+        "(--engine-stall-timeout-s): /health answers 503 and the router places nothing here",
+        [watchdog] { return watchdog->Stalled() ? 1.0 : 0.0; });
+  Gauge("strata_worker_engine_last_progress_age_seconds",
+        "Seconds since the engine last completed a step or posted work while it has work (0 "
+        "while idle)",
+        [watchdog] { return absl::ToDoubleSeconds(watchdog->Age()); });
   CounterFn("strata_worker_prompt_tokens_computed_total",
             "Prompt tokens this worker's engine computed (not served from a KV cache or tier)",
             [loop] { return static_cast<double>(loop->load().prompt_tokens_computed); });

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_watchdog.h"
 #include "strata/common/metrics.h"
 #include "strata/decode/decode_driver.h"
 #include "strata/decode/decode_service.h"
@@ -18,12 +19,12 @@ namespace strata::worker {
 
 class WorkerMetrics {
  public:
-  // Any of prefill / decode may be null. All pointers outlive this object. `handoff_path` is
-  // how this worker's KV pool takes part in handoffs ("ucx", "ipc" or "none"), exported as
-  // strata_worker_kv_handoff_path{path=...} 1.
-  WorkerMetrics(const std::string& worker_id, EngineLoop* loop, transport::Agent* agent,
-                prefill::PrefillDriver* prefill, decode::DecodeDriver* decode,
-                const std::string& handoff_path);
+  // `watchdog` says whether the engine is stalled. Any of prefill / decode may be null. All
+  // pointers outlive this object. `handoff_path` is how this worker's KV pool takes part in
+  // handoffs ("ucx", "ipc" or "none"), exported as strata_worker_kv_handoff_path{path=...} 1.
+  WorkerMetrics(const std::string& worker_id, EngineLoop* loop, const EngineWatchdog* watchdog,
+                transport::Agent* agent, prefill::PrefillDriver* prefill,
+                decode::DecodeDriver* decode, const std::string& handoff_path);
   std::string Serialize() const { return registry_.Serialize(); }
   // For other parts of the worker to add their families (e.g. the KV tiers).
   metrics::Registry& registry() { return registry_; }

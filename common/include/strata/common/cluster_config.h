@@ -19,6 +19,9 @@ struct ClusterConfig {
   struct Router {
     int http_port = 8000;  // the OpenAI endpoint; 0 = pick a free port
     int grpc_port = 0;     // where workers register; 0 = pick a free port
+    // A worker stream silent this long is cancelled and its request moves to another worker
+    // (the router's --worker-stream-idle-timeout-s); 0 = no limit.
+    double worker_stream_idle_timeout_s = 60;
   } router;
 
   // A pool of workers of one role. Worker i runs on device gpus[i % gpus.size()] (the plugin's
@@ -45,6 +48,9 @@ struct ClusterConfig {
     // How device KV pools move between prefill and decode workers: auto (mapped between
     // processes of one host, staged through pinned host memory otherwise) | staged (always).
     std::string kv_device_path = "auto";
+    // A worker whose engine has work and completes no step for this long reports itself stalled
+    // (the workers' --engine-stall-timeout-s); 0 = never.
+    double stall_timeout_s = 30;
   } engine;
 
   struct Slo {

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "strata/engine/engine.h"
 
 namespace strata {
@@ -107,6 +108,21 @@ class EngineLoop {
   // of this worker starts empty. Runs on the engine thread; later events follow in order.
   void ResyncKvEvents();
   EngineLoad load() const;
+  // How long the loop has had work (unfinished requests or posted closures) without finishing
+  // a step or a batch of posted closures: the time since its last progress while busy, zero
+  // while it sleeps idle. Each step counts (a long prompt's chunks are separate steps), so only
+  // a step or closure that does not return makes it grow. Cheap; any thread.
+  absl::Duration StallAge() const;
+  // Test-only fault injection: once per request whose prompt contains `marker_token`, after it
+  // has produced `after_tokens` tokens, the engine thread sleeps for `sleep` inside the step
+  // that delivered them (a hung device as the rest of the worker sees it). Off when
+  // marker_token < 0. Set before the first request.
+  struct StallForTesting {
+    int32_t marker_token = -1;
+    int after_tokens = 1;
+    absl::Duration sleep = absl::ZeroDuration();
+  };
+  void SetStallForTesting(StallForTesting stall) { stall_for_testing_ = stall; }
   const Engine& engine_for_config() const { return *engine_; }  // immutable parts only
 
   // Stops the thread; outstanding requests get an Unavailable error. Idempotent.
@@ -118,6 +134,8 @@ class EngineLoop {
   void RefreshLoad(double step_seconds);
   void FailAll(const absl::Status& status);
   void AbortOnEngineThread(Engine& e, const std::string& id);
+  void MarkProgress(bool busy);
+  OutputCallback WithStallForTesting(const std::vector<int32_t>& prompt, OutputCallback callback);
 
   std::unique_ptr<Engine> engine_;
   absl::Mutex stop_mu_;  // held by Stop() and RunOnEngine(): neither runs during the other
@@ -132,6 +150,10 @@ class EngineLoop {
   std::function<void(const KvCacheEvent&)> kv_observer_;
   int64_t last_prompt_tokens_computed_ = 0;  // engine thread
   std::vector<std::function<void(Engine&)>> after_step_;
+  // The loop's last progress (steady clock, ns) and whether it has work since: StallAge().
+  std::atomic<int64_t> progress_ns_{0};
+  std::atomic<bool> busy_{false};
+  StallForTesting stall_for_testing_;
   // Engine thread only.
   absl::flat_hash_map<std::string, OutputCallback> callbacks_;
   std::thread thread_;

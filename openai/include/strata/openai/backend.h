@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,14 @@ struct BackendLoad {
   int64_t kv_capacity_tokens = 0;  // tokens the KV cache holds in all (0: unknown)
 };
 
+// Why a backend that is up cannot serve now (e.g. its engine stopped completing steps): /health
+// and /ready answer 503 with {"status": status, "reason": reason, "seconds": seconds}.
+struct BackendProblem {
+  std::string status;  // a short word, e.g. "stalled"
+  std::string reason;  // a sentence for the operator
+  double seconds = 0;  // how long it has been so
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -80,6 +89,9 @@ class Backend {
                                                      EventCallback on_event) = 0;
   // True when the backend can take requests now (/ready).
   virtual bool Ready() const = 0;
+  // The backend is up but cannot make progress (/health and /ready answer 503); nullopt when
+  // healthy. Thread-safe and quick.
+  virtual std::optional<BackendProblem> Problem() const { return std::nullopt; }
   // Thread-safe and quick (a snapshot); the default knows nothing (all zero).
   virtual BackendLoad Load() const { return {}; }
 };

@@ -1,7 +1,7 @@
 #pragma once
 // Keeps a process registered with the router's Registry (strata.proto): registers (retrying
-// while the router is not up), then heartbeats every `interval` with the process's load and the
-// KV events since the last beat. When the router answers that it does not know the process (it
+// while the router is not up), then heartbeats at once and every `interval` after with the
+// process's load and the KV events since the last beat. When the router answers that it does not know the process (it
 // restarted, or dropped it after missed beats), registers again and resyncs its events.
 //
 // What is reported comes from hooks, so workers (engine load, device-tier events) and

@@ -47,6 +47,10 @@ struct RouterOptions {
   // one (a restarted router's workers register again with their next heartbeat) instead of
   // getting 503 at once. 0: no grace.
   absl::Duration worker_grace = absl::Seconds(5);
+  // A stream from a worker on which nothing arrives for this long is cancelled, the worker
+  // dropped, and the request placed again or resumed on another worker (a hung worker's
+  // requests move on). Zero: no limit.
+  absl::Duration worker_stream_idle_timeout = absl::Seconds(60);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
   double slo_tpot_s = 0.2;

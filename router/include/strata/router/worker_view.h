@@ -27,6 +27,9 @@ struct LoadReport {
   // used KV blocks x block size).
   int64_t decode_context_tokens = 0;
   double prefill_tokens_per_second = 0;
+  // Its engine stopped making progress (a hung device): placement skips it until this clears.
+  bool stalled = false;
+  double stalled_seconds = 0;
 };
 
 struct WorkerView {

@@ -67,6 +67,12 @@ struct WorkerOptions {
   // The mixed role's own admission limit (it has no router in front when standalone): a request
   // that finds this many already waiting in the engine gets 429 with Retry-After; 0 = no limit.
   int max_waiting_requests = 1024;
+  // How long the engine may have work without completing a step before the worker counts as
+  // stalled (/health and /ready 503, `stalled` in its heartbeats, strata_worker_engine_stalled);
+  // zero = never.
+  absl::Duration engine_stall_timeout = absl::Seconds(30);
+  // Test-only fault injection (EngineLoop::StallForTesting); off by default.
+  EngineLoop::StallForTesting engine_stall_for_testing;
 };
 
 class Worker {
