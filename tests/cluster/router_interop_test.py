@@ -219,8 +219,11 @@ class RouterInteropTest(unittest.TestCase):
         for _ in range(2):
             status, answer = cu.request(port, "POST", "/v1/completions", body)
             self.assertEqual(status, 200, answer)
-        self.assertEqual(cu.metric(port, "strata_worker_unknown_params_total",
-                                   {"param": "x_interop_probe"}), before + 2)
+        # The request's metrics are recorded when it completes, which may be just after its
+        # answer reached the client.
+        counted = lambda: cu.metric(port, "strata_worker_unknown_params_total",  # noqa: E731
+                                    {"param": "x_interop_probe"})
+        self.assertTrue(cu.wait_until(lambda: counted() == before + 2, timeout=10), counted())
         logged = [line for line in self.workers[0].tail_all().splitlines()
                   if "x_interop_probe" in line]
         self.assertEqual(len(logged), 1, logged)
