@@ -59,9 +59,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "nlohmann/json.hpp"
 #include "strata/common/half.h"
 #include "strata/engine/model_runner.h"
+#include "strata/engine/presets.h"
 #include "strata/engine/sampling.h"
 #include "strata/engine/weight_source.h"
 
@@ -75,30 +75,13 @@ constexpr int kContext = 2048;
 constexpr int kMaxBatch = 64;
 constexpr int kWarmup = 3;
 
-// The real models' config.json, abbreviated to the keys that shape the compute.
-constexpr const char* kLlama31_8b = R"({
-  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
-  "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-  "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-  "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
-constexpr const char* kQwen3_30b_a3b = R"({
-  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 151936,
-  "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
-  "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-  "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
-  "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
-  "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-  "use_sliding_window": false, "sliding_window": null, "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16"})";
-
+// The real models' shapes: the built-in real-shaped presets (engine/src/presets.cc).
 struct ModelShape {
   const char* name;
-  const char* config_json;
+  const char* preset;
 };
-constexpr ModelShape kModels[] = {{"llama3.1-8b", kLlama31_8b}, {"qwen3-30b-a3b", kQwen3_30b_a3b}};
+constexpr ModelShape kModels[] = {{"llama3.1-8b", "llama-3.1-8b-shape"},
+                                  {"qwen3-30b-a3b", "qwen3-30b-a3b-shape"}};
 
 struct Options {
   bool quick = false;
@@ -385,7 +368,7 @@ double FillKv(Setup& s) {
 
 Setup Prepare(const ModelShape& m, const std::shared_ptr<Plugin>& plugin) {
   Setup s;
-  s.config = OrDie(ModelConfig::FromJson(nlohmann::json::parse(m.config_json), m.name), m.name);
+  s.config = OrDie(PresetConfig(m.preset), m.name);
   const int per_seq = (kContext + 1 + kBlockSize - 1) / kBlockSize;
   RunnerOptions opts;
   opts.block_size = kBlockSize;
