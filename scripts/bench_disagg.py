@@ -25,6 +25,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import cluster_util as cu  # noqa: E402
+from gpu_common import one_gpu_cluster  # noqa: E402
 
 
 def write_traces(tmp):
@@ -43,16 +44,6 @@ def write_traces(tmp):
         for r in rows:
             f.write(json.dumps(r) + "\n")
     return ttft, itl
-
-
-def cluster_config(args, mode):
-    engine = (f"engine: {{plugin: {args.plugin}, max_num_batched_tokens: "
-              f"{args.max_num_batched_tokens}, max_num_seqs: 64}}\n")
-    if mode == "mixed":
-        pools = "prefill: {count: 0}\ndecode: {count: 0}\nmixed: {count: 1, gpus: [0]}\n"
-    else:
-        pools = "prefill: {count: 1, gpus: [0]}\ndecode: {count: 1, gpus: [0]}\n"
-    return f"model: {args.model}\nrouter: {{http_port: 0}}\n{engine}{pools}"
 
 
 def replay(strata, port, trace, out):
@@ -85,7 +76,7 @@ def main():
             for mode in order:
                 run = os.path.join(tmp, f"{mode}-{r}")
                 os.makedirs(run)
-                up = cu.start_up(strata, run, cluster_config(args, mode), timeout=300)
+                up = cu.start_up(strata, run, one_gpu_cluster(args.model, args.plugin, args.max_num_batched_tokens, mode), timeout=300)
                 try:
                     t = replay(strata, up.http, ttft_trace, os.path.join(run, "ttft"))
                     i = replay(strata, up.http, itl_trace, os.path.join(run, "itl"))

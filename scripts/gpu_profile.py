@@ -21,6 +21,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import cluster_util as cu  # noqa: E402
+from gpu_common import kv_block_capacity, one_gpu_cluster  # noqa: E402
 
 
 def worker_url(text):
@@ -51,11 +52,7 @@ def main():
         args.hardware = (f"{gpu[0] if gpu else 'GPU'}, CUDA plugin, bf16, strata worker --role "
                          f"mixed, max_num_batched_tokens {args.max_batch_tokens}")
     tmp = tempfile.mkdtemp(prefix="strata_gpu_profile_")
-    config = (f"model: {args.model}\nrouter: {{http_port: 0}}\n"
-              f"engine: {{plugin: {plugin}, max_num_batched_tokens: {args.max_batch_tokens}, "
-              f"max_num_seqs: 64}}\n"
-              "prefill: {count: 0}\ndecode: {count: 0}\nmixed: {count: 1"
-              f"{'' if plugin == 'cpu' else ', gpus: [0]'}}}\n")
+    config = one_gpu_cluster(args.model, plugin, args.max_batch_tokens, "mixed")
     t0 = time.time()
     up = cu.start_up(strata, tmp, config, timeout=300)
     print(f"strata up serving after {time.time() - t0:.1f} s", flush=True)
@@ -66,9 +63,8 @@ def main():
         mbt = args.max_batch_tokens
         # The worker's KV pool, recorded in the profile (the simulator sizes its pools by it).
         metrics = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
-        m = re.search(r"^strata_worker_kv_blocks_capacity(?:\{[^}]*\})? ([0-9.e+]+)", metrics,
-                      re.M)
-        blocks = ["--num-kv-blocks", str(int(float(m.group(1))))] if m else []
+        capacity = kv_block_capacity(metrics)
+        blocks = ["--num-kv-blocks", str(capacity)] if capacity else []
         lens = [n for n in (128, 512, 1024, 2048, 4096, 8192, 16384) if n <= mbt]
         grid = ["--prefill-lens", ",".join(map(str, lens)), "--prefill-batches", "1,2",
                 "--decode-batches", "1,4,16,32,64", "--decode-lens", "512,2048",

@@ -30,6 +30,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import cluster_util as cu  # noqa: E402
+from gpu_common import kv_block_capacity, one_gpu_cluster  # noqa: E402
 
 # HBM bandwidth by GPU name (vendor data sheets, SXM parts), GB/s.
 HBM_GBPS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0}
@@ -80,17 +81,6 @@ def decode_batch(requests_path):
     return batch, ctx, sum(r["completion_tokens"] for r in rows)
 
 
-def cluster_config(args, mode):
-    engine = (f"engine: {{plugin: {args.plugin}, max_num_batched_tokens: "
-              f"{args.max_num_batched_tokens}, max_num_seqs: 64}}\n")
-    gpus = "" if args.plugin == "cpu" else ", gpus: [0]"
-    if mode == "mixed":
-        pools = f"prefill: {{count: 0}}\ndecode: {{count: 0}}\nmixed: {{count: 1{gpus}}}\n"
-    else:
-        pools = f"prefill: {{count: 1{gpus}}}\ndecode: {{count: 1{gpus}}}\n"
-    return f"model: {args.model}\nrouter: {{http_port: 0}}\n{engine}{pools}"
-
-
 def kv_blocks(metrics_urls):
     """Total KV blocks of the decode-capable workers, from their /metrics."""
     total = 0
@@ -101,9 +91,7 @@ def kv_blocks(metrics_urls):
             text = urllib.request.urlopen(url, timeout=10).read().decode()
         except OSError:
             continue
-        m = re.search(r"^strata_worker_kv_blocks_capacity(?:\{[^}]*\})? ([0-9.e+]+)", text, re.M)
-        if m:
-            total += int(float(m.group(1)))
+        total += kv_block_capacity(text) or 0
     return total
 
 
@@ -139,7 +127,7 @@ def main():
         for mode in args.modes.split(","):
             tmp = tempfile.mkdtemp(prefix=f"strata_gpu_replay_{mode}_")
             t0 = time.time()
-            up = cu.start_up(strata, tmp, cluster_config(args, mode), timeout=300)
+            up = cu.start_up(strata, tmp, one_gpu_cluster(args.model, args.plugin, args.max_num_batched_tokens, mode), timeout=300)
             model_dir = re.search(r"^model: (.*)$", up.output, re.M).group(1).strip()
             metrics = re.findall(r"^  (\S+): (http://\S+/metrics)$", up.output, re.M)
             print(f"{tname} {mode}: serving after {time.time() - t0:.1f} s", flush=True)
