@@ -256,30 +256,15 @@ Json LinkJson(const LinkModel& l) {
   return Json{{"bytes_per_second", l.bytes_per_second}, {"latency_seconds", l.latency_seconds}};
 }
 
-}  // namespace
-
-std::string DefaultProfilePath() {
-  constexpr char kFile[] = "tiny-llama-cpu.json";
-  std::vector<std::filesystem::path> candidates;
-  if (const char* env = std::getenv("STRATA_PROFILE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/strata/profiles" / kFile);
-#ifdef STRATA_PROFILE_SOURCE_DIR
-  candidates.push_back(std::filesystem::path(STRATA_PROFILE_SOURCE_DIR) / kFile);
-#endif
-  for (const auto& c : candidates) {
-    if (std::filesystem::exists(c, ec)) return c.string();
-  }
-  return "";
+// $STRATA_PROFILE when set, else "".
+std::string ProfileFromEnv() {
+  const char* env = std::getenv("STRATA_PROFILE");
+  return env != nullptr ? env : "";
 }
 
-std::string DefaultProfileDir() {
-  if (const char* env = std::getenv("STRATA_PROFILE"); env != nullptr && *env != '\0') {
-    return env;
-  }
+// The first of the shipped profile directories (next to the binary, then the source tree's)
+// that holds `file` ("" = that is a directory); "" when none does.
+std::string FindShipped(const std::string& file) {
   std::vector<std::filesystem::path> candidates;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -287,10 +272,24 @@ std::string DefaultProfileDir() {
 #ifdef STRATA_PROFILE_SOURCE_DIR
   candidates.push_back(std::filesystem::path(STRATA_PROFILE_SOURCE_DIR));
 #endif
-  for (const auto& c : candidates) {
-    if (std::filesystem::is_directory(c, ec)) return c.string();
+  for (const auto& dir : candidates) {
+    const bool found = file.empty() ? std::filesystem::is_directory(dir, ec)
+                                    : std::filesystem::exists(dir / file, ec);
+    if (found) return (file.empty() ? dir : dir / file).string();
   }
   return "";
+}
+
+}  // namespace
+
+std::string DefaultProfilePath() {
+  const std::string env = ProfileFromEnv();
+  return !env.empty() ? env : FindShipped("tiny-llama-cpu.json");
+}
+
+std::string DefaultProfileDir() {
+  const std::string env = ProfileFromEnv();
+  return !env.empty() ? env : FindShipped("");
 }
 
 absl::StatusOr<std::vector<WorkerProfile>> LoadProfiles(const std::string& path) {
