@@ -293,6 +293,11 @@ TEST_F(RouterQueueTest, ExcessWaitsForADecodeSlotAndIsServedWhenOneFrees) {
     EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], 3);
   }
   EXPECT_EQ(worker_.received(), 4);
+  // A placed request's wait is recorded once its placement returns, which can be just after
+  // the worker has answered the client.
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricValue("strata_router_admission_queue_seconds_count") == 2;
+  }));
   const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("strata_router_rejections_total{reason=\"queue_full\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("strata_router_admission_queue_seconds_count 2"));
