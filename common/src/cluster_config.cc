@@ -250,6 +250,9 @@ std::vector<FieldSpec> HeadFields() {
       Scalar<int>(
           "router.grpc_port", "an integer", [](auto& c) -> auto& { return c.router.grpc_port; },
           IntRange(0, 65535)),
+      Scalar<int>(
+          "router.replicas", "an integer", [](auto& c) -> auto& { return c.router.replicas; },
+          IntRange(1, 16)),
       Scalar<double>(
           "router.worker_stream_idle_timeout_s", "a number",
           [](auto& c) -> auto& { return c.router.worker_stream_idle_timeout_s; },

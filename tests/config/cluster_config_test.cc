@@ -21,6 +21,7 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_EQ(c->host, "127.0.0.1");
   EXPECT_EQ(c->router.http_port, 8000);
   EXPECT_EQ(c->router.grpc_port, 0);
+  EXPECT_EQ(c->router.replicas, 1);
   EXPECT_EQ(c->prefill.count, 1);
   EXPECT_EQ(c->decode.count, 1);
   EXPECT_EQ(c->mixed.count, 0);
@@ -47,7 +48,7 @@ TEST(ClusterConfigTest, ParsesEveryKey) {
   auto c = ParseClusterConfig(R"(
 model: /models/llama
 host: 0.0.0.0
-router: {http_port: 9000, grpc_port: 9001}
+router: {http_port: 9000, grpc_port: 9001, replicas: 2}
 prefill: {count: 2}
 decode: {count: 3}
 mixed: {count: 1}
@@ -71,6 +72,7 @@ policy: goodput
   EXPECT_EQ(c->host, "0.0.0.0");
   EXPECT_EQ(c->router.http_port, 9000);
   EXPECT_EQ(c->router.grpc_port, 9001);
+  EXPECT_EQ(c->router.replicas, 2);
   EXPECT_EQ(c->prefill.count, 2);
   EXPECT_EQ(c->decode.count, 3);
   EXPECT_EQ(c->mixed.count, 1);
@@ -322,7 +324,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port, worker_stream_idle_timeout_s)"},
+                "grpc_port, replicas, worker_stream_idle_timeout_s)"},
+        BadCase{"router:\n  replicas: 0\n",
+                "cluster.yaml:2: router.replicas: must be in 1..16, got 0"},
         BadCase{"router:\n  http_port: 70000\n",
                 "cluster.yaml:2: router.http_port: must be in 0..65535, got 70000"},
         BadCase{"router:\n  grpc_port: -1\n",
@@ -390,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "worker_stream_idle_timeout_s"},
+                "replicas, worker_stream_idle_timeout_s"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},

@@ -19,6 +19,10 @@ struct ClusterConfig {
   struct Router {
     int http_port = 8000;  // the OpenAI endpoint; 0 = pick a free port
     int grpc_port = 0;     // where workers register; 0 = pick a free port
+    // Routers serving the one endpoint. Above 1, `strata up` runs them on ports of their own
+    // behind a TCP front on http_port, router i's registry on grpc_port + i (or free ports when
+    // grpc_port is 0), and every worker and kvstore daemon registers with each of them.
+    int replicas = 1;
     // A worker stream silent this long is cancelled and its request moves to another worker
     // (the router's --worker-stream-idle-timeout-s); 0 = no limit.
     double worker_stream_idle_timeout_s = 60;
