@@ -160,6 +160,8 @@ int RunRouter(const Args& args) {
   o.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -309,6 +311,8 @@ int RunWorker(const Args& args) {
   o.engine.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",

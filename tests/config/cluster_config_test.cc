@@ -121,6 +121,26 @@ kv_hash_key_file: /etc/strata/kv-hash/key
   EXPECT_THAT(long_salt.status().message(), HasSubstr("at most 256 bytes"));
 }
 
+TEST(ClusterConfigTest, RateLimitsPerKeyAndByDefault) {
+  auto c = ParseClusterConfig(R"(
+rate_limit: "rpm:600,tpm:200000"
+api_keys:
+  - k1
+  - {key: k2, rate_limit: "tpm:5000"}
+  - {key: k3, cache_salt: s3}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit, "rpm:600,tpm:200000");
+  EXPECT_THAT(c->api_key_rate_limits, ElementsAre("", "tpm:5000"));
+  EXPECT_THAT(c->api_key_cache_salts, ElementsAre("", "", "s3"));
+  for (const char* bad : {"rate_limit: rpm\n", "rate_limit: \"rps:5\"\n",
+                          "api_keys: [{key: k, rate_limit: \"tpm:0\"}]\n"}) {
+    auto r = ParseClusterConfig(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("rate")) << bad;
+  }
+}
+
 TEST(ClusterConfigTest, JsonIsAccepted) {
   auto c = ParseClusterConfig(R"({"decode": {"count": 0}, "mixed": {"count": 2},
                                   "slo": {"ttft_s": 1}})");
@@ -293,8 +313,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "model: m\nmodle: x\n",
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
-            "kv_hash_key_file, unknown_params, get_load_format, policy)"},
+            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
+            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},

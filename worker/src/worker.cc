@@ -186,6 +186,8 @@ class WorkerImpl final : public Worker {
       fo.get_load_format = options_.get_load_format;
       fo.api_key_cache_salts = options_.api_key_cache_salts;
       fo.hide_cached_tokens = options_.hide_cached_tokens;
+      fo.rate_limit = options_.rate_limit;
+      fo.api_key_rate_limits = options_.api_key_rate_limits;
       fo.observer = metrics_->observer();
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);

@@ -61,6 +61,9 @@ struct WorkerOptions {
   // engine.kv_hash_key.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;
+  // Per-API-key requests and tokens per minute (openai::FrontendOptions; mixed role).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
