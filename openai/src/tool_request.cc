@@ -110,9 +110,12 @@ std::optional<ApiError> ParseToolChoice(const Json& choice, const std::vector<st
       return Invalid("tool_choice.type", "expected \"function\"");
     }
     auto function = choice.find("function");
-    auto name = function != choice.end() && function->is_object() ? function->find("name")
-                                                                  : choice.end();
-    if (name == choice.end() || !name->is_string()) {
+    const Json* name = nullptr;
+    if (function != choice.end() && function->is_object()) {
+      auto it = function->find("name");
+      if (it != function->end() && it->is_string()) name = &*it;
+    }
+    if (name == nullptr) {
       return Invalid("tool_choice.function.name", "expected the name of a function in tools");
     }
     out->choice = ToolChoice::kFunction;
