@@ -263,5 +263,40 @@ TEST_F(FrontendToolsTest, ExplicitMistralParserKeepsSpecialTokensAndShortIds) {
   EXPECT_EQ(frontend_->tool_call_parser(), ToolCallParser::kLlama3Json);
 }
 
+// Requests as OpenAI clients send them (tools, tool_choice, tool_calls with JSON-string
+// arguments, tool results) give the prompt HF's apply_chat_template renders from them
+// (tests/fixtures/chat_templates/<family>/openai_cases.json, written by transformers).
+TEST_F(FrontendToolsTest, WireRequestsRenderAsTransformersDoes) {
+  int checked = 0;
+  for (const std::string family : {"llama3_1", "qwen2_5", "qwen3", "mistral_tools"}) {
+    UseTemplate(family);
+    EXPECT_NE(frontend_->tool_call_parser(), ToolCallParser::kNone) << family;
+    const Json cases =
+        Json::parse(ReadFile(kFixtures + "/chat_templates/" + family + "/openai_cases.json"));
+    for (const Json& c : cases["cases"]) {
+      SCOPED_TRACE(family + "/" + c["name"].get<std::string>());
+      Json body = c["request"];
+      body["model"] = "tiny";
+      http::Request req;
+      req.method = "POST";
+      req.path = req.target = "/v1/chat/completions";
+      req.body = body.dump();
+      auto w = std::make_shared<FakeWriter>();
+      const int before = backend_.num_calls();
+      frontend_->HandleChatCompletions(req, w);
+      if (c.contains("error")) {
+        EXPECT_EQ(w->status(), 400);
+        EXPECT_EQ(backend_.num_calls(), before);
+        continue;
+      }
+      ASSERT_EQ(backend_.num_calls(), before + 1) << w->body();
+      EXPECT_EQ(backend_.request(before).prompt,
+                tokenizer_->Encode(c["expected"].get<std::string>(), false));
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 24);
+}
+
 }  // namespace
 }  // namespace strata::openai
