@@ -152,8 +152,7 @@ int RunRouter(const Args& args) {
   if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
     return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser);
-      !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
@@ -285,8 +284,7 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser);
-      !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
   }
   if (o.max_waiting_requests < 0) {

@@ -57,8 +57,7 @@ class Job : public std::enable_shared_from_this<Job> {
   // These run under mu_ and leave the request `done_`; they return the record to report.
   void AccumulateLocked(int choice, GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StreamLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StreamToolsLocked(int choice, const GenerateEvent& event)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StreamToolsLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The calls a choice may still return (parallel_tool_calls: false keeps the first), ids set.
   std::vector<ToolCall> KeepCalls(std::vector<ToolCall> calls, int already) const;
   void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,7 +241,9 @@ std::vector<ToolCall> Job::KeepCalls(std::vector<ToolCall> calls, int already) c
 // finish_reason is "tool_calls" once a call went out.
 void Job::StreamToolsLocked(int choice, const GenerateEvent& event) {
   ChoiceState& c = choices_[choice];
-  if (c.tool_parser == nullptr) c.tool_parser = std::make_unique<ToolCallStreamParser>(spec_.tool_parser);
+  if (c.tool_parser == nullptr) {
+    c.tool_parser = std::make_unique<ToolCallStreamParser>(spec_.tool_parser);
+  }
   ToolCallOutput out = c.tool_parser->Feed(event.text);
   if (event.finished) {
     ToolCallOutput rest = c.tool_parser->Finish();
@@ -271,11 +272,10 @@ void Job::StreamToolsLocked(int choice, const GenerateEvent& event) {
     ++c.tool_calls_sent;
   }
   if (event.finished) {
-    OrderedJson finish = c.tool_calls_sent > 0 ? OrderedJson("tool_calls")
-                                               : FinishReasonJson(event.finish_reason);
-    WriteLocked(ChatChunkJsonWithFinish(spec_.meta, choice, OrderedJson::object(),
-                                        take_logprobs(), std::move(finish),
-                                        spec_.include_usage));
+    OrderedJson finish =
+        c.tool_calls_sent > 0 ? OrderedJson("tool_calls") : FinishReasonJson(event.finish_reason);
+    WriteLocked(ChatChunkJsonWithFinish(spec_.meta, choice, OrderedJson::object(), take_logprobs(),
+                                        std::move(finish), spec_.include_usage));
   }
 }
 

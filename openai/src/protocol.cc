@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "strata/common/json_limits.h"
 #include "src/tool_request.h"
+#include "strata/common/json_limits.h"
 #include "strata/openai/backend.h"
 
 namespace strata::openai {
@@ -608,8 +608,9 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       if (value.is_null()) continue;
       if (key == "functions" || key == "function_call") {
         return ApiError::BadRequest(
-            absl::StrCat(key, " is not supported by this server (OpenAI deprecated functions and "
-                              "function_call): send tools and tool_choice instead"),
+            absl::StrCat(key,
+                         " is not supported by this server (OpenAI deprecated functions and "
+                         "function_call): send tools and tool_choice instead"),
             key);
       }
       return ApiError::BadRequest(absl::StrCat(key, " is not supported by this server"), key);
@@ -692,12 +693,11 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
   const Json json = Json::parse(body, nullptr, false);
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
-  STRATA_RETURN_IF_API_ERROR(
-      CheckFieldNames(json,
-                      {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                       "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
-                       "tools", "tool_choice"},
-                      options, &out->common.unknown_params));
+  STRATA_RETURN_IF_API_ERROR(CheckFieldNames(
+      json,
+      {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "chat_template_kwargs",
+       "add_generation_prompt", "continue_final_message", "tools", "tool_choice"},
+      options, &out->common.unknown_params));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));

@@ -142,9 +142,9 @@ bool ParseLlamaBody(std::string_view body, std::vector<ToolCall>* calls) {
 }  // namespace
 
 absl::Status ParseToolCallParser(std::string_view name, ToolCallParser* out) {
-  for (ToolCallParser p : {ToolCallParser::kAuto, ToolCallParser::kNone,
-                           ToolCallParser::kLlama3Json, ToolCallParser::kHermes,
-                           ToolCallParser::kMistral}) {
+  for (ToolCallParser p :
+       {ToolCallParser::kAuto, ToolCallParser::kNone, ToolCallParser::kLlama3Json,
+        ToolCallParser::kHermes, ToolCallParser::kMistral}) {
     if (name == ToolCallParserName(p)) {
       *out = p;
       return absl::OkStatus();
@@ -185,8 +185,7 @@ ToolCallParser DetectToolCallParser(std::string_view source) {
 }
 
 std::string NewToolCallId(ToolCallParser parser) {
-  static constexpr char kAlnum[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   thread_local absl::BitGen gen;
   const bool mistral = parser == ToolCallParser::kMistral;
   std::string id = mistral ? "" : "call_";
@@ -247,8 +246,7 @@ void ToolCallStreamParser::Process(bool final, ToolCallOutput* out) {
 }
 
 void ToolCallStreamParser::ProcessText(bool final, ToolCallOutput* out) {
-  const std::string_view open =
-      parser_ == ToolCallParser::kHermes ? kHermesOpen : kMistralOpen;
+  const std::string_view open = parser_ == ToolCallParser::kHermes ? kHermesOpen : kMistralOpen;
   const size_t at = buf_.find(open);
   if (at != std::string::npos && calls_ < kMaxToolCallsPerOutput) {
     EmitContent(std::string_view(buf_).substr(0, at), out);

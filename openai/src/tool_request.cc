@@ -62,8 +62,8 @@ std::optional<ApiError> ParseTools(const Json& tools, ToolsSpec* out,
     return Invalid("tools", absl::StrCat("at most ", kMaxTools, " tools, got ", tools.size()));
   }
   if (tools.dump(-1, ' ', false, Json::error_handler_t::replace).size() > kMaxToolsJsonBytes) {
-    return Invalid("tools", absl::StrCat("the tools take more than ", kMaxToolsJsonBytes,
-                                         " bytes of JSON"));
+    return Invalid("tools",
+                   absl::StrCat("the tools take more than ", kMaxToolsJsonBytes, " bytes of JSON"));
   }
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& tool = tools[i];
@@ -101,8 +101,9 @@ std::optional<ApiError> ParseToolChoice(const Json& choice, const std::vector<st
     } else if (c == "required") {
       out->choice = ToolChoice::kRequired;
     } else {
-      return Invalid("tool_choice", "expected \"none\", \"auto\", \"required\" or an object "
-                                    "naming a function");
+      return Invalid("tool_choice",
+                     "expected \"none\", \"auto\", \"required\" or an object "
+                     "naming a function");
     }
   } else if (choice.is_object()) {
     auto type = choice.find("type");
@@ -121,9 +122,9 @@ std::optional<ApiError> ParseToolChoice(const Json& choice, const std::vector<st
     out->choice = ToolChoice::kFunction;
     out->function_name = name->get<std::string>();
     if (std::find(names.begin(), names.end(), out->function_name) == names.end()) {
-      return Invalid("tool_choice.function.name",
-                     absl::StrCat("no function named '", out->function_name.substr(0, 64),
-                                  "' in tools"));
+      return Invalid(
+          "tool_choice.function.name",
+          absl::StrCat("no function named '", out->function_name.substr(0, 64), "' in tools"));
     }
   } else {
     return Invalid("tool_choice", "expected a string or an object");

@@ -36,8 +36,8 @@ bool Same(const ToolCallOutput& a, const ToolCallOutput& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static constexpr ToolCallParser kParsers[] = {
-      ToolCallParser::kLlama3Json, ToolCallParser::kHermes, ToolCallParser::kMistral};
+  static constexpr ToolCallParser kParsers[] = {ToolCallParser::kLlama3Json,
+                                                ToolCallParser::kHermes, ToolCallParser::kMistral};
   const ToolCallParser parser = kParsers[data[0] % 3];
   const size_t piece = 1 + data[0] / 3;  // 1..86 bytes per Feed
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);

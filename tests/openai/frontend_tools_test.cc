@@ -12,10 +12,10 @@
 namespace strata::openai {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::MatchesRegex;
 using testing::FakeBackend;
 using testing::FakeWriter;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using testing::TokensEvent;
 using Json = nlohmann::ordered_json;
 
@@ -253,7 +253,8 @@ TEST_F(FrontendToolsTest, ExplicitMistralParserKeepsSpecialTokensAndShortIds) {
   auto w = ChatWithTools();
   ASSERT_EQ(backend_.num_calls(), 1);
   EXPECT_FALSE(backend_.request(0).params.skip_special_tokens);
-  EmitPieces(0, {"[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"});
+  EmitPieces(0,
+             {"[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"});
   const Json call = w->json()["choices"][0]["message"]["tool_calls"][0];
   EXPECT_THAT(call["id"].get<std::string>(), MatchesRegex("[A-Za-z0-9]{9}"));
   EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");

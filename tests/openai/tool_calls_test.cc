@@ -20,8 +20,7 @@ auto Call(const std::string& name, const std::string& arguments) {
 }
 
 // Feeds `text` split at the given offsets (ascending), then Finish().
-ToolCallOutput Streamed(ToolCallParser parser, const std::string& text,
-                        std::vector<size_t> cuts) {
+ToolCallOutput Streamed(ToolCallParser parser, const std::string& text, std::vector<size_t> cuts) {
   ToolCallStreamParser stream(parser);
   ToolCallOutput all;
   size_t from = 0;
@@ -114,12 +113,12 @@ TEST(ToolCallParserTest, HermesUnclosedCallAtTheEndCountsWhenWhole) {
 TEST(ToolCallParserTest, MalformedCallsStayContent) {
   const std::vector<std::string> texts = {
       "<tool_call>not json</tool_call> and text",
-      "<tool_call>{\"arguments\":{}}</tool_call>",                       // no name
-      "<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>",          // empty name
-      "<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>",        // arguments not an object
-      "<tool_call>[{\"name\":\"f\"}]</tool_call>",                       // not an object
-      "a <tool_call>{\"name\":\"f\"}</tool_call",                         // unclosed, broken end
-      "<tool_call><tool_call>{\"name\":\"f\"}</tool_call>",               // nested opening
+      "<tool_call>{\"arguments\":{}}</tool_call>",                  // no name
+      "<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>",    // empty name
+      "<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>",  // arguments not an object
+      "<tool_call>[{\"name\":\"f\"}]</tool_call>",                  // not an object
+      "a <tool_call>{\"name\":\"f\"}</tool_call",                   // unclosed, broken end
+      "<tool_call><tool_call>{\"name\":\"f\"}</tool_call>",         // nested opening
   };
   for (const std::string& text : texts) {
     ToolCallOutput out = ParseToolCalls(ToolCallParser::kHermes, text);
@@ -159,8 +158,7 @@ TEST(ToolCallParserTest, NoneParserPassesCallsThrough) {
 }
 
 TEST(ToolCallParserTest, Llama3JsonWithAndWithoutPythonTag) {
-  const std::string plain =
-      " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+  const std::string plain = " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
   ToolCallOutput out = ParseToolCalls(ToolCallParser::kLlama3Json, plain);
   EXPECT_EQ(out.content, "");
   EXPECT_THAT(out.calls, ElementsAre(Call("get_weather", R"({"city":"Paris"})")));
@@ -242,8 +240,8 @@ TEST(ToolCallParserTest, DeepArgumentsStayContent) {
   for (int i = 0; i < kMaxToolCallJsonDepth + 5; ++i) deep += "[";
   for (int i = 0; i < kMaxToolCallJsonDepth + 5; ++i) deep += "]";
   deep += "}";
-  for (ToolCallParser p : {ToolCallParser::kHermes, ToolCallParser::kLlama3Json,
-                           ToolCallParser::kMistral}) {
+  for (ToolCallParser p :
+       {ToolCallParser::kHermes, ToolCallParser::kLlama3Json, ToolCallParser::kMistral}) {
     std::string text = p == ToolCallParser::kHermes    ? "<tool_call>" + deep + "</tool_call>"
                        : p == ToolCallParser::kMistral ? "[TOOL_CALLS][" + deep + "]"
                                                        : deep;
@@ -266,9 +264,9 @@ TEST(ToolCallParserTest, CallsPerOutputAreBounded) {
 }
 
 TEST(ToolCallParserTest, NamesAndDetection) {
-  for (ToolCallParser p : {ToolCallParser::kAuto, ToolCallParser::kNone,
-                           ToolCallParser::kLlama3Json, ToolCallParser::kHermes,
-                           ToolCallParser::kMistral}) {
+  for (ToolCallParser p :
+       {ToolCallParser::kAuto, ToolCallParser::kNone, ToolCallParser::kLlama3Json,
+        ToolCallParser::kHermes, ToolCallParser::kMistral}) {
     ToolCallParser back = ToolCallParser::kAuto;
     ASSERT_TRUE(ParseToolCallParser(ToolCallParserName(p), &back).ok());
     EXPECT_EQ(back, p);
@@ -278,8 +276,7 @@ TEST(ToolCallParserTest, NamesAndDetection) {
   EXPECT_EQ(DetectToolCallParser("{{ '<tool_call>' }}"), ToolCallParser::kHermes);
   EXPECT_EQ(DetectToolCallParser("[TOOL_CALLS] [AVAILABLE_TOOLS]"), ToolCallParser::kMistral);
   EXPECT_EQ(DetectToolCallParser("<|python_tag|>"), ToolCallParser::kLlama3Json);
-  EXPECT_EQ(DetectToolCallParser("{% if tools %}<|start_header_id|>"),
-            ToolCallParser::kLlama3Json);
+  EXPECT_EQ(DetectToolCallParser("{% if tools %}<|start_header_id|>"), ToolCallParser::kLlama3Json);
   EXPECT_EQ(DetectToolCallParser("<|im_start|>{{ m.content }}"), ToolCallParser::kNone);
 }
 

@@ -65,7 +65,7 @@ std::string_view ToolCallParserName(ToolCallParser parser);
 ToolCallParser DetectToolCallParser(std::string_view chat_template_source);
 
 struct ToolCall {
-  std::string id;         // empty from the parsers; the front end assigns NewToolCallId()
+  std::string id;  // empty from the parsers; the front end assigns NewToolCallId()
   std::string name;
   std::string arguments;  // JSON text (an object as the model wrote it, compacted)
 };
@@ -108,10 +108,10 @@ class ToolCallStreamParser {
 
   ToolCallParser parser_;
   Mode mode_ = Mode::kText;
-  std::string buf_;         // text not yet decided
-  std::string ws_;          // whitespace held at the start or after a call
-  std::string call_open_;   // kCall: the held whitespace and marker that opened the call
-  size_t searched_ = 0;     // kCall: buf_ holds no end marker before this offset
+  std::string buf_;               // text not yet decided
+  std::string ws_;                // whitespace held at the start or after a call
+  std::string call_open_;         // kCall: the held whitespace and marker that opened the call
+  size_t searched_ = 0;           // kCall: buf_ holds no end marker before this offset
   bool at_segment_start_ = true;  // no content since the start or the last call
   bool started_ = false;          // Llama 3: the start of the output was decided
   int calls_ = 0;
