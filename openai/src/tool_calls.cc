@@ -73,9 +73,33 @@ bool ParseHermesBody(std::string_view body, std::vector<ToolCall>* calls) {
   return true;
 }
 
-// Mistral: a JSON array of call objects (or a single object).
+// Mistral's later form, after the first [TOOL_CALLS]: `name[ARGS]{...}`, each further call
+// behind another [TOOL_CALLS].
+bool ParseMistralNamedCalls(std::string_view body, std::vector<ToolCall>* calls) {
+  constexpr std::string_view kArgs = "[ARGS]";
+  while (true) {
+    const size_t next = body.find(kMistralOpen);
+    const std::string_view one = body.substr(0, next);
+    const size_t args = one.find(kArgs);
+    if (args == std::string_view::npos) return false;
+    Json j = Json::object();
+    j["name"] = std::string(Trim(one.substr(0, args)));
+    j["arguments"] = ParseBounded(Trim(one.substr(args + kArgs.size())));
+    ToolCall call;
+    if (j["arguments"].is_discarded() || !CallFromJson(j, &call)) return false;
+    calls->push_back(std::move(call));
+    if (next == std::string_view::npos) return true;
+    body = body.substr(next + kMistralOpen.size());
+  }
+}
+
+// Mistral: a JSON array of call objects (or a single object), or the named form above.
 bool ParseMistralBody(std::string_view body, std::vector<ToolCall>* calls) {
-  const Json j = ParseBounded(Trim(body));
+  body = Trim(body);
+  if (!body.empty() && body.front() != '[' && body.front() != '{') {
+    return ParseMistralNamedCalls(body, calls);
+  }
+  const Json j = ParseBounded(body);
   if (j.is_object()) {
     ToolCall call;
     if (!CallFromJson(j, &call)) return false;

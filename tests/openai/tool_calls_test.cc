@@ -206,6 +206,23 @@ TEST(ToolCallParserTest, MistralToolCallsArray) {
   ExpectSplitInvariant(ToolCallParser::kMistral, bad);
 }
 
+TEST(ToolCallParserTest, MistralNamedForm) {
+  const std::string text =
+      "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}";
+  ToolCallOutput out = ParseToolCalls(ToolCallParser::kMistral, text);
+  EXPECT_EQ(out.content, "");
+  EXPECT_THAT(out.calls,
+              ElementsAre(Call("get_weather", R"({"city":"Paris"})"), Call("get_time", "{}")));
+  ExpectSplitInvariant(ToolCallParser::kMistral, text);
+  for (const std::string bad :
+       {"[TOOL_CALLS]get_weather{}", "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS][ARGS]{}",
+        "[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g", "[TOOL_CALLS]f[ARGS]{oops"}) {
+    out = ParseToolCalls(ToolCallParser::kMistral, bad);
+    EXPECT_EQ(out.content, bad);
+    EXPECT_TRUE(out.calls.empty()) << bad;
+  }
+}
+
 TEST(ToolCallParserTest, ArgumentsGivenAsAStringAreKept) {
   ToolCallOutput out = ParseToolCalls(
       ToolCallParser::kMistral, "[TOOL_CALLS][{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}]");

@@ -7,7 +7,8 @@
 //                separated by ';'), optionally after `<|python_tag|>`;
 //   hermes       Qwen2.5 / Qwen3 (and Hermes): `<tool_call>{"name": ..., "arguments": {...}}
 //                </tool_call>` blocks anywhere in the output, any number;
-//   mistral      Mistral: `[TOOL_CALLS]` followed by a JSON array of {"name", "arguments"}.
+//   mistral      Mistral: `[TOOL_CALLS]` followed by a JSON array of {"name", "arguments"}, or
+//                (later Mistral tokenizers) `[TOOL_CALLS]name[ARGS]{...}` per call.
 // A parser never fails: text that does not parse as a call (bad JSON, a missing name, a call
 // over kMaxToolCallBytes) stays in the content exactly as generated.
 //
