@@ -122,6 +122,22 @@ TEST_F(FrontendToolsTest, ToolsAreRenderedByTheTemplateUnlessToolChoiceIsNone) {
   EXPECT_NE(*with, *without);
 }
 
+TEST_F(FrontendToolsTest, TokenizeRendersToolsAsChatDoes) {
+  http::Request req;
+  req.method = "POST";
+  req.path = req.target = "/tokenize";
+  req.body =
+      std::string(R"({"messages":[{"role":"user","content":"weather in Paris?"}],"tools":)") +
+      kTools + "}";
+  auto w = std::make_shared<FakeWriter>();
+  frontend_->HandleTokenize(req, w);
+  ASSERT_EQ(w->status(), 200) << w->body();
+  const Json messages = Json::parse(R"([{"role":"user","content":"weather in Paris?"}])");
+  auto with = template_->Render(messages, true, {{"tools", Json::parse(kTools)}});
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(w->json()["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(*with, false));
+}
+
 TEST_F(FrontendToolsTest, NonStreamingCallsBecomeMessageToolCalls) {
   auto w = ChatWithTools();
   EmitPieces(0, {"Let me check.\n", kWeatherCall,
