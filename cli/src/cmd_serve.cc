@@ -13,6 +13,7 @@
 #include "args.h"
 #include "commands.h"
 #include "strata/engine/presets.h"
+#include "strata/proto/registry_client.h"
 #include "strata/router/router.h"
 #include "strata/worker/worker.h"
 #include "tenant_flags.h"
@@ -167,6 +168,8 @@ int RunRouter(const Args& args) {
   o.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -200,7 +203,12 @@ int RunWorker(const Args& args) {
   p.AddString("--host", &o.host, "address to listen on");
   p.AddInt("--http-port", &o.http_port, "health/metrics (and API if mixed) port (0: any)");
   p.AddInt("--grpc-port", &o.grpc_port, "Worker service port (0: any)");
-  p.AddString("--router", &o.router_address, "router registry host:port (empty: standalone)");
+  p.AddString("--router", &o.router_address,
+              "routers' registries, host:port[,host:port...]: registers with each (empty and no "
+              "--router-service: standalone)");
+  p.AddString("--router-service", &o.router_service,
+              "host:port whose name resolves to every router (a headless Service), re-resolved "
+              "every 5 s: registers with each address");
   p.AddString("--model", &model, "model directory or preset:NAME");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (mixed)");
   p.AddString("--plugin", &o.engine.plugin, "engine plugin name or path");
@@ -311,6 +319,8 @@ int RunWorker(const Args& args) {
   o.engine.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",
@@ -324,11 +334,13 @@ int RunWorker(const Args& args) {
                 "sizes the KV pool)",
                 2);
   }
-  if (o.role != v1::ROLE_MIXED && o.router_address.empty()) {
-    return Fail("worker", "a " + role + " worker needs --router", 2);
+  auto routers = proto::RouterTargets::Parse(o.router_address, o.router_service);
+  if (!routers.ok()) return Fail("worker", std::string(routers.status().message()), 2);
+  if (o.role != v1::ROLE_MIXED && routers->empty()) {
+    return Fail("worker", "a " + role + " worker needs --router or --router-service", 2);
   }
-  if (t.remote_from_router && o.router_address.empty()) {
-    return Fail("worker", "--kv-remote-from-router needs --router", 2);
+  if (t.remote_from_router && routers->empty()) {
+    return Fail("worker", "--kv-remote-from-router needs --router or --router-service", 2);
   }
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);

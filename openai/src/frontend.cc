@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "src/generation_job.h"
 #include "strata/common/logging.h"
 #include "strata/openai/format.h"
@@ -110,17 +113,69 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
       new Frontend(backend, std::move(model), std::move(options)));
 }
 
+class Frontend::RefundingObserver final : public RequestObserver {
+ public:
+  RefundingObserver(RateLimiter* limiter, RequestObserver* next)
+      : limiter_(limiter), next_(next) {}
+  void OnFinished(const RequestRecord& record) override {
+    if (record.rate_charged_output_tokens > 0) {
+      int key_index = -1;
+      absl::string_view id = record.api_key_id;
+      if (absl::ConsumePrefix(&id, "key-") && !absl::SimpleAtoi(id, &key_index)) key_index = -1;
+      limiter_->Refund(key_index, record.rate_charged_output_tokens -
+                                      std::min(record.completion_tokens,
+                                               record.rate_charged_output_tokens));
+    }
+    if (next_ != nullptr) next_->OnFinished(record);
+  }
+
+ private:
+  RateLimiter* limiter_;
+  RequestObserver* next_;
+};
+
 Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
     : backend_(backend),
       model_(std::move(model)),
       options_(std::move(options)),
       tool_parser_(options_.tool_call_parser),
-      created_(absl::ToUnixSeconds(absl::Now())) {
+      created_(absl::ToUnixSeconds(absl::Now())),
+      rate_limiter_(options_.rate_limit, options_.api_key_rate_limits),
+      observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {
   if (tool_parser_ == ToolCallParser::kAuto) {
     tool_parser_ = model_.chat_template != nullptr
                        ? DetectToolCallParser(model_.chat_template->source())
                        : ToolCallParser::kNone;
   }
+}
+
+Frontend::~Frontend() = default;
+
+std::optional<ApiError> Frontend::ChargeRateLimit(int key_index, internal::JobSpec* spec) {
+  if (rate_limiter_.unlimited()) return std::nullopt;
+  int64_t output = 0, tokens = 0;
+  for (size_t i = 0; i < spec->prompts.size(); ++i) {
+    output += int64_t(spec->n) * std::max(0, spec->max_tokens[i]);
+    tokens += int64_t(spec->n) * int64_t(spec->prompts[i].size());
+  }
+  tokens += output;
+  const RateLimiter::Decision d = rate_limiter_.Admit(key_index, tokens);
+  if (d.admitted) {
+    spec->rate_charged_output_tokens = output;
+    return std::nullopt;
+  }
+  ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.code = "rate_limit_exceeded";
+  if (d.exceeds_allowance) {
+    e.message = absl::StrCat("Rate limit: ", d.reason, ".");
+  } else {
+    e.retry_after_s = std::max(1, int(std::ceil(d.retry_after_s)));
+    e.message = absl::StrCat("Rate limit reached for ", d.reason, ": retry after ",
+                             e.retry_after_s, " s.");
+  }
+  return e;
 }
 
 void Frontend::Install(http::Server& server) {
@@ -336,13 +391,14 @@ void Frontend::HandleCompletions(const http::Request& request,
   ApplyKeyCacheSalt(key_index, &spec.params);
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
+  if (!error) error = ChargeRateLimit(key_index, &spec);
   if (error) return Reject(*error, spec, *writer);
   NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = spec.params.logprobs >= 0;
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
+  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }
 
@@ -362,13 +418,14 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
+  if (!error) error = ChargeRateLimit(key_index, &spec);
   if (error) return Reject(*error, spec, *writer);
   NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = parsed.logprobs;
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
+  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }
 

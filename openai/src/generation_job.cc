@@ -385,6 +385,7 @@ RequestRecord RecordFor(const JobSpec& spec) {
   r.unknown_params = spec.unknown_params;
   r.stream = spec.stream;
   r.n = spec.n;
+  r.rate_charged_output_tokens = spec.rate_charged_output_tokens;
   return r;
 }
 

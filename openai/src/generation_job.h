@@ -41,6 +41,7 @@ struct JobSpec {
   bool hide_cached_tokens = false;  // usage tells clients 0 cached tokens
   absl::Time arrival;
   std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
+  int64_t rate_charged_output_tokens = 0;   // RequestRecord::rate_charged_output_tokens
 };
 
 struct JobContext {

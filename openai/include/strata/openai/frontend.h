@@ -29,6 +29,7 @@
 #include "strata/http/server.h"
 #include "strata/openai/backend.h"
 #include "strata/openai/protocol.h"
+#include "strata/openai/rate_limit.h"
 #include "strata/openai/tool_calls.h"
 #include "strata/text/chat_template.h"
 #include "strata/text/tokenizer.h"
@@ -73,6 +74,9 @@ struct RequestRecord {
   int64_t completion_tokens = 0;
   // Request fields served without (CommonRequest::unknown_params).
   std::vector<std::string> unknown_params;
+  // The output budget (max_tokens of every choice) charged to the API key's tokens-per-minute
+  // limit at admission; what the request did not generate of it is given back when it ends.
+  int64_t rate_charged_output_tokens = 0;
 };
 
 // Receives one record per request (also for rejected ones), from any thread; must be
@@ -91,6 +95,11 @@ struct FrontendOptions {
   // "" or missing: none), so that keys (tenants) never share cached prompt blocks. At most as
   // many entries as api_keys, each at most SamplingParams::kMaxCacheSaltBytes.
   std::vector<std::string> api_key_cache_salts;
+  // Requests and tokens per minute (rate_limit.h): `rate_limit` for every API key without one of
+  // its own in `api_key_rate_limits` (parallel to api_keys), and for all requests together when
+  // auth is off. Over a limit: 429 with Retry-After.
+  RateLimit rate_limit;
+  std::vector<std::optional<RateLimit>> api_key_rate_limits;
   // Report usage.prompt_tokens_details.cached_tokens as 0 (metrics keep the real count): the
   // number tells a client whether someone else sent the same prefix before.
   bool hide_cached_tokens = false;
@@ -120,6 +129,7 @@ class Frontend {
   // InvalidArgument when backend or tokenizer is null, or max_model_len / vocab_size <= 0.
   static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend, ServedModel model,
                                                           FrontendOptions options);
+  ~Frontend();
 
   // Registers the routes. Call before server.Start().
   void Install(http::Server& server);
@@ -162,6 +172,8 @@ class Frontend {
   void Reject(const ApiError& error, const internal::JobSpec& spec,
               http::ResponseWriter& writer) const;
   internal::JobSpec NewSpec(const http::Request& request, bool chat) const;
+  // Charges the request to its key's rate limits; the 429 to answer with when over one.
+  std::optional<ApiError> ChargeRateLimit(int key_index, internal::JobSpec* spec);
   // Names each unknown field in the log the first time it is seen (kWarn).
   void NoteUnknownParams(const std::vector<std::string>& names);
   ParseOptions parse_options() const { return {options_.unknown_params}; }
@@ -171,6 +183,11 @@ class Frontend {
   FrontendOptions options_;
   ToolCallParser tool_parser_;
   int64_t created_;  // Unix seconds, reported by /v1/models
+  RateLimiter rate_limiter_;
+  // Forwards every record to options_.observer after returning a request's unused token charge
+  // to its key's bucket.
+  class RefundingObserver;
+  std::unique_ptr<RefundingObserver> observer_;
   absl::Mutex unknown_mu_;
   // Unknown field names already logged; bounded (kMaxUnknownNamesLogged).
   absl::flat_hash_set<std::string> unknown_logged_ ABSL_GUARDED_BY(unknown_mu_);

@@ -32,6 +32,10 @@ struct RouterOptions {
   // Default cache salt per API key, parallel to api_keys (openai::FrontendOptions).
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // Per-API-key requests and tokens per minute, enforced by this router on its own
+  // (openai::FrontendOptions).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
   std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
