@@ -44,10 +44,12 @@ bool ParseRole(const std::string& s, v1::Role* role) {
 }
 
 // The OpenAI API flags the router and a mixed worker share: how unrecognized request fields
-// are handled and the shape of GET /get_load (openai/frontend.h).
+// are handled, the shape of GET /get_load and the tool-call format of chat output
+// (openai/frontend.h).
 struct ApiCompatFlags {
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  std::string tool_call_parser = "auto";
 
   void Add(ArgParser& p) {
     p.AddString("--unknown-params", &unknown_params,
@@ -57,11 +59,17 @@ struct ApiCompatFlags {
     p.AddString("--get-load-format", &get_load_format,
                 "GET /get_load body for a peer router in front: sglang (per-rank array) or "
                 "vllm-router ({\"load\": N})");
+    p.AddString("--tool-call-parser", &tool_call_parser,
+                "how chat output is searched for tool calls when a request sends tools: auto "
+                "(from the chat template), llama3_json, hermes, mistral or none (requests using "
+                "tools get 400)");
   }
 
   absl::Status Apply(openai::UnknownParams* unknown,
-                     openai::FrontendOptions::LoadFormat* load_format) const {
+                     openai::FrontendOptions::LoadFormat* load_format,
+                     openai::ToolCallParser* tool_parser) const {
     if (auto s = openai::ParseUnknownParams(unknown_params, unknown); !s.ok()) return s;
+    if (auto s = openai::ParseToolCallParser(tool_call_parser, tool_parser); !s.ok()) return s;
     return openai::ParseLoadFormat(get_load_format, load_format);
   }
 };
@@ -145,7 +153,7 @@ int RunRouter(const Args& args) {
   if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
     return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
@@ -284,7 +292,7 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
   }
   if (o.max_waiting_requests < 0) {

@@ -477,6 +477,9 @@ void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv
   if (c.get_load_format != "sglang") {
     argv.insert(argv.end(), {"--get-load-format", c.get_load_format});
   }
+  if (c.tool_call_parser != "auto") {
+    argv.insert(argv.end(), {"--tool-call-parser", c.tool_call_parser});
+  }
 }
 
 void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,

@@ -121,6 +121,13 @@ std::string CheckGetLoadFormat(const std::string& v) {
   return absl::StrCat("must be sglang or vllm-router, got '", v, "'");
 }
 
+std::string CheckToolCallParser(const std::string& v) {
+  for (const char* name : {"auto", "none", "llama3_json", "hermes", "mistral"}) {
+    if (v == name) return "";
+  }
+  return absl::StrCat("must be auto, none, llama3_json, hermes or mistral, got '", v, "'");
+}
+
 std::string CheckRestartPolicy(const std::string& v) {
   if (v == "on-failure" || v == "always" || v == "never") return "";
   return absl::StrCat("must be on-failure, always or never, got '", v, "'");
@@ -375,6 +382,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "get_load_format", "a string", [](auto& c) -> auto& { return c.get_load_format; },
           CheckGetLoadFormat),
+      Scalar<std::string>(
+          "tool_call_parser", "a string", [](auto& c) -> auto& { return c.tool_call_parser; },
+          CheckToolCallParser),
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
   };

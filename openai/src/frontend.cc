@@ -50,12 +50,17 @@ ApiError SamplingError(const absl::Status& status) {
 // continuing the final message (vLLM's continue_final_message, as HF's apply_chat_template
 // does it), rendered without it and cut right after the final message's content (stripped of
 // surrounding whitespace), so that no end-of-turn follows it.
+// Tools in use reach the template as its `tools` (HF's apply_chat_template(tools=...));
+// tool_choice "none" renders the prompt without them.
 absl::StatusOr<std::string> RenderChat(const ChatTemplate& tmpl,
                                        const nlohmann::ordered_json& messages,
                                        bool add_generation_prompt, bool continue_final_message,
-                                       const nlohmann::ordered_json& kwargs) {
+                                       const nlohmann::ordered_json& kwargs,
+                                       const ToolsSpec& tools) {
+  nlohmann::ordered_json context = kwargs;
+  if (tools.active()) context["tools"] = tools.tools;
   absl::StatusOr<std::string> rendered =
-      tmpl.Render(messages, add_generation_prompt && !continue_final_message, kwargs);
+      tmpl.Render(messages, add_generation_prompt && !continue_final_message, context);
   if (!rendered.ok() || !continue_final_message) return rendered;
   const std::string content = messages.back()["content"].get<std::string>();
   const std::string final_text(absl::StripAsciiWhitespace(content));
@@ -133,9 +138,16 @@ Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
     : backend_(backend),
       model_(std::move(model)),
       options_(std::move(options)),
+      tool_parser_(options_.tool_call_parser),
       created_(absl::ToUnixSeconds(absl::Now())),
       rate_limiter_(options_.rate_limit, options_.api_key_rate_limits),
-      observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {}
+      observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {
+  if (tool_parser_ == ToolCallParser::kAuto) {
+    tool_parser_ = model_.chat_template != nullptr
+                       ? DetectToolCallParser(model_.chat_template->source())
+                       : ToolCallParser::kNone;
+  }
+}
 
 Frontend::~Frontend() = default;
 
@@ -303,9 +315,24 @@ std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpe
     return ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
                                 "messages");
   }
+  if (request.tools.active()) {
+    if (tool_parser_ == ToolCallParser::kNone) {
+      return ApiError::BadRequest(
+          absl::StrCat("tools need a tool-call parser, and this server has none for model ",
+                       model_.name,
+                       " (its chat template shows no known tool-call format): start it with "
+                       "--tool-call-parser llama3_json, hermes or mistral, or send "
+                       "tool_choice \"none\""),
+          "tools");
+    }
+    spec->tool_parser = tool_parser_;
+    spec->parallel_tool_calls = request.tools.parallel_tool_calls;
+    // [TOOL_CALLS] is a special token: decoding must keep it for the parser to see it.
+    if (tool_parser_ == ToolCallParser::kMistral) spec->params.skip_special_tokens = false;
+  }
   absl::StatusOr<std::string> prompt =
       RenderChat(*model_.chat_template, request.messages, request.add_generation_prompt,
-                 request.continue_final_message, request.chat_template_kwargs);
+                 request.continue_final_message, request.chat_template_kwargs, request.tools);
   if (!prompt.ok()) {
     return ApiError::BadRequest(std::string(prompt.status().message()), "messages");
   }
@@ -553,7 +580,7 @@ void Frontend::HandleTokenize(const http::Request& request,
     } else {
       absl::StatusOr<std::string> rendered =
           RenderChat(*model_.chat_template, parsed.messages, parsed.add_generation_prompt,
-                     parsed.continue_final_message, parsed.chat_template_kwargs);
+                     parsed.continue_final_message, parsed.chat_template_kwargs, parsed.tools);
       if (rendered.ok()) {
         text = std::move(*rendered);
       } else {

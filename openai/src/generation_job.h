@@ -12,6 +12,7 @@
 #include "strata/openai/format.h"
 #include "strata/openai/frontend.h"
 #include "strata/openai/protocol.h"
+#include "strata/openai/tool_calls.h"
 #include "strata/text/tokenizer.h"
 #include "strata/types/sampling.h"
 
@@ -32,6 +33,9 @@ struct JobSpec {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // Chat with tools in use: the format the output's tool calls are parsed from (kNone: none).
+  ToolCallParser tool_parser = ToolCallParser::kNone;
+  bool parallel_tool_calls = true;  // false: a choice returns its first call only
   std::string slo_class;
   std::string api_key_id;
   bool hide_cached_tokens = false;  // usage tells clients 0 cached tokens

@@ -35,6 +35,7 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_TRUE(c->api_keys.empty());
   EXPECT_EQ(c->unknown_params, "warn");
   EXPECT_EQ(c->get_load_format, "sglang");
+  EXPECT_EQ(c->tool_call_parser, "auto");
   EXPECT_TRUE(c->log_dir.empty());
   for (const auto* pool : {&c->prefill, &c->decode, &c->mixed}) {
     EXPECT_TRUE(pool->gpus.empty());
@@ -65,6 +66,7 @@ log_dir: /var/log/strata
 api_keys: [k1, "k2"]
 unknown_params: reject
 get_load_format: vllm-router
+tool_call_parser: mistral
 policy: goodput
 )");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -89,6 +91,7 @@ policy: goodput
   EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2"));
   EXPECT_EQ(c->unknown_params, "reject");
   EXPECT_EQ(c->get_load_format, "vllm-router");
+  EXPECT_EQ(c->tool_call_parser, "mistral");
   EXPECT_EQ(c->policy, "goodput");
 }
 
@@ -314,7 +317,8 @@ INSTANTIATE_TEST_SUITE_P(
             "model: m\nmodle: x\n",
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
             "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
-            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, policy)"},
+            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
+            "tool_call_parser, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},
@@ -420,6 +424,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
         BadCase{"get_load_format: vllm\n",
                 "cluster.yaml:1: get_load_format: must be sglang or vllm-router, got 'vllm'"},
+        BadCase{"tool_call_parser: qwen\n",
+                "cluster.yaml:1: tool_call_parser: must be auto, none, llama3_json, hermes or "
+                "mistral, got 'qwen'"},
         BadCase{"policy: a\npolicy: b\n", "cluster.yaml:2: policy: duplicate key"},
         BadCase{"- a\n- b\n", "cluster.yaml:1: expected a mapping at the top level"},
         BadCase{"model: [unclosed\n",

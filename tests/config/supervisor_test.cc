@@ -550,13 +550,16 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(FlagValue(defaults->router[0].argv, "--unknown-params"), "(absent)");
   EXPECT_EQ(FlagValue(defaults->workers[0].argv, "--get-load-format"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--tool-call-parser"), "(absent)");
   c.unknown_params = "reject";
   c.get_load_format = "vllm-router";
+  c.tool_call_parser = "hermes";
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
   ASSERT_TRUE(planned.ok()) << planned.status();
   for (const auto* p : {&planned->router[0], &planned->workers[0], &planned->workers[1]}) {
     EXPECT_EQ(FlagValue(p->argv, "--unknown-params"), "reject") << p->name;
     EXPECT_EQ(FlagValue(p->argv, "--get-load-format"), "vllm-router") << p->name;
+    EXPECT_EQ(FlagValue(p->argv, "--tool-call-parser"), "hermes") << p->name;
   }
 }
 

@@ -184,6 +184,7 @@ class WorkerImpl final : public Worker {
       fo.api_keys = options_.api_keys;
       fo.unknown_params = options_.unknown_params;
       fo.get_load_format = options_.get_load_format;
+      fo.tool_call_parser = options_.tool_call_parser;
       fo.api_key_cache_salts = options_.api_key_cache_salts;
       fo.hide_cached_tokens = options_.hide_cached_tokens;
       fo.rate_limit = options_.rate_limit;

@@ -92,6 +92,8 @@ struct ClusterConfig {
   // of GET /get_load for a peer router in front of the workers (sglang | vllm-router).
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  // Their --tool-call-parser: auto | none | llama3_json | hermes | mistral.
+  std::string tool_call_parser = "auto";
   // Default cache salt of each API key's requests, parallel to api_keys ("" = none); from
   // entries of the form {key: K, cache_salt: S}.
   std::vector<std::string> api_key_cache_salts;

@@ -30,6 +30,7 @@
 #include "strata/openai/backend.h"
 #include "strata/openai/protocol.h"
 #include "strata/openai/rate_limit.h"
+#include "strata/openai/tool_calls.h"
 #include "strata/text/chat_template.h"
 #include "strata/text/tokenizer.h"
 
@@ -114,6 +115,10 @@ struct FrontendOptions {
   // router in front of this process reads.
   enum class LoadFormat { kSglang, kVllmRouter };
   LoadFormat get_load_format = LoadFormat::kSglang;
+  // How tool calls are found in chat output when a request sends tools (tool_calls.h): kAuto
+  // picks the format from the chat template's markers. With kNone (or a template auto finds no
+  // format in) a request whose tools are in use (tool_choice not "none") answers 400.
+  ToolCallParser tool_call_parser = ToolCallParser::kAuto;
 };
 
 // "sglang" or "vllm-router"; InvalidArgument otherwise.
@@ -146,6 +151,8 @@ class Frontend {
   void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
   const ServedModel& model() const { return model_; }
+  // The tool-call format in use (FrontendOptions::tool_call_parser, kAuto resolved).
+  ToolCallParser tool_call_parser() const { return tool_parser_; }
 
  private:
   Frontend(Backend* backend, ServedModel model, FrontendOptions options);
@@ -174,6 +181,7 @@ class Frontend {
   Backend* backend_;
   ServedModel model_;
   FrontendOptions options_;
+  ToolCallParser tool_parser_;
   int64_t created_;  // Unix seconds, reported by /v1/models
   RateLimiter rate_limiter_;
   // Forwards every record to options_.observer after returning a request's unused token charge

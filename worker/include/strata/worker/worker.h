@@ -56,6 +56,8 @@ struct WorkerOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // How chat output is searched for tool calls (kAuto: from the chat template; tool_calls.h).
+  openai::ToolCallParser tool_call_parser = openai::ToolCallParser::kAuto;
   // The mixed role's API: default cache salt per API key, parallel to api_keys, and whether
   // usage reports 0 cached tokens (openai::FrontendOptions). The cluster's block hash key is
   // engine.kv_hash_key.
