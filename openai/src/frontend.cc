@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "src/generation_job.h"
+#include "src/resume.h"
 #include "strata/common/logging.h"
 #include "strata/openai/format.h"
 
@@ -315,6 +316,9 @@ void Frontend::HandleCompletions(const http::Request& request,
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = spec.params.logprobs >= 0;
+  if (auto e = internal::ApplyResumeHeaders(request, *backend_, &spec)) {
+    return Reject(*e, spec, *writer);
+  }
   internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
                      std::move(writer));
 }
@@ -341,6 +345,9 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = parsed.logprobs;
+  if (auto e = internal::ApplyResumeHeaders(request, *backend_, &spec)) {
+    return Reject(*e, spec, *writer);
+  }
   internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
                      std::move(writer));
 }

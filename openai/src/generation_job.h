@@ -37,6 +37,11 @@ struct JobSpec {
   bool hide_cached_tokens = false;  // usage tells clients 0 cached tokens
   absl::Time arrival;
   std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
+  // The client's Idempotency-Key ("": none, or the backend cannot resume): stream chunks carry
+  // SSE ids (resume.h), and a retry continues the original generation.
+  std::string idempotency_key;
+  // From Last-Event-ID: per choice, the stream chunks the client has; they are not sent again.
+  std::vector<int64_t> resume_after;
 };
 
 struct JobContext {
