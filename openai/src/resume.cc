@@ -28,10 +28,10 @@ std::optional<ApiError> ParseLastEventId(const std::string& value, size_t choice
       absl::StrCat("Last-Event-ID must be an event id of this request's stream (", choices,
                    " chunk count(s) joined by '.'), got '", value.substr(0, 64), "'"));
   if (value.size() > 24 * choices) return bad;
-  std::vector<std::string_view> parts = absl::StrSplit(value, '.');
+  std::vector<absl::string_view> parts = absl::StrSplit(value, '.');
   if (parts.size() != choices) return bad;
   out->clear();
-  for (std::string_view p : parts) {
+  for (absl::string_view p : parts) {
     int64_t n = 0;
     if (p.empty() || !absl::SimpleAtoi(p, &n) || n < 0 || n > kMaxChunks) return bad;
     out->push_back(n);

@@ -44,6 +44,8 @@ class CallStream {
   virtual void TryCancel() = 0;
 };
 
+class ProbeGroup;
+
 // One request's life on the cluster, across attempts (a retry after a worker vanished).
 struct CallState {
   ClusterBackend* backend;

@@ -44,7 +44,9 @@ class Result:
 
 
 def _headers(key, last_id, extra):
-    h = {"Content-Type": "application/json", "Idempotency-Key": key}
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Idempotency-Key"] = key
     if last_id is not None:
         h["Last-Event-ID"] = last_id
     h.update(extra or {})
@@ -81,11 +83,13 @@ def _read_stream(resp, result, on_event=None):
 
 def post(ports, path, body, key=None, attempts=6, backoff_s=0.25, timeout=120, headers=None,
          on_event=None):
-    """POSTs body to the first of `ports` (trying the next on each retry) and returns a Result.
-    `on_event(result)` runs after each streamed event (a test can kill a router there)."""
+    """POSTs body to the first of `ports` (trying the next on each retry) and returns a Result;
+    raises the last connection error when every attempt failed. key None: a new one; "": none
+    (a plain client). `on_event(result)` runs after each streamed event (a test can kill a
+    router there)."""
     if isinstance(ports, int):
         ports = [ports]
-    key = key or new_key()
+    key = new_key() if key is None else key
     result = Result()
     stream = bool(body.get("stream"))
     for attempt in range(attempts):

@@ -309,7 +309,7 @@ TEST_F(HeldWorkerTest, AnUnkeyedRequestIsCancelledWithItsStream) {
 TEST_F(HeldWorkerTest, AfterTheGraceNobodyAttachedToIsCancelledAndFreed) {
   auto stub = Stub();
   const absl::Time start = absl::Now();
-  const Collected cut = GenerateThenCancel(*stub, Request("orphan", 3000, "orphan#0"), 2);
+  const Collected cut = GenerateThenCancel(*stub, Request("orphan", 1500, "orphan#0"), 2);
   EXPECT_EQ(cut.status.error_code(), grpc::StatusCode::CANCELLED);
   // Still running within the grace (a retry would attach to it).
   EXPECT_FALSE(Idle());
@@ -320,9 +320,9 @@ TEST_F(HeldWorkerTest, AfterTheGraceNobodyAttachedToIsCancelledAndFreed) {
   EXPECT_EQ(AttachAll(*stub, "orphan#0").status.error_code(), grpc::StatusCode::NOT_FOUND);
   // It was cancelled, not run to its end: the same request uncut takes longer than it was held.
   const absl::Time uncut_start = absl::Now();
-  const Collected uncut = GenerateAll(*stub, Request("orphan-uncut", 3000));
+  const Collected uncut = GenerateAll(*stub, Request("orphan-uncut", 1500));
   ASSERT_TRUE(uncut.status.ok());
-  EXPECT_EQ(uncut.tokens.size(), 3000u);
+  EXPECT_EQ(uncut.tokens.size(), 1500u);
   EXPECT_LT(held_for, absl::Now() - uncut_start);
 }
 

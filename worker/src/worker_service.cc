@@ -73,7 +73,11 @@ class StreamReactor final : public grpc::ServerWriteReactor<Msg>, public Respons
     }
     MaybeWriteLocked();
   }
-  void OnCancel() override { StreamOver(false); }
+  void OnCancel() override {
+    StreamOver(false);
+    // A held request no longer writes here; any other stream has nothing more to say.
+    Fail(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
   void OnDone() override {
     bool completed;
     {
