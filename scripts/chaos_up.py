@@ -27,9 +27,14 @@ Requests whose every attempt was refused are counted as refused, streams whose r
 as cut by the router's death (apart, not as failures). --no-retry runs plain clients instead (no
 key, no retry), for comparison.
 
+With --routers N (2 or more), `strata up` runs N routers behind its TCP front, every worker
+registered with each; with --kill-router a random one of them is among the victims, and the
+clients' retries reach the routers that are up. Run the same seed with --routers 1 for the
+single-router figures side by side.
+
 usage: python3 scripts/chaos_up.py STRATA_BINARY [--seconds 70] [--kill-every 8]
            [--clients 8] [--stream-fraction 0.25] [--prefill 1] [--decode 2] [--seed 1]
-           [--kill-router] [--max-tokens 4-32] [--attempts 6] [--no-retry]
+           [--kill-router] [--routers 1] [--max-tokens 4-32] [--attempts 6] [--no-retry]
 """
 import argparse
 import collections
@@ -61,6 +66,8 @@ def main():
     ap.add_argument("--decode", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-router", action="store_true")
+    ap.add_argument("--routers", type=int, default=1,
+                    help="routers behind strata up's one port (router.replicas)")
     ap.add_argument("--max-tokens", default="4-32",
                     help="LO-HI: each request's max_tokens is drawn from this range")
     ap.add_argument("--attempts", type=int, default=6,
@@ -73,13 +80,19 @@ def main():
     rng = random.Random(args.seed)
     tmp = tempfile.mkdtemp(prefix="strata_chaos_")
     up = cu.start_up(args.strata, tmp,
-                     f"router: {{http_port: 0}}\nprefill: {{count: {args.prefill}}}\n"
+                     f"router: {{http_port: 0, replicas: {args.routers}}}\n"
+                     f"prefill: {{count: {args.prefill}}}\n"
                      f"decode: {{count: {args.decode}}}\nengine: {{num_kv_blocks: 256}}\n",
                      timeout=180)
     router_port = up.http
     names = [f"prefill-{i}" for i in range(args.prefill)] + \
         [f"decode-{i}" for i in range(args.decode)]
-    victims = names + (["router"] if args.kill_router else [])
+    routers = ["router"] if args.routers == 1 else [f"router-{i}" for i in range(args.routers)]
+    # Each process's own HTTP port, from `up`'s listing ("  NAME: http://127.0.0.1:P/metrics").
+    ports = dict(l.split(": http://127.0.0.1:") for l in up.output.splitlines()
+                 if l.startswith("  ") and l.endswith("/metrics"))
+    ports = {name.strip(): int(url.split("/")[0]) for name, url in ports.items()}
+    victims = names + (routers if args.kill_router else [])
     lo_tokens, hi_tokens = (int(x) for x in args.max_tokens.split("-"))
     outcomes, errors = collections.Counter(), collections.Counter()
     attempts = 1 if args.no_retry else args.attempts
@@ -165,7 +178,8 @@ def main():
         while time.time() - start + args.kill_every < args.seconds:
             time.sleep(args.kill_every)
             victim = rng.choice(victims)
-            pattern = " router " if victim == "router" else f"id {victim} "
+            pattern = (f" router .*--http-port {ports[victim]} " if victim.startswith("router")
+                       else f"id {victim} ")
             pids = subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", pattern],
                                   capture_output=True, text=True).stdout.split()
             if pids:
@@ -180,31 +194,30 @@ def main():
         stop.set()
         for t in threads:
             t.join()
-    # Every worker is serving again: its /ready answers 200 (ports from `up`'s listing).
-    ports = dict(l.split(": http://127.0.0.1:") for l in up.output.splitlines()
-                 if l.startswith("  ") and l.endswith("/metrics"))
+    # Every worker and router is serving again: its /ready answers 200.
     def ready(port):
         try:
             return cu.request(port, "GET", "/ready", timeout=5)[0] == 200
         except OSError:  # a worker killed last may still be waiting for its restart
             return False
     not_ready = []
-    for name in names + ["router"]:
-        port = int(ports["  " + name].split("/")[0])
+    for name in names + routers:
+        port = ports[name]
         if not cu.wait_until(lambda: ready(port), timeout=60, interval=0.5):
             not_ready.append(name)
     restarts = up.tail_all().count(" started again (pid ")
-    router_http = int(ports["  router"].split("/")[0])
-    retried = cu.metric(router_http, "strata_router_retries_total")
-    resumed = cu.metric(router_http, "strata_router_resumed_streams_total")
+    retried = sum(cu.metric(ports[r], "strata_router_retries_total") or 0 for r in routers)
+    resumed = sum(cu.metric(ports[r], "strata_router_resumed_streams_total") or 0
+                  for r in routers)
     rc = up.stop(signal.SIGTERM, timeout=120)
     shutil.rmtree(tmp, ignore_errors=True)
 
     total = sum(outcomes.values())
     print(f"\n{args.seconds:.0f} s, {args.clients} clients ({args.stream_fraction:.0%} streaming), "
-          f"{args.prefill} prefill + {args.decode} decode workers, {kills} SIGKILLs, "
-          f"{restarts} restarts by strata up, strata up exited {rc}; the router (since its "
-          f"last start) placed {retried:.0f} requests again and resumed {resumed:.0f} streams")
+          f"{args.routers} router(s), {args.prefill} prefill + {args.decode} decode workers, "
+          f"{kills} SIGKILLs, {restarts} restarts by strata up, strata up exited {rc}; the "
+          f"routers (since their last start) placed {retried:.0f} requests again and resumed "
+          f"{resumed:.0f} streams")
     print(f"clients retried {retries['retries']} times after connection errors, "
           f"{retries['resumes']} of them resuming a started stream (Last-Event-ID)")
     print("| outcome | count | share |\n|---|---:|---:|")

@@ -1,12 +1,12 @@
 """Router high availability through `strata up --routers 2` (two routers behind its TCP front,
 every worker registered with both): one router SIGKILLed under load refuses nothing and gets no
-answer wrong (the requests it held are retried on a new connection and answered by the other
-router with the same greedy text), it is started again and registered with; and after a worker
-restart both routers' KV indexes agree.
+answer wrong (the requests it held are retried on a new connection with their Idempotency-Key,
+streams from their Last-Event-ID, and answered by the other router from the generation their
+worker still holds, with the uncut greedy text), it is started again and registered with; and
+after a worker restart both routers' KV indexes agree.
 
 Usage: router_ha_test.py STRATA_BINARY
 """
-import http.client
 import json
 import os
 import re
@@ -18,6 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
+import resume_client as rc  # noqa: E402
 from cluster_util import metric, start_up, wait_until  # noqa: E402
 
 STRATA = None
@@ -30,50 +31,21 @@ def body(prompt, streaming):
             "stream": streaming}
 
 
-class Cut(Exception):
-    """The connection ended before the whole answer arrived."""
-
-
-def complete_once(port, prompt, streaming, timeout=60):
-    """One attempt: (status, text). Raises Cut when the connection breaks mid-request."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("POST", "/v1/completions", body=json.dumps(body(prompt, streaming)),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        raw = resp.read().decode()
-    except (ConnectionError, http.client.HTTPException, OSError) as e:
-        raise Cut(repr(e))
-    finally:
-        conn.close()
-    if resp.status != 200:
-        return resp.status, raw
-    if not streaming:
-        return 200, json.loads(raw)["choices"][0]["text"]
-    text, done = "", False
-    for event in raw.split("\n\n"):
-        data = [line[len("data: "):] for line in event.splitlines() if line.startswith("data: ")]
-        if not data:
-            continue
-        if data[0] == "[DONE]":
-            done = True
-        else:
-            text += json.loads(data[0])["choices"][0]["text"]
-    if not done:
-        raise Cut("stream ended without [DONE]")
-    return 200, text
-
-
 def complete(port, prompt, streaming, attempts=6):
-    """What a client does about a router's death: retry a cut request on a new connection.
-    Returns (status, text, attempts used)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            status, text = complete_once(port, prompt, streaming)
-            return status, text, attempt
-        except Cut:
-            time.sleep(0.1 * attempt)
-    return None, "cut on every attempt", attempts
+    """What a client does about a router's death (resume_client.py): every request carries an
+    Idempotency-Key; a cut one is retried on a new connection, a started stream with
+    Last-Event-ID, so it continues rather than restarts. Returns (status, text, retries,
+    resumes)."""
+    try:
+        got = rc.post(port, "/v1/completions", body(prompt, streaming), attempts=attempts,
+                      backoff_s=0.1)
+    except rc.CONNECTION_ERRORS as e:
+        return None, f"cut on every attempt: {e}", attempts, 0
+    if got.status != 200:
+        return got.status, json.dumps(got.body), got.retries, got.resumes
+    if streaming and not got.done:
+        return None, "stream ended without [DONE]", got.retries, got.resumes
+    return 200, got.text(), got.retries, got.resumes
 
 
 def process_pid(needle):
@@ -122,7 +94,7 @@ class RouterHaTest(unittest.TestCase):
                                        self.workers_of(r, "prefill") == 1), r)
         want = {}
         for p in PROMPTS:
-            status, text, _ = complete(port, p, False)
+            status, text, _, _ = complete(port, p, False)
             self.assertEqual(status, 200, text)
             want[p] = text
 
@@ -132,9 +104,9 @@ class RouterHaTest(unittest.TestCase):
             n = 0
             while not stop.is_set():
                 prompt, streaming = PROMPTS[(i + n) % len(PROMPTS)], (i + n) % 2 == 0
-                status, text, attempts = complete(port, prompt, streaming)
+                status, text, retries, resumes = complete(port, prompt, streaming)
                 with lock:
-                    results.append((prompt, streaming, status, text, attempts))
+                    results.append((prompt, streaming, status, text, retries, resumes))
                 n += 1
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
@@ -150,9 +122,11 @@ class RouterHaTest(unittest.TestCase):
 
         refused = [r for r in results if r[2] != 200]
         wrong = [r for r in results if r[2] == 200 and r[3] != want[r[0]]]
-        retried = [r for r in results if r[4] > 1]
-        print(f"{len(results)} requests, {len(retried)} retried after a cut, "
-              f"{len(refused)} refused, {len(wrong)} wrong", file=sys.stderr)
+        retried = [r for r in results if r[4] > 0]
+        resumed = [r for r in results if r[5] > 0]
+        print(f"{len(results)} requests, {len(retried)} retried after a cut ({len(resumed)} "
+              f"streams resumed from Last-Event-ID), {len(refused)} refused, {len(wrong)} wrong",
+              file=sys.stderr)
         self.assertGreater(len(results), 20)
         self.assertEqual(refused, [])
         self.assertEqual(wrong, [])
@@ -163,8 +137,7 @@ class RouterHaTest(unittest.TestCase):
         self.assertTrue(wait_until(lambda: self.workers_of("router-0", "decode") == 1 and
                                    self.workers_of("router-0", "prefill") == 1, 15))
         for p in PROMPTS:  # served through either router again
-            status, text, attempts = complete(port, p, True)
-            self.assertEqual((status, text, attempts), (200, want[p], 1))
+            self.assertEqual(complete(port, p, True), (200, want[p], 0, 0))
 
     def test_both_routers_indexes_agree_after_a_worker_restart(self):
         port = self.up.http
