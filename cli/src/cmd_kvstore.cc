@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "strata/kvstore/eviction_policy.h"
 #include "strata/kvstore/kvstore_server.h"
+#include "strata/proto/registry_client.h"
 
 namespace strata::cli {
 namespace {
@@ -50,10 +51,18 @@ int RunKvstore(const Args& args) {
               "eviction policy (kvstore registry: lru, s3-fifo, arc, ghost-lru, ...)");
   p.AddInt64("--lease-timeout-ms", &lease_timeout_ms,
              "how long an unreleased lease or reservation holds a block");
-  p.AddString("--router", &o.router_address, "router registry host:port (empty: standalone)");
+  p.AddString("--router", &o.router_address,
+              "routers' registries, host:port[,host:port...]: registers with each (empty and no "
+              "--router-service: standalone)");
+  p.AddString("--router-service", &o.router_service,
+              "host:port whose name resolves to every router (a headless Service), re-resolved "
+              "every 5 s: registers with each address");
   p.AddString("--model-identity", &o.model_identity, "model whose blocks it holds (empty: any)");
   p.AddDouble("--heartbeat-seconds", &heartbeat_s, "interval of heartbeats to the router");
   if (auto s = p.Parse(args); !s.ok()) return Fail("kvstore", std::string(s.message()), 2);
+  if (auto t = proto::RouterTargets::Parse(o.router_address, o.router_service); !t.ok()) {
+    return Fail("kvstore", std::string(t.status().message()), 2);
+  }
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
     return 0;

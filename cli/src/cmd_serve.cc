@@ -13,6 +13,7 @@
 #include "args.h"
 #include "commands.h"
 #include "strata/engine/presets.h"
+#include "strata/proto/registry_client.h"
 #include "strata/router/router.h"
 #include "strata/worker/worker.h"
 #include "tenant_flags.h"
@@ -43,10 +44,12 @@ bool ParseRole(const std::string& s, v1::Role* role) {
 }
 
 // The OpenAI API flags the router and a mixed worker share: how unrecognized request fields
-// are handled and the shape of GET /get_load (openai/frontend.h).
+// are handled, the shape of GET /get_load and the tool-call format of chat output
+// (openai/frontend.h).
 struct ApiCompatFlags {
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  std::string tool_call_parser = "auto";
 
   void Add(ArgParser& p) {
     p.AddString("--unknown-params", &unknown_params,
@@ -56,11 +59,17 @@ struct ApiCompatFlags {
     p.AddString("--get-load-format", &get_load_format,
                 "GET /get_load body for a peer router in front: sglang (per-rank array) or "
                 "vllm-router ({\"load\": N})");
+    p.AddString("--tool-call-parser", &tool_call_parser,
+                "how chat output is searched for tool calls when a request sends tools: auto "
+                "(from the chat template), llama3_json, hermes, mistral or none (requests using "
+                "tools get 400)");
   }
 
   absl::Status Apply(openai::UnknownParams* unknown,
-                     openai::FrontendOptions::LoadFormat* load_format) const {
+                     openai::FrontendOptions::LoadFormat* load_format,
+                     openai::ToolCallParser* tool_parser) const {
     if (auto s = openai::ParseUnknownParams(unknown_params, unknown); !s.ok()) return s;
+    if (auto s = openai::ParseToolCallParser(tool_call_parser, tool_parser); !s.ok()) return s;
     return openai::ParseLoadFormat(get_load_format, load_format);
   }
 };
@@ -148,7 +157,7 @@ int RunRouter(const Args& args) {
   if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
     return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
@@ -167,6 +176,8 @@ int RunRouter(const Args& args) {
   o.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -200,7 +211,12 @@ int RunWorker(const Args& args) {
   p.AddString("--host", &o.host, "address to listen on");
   p.AddInt("--http-port", &o.http_port, "health/metrics (and API if mixed) port (0: any)");
   p.AddInt("--grpc-port", &o.grpc_port, "Worker service port (0: any)");
-  p.AddString("--router", &o.router_address, "router registry host:port (empty: standalone)");
+  p.AddString("--router", &o.router_address,
+              "routers' registries, host:port[,host:port...]: registers with each (empty and no "
+              "--router-service: standalone)");
+  p.AddString("--router-service", &o.router_service,
+              "host:port whose name resolves to every router (a headless Service), re-resolved "
+              "every 5 s: registers with each address");
   p.AddString("--model", &model, "model directory or preset:NAME");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (mixed)");
   p.AddString("--plugin", &o.engine.plugin, "engine plugin name or path");
@@ -289,7 +305,7 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
   }
   if (o.max_waiting_requests < 0) {
@@ -321,6 +337,8 @@ int RunWorker(const Args& args) {
   o.engine.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",
@@ -334,11 +352,13 @@ int RunWorker(const Args& args) {
                 "sizes the KV pool)",
                 2);
   }
-  if (o.role != v1::ROLE_MIXED && o.router_address.empty()) {
-    return Fail("worker", "a " + role + " worker needs --router", 2);
+  auto routers = proto::RouterTargets::Parse(o.router_address, o.router_service);
+  if (!routers.ok()) return Fail("worker", std::string(routers.status().message()), 2);
+  if (o.role != v1::ROLE_MIXED && routers->empty()) {
+    return Fail("worker", "a " + role + " worker needs --router or --router-service", 2);
   }
-  if (t.remote_from_router && o.router_address.empty()) {
-    return Fail("worker", "--kv-remote-from-router needs --router", 2);
+  if (t.remote_from_router && routers->empty()) {
+    return Fail("worker", "--kv-remote-from-router needs --router or --router-service", 2);
   }
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);

@@ -6,6 +6,11 @@
 // serving (the router routes around it), the router on its same ports, where the workers and
 // daemons register again with their next heartbeat and resend their KV events. A router that
 // is left stopped stops the whole cluster with exit status 1: nothing can be served without it.
+//
+// With router.replicas (--routers) above 1, the routers run on private ports behind a TCP front
+// on the cluster's HTTP port (tcp_front.h), and every worker and daemon registers with each
+// router: a router's death cuts only the connections it held, new ones go to the others, and it
+// is started again as above. The cluster stops only when every router is left stopped.
 #include "cmd_up.h"
 
 #include <fcntl.h>
@@ -19,6 +24,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -27,6 +34,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "args.h"
+#include "tcp_front.h"
 #include "strata/common/cluster_config.h"
 #include "strata/engine/presets.h"
 #include "supervisor.h"
@@ -58,7 +66,7 @@ absl::Status WriteRandomKeyFile(const std::string& path) {
 struct UpFlags {
   std::string config_path;
   std::string model, host, log_dir, restart, gpus;
-  int port = -1, prefill = -1, decode = -1, mixed = -1;  // -1 = keep the config's value
+  int port = -1, prefill = -1, decode = -1, mixed = -1, routers = -1;  // -1 = the config's
   double grace_seconds = 10;
   double ready_timeout_seconds = 120;
 };
@@ -68,6 +76,9 @@ void AddFlags(ArgParser& p, UpFlags& f) {
   p.AddString("--model", &f.model, "override: checkpoint directory or preset:NAME");
   p.AddString("--host", &f.host, "override: address every process binds");
   p.AddInt("--port", &f.port, "override: the router's HTTP port (0 = any free port)");
+  p.AddInt("--routers", &f.routers,
+           "override: router.replicas, routers behind the one HTTP port (a TCP front spreads "
+           "connections; each worker registers with every router)");
   p.AddInt("--prefill", &f.prefill, "override: number of prefill workers");
   p.AddInt("--decode", &f.decode, "override: number of decode workers");
   p.AddInt("--mixed", &f.mixed, "override: number of mixed (prefill+decode) workers");
@@ -94,6 +105,7 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
   if (!f.log_dir.empty()) c.log_dir = f.log_dir;
   if (!f.restart.empty()) c.restart.policy = f.restart;
   if (f.port != -1) c.router.http_port = f.port;
+  if (f.routers != -1) c.router.replicas = f.routers;
   if (f.prefill != -1) c.prefill.count = f.prefill;
   if (f.decode != -1) c.decode.count = f.decode;
   if (f.mixed != -1) c.mixed.count = f.mixed;
@@ -117,18 +129,37 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
   return c;
 }
 
-// Fills every 0 port: the router's in place, the workers' as (http, grpc) pairs.
-absl::StatusOr<std::vector<std::pair<int, int>>> ResolvePorts(ClusterConfig& c) {
+struct Ports {
+  std::vector<std::pair<int, int>> workers;  // (http, grpc) per worker, then per kvstore daemon
+  std::vector<std::pair<int, int>> routers;  // (http, grpc) per router when there are several
+};
+
+// Fills every 0 port: the router's in place (with several routers, the front's HTTP port), the
+// routers' and workers' as (http, grpc) pairs.
+absl::StatusOr<Ports> ResolvePorts(ClusterConfig& c) {
   const int workers =
       c.prefill.count + c.decode.count + c.mixed.count + c.kv_tiers.kvstore_count;
-  const int router_free = (c.router.http_port == 0) + (c.router.grpc_port == 0);
+  const int replicas = c.router.replicas > 1 ? c.router.replicas : 0;
+  const int router_free =
+      (c.router.http_port == 0) + (replicas == 0 && c.router.grpc_port == 0) +
+      (replicas > 0 ? replicas * (c.router.grpc_port == 0 ? 2 : 1) : 0);
   auto ports = PickFreePorts(c.host, router_free + 2 * workers);
   if (!ports.ok()) return ports.status();
   size_t next = 0;
+  Ports out;
   if (c.router.http_port == 0) c.router.http_port = (*ports)[next++];
-  if (c.router.grpc_port == 0) c.router.grpc_port = (*ports)[next++];
-  std::vector<std::pair<int, int>> out;
-  for (int i = 0; i < workers; ++i, next += 2) out.emplace_back((*ports)[next], (*ports)[next + 1]);
+  if (replicas == 0) {
+    if (c.router.grpc_port == 0) c.router.grpc_port = (*ports)[next++];
+  } else {
+    for (int i = 0; i < replicas; ++i) {
+      const int http = (*ports)[next++];
+      const int grpc = c.router.grpc_port == 0 ? (*ports)[next++] : c.router.grpc_port + i;
+      out.routers.emplace_back(http, grpc);
+    }
+  }
+  for (int i = 0; i < workers; ++i, next += 2) {
+    out.workers.emplace_back((*ports)[next], (*ports)[next + 1]);
+  }
   return out;
 }
 
@@ -163,11 +194,27 @@ void Say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// Serves until a signal (returns 0) or the router ends for good (returns 1). Processes that end
-// are started again as `rules` say, each after its backoff delay.
-int Serve(Supervisor& sup, const RestartRules& rules) {
+bool IsRouter(const std::string& name) { return absl::StartsWith(name, "router"); }
+
+// Serves until a signal (returns 0) or every one of the `routers` router processes ends for good
+// (returns 1). Processes that end are started again as `rules` say, each after its backoff delay.
+int Serve(Supervisor& sup, const RestartRules& rules, size_t routers) {
   std::map<std::string, RestartTracker> trackers;
   std::map<std::string, absl::Time> due;  // restarts waiting for their delay
+  std::set<std::string> routers_gone;     // routers left stopped
+  // A router left stopped: the cluster goes on while another router serves.
+  auto router_gone = [&](const std::string& name, const std::string& why) {
+    routers_gone.insert(name);
+    if (routers_gone.size() < routers) {
+      std::fprintf(stderr, "strata up: leaving %s stopped (%s); %zu routers still serve\n",
+                   name.c_str(), why.c_str(), routers - routers_gone.size());
+      return false;
+    }
+    std::fprintf(stderr, "strata up: the %s gone (%s), stopping the cluster\n",
+                 routers == 1 ? "router is" : "routers are", why.c_str());
+    sup.Stop();
+    return true;
+  };
   while (g_signal == 0) {
     pollfd p{g_wake_read, POLLIN, 0};
     poll(&p, 1, 200);
@@ -180,11 +227,8 @@ int Serve(Supervisor& sup, const RestartRules& rules) {
         std::fprintf(stderr, "strata up: starting %s again in %s (restart %d in a row)\n",
                      e.name.c_str(), absl::FormatDuration(*delay).c_str(), tracker.in_a_row());
         due[e.name] = absl::Now() + *delay;
-      } else if (e.name == "router") {
-        std::fprintf(stderr, "strata up: the router is gone (%s), stopping the cluster\n",
-                     why_not.c_str());
-        sup.Stop();
-        return 1;
+      } else if (IsRouter(e.name)) {
+        if (router_gone(e.name, why_not)) return 1;
       } else {
         std::fprintf(stderr, "strata up: leaving %s stopped: %s\n", e.name.c_str(),
                      why_not.c_str());
@@ -198,12 +242,10 @@ int Serve(Supervisor& sup, const RestartRules& rules) {
       if (auto st = sup.Restart(it->first); st.ok()) {
         std::fprintf(stderr, "strata up: %s started again (pid %d)\n", it->first.c_str(),
                      static_cast<int>(sup.pid(it->first)));
-      } else if (it->first == "router") {
-        std::fprintf(stderr,
-                     "strata up: cannot start the router again (%s), stopping the cluster\n",
-                     std::string(st.message()).c_str());
-        sup.Stop();
-        return 1;
+      } else if (IsRouter(it->first)) {
+        if (router_gone(it->first, absl::StrCat("cannot start it again: ", st.message()))) {
+          return 1;
+        }
       } else {
         std::fprintf(stderr, "strata up: cannot start %s again, leaving it stopped: %s\n",
                      it->first.c_str(), std::string(st.message()).c_str());
@@ -261,8 +303,22 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
   options.ready_timeout = absl::Seconds(timeout);
   options.interrupted = [] { return g_signal != 0; };
   Supervisor sup(options);
-  Say(absl::StrCat("starting router on http://", ConnectHost(c.host), ":", c.router.http_port,
-                   " (grpc ", c.router.grpc_port, ") ..."));
+  std::unique_ptr<TcpFront> front;
+  if (plan.front_backends.empty()) {
+    Say(absl::StrCat("starting router on http://", ConnectHost(c.host), ":", c.router.http_port,
+                     " (grpc ", c.router.grpc_port, ") ..."));
+  } else {
+    // Bound before the routers start, so a taken port fails at once.
+    TcpFrontOptions fo;
+    fo.host = c.host;
+    fo.port = c.router.http_port;
+    fo.backends = plan.front_backends;
+    front = std::make_unique<TcpFront>(fo);
+    if (auto st = front->Start(); !st.ok()) return Fail("up", std::string(st.message()), 1);
+    Say(absl::StrCat("starting ", plan.router.size(), " routers (",
+                     absl::StrJoin(plan.front_backends, ", "), ") behind http://",
+                     ConnectHost(c.host), ":", c.router.http_port, " ..."));
+  }
   if (auto st = sup.Start(plan.router); !st.ok()) return Fail("up", std::string(st.message()), 1);
   if (!plan.kvstores.empty()) {
     Say(absl::StrCat("starting ", plan.kvstores.size(), " KV store daemons (",
@@ -293,8 +349,10 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
     }
   }
   Say(absl::StrCat("strata is serving at ", plan.url));
-  if (Serve(sup, rules) != 0) return 1;
-  return Shutdown(sup);
+  if (Serve(sup, rules, plan.router.size()) != 0) return 1;
+  const int rc = Shutdown(sup);
+  if (front) front->Stop();
+  return rc;
 }
 
 }  // namespace
@@ -317,8 +375,8 @@ int RunUp(const Args& args) {
   // Resolve (and maybe write) the model once here, so the children don't race on the cache.
   auto model_dir = ResolveModelPath(c.model);
   if (!model_dir.ok()) return Fail("up", std::string(model_dir.status().message()), 1);
-  auto worker_ports = ResolvePorts(c);
-  if (!worker_ports.ok()) return Fail("up", std::string(worker_ports.status().message()), 1);
+  auto ports = ResolvePorts(c);
+  if (!ports.ok()) return Fail("up", std::string(ports.status().message()), 1);
   if (c.log_dir.empty()) c.log_dir = DefaultLogDir();
   std::error_code ec;
   std::filesystem::create_directories(c.log_dir, ec);
@@ -334,7 +392,7 @@ int RunUp(const Args& args) {
   }
   Say(absl::StrCat("model: ", *model_dir));
   Say(absl::StrCat("logs: ", c.log_dir));
-  auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, *worker_ports);
+  auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, ports->workers, ports->routers);
   if (!plan.ok()) return Fail("up", std::string(plan.status().message()), 2);
   SayPlacement(c);
   return StartAndServe(c, *plan, f.grace_seconds, f.ready_timeout_seconds);

@@ -447,7 +447,8 @@ void AppendKvTierFlags(const ClusterConfig& c, const std::string& id, bool kvsto
 }
 
 ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const std::string& id,
-                        std::pair<int, int> ports, const std::string& log_dir) {
+                        std::pair<int, int> ports, const std::string& log_dir,
+                        const std::string& routers) {
   std::vector<std::string> argv = {exe,
                                    "kvstore",
                                    "--id",
@@ -463,7 +464,7 @@ ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const st
                                    "--policy",
                                    c.kv_tiers.kvstore_policy,
                                    "--router",
-                                   absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port)};
+                                   routers};
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/health"),
                      absl::StrCat(log_dir, "/", id, ".log")};
@@ -475,6 +476,9 @@ void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv
   if (c.unknown_params != "warn") argv.insert(argv.end(), {"--unknown-params", c.unknown_params});
   if (c.get_load_format != "sglang") {
     argv.insert(argv.end(), {"--get-load-format", c.get_load_format});
+  }
+  if (c.tool_call_parser != "auto") {
+    argv.insert(argv.end(), {"--tool-call-parser", c.tool_call_parser});
   }
 }
 
@@ -490,7 +494,8 @@ void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
 }
 
 // The flags the router and every worker share: the cluster's block hash key, the API keys'
-// default cache salts (used by the processes serving the API), hiding cached_tokens.
+// default cache salts (used by the processes serving the API), hiding cached_tokens, and the
+// API keys' rate limits.
 void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
   if (!c.kv_hash_key_file.empty()) {
     argv.insert(argv.end(), {"--kv-hash-key-file", c.kv_hash_key_file});
@@ -501,13 +506,18 @@ void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
                 {"--api-key-cache-salt", absl::StrCat("key-", i, "=", c.api_key_cache_salts[i])});
   }
   if (c.hide_cached_tokens) argv.push_back("--hide-cached-tokens");
+  if (!c.rate_limit.empty()) argv.insert(argv.end(), {"--rate-limit", c.rate_limit});
+  for (size_t i = 0; i < c.api_key_rate_limits.size(); ++i) {
+    if (c.api_key_rate_limits[i].empty()) continue;
+    argv.insert(argv.end(), {"--api-key-rate-limit",
+                             absl::StrCat("key-", i, "=", c.api_key_rate_limits[i])});
+  }
 }
 
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
                        const WorkerPlacement& w, std::pair<int, int> ports,
-                       const std::string& log_dir, bool kvstores) {
+                       const std::string& log_dir, bool kvstores, const std::string& router) {
   const std::string role = w.role, id = absl::StrCat(w.role, "-", w.index);
-  const std::string router = absl::StrCat(ConnectHost(c.host), ":", c.router.grpc_port);
   std::vector<std::string> argv = {exe,
                                    "worker",
                                    "--role",
@@ -555,20 +565,20 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
 
 }  // namespace
 
-absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::string& exe,
-                                        const std::string& model_dir, const std::string& log_dir,
-                                        const std::vector<std::pair<int, int>>& worker_ports) {
-  absl::StatusOr<std::vector<WorkerPlacement>> placed = PlaceWorkers(c);
-  if (!placed.ok()) return placed.status();
-  ClusterPlan plan;
+namespace {
+
+// One router's process: `name` serving HTTP on `http_port` and its registry on `grpc_port`.
+ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std::string& model_dir,
+                       const std::string& log_dir, const std::string& name, int http_port,
+                       int grpc_port) {
   std::vector<std::string> argv = {exe,
                                    "router",
                                    "--host",
                                    c.host,
                                    "--http-port",
-                                   absl::StrCat(c.router.http_port),
+                                   absl::StrCat(http_port),
                                    "--grpc-port",
-                                   absl::StrCat(c.router.grpc_port),
+                                   absl::StrCat(grpc_port),
                                    "--model",
                                    model_dir,
                                    "--served-model-name",
@@ -588,19 +598,51 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
     argv.insert(argv.end(), {"--worker-stream-idle-timeout-s",
                              absl::StrCat(c.router.worker_stream_idle_timeout_s)});
   }
-  const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", c.router.http_port);
-  plan.router.push_back(
-      ProcessSpec{"router", std::move(argv), http + "/ready", log_dir + "/router.log"});
-  plan.url = http + "/v1";
+  const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", http_port);
+  return ProcessSpec{name, std::move(argv), http + "/ready", absl::StrCat(log_dir, "/", name, ".log")};
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::string& exe,
+                                        const std::string& model_dir, const std::string& log_dir,
+                                        const std::vector<std::pair<int, int>>& worker_ports,
+                                        const std::vector<std::pair<int, int>>& router_ports) {
+  absl::StatusOr<std::vector<WorkerPlacement>> placed = PlaceWorkers(c);
+  if (!placed.ok()) return placed.status();
+  ClusterPlan plan;
+  const std::string host = ConnectHost(c.host);
+  std::vector<std::string> registries;
+  if (c.router.replicas <= 1) {
+    plan.router.push_back(RouterSpec(c, exe, model_dir, log_dir, "router", c.router.http_port,
+                                     c.router.grpc_port));
+    registries.push_back(absl::StrCat(host, ":", c.router.grpc_port));
+  } else {
+    if (router_ports.size() != size_t(c.router.replicas)) {
+      return absl::InvalidArgumentError(absl::StrCat("router.replicas is ", c.router.replicas,
+                                                     " but ", router_ports.size(),
+                                                     " router port pairs were given"));
+    }
+    for (int i = 0; i < c.router.replicas; ++i) {
+      const auto [http_port, grpc_port] = router_ports[size_t(i)];
+      plan.router.push_back(RouterSpec(c, exe, model_dir, log_dir, absl::StrCat("router-", i),
+                                       http_port, grpc_port));
+      registries.push_back(absl::StrCat(host, ":", grpc_port));
+      plan.front_backends.push_back(absl::StrCat(host, ":", http_port));
+    }
+  }
+  plan.url = absl::StrCat("http://", host, ":", c.router.http_port, "/v1");
+  const std::string routers = absl::StrJoin(registries, ",");
   const size_t workers = size_t(c.prefill.count + c.decode.count + c.mixed.count);
   for (int i = 0; i < c.kv_tiers.kvstore_count && workers + i < worker_ports.size(); ++i) {
     const auto ports = worker_ports[workers + i];
-    plan.kvstores.push_back(KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir));
+    plan.kvstores.push_back(
+        KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir, routers));
   }
   const bool kvstores = !plan.kvstores.empty();
   for (size_t i = 0; i < placed->size() && i < worker_ports.size(); ++i) {
-    plan.workers.push_back(
-        WorkerSpec(c, exe, model_dir, (*placed)[i], worker_ports[i], log_dir, kvstores));
+    plan.workers.push_back(WorkerSpec(c, exe, model_dir, (*placed)[i], worker_ports[i], log_dir,
+                                      kvstores, routers));
   }
   return plan;
 }

@@ -146,12 +146,16 @@ std::string TailFile(const std::string& path, int lines);
 
 struct ClusterPlan {
   std::vector<ProcessSpec> router;   // started first, stopped last
+  // With several routers: their HTTP host:ports, for the TCP front on router.http_port.
+  std::vector<std::string> front_backends;
   std::vector<ProcessSpec> kvstores;  // remote KV store daemons (G4), started before workers
   std::vector<ProcessSpec> workers;  // prefill-0.., decode-0.., mixed-0..
   std::string url;                   // http://HOST:PORT/v1
 };
 
-// `config` must have its router ports resolved (non-zero); `worker_ports` holds an (http, grpc)
+// `config` must have its router ports resolved (non-zero); with router.replicas above 1,
+// `router_ports` holds each router's (http, grpc) pair (its HTTP port a private one: the front
+// serves router.http_port). `worker_ports` holds an (http, grpc)
 // pair per worker in the order prefill, decode, mixed, then one per kvstore daemon
 // (kv_tiers.kvstore_count). `model_dir` is the resolved checkpoint. Each worker gets its
 // PlaceWorkers() device (in --plugin-config) and KV pool size: engine.num_kv_blocks, else
@@ -159,7 +163,8 @@ struct ClusterPlan {
 // PlaceWorkers() for a config that did not pass ValidateClusterConfig().
 absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& config, const std::string& exe,
                                         const std::string& model_dir, const std::string& log_dir,
-                                        const std::vector<std::pair<int, int>>& worker_ports);
+                                        const std::vector<std::pair<int, int>>& worker_ports,
+                                        const std::vector<std::pair<int, int>>& router_ports = {});
 
 // The address to connect to for a bind address: wildcards (0.0.0.0, ::, "") mean 127.0.0.1.
 std::string ConnectHost(const std::string& bind_host);

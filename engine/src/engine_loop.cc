@@ -133,6 +133,7 @@ void EngineLoop::ResyncKvEvents() {
     std::vector<BlockHash> hashes = e.block_manager().CachedHashes();
     absl::MutexLock lock(&mu_);
     events_.clear();
+    events_.push_back({KvCacheEvent::Kind::kCleared, kRootBlockHash, -1});
     for (BlockHash h : hashes) events_.push_back({KvCacheEvent::Kind::kStored, h, -1});
   });
 }

@@ -25,6 +25,11 @@ struct ChoiceState {
   int64_t text_offset = 0;  // completions logprobs' running text_offset
   int64_t chunks = 0;       // stream chunks of this choice so far (sent or skipped)
   std::optional<absl::Time> last_token_at;
+  // Chat streams with tools: the parser holding back text that may be a call, the calls sent,
+  // and logprobs waiting for the content they belong to.
+  std::unique_ptr<ToolCallStreamParser> tool_parser;
+  int tool_calls_sent = 0;
+  std::vector<SampleResult> pending_logprobs;
 };
 
 // Shared by the backend callbacks (strong references, released by the backend after a
@@ -54,6 +59,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // These run under mu_ and leave the request `done_`; they return the record to report.
   void AccumulateLocked(int choice, GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StreamLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StreamToolsLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The calls a choice may still return (parallel_tool_calls: false keeps the first), ids set.
+  std::vector<ToolCall> KeepCalls(std::vector<ToolCall> calls, int already) const;
   void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(ApiError error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -228,6 +236,7 @@ void Job::StreamLocked(int choice, const GenerateEvent& event) {
                               nullptr, FinishReason::kNone, spec_.include_usage),
                 choice);
   }
+  if (spec_.tool_parser != ToolCallParser::kNone) return StreamToolsLocked(choice, event);
   if (has_output) {
     OrderedJson lp =
         spec_.logprobs ? ChatLogprobsJson(tok, event.logprobs) : OrderedJson(nullptr);
@@ -239,6 +248,57 @@ void Job::StreamLocked(int choice, const GenerateEvent& event) {
     WriteLocked(ChatChunkJson(spec_.meta, choice, OrderedJson::object(), nullptr, finish,
                               spec_.include_usage),
                 choice);
+  }
+}
+
+std::vector<ToolCall> Job::KeepCalls(std::vector<ToolCall> calls, int already) const {
+  if (!spec_.parallel_tool_calls) {
+    calls.resize(already > 0 ? 0 : std::min<size_t>(calls.size(), 1));
+  }
+  for (ToolCall& call : calls) call.id = NewToolCallId(spec_.tool_parser);
+  return calls;
+}
+
+// Content the parser releases goes out as content deltas (with the logprobs of the tokens
+// so far), each call as one delta.tool_calls entry with its whole arguments; the last chunk's
+// finish_reason is "tool_calls" once a call went out.
+void Job::StreamToolsLocked(int choice, const GenerateEvent& event) {
+  ChoiceState& c = choices_[choice];
+  if (c.tool_parser == nullptr) {
+    c.tool_parser = std::make_unique<ToolCallStreamParser>(spec_.tool_parser);
+  }
+  ToolCallOutput out = c.tool_parser->Feed(event.text);
+  if (event.finished) {
+    ToolCallOutput rest = c.tool_parser->Finish();
+    out.content += rest.content;
+    for (ToolCall& call : rest.calls) out.calls.push_back(std::move(call));
+  }
+  if (spec_.logprobs) {
+    c.pending_logprobs.insert(c.pending_logprobs.end(), event.logprobs.begin(),
+                              event.logprobs.end());
+  }
+  const Tokenizer& tok = *context_.tokenizer;
+  auto take_logprobs = [&]() -> OrderedJson {
+    if (!spec_.logprobs || c.pending_logprobs.empty()) return nullptr;
+    OrderedJson lp = ChatLogprobsJson(tok, c.pending_logprobs);
+    c.pending_logprobs.clear();
+    return lp;
+  };
+  if (!out.content.empty()) {
+    WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", out.content}}, take_logprobs(),
+                              FinishReason::kNone, spec_.include_usage));
+  }
+  for (const ToolCall& call : KeepCalls(std::move(out.calls), c.tool_calls_sent)) {
+    WriteLocked(ChatChunkJson(spec_.meta, choice,
+                              {{"tool_calls", ToolCallsJson({&call, 1}, c.tool_calls_sent)}},
+                              nullptr, FinishReason::kNone, spec_.include_usage));
+    ++c.tool_calls_sent;
+  }
+  if (event.finished) {
+    OrderedJson finish =
+        c.tool_calls_sent > 0 ? OrderedJson("tool_calls") : FinishReasonJson(event.finish_reason);
+    WriteLocked(ChatChunkJsonWithFinish(spec_.meta, choice, OrderedJson::object(), take_logprobs(),
+                                        std::move(finish), spec_.include_usage));
   }
 }
 
@@ -274,6 +334,11 @@ void Job::CompleteLocked() {
       out[i].text = EchoFor(static_cast<int>(i)) + choices_[i].text;
       out[i].logprobs = std::move(choices_[i].logprobs);
       out[i].finish_reason = choices_[i].finish_reason;
+      if (chat && spec_.tool_parser != ToolCallParser::kNone) {
+        ToolCallOutput parsed = ParseToolCalls(spec_.tool_parser, out[i].text);
+        out[i].tool_calls = KeepCalls(std::move(parsed.calls), 0);
+        if (!out[i].tool_calls.empty()) out[i].text = std::move(parsed.content);
+      }
     }
     const Tokenizer& tok = *context_.tokenizer;
     OrderedJson body = chat ? ChatResponseJson(spec_.meta, out, shown, tok, spec_.logprobs)
@@ -343,6 +408,7 @@ RequestRecord RecordFor(const JobSpec& spec) {
   r.unknown_params = spec.unknown_params;
   r.stream = spec.stream;
   r.n = spec.n;
+  r.rate_charged_output_tokens = spec.rate_charged_output_tokens;
   return r;
 }
 

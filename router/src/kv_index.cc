@@ -124,6 +124,9 @@ absl::Status KvIndex::ApplyLocked(Slot slot, Tier tier, const KvEvent& event) {
     case KvEvent::Kind::kRemoved:
       RemoveLocked(slot, static_cast<int>(tier), event.hash);
       return absl::OkStatus();
+    case KvEvent::Kind::kCleared:
+      ClearTierLocked(slot, static_cast<int>(tier));
+      return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("bad event kind ", static_cast<int>(event.kind)));
 }
@@ -174,6 +177,23 @@ void KvIndex::RemoveLocked(Slot slot, int tier, BlockHash hash) {
   *pos = holders.back();
   holders.pop_back();
   if (holders.empty()) blocks_.erase(it);
+}
+
+void KvIndex::ClearTierLocked(Slot slot, int tier) {
+  WorkerState& worker = workers_[slot];
+  if (worker.tier_blocks[tier] == 0) return;
+  // Collected first: RemoveLocked erases from worker.blocks as a block's last tier goes.
+  std::vector<BlockHash> held;
+  held.reserve(worker.blocks.size());
+  const uint8_t bit = static_cast<uint8_t>(1u << tier);
+  for (BlockHash hash : worker.blocks) {
+    auto it = blocks_.find(hash);
+    if (it == blocks_.end()) continue;
+    for (const Holder& h : it->second) {
+      if (h.slot == slot && (h.tiers & bit)) held.push_back(hash);
+    }
+  }
+  for (BlockHash hash : held) RemoveLocked(slot, tier, hash);
 }
 
 absl::Status KvIndex::FindSlot(WorkerId worker, Slot* slot) const {

@@ -15,50 +15,12 @@
 #include "strata/http/server.h"
 #include "strata/openai/api_metrics.h"
 #include "strata/openai/frontend.h"
+#include "strata/router/registry_service.h"
 #include "strata/text/chat_template.h"
 #include "strata/text/tokenizer.h"
 
 namespace strata::router {
 namespace {
-
-// The Registry gRPC service: workers register and heartbeat here.
-class RegistryService final : public v1::Registry::Service {
- public:
-  // `on_heartbeat` runs after every accepted heartbeat (the workers' load changed).
-  RegistryService(WorkerPool* pool, std::function<void()> on_heartbeat)
-      : pool_(pool), on_heartbeat_(std::move(on_heartbeat)) {}
-
-  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
-                        v1::RegisterResponse* resp) override {
-    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-    auto epoch = pool_->Register(req->worker());
-    if (!epoch.ok()) return proto::ToGrpc(epoch.status());
-    resp->set_epoch(*epoch);
-    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
-    return grpc::Status::OK;
-  }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                         v1::HeartbeatResponse* resp) override {
-    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-    const bool known = pool_->Heartbeat(*req).ok();
-    resp->set_reregister(!known);
-    if (known) {
-      for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
-      on_heartbeat_();
-    }
-    return grpc::Status::OK;
-  }
-  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
-                          v1::DeregisterResponse*) override {
-    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-    pool_->Remove(req->worker_id(), "deregistered");
-    return grpc::Status::OK;
-  }
-
- private:
-  WorkerPool* pool_;
-  std::function<void()> on_heartbeat_;
-};
 
 // The admission queue's metrics: time waited, rejections by reason.
 class AdmissionMetrics final : public AdmissionObserver {
@@ -169,8 +131,11 @@ class RouterImpl final : public Router {
     fo.api_keys = options_.api_keys;
     fo.unknown_params = options_.unknown_params;
     fo.get_load_format = options_.get_load_format;
+    fo.tool_call_parser = options_.tool_call_parser;
     fo.api_key_cache_salts = options_.api_key_cache_salts;
     fo.hide_cached_tokens = options_.hide_cached_tokens;
+    fo.rate_limit = options_.rate_limit;
+    fo.api_key_rate_limits = options_.api_key_rate_limits;
     fo.observer = api_metrics_.get();
     STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
     frontend_->Install(*http_);

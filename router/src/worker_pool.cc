@@ -155,9 +155,21 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
     } else if (tier >= static_cast<uint32_t>(Tier::kRemote)) {
       continue;  // a worker does not speak for the remote tier
     }
-    by_tier[tier].push_back(
-        {e.kind() == v1::KvEvent::STORED ? KvEvent::Kind::kStored : KvEvent::Kind::kRemoved,
-         e.hash(), e.parent_hash()});
+    KvEvent::Kind kind;
+    switch (e.kind()) {
+      case v1::KvEvent::STORED:
+        kind = KvEvent::Kind::kStored;
+        break;
+      case v1::KvEvent::REMOVED:
+        kind = KvEvent::Kind::kRemoved;
+        break;
+      case v1::KvEvent::CLEARED:
+        kind = KvEvent::Kind::kCleared;
+        break;
+      default:
+        continue;  // a kind this router does not know
+    }
+    by_tier[tier].push_back({kind, e.hash(), e.parent_hash()});
   }
   // A worker removed meanwhile is fine to ignore: its events no longer matter.
   for (int t = 0; t < kNumTiers; ++t) {

@@ -21,6 +21,7 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_EQ(c->host, "127.0.0.1");
   EXPECT_EQ(c->router.http_port, 8000);
   EXPECT_EQ(c->router.grpc_port, 0);
+  EXPECT_EQ(c->router.replicas, 1);
   EXPECT_EQ(c->prefill.count, 1);
   EXPECT_EQ(c->decode.count, 1);
   EXPECT_EQ(c->mixed.count, 0);
@@ -34,6 +35,7 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_TRUE(c->api_keys.empty());
   EXPECT_EQ(c->unknown_params, "warn");
   EXPECT_EQ(c->get_load_format, "sglang");
+  EXPECT_EQ(c->tool_call_parser, "auto");
   EXPECT_TRUE(c->log_dir.empty());
   for (const auto* pool : {&c->prefill, &c->decode, &c->mixed}) {
     EXPECT_TRUE(pool->gpus.empty());
@@ -47,7 +49,7 @@ TEST(ClusterConfigTest, ParsesEveryKey) {
   auto c = ParseClusterConfig(R"(
 model: /models/llama
 host: 0.0.0.0
-router: {http_port: 9000, grpc_port: 9001}
+router: {http_port: 9000, grpc_port: 9001, replicas: 2}
 prefill: {count: 2}
 decode: {count: 3}
 mixed: {count: 1}
@@ -64,6 +66,7 @@ log_dir: /var/log/strata
 api_keys: [k1, "k2"]
 unknown_params: reject
 get_load_format: vllm-router
+tool_call_parser: mistral
 policy: goodput
 )");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -71,6 +74,7 @@ policy: goodput
   EXPECT_EQ(c->host, "0.0.0.0");
   EXPECT_EQ(c->router.http_port, 9000);
   EXPECT_EQ(c->router.grpc_port, 9001);
+  EXPECT_EQ(c->router.replicas, 2);
   EXPECT_EQ(c->prefill.count, 2);
   EXPECT_EQ(c->decode.count, 3);
   EXPECT_EQ(c->mixed.count, 1);
@@ -87,6 +91,7 @@ policy: goodput
   EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2"));
   EXPECT_EQ(c->unknown_params, "reject");
   EXPECT_EQ(c->get_load_format, "vllm-router");
+  EXPECT_EQ(c->tool_call_parser, "mistral");
   EXPECT_EQ(c->policy, "goodput");
 }
 
@@ -117,6 +122,26 @@ kv_hash_key_file: /etc/strata/kv-hash/key
   auto long_salt =
       ParseClusterConfig("api_keys: [{key: k, cache_salt: " + std::string(257, 's') + "}]\n");
   EXPECT_THAT(long_salt.status().message(), HasSubstr("at most 256 bytes"));
+}
+
+TEST(ClusterConfigTest, RateLimitsPerKeyAndByDefault) {
+  auto c = ParseClusterConfig(R"(
+rate_limit: "rpm:600,tpm:200000"
+api_keys:
+  - k1
+  - {key: k2, rate_limit: "tpm:5000"}
+  - {key: k3, cache_salt: s3}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit, "rpm:600,tpm:200000");
+  EXPECT_THAT(c->api_key_rate_limits, ElementsAre("", "tpm:5000"));
+  EXPECT_THAT(c->api_key_cache_salts, ElementsAre("", "", "s3"));
+  for (const char* bad : {"rate_limit: rpm\n", "rate_limit: \"rps:5\"\n",
+                          "api_keys: [{key: k, rate_limit: \"tpm:0\"}]\n"}) {
+    auto r = ParseClusterConfig(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("rate")) << bad;
+  }
 }
 
 TEST(ClusterConfigTest, JsonIsAccepted) {
@@ -291,8 +316,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "model: m\nmodle: x\n",
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
-            "kv_hash_key_file, unknown_params, get_load_format, policy)"},
+            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
+            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
+            "tool_call_parser, policy)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},
@@ -322,7 +348,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port, worker_stream_idle_timeout_s)"},
+                "grpc_port, replicas, worker_stream_idle_timeout_s)"},
+        BadCase{"router:\n  replicas: 0\n",
+                "cluster.yaml:2: router.replicas: must be in 1..16, got 0"},
         BadCase{"router:\n  http_port: 70000\n",
                 "cluster.yaml:2: router.http_port: must be in 0..65535, got 70000"},
         BadCase{"router:\n  grpc_port: -1\n",
@@ -390,12 +418,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "worker_stream_idle_timeout_s"},
+                "replicas, worker_stream_idle_timeout_s"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
         BadCase{"get_load_format: vllm\n",
                 "cluster.yaml:1: get_load_format: must be sglang or vllm-router, got 'vllm'"},
+        BadCase{"tool_call_parser: qwen\n",
+                "cluster.yaml:1: tool_call_parser: must be auto, none, llama3_json, hermes or "
+                "mistral, got 'qwen'"},
         BadCase{"policy: a\npolicy: b\n", "cluster.yaml:2: policy: duplicate key"},
         BadCase{"- a\n- b\n", "cluster.yaml:1: expected a mapping at the top level"},
         BadCase{"model: [unclosed\n",

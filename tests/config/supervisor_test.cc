@@ -397,6 +397,41 @@ int FlagAt(const std::vector<std::string>& argv, const std::string& flag,
   return -1;
 }
 
+TEST(ClusterPlanTest, SeveralRoutersRunOnTheirOwnPortsAndEveryProcessRegistersWithEach) {
+  ClusterConfig c;
+  c.router.http_port = 8000;
+  c.router.replicas = 2;
+  c.prefill.count = 1;
+  c.decode.count = 1;
+  c.kv_tiers.host_mb = 64;
+  c.kv_tiers.kvstore_count = 1;
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs",
+                             {{8101, 9101}, {8102, 9102}, {8103, 9103}},
+                             {{8201, 9201}, {8202, 9202}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ClusterPlan& plan = *planned;
+  ASSERT_EQ(plan.router.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const ProcessSpec& r = plan.router[size_t(i)];
+    EXPECT_EQ(r.name, absl::StrCat("router-", i));
+    EXPECT_GE(FlagAt(r.argv, "--http-port", absl::StrCat(8201 + i)), 0);
+    EXPECT_GE(FlagAt(r.argv, "--grpc-port", absl::StrCat(9201 + i)), 0);
+    EXPECT_EQ(r.ready_url, absl::StrCat("http://127.0.0.1:", 8201 + i, "/ready"));
+    EXPECT_EQ(r.log_path, absl::StrCat("/logs/router-", i, ".log"));
+  }
+  EXPECT_THAT(plan.front_backends, ElementsAre("127.0.0.1:8201", "127.0.0.1:8202"));
+  EXPECT_EQ(plan.url, "http://127.0.0.1:8000/v1");  // the front's port
+  ASSERT_EQ(plan.workers.size(), 2u);
+  ASSERT_EQ(plan.kvstores.size(), 1u);
+  for (const ProcessSpec* p : {&plan.workers[0], &plan.workers[1], &plan.kvstores[0]}) {
+    EXPECT_GE(FlagAt(p->argv, "--router", "127.0.0.1:9201,127.0.0.1:9202"), 0) << p->name;
+  }
+  // Router ports that do not match the replicas are an error, not a guess.
+  EXPECT_FALSE(PlanCluster(c, "/bin/strata", "/models/m", "/logs",
+                           {{8101, 9101}, {8102, 9102}, {8103, 9103}}, {{8201, 9201}})
+                   .ok());
+}
+
 TEST(ClusterPlanTest, StallAndStreamIdleTimeoutsReachTheirProcessesWhenSet) {
   ClusterConfig c;
   c.mixed.count = 1;
@@ -429,6 +464,8 @@ TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
   c.api_key_cache_salts = {"", "tenant-b"};
   c.hide_cached_tokens = true;
   c.kv_hash_key_file = "/logs/kv_hash.key";
+  c.rate_limit = "rpm:60";
+  c.api_key_rate_limits = {"", "", "tpm:900"};
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs",
                              {{8101, 9101}, {8102, 9102}, {8103, 9103}});
   ASSERT_TRUE(planned.ok()) << planned.status();
@@ -440,6 +477,9 @@ TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
     EXPECT_GE(FlagAt(p->argv, "--api-key-cache-salt", "key-1=tenant-b"), 0) << p->name;
     EXPECT_THAT(p->argv, testing::Contains("--hide-cached-tokens")) << p->name;
     EXPECT_EQ(std::count(p->argv.begin(), p->argv.end(), "--api-key-cache-salt"), 1) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--rate-limit", "rpm:60"), 0) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--api-key-rate-limit", "key-2=tpm:900"), 0) << p->name;
+    EXPECT_EQ(std::count(p->argv.begin(), p->argv.end(), "--api-key-rate-limit"), 1) << p->name;
   }
   // Without them, no flag: the processes run unkeyed and unsalted.
   ClusterConfig plain;
@@ -510,13 +550,16 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(FlagValue(defaults->router[0].argv, "--unknown-params"), "(absent)");
   EXPECT_EQ(FlagValue(defaults->workers[0].argv, "--get-load-format"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--tool-call-parser"), "(absent)");
   c.unknown_params = "reject";
   c.get_load_format = "vllm-router";
+  c.tool_call_parser = "hermes";
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
   ASSERT_TRUE(planned.ok()) << planned.status();
   for (const auto* p : {&planned->router[0], &planned->workers[0], &planned->workers[1]}) {
     EXPECT_EQ(FlagValue(p->argv, "--unknown-params"), "reject") << p->name;
     EXPECT_EQ(FlagValue(p->argv, "--get-load-format"), "vllm-router") << p->name;
+    EXPECT_EQ(FlagValue(p->argv, "--tool-call-parser"), "hermes") << p->name;
   }
 }
 

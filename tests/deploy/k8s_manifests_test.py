@@ -159,8 +159,9 @@ def lint_worker(obj):
     pod_ip = env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
     if flag(c, "host") != "$(POD_IP)" or pod_ip != "status.podIP":
       problems.append(f"{name_of(obj)}: worker must run with --host=$(POD_IP) from status.podIP")
-    if not (flag(c, "router") or "").startswith("strata-router-registry."):
-      problems.append(f"{name_of(obj)}: worker must register at strata-router-registry")
+    if not (flag(c, "router-service") or "").startswith("strata-router-registry."):
+      problems.append(f"{name_of(obj)}: worker must register with every router behind "
+                      "strata-router-registry (--router-service)")
   return problems
 
 
@@ -184,7 +185,7 @@ def lint_kv_remote(obj, objects):
       problems.append(f"{name_of(obj)}: --kv-remote-from-router without one kvstore StatefulSet")
       continue
     for k in pod_spec(stores[0])["containers"]:
-      if not (flag(k, "router") or "").startswith("strata-router-registry."):
+      if not (flag(k, "router-service") or "").startswith("strata-router-registry."):
         problems.append(f"{name_of(stores[0])}: kvstore daemons must register at "
                         "strata-router-registry, where the workers learn of them")
   return problems
@@ -238,6 +239,22 @@ def lint_kv_pool(obj, objects):
   return problems
 
 
+def lint_router_ha(obj, objects):
+  """No single router: at least two replicas, replaced one at a time (never Recreate), and a
+  PodDisruptionBudget that keeps one of them up through voluntary disruptions."""
+  problems = []
+  if obj["spec"].get("replicas", 1) < 2:
+    problems.append(f"{name_of(obj)}: fewer than 2 routers (a single point of failure)")
+  if obj["spec"].get("strategy", {}).get("type") == "Recreate":
+    problems.append(f"{name_of(obj)}: Recreate takes every router down at once")
+  labels = obj["spec"]["template"]["metadata"]["labels"]
+  pdbs = [p for p in objects if p["kind"] == "PodDisruptionBudget" and
+          selects(p["spec"]["selector"]["matchLabels"], labels)]
+  if not any(int(p["spec"].get("minAvailable", 0)) >= 1 for p in pdbs):
+    problems.append(f"{name_of(obj)}: no PodDisruptionBudget keeps a router available")
+  return problems
+
+
 def selects(selector, labels):
   return all(labels.get(k) == v for k, v in selector.items())
 
@@ -254,6 +271,8 @@ def lint_objects(objects):
       problems += lint_worker(o)
     if component in ("prefill", "decode"):
       problems += lint_kv_remote(o, objects) + lint_kv_pool(o, objects)
+    if component == "router":
+      problems += lint_router_ha(o, objects)
     pod_labels = o["spec"]["template"]["metadata"]["labels"]
     if not any(p["kind"] == "PodDisruptionBudget" and
                selects(p["spec"]["selector"]["matchLabels"], pod_labels) for p in objects):
@@ -462,8 +481,17 @@ class Lint(unittest.TestCase):
         "fixed kv-remote list": lambda d, c, o: c["args"].append(
             "--kv-remote=strata-kvstore-0.strata-kvstore.$(POD_NAMESPACE).svc:7400"),
         "kvstore unregistered": lambda d, c, o: (lambda k: k["args"].remove(next(
-            a for a in k["args"] if a.startswith("--router="))))(pod_spec(next(
+            a for a in k["args"] if a.startswith("--router-service="))))(pod_spec(next(
                 x for x in o if x["kind"] == "StatefulSet"))["containers"][0]),
+        "one router": lambda d, c, o: next(
+            x for x in o if x["kind"] == "Deployment" and
+            x["metadata"]["name"] == "strata-router")["spec"].update(replicas=1),
+        "routers recreated": lambda d, c, o: next(
+            x for x in o if x["kind"] == "Deployment" and
+            x["metadata"]["name"] == "strata-router")["spec"].update(strategy={"type": "Recreate"}),
+        "worker registers with one router": lambda d, c, o: c["args"].__setitem__(
+            next(i for i, a in enumerate(c["args"]) if a.startswith("--router-service=")),
+            "--router=strata-router-registry.$(POD_NAMESPACE).svc:8001"),
         "kvstore StatefulSet gone": lambda d, c, o: o.remove(next(
             x for x in o if x["kind"] == "StatefulSet")),
         "kvstore on loopback": lambda d, c, o: (lambda k: k["args"].__setitem__(

@@ -11,6 +11,7 @@
 #include "strata/proto/protocol.h"
 #include "strata/proto/registry_client.h"
 #include "strata/router/placement.h"
+#include "strata/router/registry_service.h"
 #include "strata/router/worker_pool.h"
 
 namespace strata::kvstore {
@@ -21,35 +22,6 @@ using testing::MakeBlock;
 using testing::WaitFor;
 
 constexpr size_t kBlock = 32 << 10;
-
-// The router's Registry service over a WorkerPool (as router.cc serves it).
-class Registry final : public v1::Registry::Service {
- public:
-  explicit Registry(router::WorkerPool* pool) : pool_(pool) {}
-  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
-                        v1::RegisterResponse* resp) override {
-    if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-    auto epoch = pool_->Register(req->worker());
-    if (!epoch.ok()) return proto::ToGrpc(epoch.status());
-    resp->set_epoch(*epoch);
-    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
-    return grpc::Status::OK;
-  }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                         v1::HeartbeatResponse* resp) override {
-    resp->set_reregister(!pool_->Heartbeat(*req).ok());
-    for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
-    return grpc::Status::OK;
-  }
-  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
-                          v1::DeregisterResponse*) override {
-    pool_->Remove(req->worker_id(), "deregistered");
-    return grpc::Status::OK;
-  }
-
- private:
-  router::WorkerPool* pool_;
-};
 
 // How long a prefix of `chain` the index says `worker` holds in `tier`.
 int HeldInTier(const router::WorkerPool& pool, const std::string& worker,
@@ -66,7 +38,7 @@ int HeldInTier(const router::WorkerPool& pool, const std::string& worker,
 
 TEST(RemoteRouterTest, DaemonEventsReachTheKvIndexAtTierThree) {
   router::WorkerPool pool(absl::Seconds(30));
-  Registry service(&pool);
+  router::RegistryService service(&pool, nullptr);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -134,7 +106,8 @@ TEST(RemoteRouterTest, DaemonEventsReachTheKvIndexAtTierThree) {
     absl::MutexLock lock(&mu);
     heard.push_back(std::move(listed));
   };
-  proto::RegistryClient client(o.router_address, worker, std::move(hooks), absl::Milliseconds(50));
+  proto::RegistryClient client(*proto::RouterTargets::Parse(o.router_address, ""), worker,
+                               std::move(hooks), absl::Milliseconds(50));
   client.Start();
   auto last_heard = [&] {
     absl::MutexLock lock(&mu);

@@ -169,6 +169,34 @@ TEST(KvIndexTest, RemoveWorkerPrunesItsBlocks) {
   EXPECT_THAT(index.MatchPrefix(chain), IsEmpty());
 }
 
+TEST(KvIndexTest, ClearedDropsOneTierOfOneWorker) {
+  KvIndex index;
+  ASSERT_TRUE(index.RegisterWorker(1).ok());
+  ASSERT_TRUE(index.RegisterWorker(2).ok());
+  std::vector<BlockHash> chain = Chain(0, 4);
+  StorePrefix(index, 1, kGpu, chain, 4);
+  StorePrefix(index, 1, kHost, chain, 2);
+  StorePrefix(index, 2, kGpu, chain, 3);
+  const KvEvent cleared{KvEvent::Kind::kCleared, 0, 0};
+  ASSERT_TRUE(index.Apply(1, kGpu, cleared).ok());
+  // Worker 1 keeps its host tier; worker 2 is untouched.
+  EXPECT_THAT(index.MatchPrefix(chain),
+              ElementsAre(Match(1, 2, {0, 2, 0, 0}), Match(2, 3, {3, 0, 0, 0})));
+  EXPECT_EQ(index.num_worker_blocks(1, kGpu), 0);
+  EXPECT_EQ(index.num_worker_blocks(1), 2);
+  // A resync: cleared, then the tier's whole contents, replaces what was indexed.
+  std::vector<KvEvent> resync = {cleared, Stored(chain[0]), Stored(chain[1], chain[0])};
+  ASSERT_TRUE(index.ApplyBatch(1, kHost, resync).ok());
+  std::vector<KvEvent> resync2 = {cleared, Stored(chain[0])};
+  ASSERT_TRUE(index.ApplyBatch(2, kGpu, resync2).ok());
+  EXPECT_THAT(index.MatchPrefix(chain),
+              ElementsAre(Match(1, 2, {0, 2, 0, 0}), Match(2, 1, {1, 0, 0, 0})));
+  ASSERT_TRUE(index.Apply(1, kHost, cleared).ok());
+  ASSERT_TRUE(index.Apply(1, kHost, cleared).ok());  // clearing an empty tier changes nothing
+  EXPECT_EQ(index.num_worker_blocks(1), 0);
+  EXPECT_EQ(index.num_blocks(), 1);
+}
+
 TEST(KvIndexTest, DuplicateEventsAreIdempotent) {
   KvIndex index;
   ASSERT_TRUE(index.RegisterWorker(1).ok());

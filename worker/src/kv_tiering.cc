@@ -268,6 +268,9 @@ void KvTiering::Resync() {
   for (kvstore::TierKind kind : {kvstore::TierKind::kHost, kvstore::TierKind::kDisk}) {
     kvstore::Tier* tier = store_->tier(kind);
     if (tier == nullptr) continue;
+    v1::KvEvent cleared = ToProto({.kind = kvstore::TierEvent::Kind::kStored, .tier = kind});
+    cleared.set_kind(v1::KvEvent::CLEARED);
+    all.push_back(std::move(cleared));
     for (const kvstore::BlockMeta& m : tier->Contents()) {
       all.push_back(ToProto({.kind = kvstore::TierEvent::Kind::kStored,
                              .tier = kind,

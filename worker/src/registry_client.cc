@@ -24,7 +24,17 @@ std::vector<v1::KvEvent> TakeEvents(EngineLoop* loop) {
   std::vector<v1::KvEvent> out;
   for (const KvCacheEvent& e : loop->TakeKvEvents()) {
     v1::KvEvent m;
-    m.set_kind(e.kind == KvCacheEvent::Kind::kStored ? v1::KvEvent::STORED : v1::KvEvent::REMOVED);
+    switch (e.kind) {
+      case KvCacheEvent::Kind::kStored:
+        m.set_kind(v1::KvEvent::STORED);
+        break;
+      case KvCacheEvent::Kind::kRemoved:
+        m.set_kind(v1::KvEvent::REMOVED);
+        break;
+      case KvCacheEvent::Kind::kCleared:
+        m.set_kind(v1::KvEvent::CLEARED);
+        break;
+    }
     m.set_hash(e.hash);
     m.set_parent_hash(e.parent);
     m.set_tier(0);  // the engine's block pool is the device tier
@@ -35,7 +45,7 @@ std::vector<v1::KvEvent> TakeEvents(EngineLoop* loop) {
 
 }  // namespace
 
-std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
+std::unique_ptr<RegistryClient> MakeRegistryClient(proto::RouterTargets routers, v1::WorkerInfo info,
                                                    EngineLoop* loop, const EngineWatchdog* watchdog,
                                                    KvTiering* tiering, absl::Duration interval) {
   proto::RegistryHooks hooks;
@@ -65,7 +75,7 @@ std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v
       tiering->OnKvstoresListed(listed);
     };
   }
-  return std::make_unique<RegistryClient>(std::move(router_address), std::move(info),
+  return std::make_unique<RegistryClient>(std::move(routers), std::move(info),
                                           std::move(hooks), interval);
 }
 

@@ -18,7 +18,7 @@ class KvTiering;
 // `loop`, `watchdog` (whose stall the load reports) and `tiering` (the worker's lower KV tiers, or
 // null) must outlive the client. The heartbeats carry the engine's events at tier 0 and the tiers'
 // events at their tiers (1, 2).
-std::unique_ptr<RegistryClient> MakeRegistryClient(std::string router_address, v1::WorkerInfo info,
+std::unique_ptr<RegistryClient> MakeRegistryClient(proto::RouterTargets routers, v1::WorkerInfo info,
                                                    EngineLoop* loop, const EngineWatchdog* watchdog,
                                                    KvTiering* tiering, absl::Duration interval);
 

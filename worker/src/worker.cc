@@ -153,7 +153,7 @@ class WorkerImpl final : public Worker {
     metrics_ =
         std::make_unique<WorkerMetrics>(options_.id, loop_.get(), watchdog_.get(), agent_.get(),
                                         prefill_.get(), decode_.get(), handoff_path_);
-    if (options_.kv_tiers.remote_from_router && options_.router_address.empty()) {
+    if (options_.kv_tiers.remote_from_router && !has_router()) {
       return absl::InvalidArgumentError("G4 daemons from the router need a router address");
     }
     if (options_.kv_tiers.host_bytes > 0) {
@@ -188,8 +188,11 @@ class WorkerImpl final : public Worker {
       fo.api_keys = options_.api_keys;
       fo.unknown_params = options_.unknown_params;
       fo.get_load_format = options_.get_load_format;
+      fo.tool_call_parser = options_.tool_call_parser;
       fo.api_key_cache_salts = options_.api_key_cache_salts;
       fo.hide_cached_tokens = options_.hide_cached_tokens;
+      fo.rate_limit = options_.rate_limit;
+      fo.api_key_rate_limits = options_.api_key_rate_limits;
       fo.observer = metrics_->observer();
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);
@@ -225,7 +228,10 @@ class WorkerImpl final : public Worker {
           absl::StrCat("cannot listen for gRPC on ", options_.host, ":", options_.grpc_port));
     }
     STRATA_RETURN_IF_ERROR(http_->Start());
-    if (!options_.router_address.empty()) {
+    if (has_router()) {
+      STRATA_ASSIGN_OR_RETURN(
+          proto::RouterTargets routers,
+          proto::RouterTargets::Parse(options_.router_address, options_.router_service));
       v1::WorkerInfo info;
       info.set_id(options_.id);
       info.set_role(options_.role);
@@ -239,7 +245,7 @@ class WorkerImpl final : public Worker {
       info.set_num_kv_blocks(num_kv_blocks_);
       info.set_max_model_len(loop_->engine_for_config().max_model_len());
       *info.mutable_kv_layout() = kv_layout_;
-      registry_ = MakeRegistryClient(options_.router_address, info, loop_.get(), watchdog_.get(),
+      registry_ = MakeRegistryClient(std::move(routers), info, loop_.get(), watchdog_.get(),
                                      tiering_.get(), options_.heartbeat_interval);
       registry_->Start();
     }
@@ -278,6 +284,9 @@ class WorkerImpl final : public Worker {
   EngineLoad load() const override { return loop_->load(); }
 
  private:
+  bool has_router() const {
+    return !options_.router_address.empty() || !options_.router_service.empty();
+  }
   // The engine's stall as /health, /ready and the mixed role's API report it; nullopt when it
   // progresses (or is idle).
   std::optional<openai::BackendProblem> Problem() const {

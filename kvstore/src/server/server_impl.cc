@@ -59,7 +59,9 @@ class KvStoreServerImpl final : public KvStoreServer {
           absl::StrCat("cannot listen for gRPC on ", options_.host, ":", options_.port));
     }
     if (options_.http_port >= 0) STRATA_RETURN_IF_ERROR(StartHttp());
-    if (!options_.router_address.empty()) StartRegistry();
+    if (!options_.router_address.empty() || !options_.router_service.empty()) {
+      STRATA_RETURN_IF_ERROR(StartRegistry());
+    }
     return absl::OkStatus();
   }
 
@@ -104,7 +106,10 @@ class KvStoreServerImpl final : public KvStoreServer {
     return http_->Start();
   }
 
-  void StartRegistry() {
+  absl::Status StartRegistry() {
+    STRATA_ASSIGN_OR_RETURN(
+        proto::RouterTargets routers,
+        proto::RouterTargets::Parse(options_.router_address, options_.router_service));
     v1::WorkerInfo info;
     info.set_id(options_.id);
     info.set_role(v1::ROLE_KVSTORE);
@@ -114,10 +119,11 @@ class KvStoreServerImpl final : public KvStoreServer {
     proto::RegistryHooks hooks;
     hooks.take_events = [this] { return events_.Take(); };
     hooks.resync = [this] { events_.Resync(); };
-    registry_ = std::make_unique<proto::RegistryClient>(options_.router_address, std::move(info),
+    registry_ = std::make_unique<proto::RegistryClient>(std::move(routers), std::move(info),
                                                         std::move(hooks),
                                                         options_.heartbeat_interval);
     registry_->Start();
+    return absl::OkStatus();
   }
 
   // strata_kvstore_*{tier="remote"}: read from the pool at scrape time (0 before it exists).

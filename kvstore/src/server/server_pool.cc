@@ -29,10 +29,14 @@ void EventLog::OnEvent(const TierEvent& e) {
 std::vector<v1::KvEvent> EventLog::Take() {
   absl::MutexLock lock(&mu_);
   if (overflowed_) {
-    // Events were dropped: a full picture replaces the ones that remain. Blocks removed
-    // meanwhile may stay indexed until the router drops this daemon or it re-registers.
+    // Events were dropped: a full picture, led by CLEARED, replaces the ones that remain, so
+    // the routers drop what was removed meanwhile.
     overflowed_ = false;
     queue_.clear();
+    v1::KvEvent cleared;
+    cleared.set_kind(v1::KvEvent::CLEARED);
+    cleared.set_tier(static_cast<uint32_t>(TierKind::kRemote));
+    queue_.push_back(std::move(cleared));
     for (const auto& [hash, parent] : held_) {
       v1::KvEvent m;
       m.set_kind(v1::KvEvent::STORED);

@@ -19,6 +19,10 @@ struct ClusterConfig {
   struct Router {
     int http_port = 8000;  // the OpenAI endpoint; 0 = pick a free port
     int grpc_port = 0;     // where workers register; 0 = pick a free port
+    // Routers serving the one endpoint. Above 1, `strata up` runs them on ports of their own
+    // behind a TCP front on http_port, router i's registry on grpc_port + i (or free ports when
+    // grpc_port is 0), and every worker and kvstore daemon registers with each of them.
+    int replicas = 1;
     // A worker stream silent this long is cancelled and its request moves to another worker
     // (the router's --worker-stream-idle-timeout-s); 0 = no limit.
     double worker_stream_idle_timeout_s = 60;
@@ -88,10 +92,18 @@ struct ClusterConfig {
   // of GET /get_load for a peer router in front of the workers (sglang | vllm-router).
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  // Their --tool-call-parser: auto | none | llama3_json | hermes | mistral.
+  std::string tool_call_parser = "auto";
   // Default cache salt of each API key's requests, parallel to api_keys ("" = none); from
   // entries of the form {key: K, cache_salt: S}.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // Requests and tokens per minute ("rpm:N,tpm:M", rate_limit.h) of each API key (of all
+  // requests together without keys), enforced by each router and mixed worker on its own; ""
+  // = none. A key's own limit comes from its entry {key: K, rate_limit: "..."} (parallel to
+  // api_keys; "" = the default).
+  std::string rate_limit;
+  std::vector<std::string> api_key_rate_limits;
   // The cluster's secret block hash key, given to the router and every worker; "" = `strata up`
   // writes a random one into the log dir for each run.
   std::string kv_hash_key_file;

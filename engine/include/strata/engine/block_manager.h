@@ -24,7 +24,9 @@ using BlockId = int32_t;
 // Published on every commit (stored) and eviction (removed) of a cached block, so a KV index
 // elsewhere can stay true.
 struct KvCacheEvent {
-  enum class Kind { kStored, kRemoved };
+  // kCleared (from EngineLoop::ResyncKvEvents only): every block reported before it is gone;
+  // the kStored events after it list the pool's whole contents.
+  enum class Kind { kStored, kRemoved, kCleared };
   Kind kind;
   BlockHash hash;
   BlockId block;

@@ -48,7 +48,10 @@ struct KvStoreServerOptions {
   std::string policy = "lru";
   absl::Duration lease_timeout = absl::Seconds(30);
   std::string model_identity;  // reported to clients and the router; "" any model
-  std::string router_address;  // host:port of the router's Registry; "" standalone
+  // The routers' Registries, as in WorkerOptions: host:port lists of routers and of names that
+  // resolve to every router. Both "": standalone.
+  std::string router_address;
+  std::string router_service;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // Tests only: every settle that releases leases (proto KvSettle) waits this long before it
   // takes effect, so a client whose releases race its next request finds the blocks still leased.

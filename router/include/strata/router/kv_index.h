@@ -46,7 +46,9 @@ enum class Tier : uint8_t { kGpu = 0, kHostPinned = 1, kDisk = 2, kRemote = 3 };
 inline constexpr int kNumTiers = 4;
 
 struct KvEvent {
-  enum class Kind : uint8_t { kStored, kRemoved };
+  // kCleared: the worker no longer holds any block in the tier (a resync follows); its hash and
+  // parent are ignored.
+  enum class Kind : uint8_t { kStored, kRemoved, kCleared };
   Kind kind = Kind::kStored;
   BlockHash hash = 0;
   BlockHash parent_hash = kRootBlockHash;  // kRootBlockHash for the first block of a chain
@@ -121,6 +123,7 @@ class KvIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreLocked(Slot slot, int tier, const KvEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(Slot slot, int tier, BlockHash hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearTierLocked(Slot slot, int tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Slot of a registered worker, or kNotFound.
   absl::Status FindSlot(WorkerId worker, Slot* slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -27,9 +27,15 @@ struct RouterOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // How chat output is searched for tool calls (kAuto: from the chat template; tool_calls.h).
+  openai::ToolCallParser tool_call_parser = openai::ToolCallParser::kAuto;
   // Default cache salt per API key, parallel to api_keys (openai::FrontendOptions).
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // Per-API-key requests and tokens per minute, enforced by this router on its own
+  // (openai::FrontendOptions).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
   std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json

@@ -43,7 +43,10 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   int grpc_port = 0;            // 0: ephemeral
   int http_port = 0;            // 0: ephemeral
-  std::string router_address;   // host:port of the router's registry; empty: standalone
+  // The routers' registries: host:port, comma-separated, each one router; and host:port names
+  // that resolve to every router (a headless Service). Both empty: standalone.
+  std::string router_address;
+  std::string router_service;
   std::string model_dir;
   std::string model_name;       // served name; default: the model directory's base name
   EngineOptions engine;
@@ -53,11 +56,16 @@ struct WorkerOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // How chat output is searched for tool calls (kAuto: from the chat template; tool_calls.h).
+  openai::ToolCallParser tool_call_parser = openai::ToolCallParser::kAuto;
   // The mixed role's API: default cache salt per API key, parallel to api_keys, and whether
   // usage reports 0 cached tokens (openai::FrontendOptions). The cluster's block hash key is
   // engine.kv_hash_key.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;
+  // Per-API-key requests and tokens per minute (openai::FrontendOptions; mixed role).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
