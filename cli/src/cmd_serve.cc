@@ -100,7 +100,7 @@ absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* 
 int RunRouter(const Args& args) {
   router::RouterOptions o;
   std::string model = "preset:tiny-llama";
-  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60, resume_settle_s = 1.5;
+  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60, resume_settle_s = 2.5;
   ArgParser p("strata router [flags]",
               "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
   p.AddString("--host", &o.host, "address to listen on");

@@ -86,7 +86,10 @@ constexpr int kMaxResumes = 3;
 class ProbeGroup : public std::enable_shared_from_this<ProbeGroup> {
  public:
   static constexpr double kProbeTimeoutS = 1.0;
-  explicit ProbeGroup(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+  // `only` (optional): ask just this worker (one that refused to start the request because
+  // it holds the key already).
+  explicit ProbeGroup(std::shared_ptr<CallState> state, std::string only = "")
+      : state_(std::move(state)), only_(std::move(only)) {}
   // Probes now, or at `not_before_s` (ClusterBackend::Now() seconds) if that is later.
   void Start(double not_before_s);
   // A probe's stream has the request: true if it is the first (it now serves the call).
@@ -100,6 +103,7 @@ class ProbeGroup : public std::enable_shared_from_this<ProbeGroup> {
   void Decide(bool conflict) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<CallState> state_;
+  const std::string only_;
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool decided_ ABSL_GUARDED_BY(mu_) = false;
@@ -272,6 +276,22 @@ class Attempt final : public grpc::ClientReadReactor<Msg>,
         absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
     const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
     const bool streamed = !state_->delivered_tokens.empty();  // the client has tokens
+    // The worker holds this key already (a retry whose probes missed it, e.g. a router that
+    // has just started): attach to that request rather than answer 409.
+    if constexpr (!kAttach) {
+      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS && !delivered_ && !streamed &&
+          !cancelled && state_->attempts <= kMaxRetries) {
+        auto group = std::make_shared<ProbeGroup>(state_, placement_.decode_id);
+        {
+          absl::MutexLock lock(&state_->mu);
+          state_->probe = group;
+        }
+        group->Start(0);
+        b->WakeQueue();
+        self_.reset();  // may delete this
+        return;
+      }
+    }
     // A client that resumes has part of the answer from another router: it cannot start over.
     if (gone && !streamed && !delivered_ && state_->attempts <= kMaxRetries &&
         !state_->request.resume_only) {
@@ -387,13 +407,26 @@ void ProbeGroup::Probe() {
   std::vector<std::shared_ptr<Attempt<v1::AttachResponse>>> probes;
   for (size_t i = 0; i < workers.size(); ++i) {
     if (workers[i].role != WorkerRole::kDecode && workers[i].role != WorkerRole::kMixed) continue;
+    if (!only_.empty() && workers[i].id != only_) continue;
     Placement at;
     at.decode_id = workers[i].id;
     probes.push_back(std::make_shared<Attempt<v1::AttachResponse>>(state_, std::move(at),
                                                                     stubs[i], shared_from_this()));
   }
   if (probes.empty()) {
-    Decide(false);
+    // No decode worker registered yet (a router that has just started): ask them once the
+    // first registers, within the router's worker grace.
+    std::weak_ptr<ProbeGroup> weak = weak_from_this();
+    const bool parked = only_.empty() && b->AwaitDecodeWorker([weak](const absl::Status& s) {
+      if (auto g = weak.lock()) {
+        if (s.ok()) {
+          g->Probe();
+        } else {
+          g->Decide(false);
+        }
+      }
+    });
+    if (!parked) Decide(false);
     return;
   }
   {

@@ -2,11 +2,14 @@
 resumption"), with real router and worker processes on loopback: a keyed stream whose router is
 SIGKILLed mid-answer resumes on a router started again on the same ports, from the client's
 Last-Event-ID, and reads as the same answer uncut; a non-streaming request cut by the router's
-death gets its whole answer on retry; and the headers' misuse is refused clearly.
+death gets its whole answer on retry; and the headers' misuse is refused clearly. Then through
+`strata up --routers 2` with prefill and decode workers: a stream whose router is SIGKILLed
+resumes on the other router behind the same front, from the decode worker that holds it.
 
 Usage: resume_test.py STRATA_BINARY   (ctest passes it)
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -182,6 +185,70 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(other.status, 409, other.body)
         self.assertEqual(cu.metric(self.http, "strata_router_idempotent_lookups_total",
                                    {"result": "conflict"}), 1)
+
+
+
+def process_pid(needle):
+    """The pid of the one process whose command line holds every string in `needle`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+        except OSError:
+            continue
+        if all(n in words for n in needle):
+            found.append(int(pid))
+    assert len(found) == 1, (needle, found)
+    return found[0]
+
+
+class TwoRoutersResumeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="strata_resume_test_up_")
+        self.up = cu.start_up(STRATA, self.tmp,
+                              "router:\n  http_port: 0\n  replicas: 2\n"
+                              "prefill:\n  count: 1\ndecode:\n  count: 1\n")
+        self.routers = {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"(router-\d): http://127\.0\.0\.1:(\d+)/metrics", self.up.output)}
+        self.assertEqual(sorted(self.routers), ["router-0", "router-1"], self.up.output)
+        for port in self.routers.values():
+            self.assertTrue(cu.wait_until(lambda: cu.metric(port, "strata_router_workers",
+                                                            {"role": "decode"}) == 1))
+
+    def tearDown(self):
+        self.up.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_a_stream_whose_router_dies_resumes_on_the_other_router(self):
+        # A prompt long enough to be prefilled on the prefill worker (nothing of it is cached
+        # yet: the reference runs afterwards).
+        req = body("Disaggregated and highly available: " + "tokens " * 40, 200, stream=True,
+                   stream_options={"include_usage": True})
+        killed = []
+
+        def kill_its_router(result):
+            if killed or len(result.events) != 5:
+                return
+            holder = [name for name, port in self.routers.items()
+                      if cu.metric(port, "strata_router_inflight_requests") == 1]
+            self.assertEqual(len(holder), 1, holder)
+            os.kill(process_pid(["router", "--http-port", str(self.routers[holder[0]])]),
+                    signal.SIGKILL)
+            killed.append(holder[0])
+
+        got = rc.post(self.up.http, "/v1/completions", req, on_event=kill_its_router)
+        status, ref_events, done = cu.stream(self.up.http, "/v1/completions", req)
+        self.assertEqual(status, 200, ref_events)
+        ref_text = "".join(c["text"] for e in ref_events for c in e.get("choices", []))
+        self.assertEqual(len(killed), 1)
+        self.assertTrue(got.done, got.events[-3:])
+        self.assertEqual(got.resumes, 1, got.errors)
+        self.assertEqual(got.text(), ref_text)
+        self.assertEqual(usage_of(got.events), usage_of(ref_events))
+        other = [name for name in self.routers if name != killed[0]][0]
+        self.assertEqual(cu.metric(self.routers[other], "strata_router_idempotent_lookups_total",
+                                   {"result": "attached"}), 1)
 
 
 if __name__ == "__main__":

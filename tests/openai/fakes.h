@@ -141,6 +141,7 @@ class FakeBackend : public Backend {
   }
   bool Ready() const override { return ready; }
   BackendLoad Load() const override { return load; }
+  bool CanResume() const override { return can_resume; }
 
   // Delivers one event to call i (on the calling thread).
   void Emit(int i, GenerateEvent event) {
@@ -161,6 +162,7 @@ class FakeBackend : public Backend {
   std::function<void(int)> on_generate;
   bool ready = true;
   BackendLoad load;
+  bool can_resume = false;
 
  private:
   class Handle : public GenerationHandle {

@@ -360,7 +360,7 @@ TEST(ReplayerTest, RetriesACutStreamWithItsKeyAndLastEventId) {
   EXPECT_THAT(key_of(heads[0]), HasSubstr("Idempotency-Key: strata-replay-"));
   EXPECT_EQ(key_of(heads[0]), key_of(heads[1]));
   EXPECT_EQ(heads[0].find("Last-Event-ID"), std::string::npos);
-  EXPECT_THAT(heads[1], HasSubstr("Last-Event-ID: 2\r\n"));
+  EXPECT_THAT(heads[1] + "\r\n", HasSubstr("\r\nLast-Event-ID: 2\r\n"));
 
   int port;
   {
