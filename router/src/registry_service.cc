@@ -1,10 +1,48 @@
 #include "strata/router/registry_service.h"
 
-namespace strata::router {
+#include <algorithm>
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "strata/common/logging.h"
+#include "strata/proto/cluster_tls.h"
+
+namespace strata::router {
+namespace {
+
+// With mTLS, the TLS handshake has already proven that the peer holds a certificate of the
+// cluster CA. A certificate that names roles (cluster_tls.h PeerRoles) may register only as one
+// of them: a kvstore daemon's certificate cannot register a worker, nor a router's either. A
+// certificate naming no role may register as anything.
+grpc::Status CheckPeerRole(const grpc::ServerContext& context, const v1::WorkerInfo& worker) {
+  const std::vector<std::string> roles = proto::PeerRoles(context);
+  if (roles.empty()) return grpc::Status::OK;
+  std::vector<std::string> allowed;
+  switch (worker.role()) {
+    case v1::ROLE_KVSTORE: allowed = {"kvstore"}; break;
+    case v1::ROLE_PREFILL: allowed = {"worker", "prefill"}; break;
+    case v1::ROLE_DECODE: allowed = {"worker", "decode"}; break;
+    case v1::ROLE_MIXED: allowed = {"worker", "mixed"}; break;
+    default: return grpc::Status::OK;  // the pool refuses an unset role
+  }
+  for (const std::string& r : roles) {
+    if (std::find(allowed.begin(), allowed.end(), r) != allowed.end()) return grpc::Status::OK;
+  }
+  const std::string why = absl::StrCat(
+      "registration of ", worker.id(), " as ", absl::StrJoin(allowed, "/"),
+      " refused: the peer's certificate (", proto::PeerIdentity(context), ") is for ",
+      absl::StrJoin(roles, ", "));
+  STRATA_LOG(Warning) << why;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+}
+
+}  // namespace
+
+grpc::Status RegistryService::Register(grpc::ServerContext* context,
+                                       const v1::RegisterRequest* req,
                                        v1::RegisterResponse* resp) {
   if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
+  if (auto s = CheckPeerRole(*context, req->worker()); !s.ok()) return s;
   auto epoch = pool_->Register(req->worker());
   if (!epoch.ok()) return proto::ToGrpc(epoch.status());
   resp->set_epoch(*epoch);

@@ -1,6 +1,8 @@
 #pragma once
 // The router's Registry gRPC service (strata.proto) over its WorkerPool: workers and kvstore
-// daemons register, heartbeat (load and KV events) and deregister here.
+// daemons register, heartbeat (load and KV events) and deregister here. With cluster mTLS
+// (proto/cluster_tls.h) only peers with a certificate of the cluster CA reach it, and a
+// certificate that names roles registers only as one of them.
 #include <functional>
 
 #include "strata/proto/protocol.h"
