@@ -11,8 +11,8 @@ namespace strata::cli {
 
 void AddTlsFlags(ArgParser& parser, proto::TlsFiles* files);
 
-// With the flags given: checks the files and makes them the process's cluster credentials, and
-// says so on stderr; without: plaintext, said likewise. InvalidArgument (naming the flag and the
+// With the flags given: checks the files, makes them the process's cluster credentials and says
+// so on stderr (one line); without: plaintext. InvalidArgument (naming the flag and the
 // file) for an incomplete set or files that do not check out.
 absl::Status ApplyTlsFlags(const proto::TlsFiles& files);
 

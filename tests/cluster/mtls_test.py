@@ -85,7 +85,7 @@ class TlsAutoTest(unittest.TestCase):
         self.assertTrue(cu.wait_until(
             lambda: "does it use the same cluster gRPC security? this process: plaintext"
             in plain.tail_all(), 15), plain.tail())
-        self.assertIn("cluster gRPC: plaintext", plain.tail_all())
+        self.assertNotIn("cluster gRPC: mTLS", plain.tail_all())
         self.assertIn("registered with the router", good.tail_all())
         self.assertNotIn("registered with the router", plain.tail_all())
         self.assertEqual(self.decode_workers(), before + 1)
