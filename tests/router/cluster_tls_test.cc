@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "strata/proto/certificates.h"
 #include "strata/proto/cluster_tls.h"
+#include "strata/proto/kvstore.grpc.pb.h"
 #include "strata/proto/protocol.h"
 #include "strata/proto/registry_client.h"
 #include "strata/router/registry_service.h"
@@ -222,7 +223,7 @@ TEST_F(ClusterTlsTest, CheckedFilesAndReasons) {
   ASSERT_FALSE(checked.ok());
   EXPECT_NE(std::string(checked.status().message()).find("expired"), std::string::npos);
 
-  EXPECT_FALSE(TlsFiles{"a", "", ""}.CheckComplete().ok());
+  EXPECT_FALSE((TlsFiles{"a", "", ""}.CheckComplete().ok()));
   EXPECT_TRUE(TlsFiles{}.CheckComplete().ok());
   auto missing = ClusterCredentials::FromFiles({"/nonexistent/ca", worker_files_.cert,
                                                 worker_files_.key});
