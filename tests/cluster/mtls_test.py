@@ -26,7 +26,8 @@ class TlsAutoTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="strata_mtls_test_")
         cls.up = cu.start_up(STRATA, cls.tmp, (
             "prefill: {count: 1}\ndecode: {count: 1}\nrouter: {http_port: 0}\n"
-            "engine: {num_kv_blocks: 256}\ntls: auto\n"))
+            "engine: {num_kv_blocks: 256}\n"
+            "kv_tiers: {host_mb: 16, kvstore_count: 1, kvstore_mb: 16}\ntls: auto\n"))
         cls.logs = os.path.join(cls.tmp, "logs")
         with open(os.path.join(cls.logs, "router.log")) as f:
             cls.grpc = int(re.search(r"registry at 127\.0\.0\.1:(\d+)", f.read()).group(1))
@@ -61,9 +62,20 @@ class TlsAutoTest(unittest.TestCase):
         d = os.path.join(self.logs, "tls")
         self.assertEqual(sorted(os.listdir(d)), ["ca.crt", "tls.crt", "tls.key"])
         self.assertEqual(os.stat(os.path.join(d, "tls.key")).st_mode & 0o777, 0o600)
-        for name in ("router", "prefill-0", "decode-0"):
+        for name in ("router", "prefill-0", "decode-0", "kvstore-0"):
             with open(os.path.join(self.logs, name + ".log")) as f:
                 self.assertIn("cluster gRPC: mTLS", f.read(), name)
+
+    def test_workers_reach_the_kvstore_daemon_over_mtls(self):
+        # The daemon registered with the router, and each worker said Hello to its KvStore
+        # service (a TLS handshake both ways) once the router named it.
+        def log(name):
+            with open(os.path.join(self.logs, name + ".log")) as f:
+                return f.read()
+        self.assertTrue(cu.wait_until(lambda: "registered with the router" in log("kvstore-0"), 15))
+        for name in ("prefill-0", "decode-0"):
+            self.assertTrue(cu.wait_until(lambda: "connected to kvstore" in log(name), 15),
+                            log(name)[-2000:])
 
     def test_a_request_crosses_the_mtls_cluster(self):
         # Long enough that the router places prefill on the prefill worker: router -> decode
