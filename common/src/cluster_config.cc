@@ -256,9 +256,13 @@ FieldSpec Tls() {
     if (!node.IsMap()) return "must be off, auto or a mapping {ca, cert, key}";
     for (const auto& kv : node) {
       const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
-      std::string* out = name == "ca" ? &c.tls.ca : name == "cert" ? &c.tls.cert
-                       : name == "key" ? &c.tls.key : nullptr;
-      if (out == nullptr) return absl::StrCat("unknown key '", name, "' (known keys: ca, cert, key)");
+      std::string* out = name == "ca"     ? &c.tls.ca
+                         : name == "cert" ? &c.tls.cert
+                         : name == "key"  ? &c.tls.key
+                                          : nullptr;
+      if (out == nullptr) {
+        return absl::StrCat("unknown key '", name, "' (known keys: ca, cert, key)");
+      }
       if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
         return absl::StrCat(name, " must be a file path");
       }
@@ -270,7 +274,9 @@ FieldSpec Tls() {
   f.check = [](const ClusterConfig& c) -> std::string {
     const auto& t = c.tls;
     if (t.mode == "off" || t.mode == "auto") return "";
-    if (t.mode != "files") return absl::StrCat("mode must be off, auto or files, got '", t.mode, "'");
+    if (t.mode != "files") {
+      return absl::StrCat("mode must be off, auto or files, got '", t.mode, "'");
+    }
     if (t.ca.empty() || t.cert.empty() || t.key.empty()) {
       return "needs all of ca, cert and key (PEM file paths)";
     }

@@ -33,9 +33,9 @@ using Key = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
 using Cert = std::unique_ptr<X509, Deleter<X509_free>>;
 using Store = std::unique_ptr<X509_STORE, Deleter<X509_STORE_free>>;
 using StoreCtx = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX_free>>;
-using CertStack = std::unique_ptr<STACK_OF(X509), Deleter<[](STACK_OF(X509)* s) {
-                                    sk_X509_pop_free(s, X509_free);
-                                  }>>;
+using CertStack =
+    std::unique_ptr<STACK_OF(X509),
+                    Deleter<[](STACK_OF(X509) * s) { sk_X509_pop_free(s, X509_free); }>>;
 
 // The oldest error OpenSSL queued (the root cause), and clears the queue.
 std::string OpenSslError() {
@@ -90,8 +90,8 @@ absl::Status AddName(X509_NAME* name, const char* field, const std::string& valu
   if (X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
                                  reinterpret_cast<const unsigned char*>(value.c_str()), -1, -1,
                                  0) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("certificate name ", field, "='", value,
-                                                   "': ", OpenSslError()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("certificate name ", field, "='", value, "': ", OpenSslError()));
   }
   return absl::OkStatus();
 }
@@ -99,9 +99,8 @@ absl::Status AddName(X509_NAME* name, const char* field, const std::string& valu
 absl::Status AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const std::string& value) {
   X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, ctx, nid, value.c_str());
   if (ext == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("certificate extension ", OBJ_nid2sn(nid), "='", value, "': ",
-                     OpenSslError()));
+    return absl::InvalidArgumentError(absl::StrCat("certificate extension ", OBJ_nid2sn(nid), "='",
+                                                   value, "': ", OpenSslError()));
   }
   const int ok = X509_add_ext(cert, ext, -1);
   X509_EXTENSION_free(ext);
@@ -153,8 +152,8 @@ std::string NameText(X509_NAME* name) {
 
 std::vector<std::string> UriNames(X509* cert) {
   std::vector<std::string> out;
-  auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  auto* names =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr) return out;
   for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
@@ -258,8 +257,8 @@ absl::StatusOr<CertificateSummary> CheckCertificateChain(const std::string& ca_p
   if (X509_verify_cert(ctx.get()) != 1) {
     const int err = X509_STORE_CTX_get_error(ctx.get());
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat("the certificate does not verify against the CA: ",
-                                                   X509_verify_cert_error_string(err)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the certificate does not verify against the CA: ", X509_verify_cert_error_string(err)));
   }
   return CertificateSummary{NameText(X509_get_subject_name(leaf)), UriNames(leaf), NotAfter(leaf)};
 }
@@ -284,8 +283,8 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& text, 
   const bool chmod_ok = fchmod(fd, static_cast<mode_t>(mode)) == 0;
   const int chmod_errno = errno;
   if (close(fd) != 0 || !chmod_ok) {
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ",
-                                            std::strerror(chmod_ok ? errno : chmod_errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(chmod_ok ? errno : chmod_errno)));
   }
   return absl::OkStatus();
 }

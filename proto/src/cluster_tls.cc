@@ -68,8 +68,8 @@ absl::StatusOr<std::shared_ptr<const ClusterCredentials>> ClusterCredentials::Fr
   absl::StatusOr<CertificateSummary> summary = CheckCertificateChain(*ca, *cert, *key);
   if (!summary.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--tls-cert ", files.cert, " (with --tls-key ",
-                                                   files.key, ", --tls-ca ", files.ca, "): ",
-                                                   summary.status().message()));
+                                                   files.key, ", --tls-ca ", files.ca,
+                                                   "): ", summary.status().message()));
   }
   const auto refresh_s =
       static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(refresh)));
@@ -97,10 +97,10 @@ absl::StatusOr<std::shared_ptr<const ClusterCredentials>> ClusterCredentials::Fr
   if (c->channel_ == nullptr || c->server_ == nullptr) {
     return absl::InternalError("gRPC could not create TLS credentials");
   }
-  c->description_ = absl::StrCat("mTLS (certificate ", summary->subject, ", valid until ",
-                                 absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", summary->not_after,
-                                                  absl::UTCTimeZone()),
-                                 "; CA ", files.ca, "; re-read every ", refresh_s, " s)");
+  c->description_ = absl::StrCat(
+      "mTLS (certificate ", summary->subject, ", valid until ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", summary->not_after, absl::UTCTimeZone()), "; CA ",
+      files.ca, "; re-read every ", refresh_s, " s)");
   return std::shared_ptr<const ClusterCredentials>(std::move(c));
 }
 

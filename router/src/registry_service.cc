@@ -19,27 +19,35 @@ grpc::Status CheckPeerRole(const grpc::ServerContext& context, const v1::WorkerI
   if (roles.empty()) return grpc::Status::OK;
   std::vector<std::string> allowed;
   switch (worker.role()) {
-    case v1::ROLE_KVSTORE: allowed = {"kvstore"}; break;
-    case v1::ROLE_PREFILL: allowed = {"worker", "prefill"}; break;
-    case v1::ROLE_DECODE: allowed = {"worker", "decode"}; break;
-    case v1::ROLE_MIXED: allowed = {"worker", "mixed"}; break;
-    default: return grpc::Status::OK;  // the pool refuses an unset role
+    case v1::ROLE_KVSTORE:
+      allowed = {"kvstore"};
+      break;
+    case v1::ROLE_PREFILL:
+      allowed = {"worker", "prefill"};
+      break;
+    case v1::ROLE_DECODE:
+      allowed = {"worker", "decode"};
+      break;
+    case v1::ROLE_MIXED:
+      allowed = {"worker", "mixed"};
+      break;
+    default:
+      return grpc::Status::OK;  // the pool refuses an unset role
   }
   for (const std::string& r : roles) {
     if (std::find(allowed.begin(), allowed.end(), r) != allowed.end()) return grpc::Status::OK;
   }
-  const std::string why = absl::StrCat(
-      "registration of ", worker.id(), " as ", absl::StrJoin(allowed, "/"),
-      " refused: the peer's certificate (", proto::PeerIdentity(context), ") is for ",
-      absl::StrJoin(roles, ", "));
+  const std::string why =
+      absl::StrCat("registration of ", worker.id(), " as ", absl::StrJoin(allowed, "/"),
+                   " refused: the peer's certificate (", proto::PeerIdentity(context), ") is for ",
+                   absl::StrJoin(roles, ", "));
   STRATA_LOG(Warning) << why;
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
 }
 
 }  // namespace
 
-grpc::Status RegistryService::Register(grpc::ServerContext* context,
-                                       const v1::RegisterRequest* req,
+grpc::Status RegistryService::Register(grpc::ServerContext* context, const v1::RegisterRequest* req,
                                        v1::RegisterResponse* resp) {
   if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
   if (auto s = CheckPeerRole(*context, req->worker()); !s.ok()) return s;

@@ -5,6 +5,8 @@
 // a worker refuses a kvstore impostor without a cluster certificate; certificate files replaced
 // on disk are used by new connections without a restart. Certificates are made at test time
 // (proto/certificates.h); real gRPC servers over real WorkerPools, in process.
+#include "strata/proto/cluster_tls.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,7 +22,6 @@
 #include "grpcpp/security/tls_credentials_options.h"
 #include "gtest/gtest.h"
 #include "strata/proto/certificates.h"
-#include "strata/proto/cluster_tls.h"
 #include "strata/proto/kvstore.grpc.pb.h"
 #include "strata/proto/protocol.h"
 #include "strata/proto/registry_client.h"
@@ -186,12 +187,12 @@ class ClusterTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ca_ = Ca("strata cluster CA");
-    router_files_ = dir_.WriteIdentity(
-        "router-", ca_.cert_pem, Leaf(ca_, "router", {"spiffe://strata/router"}));
-    worker_files_ = dir_.WriteIdentity(
-        "worker-", ca_.cert_pem, Leaf(ca_, "worker", {"spiffe://strata/worker"}));
-    kvstore_files_ = dir_.WriteIdentity(
-        "kvstore-", ca_.cert_pem, Leaf(ca_, "kvstore", {"spiffe://strata/kvstore"}));
+    router_files_ = dir_.WriteIdentity("router-", ca_.cert_pem,
+                                       Leaf(ca_, "router", {"spiffe://strata/router"}));
+    worker_files_ = dir_.WriteIdentity("worker-", ca_.cert_pem,
+                                       Leaf(ca_, "worker", {"spiffe://strata/worker"}));
+    kvstore_files_ = dir_.WriteIdentity("kvstore-", ca_.cert_pem,
+                                        Leaf(ca_, "kvstore", {"spiffe://strata/kvstore"}));
   }
   void TearDown() override { proto::SetClusterCredentials(nullptr); }
 
@@ -203,8 +204,8 @@ class ClusterTlsTest : public ::testing::Test {
 TEST_F(ClusterTlsTest, CheckedFilesAndReasons) {
   PemKeyPair other = Ca("another CA");
   PemKeyPair foreign = Leaf(other, "forger");
-  auto good = proto::CheckCertificateChain(ca_.cert_pem, Leaf(ca_, "w").cert_pem,
-                                           Leaf(ca_, "w").key_pem);
+  auto good =
+      proto::CheckCertificateChain(ca_.cert_pem, Leaf(ca_, "w").cert_pem, Leaf(ca_, "w").key_pem);
   EXPECT_FALSE(good.ok());  // the key of another leaf
   EXPECT_NE(std::string(good.status().message()).find("does not belong"), std::string::npos);
   PemKeyPair w = Leaf(ca_, "w", {"spiffe://strata/worker"});
@@ -225,8 +226,8 @@ TEST_F(ClusterTlsTest, CheckedFilesAndReasons) {
 
   EXPECT_FALSE((TlsFiles{"a", "", ""}.CheckComplete().ok()));
   EXPECT_TRUE(TlsFiles{}.CheckComplete().ok());
-  auto missing = ClusterCredentials::FromFiles({"/nonexistent/ca", worker_files_.cert,
-                                                worker_files_.key});
+  auto missing =
+      ClusterCredentials::FromFiles({"/nonexistent/ca", worker_files_.cert, worker_files_.key});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("--tls-ca /nonexistent/ca"),
             std::string::npos);
@@ -256,9 +257,9 @@ TEST_F(ClusterTlsTest, RegistryAcceptsOnlyCertifiedPeers) {
   EXPECT_EQ(no_cert.error_code(), grpc::StatusCode::UNAVAILABLE) << no_cert.error_message();
   // A forged registration: a certificate from another CA, taking over decode-0's id.
   PemKeyPair other = Ca("attacker CA");
-  grpc::Status forged = Register(
-      FreshChannel(at, ClientCertificate(ca_.cert_pem, Leaf(other, "decode-0"))),
-      Info("decode-0", v1::ROLE_DECODE));
+  grpc::Status forged =
+      Register(FreshChannel(at, ClientCertificate(ca_.cert_pem, Leaf(other, "decode-0"))),
+               Info("decode-0", v1::ROLE_DECODE));
   EXPECT_EQ(forged.error_code(), grpc::StatusCode::UNAVAILABLE) << forged.error_message();
   // A kvstore impostor without a certificate.
   grpc::Status impostor = Register(FreshChannel(at, NoClientCertificate(ca_.cert_pem)),
@@ -349,8 +350,7 @@ TEST_F(ClusterTlsTest, WorkerRefusesKvstoreImpostor) {
 }
 
 // The subject CN of the server's certificate on a fresh connection ("" when the call fails).
-std::string ServerCn(const std::string& address,
-                     std::shared_ptr<grpc::ChannelCredentials> creds) {
+std::string ServerCn(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ClientContext ctx;
   if (!Register(FreshChannel(address, std::move(creds)), Info("probe", v1::ROLE_DECODE), &ctx)
            .ok()) {

@@ -44,7 +44,7 @@ absl::StatusOr<PemKeyPair> IssueLeafCertificate(const PemKeyPair& ca, const Leaf
 
 // What a checked certificate says about itself, for logs.
 struct CertificateSummary {
-  std::string subject;          // "CN=strata,O=strata"
+  std::string subject;            // "CN=strata,O=strata"
   std::vector<std::string> uris;  // URI SANs
   absl::Time not_after;
 };
