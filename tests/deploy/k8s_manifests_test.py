@@ -5,7 +5,8 @@ deployable the way docs/deploy.md says.
 usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
 
 1. `kubectl kustomize` renders overlays/cpu-demo, overlays/gpu, overlays/cpu-demo-mtls (cpu-demo
-   with components/mtls) and monitoring.
+   with components/mtls), the gpu overlay with components/mtls added (in a scratch copy of
+   deploy/k8s) and monitoring.
 2. Every built-in object validates offline against the Kubernetes OpenAPI schemas (package
    kubernetes-validate, strict: unknown fields are errors) of the oldest and the newest version
    the package ships. The Prometheus Operator's objects (ServiceMonitor, PrometheusRule) have no
@@ -31,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 try:
@@ -51,7 +53,12 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
 # Objects an overlay references but expects the operator to create (docs/deploy.md).
 EXTERNAL = {("overlays/gpu", "Secret", "strata-api-keys"),
             ("overlays/gpu", "Secret", "strata-kv-hash-key"),
-            ("overlays/cpu-demo-mtls", "Secret", "strata-cluster-tls")}
+            ("overlays/cpu-demo-mtls", "Secret", "strata-cluster-tls"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-api-keys"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-kv-hash-key"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-cluster-tls")}
+# Overlays rendered with a component added, as an operator would add it to their overlay.
+WITH_COMPONENT = [("overlays/gpu", "components/mtls")]
 # The workloads that serve or dial cluster gRPC, and so take the mTLS flags.
 CLUSTER_GRPC_WORKLOADS = {"strata-router", "strata-prefill", "strata-decode", "strata-kvstore"}
 TLS_FLAGS = {"tls-ca": "ca.crt", "tls-cert": "tls.crt", "tls-key": "tls.key"}
@@ -63,6 +70,23 @@ def render(kustomization):
   if proc.returncode != 0:
     raise AssertionError(f"kubectl kustomize {path} failed:\n{proc.stderr}")
   return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
+def render_with_component(overlay, component):
+  """`overlay` with `component` added, rendered from a scratch copy of deploy/k8s (kustomize
+  takes neither absolute paths nor a root outside the tree)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    tree = os.path.join(tmp, "k8s")
+    shutil.copytree(os.path.join(ARGS.source, "deploy", "k8s"), tree)
+    root = os.path.join(tree, "overlays", "with-component")
+    os.makedirs(root)
+    with open(os.path.join(root, "kustomization.yaml"), "w") as f:
+      f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+              f"resources:\n  - ../../{overlay}\ncomponents:\n  - ../../{component}\n")
+    proc = subprocess.run([ARGS.kubectl, "kustomize", root], capture_output=True, text=True)
+    if proc.returncode != 0:
+      raise AssertionError(f"kubectl kustomize {overlay} + {component} failed:\n{proc.stderr}")
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
 
 def pod_spec(obj):
@@ -412,13 +436,15 @@ class RenderAndValidate(unittest.TestCase):
 class Lint(unittest.TestCase):
 
   def test_overlays_pass_the_lint(self):
-    for kustomization in ("overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls"):
+    for kustomization in ("overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls",
+                          "overlays/gpu+components/mtls"):
       objects = RENDERED[kustomization]
       problems = lint_objects(objects) + lint_references(kustomization, objects)
       self.assertEqual(problems, [], kustomization)
 
   def test_mtls_overlay_passes_certificates(self):
     self.assertEqual(lint_mtls(RENDERED["overlays/cpu-demo-mtls"]), [])
+    self.assertEqual(lint_mtls(RENDERED["overlays/gpu+components/mtls"]), [])
     # Without the component nothing has the flags; a mount of one key (subPath) is refused.
     self.assertEqual(len(lint_mtls(RENDERED["overlays/cpu-demo"])),
                      len(CLUSTER_GRPC_WORKLOADS) * len(TLS_FLAGS))
@@ -560,6 +586,8 @@ def main():
     sys.exit(77)
   for k in KUSTOMIZATIONS:
     RENDERED[k] = render(k)
+  for overlay, component in WITH_COMPONENT:
+    RENDERED[f"{overlay}+{component}"] = render_with_component(overlay, component)
   unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
