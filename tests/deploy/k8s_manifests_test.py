@@ -47,6 +47,10 @@ except ImportError as e:  # the venv of scripts/test.sh installs these
 ARGS = None
 RENDERED = {}  # kustomization dir (relative to deploy/k8s) -> list of objects
 KUSTOMIZATIONS = ["overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls", "monitoring"]
+# Kustomizations with a Component, which kustomize before v3.7 (kubectl 1.20) cannot render:
+# there their checks are skipped, with the reason.
+NEEDS_COMPONENTS = {"overlays/cpu-demo-mtls", "overlays/gpu+components/mtls"}
+NOT_RENDERED = {}  # kustomization -> why
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
              ("monitoring.coreos.com/v1", "PrometheusRule")}
@@ -438,11 +442,15 @@ class Lint(unittest.TestCase):
   def test_overlays_pass_the_lint(self):
     for kustomization in ("overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls",
                           "overlays/gpu+components/mtls"):
+      if kustomization in NOT_RENDERED:
+        continue
       objects = RENDERED[kustomization]
       problems = lint_objects(objects) + lint_references(kustomization, objects)
       self.assertEqual(problems, [], kustomization)
 
   def test_mtls_overlay_passes_certificates(self):
+    if NOT_RENDERED:
+      self.skipTest("; ".join(sorted(set(NOT_RENDERED.values()))))
     self.assertEqual(lint_mtls(RENDERED["overlays/cpu-demo-mtls"]), [])
     self.assertEqual(lint_mtls(RENDERED["overlays/gpu+components/mtls"]), [])
     # Without the component nothing has the flags; a mount of one key (subPath) is refused.
@@ -584,10 +592,15 @@ def main():
   if not ARGS.kubectl or not os.path.exists(ARGS.kubectl):
     print("k8s_manifests_test: no kubectl (Debian: apt install kubernetes-client); skipped")
     sys.exit(77)
-  for k in KUSTOMIZATIONS:
-    RENDERED[k] = render(k)
-  for overlay, component in WITH_COMPONENT:
-    RENDERED[f"{overlay}+{component}"] = render_with_component(overlay, component)
+  jobs = [(k, lambda k=k: render(k)) for k in KUSTOMIZATIONS]
+  jobs += [(f"{o}+{c}", lambda o=o, c=c: render_with_component(o, c)) for o, c in WITH_COMPONENT]
+  for name, job in jobs:
+    try:
+      RENDERED[name] = job()
+    except AssertionError as e:
+      if name not in NEEDS_COMPONENTS or "omponent" not in str(e):
+        raise
+      NOT_RENDERED[name] = f"this kustomize has no Components (needs v3.7+): {e}"
   unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
