@@ -51,17 +51,20 @@ grpc::Status RegistryService::Register(grpc::ServerContext* context, const v1::R
                                        v1::RegisterResponse* resp) {
   if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
   if (auto s = CheckPeerRole(*context, req->worker()); !s.ok()) return s;
-  auto epoch = pool_->Register(req->worker());
+  auto epoch = pool_->Register(req->worker(), proto::PeerIdentity(*context));
   if (!epoch.ok()) return proto::ToGrpc(epoch.status());
   resp->set_epoch(*epoch);
   for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* context,
+                                        const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
   if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-  const bool known = pool_->Heartbeat(*req).ok();
+  const absl::Status beat = pool_->Heartbeat(*req, proto::PeerIdentity(*context));
+  if (beat.code() == absl::StatusCode::kPermissionDenied) return proto::ToGrpc(beat);
+  const bool known = beat.ok();
   resp->set_reregister(!known);
   if (known) {
     for (std::string& a : pool_->KvstoreAddresses()) resp->add_kvstore_addresses(std::move(a));
@@ -70,10 +73,11 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::Heartbea
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+grpc::Status RegistryService::Deregister(grpc::ServerContext* context,
+                                         const v1::DeregisterRequest* req,
                                          v1::DeregisterResponse*) {
   if (auto v = proto::CheckVersion(req->protocol_version()); !v.ok()) return v;
-  pool_->Remove(req->worker_id(), "deregistered");
+  pool_->Deregister(req->worker_id(), proto::PeerIdentity(*context));
   return grpc::Status::OK;
 }
 

@@ -1,7 +1,8 @@
 // Cluster mTLS (proto/cluster_tls.h) at the router's Registry and between cluster services: a
 // worker with a certificate of the cluster CA registers; a plaintext peer, a TLS peer without a
 // client certificate and one whose certificate comes from another CA (a forged registration)
-// are refused by the handshake; a certificate naming another role cannot register as a worker;
+// are refused by the handshake; a certificate naming another role cannot register as a worker,
+// nor another certificate take over, beat for or deregister a registered worker id;
 // a worker refuses a kvstore impostor without a cluster certificate; certificate files replaced
 // on disk are used by new connections without a restart. Certificates are made at test time
 // (proto/certificates.h); real gRPC servers over real WorkerPools, in process.
@@ -171,16 +172,14 @@ v1::WorkerInfo Info(const std::string& id, v1::Role role) {
   return info;
 }
 
-grpc::Status Register(const std::shared_ptr<grpc::Channel>& channel, const v1::WorkerInfo& info,
-                      grpc::ClientContext* ctx = nullptr) {
-  grpc::ClientContext local;
-  if (ctx == nullptr) ctx = &local;
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+grpc::Status Register(const std::shared_ptr<grpc::Channel>& channel, const v1::WorkerInfo& info) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::RegisterRequest req;
   req.set_protocol_version(proto::kProtocolVersion);
   *req.mutable_worker() = info;
   v1::RegisterResponse resp;
-  return v1::Registry::NewStub(channel)->Register(ctx, req, &resp);
+  return v1::Registry::NewStub(channel)->Register(&ctx, req, &resp);
 }
 
 class ClusterTlsTest : public ::testing::Test {
@@ -280,6 +279,46 @@ TEST_F(ClusterTlsTest, RegistryAcceptsOnlyCertifiedPeers) {
   EXPECT_TRUE(registry.Knows("kvstore-0"));
 }
 
+// A worker id is bound to the certificate that registered it: another cluster member cannot
+// register it again, heartbeat for it or deregister it until it is gone.
+TEST_F(ClusterTlsTest, WorkerIdIsBoundToItsCertificate) {
+  Registry registry(Credentials(router_files_)->server());
+  ASSERT_TRUE(registry.started());
+  const std::string at = registry.address();
+  auto a = FreshChannel(at, ClientCertificate(ca_.cert_pem, Leaf(ca_, "pod-a")));
+  auto b = FreshChannel(at, ClientCertificate(ca_.cert_pem, Leaf(ca_, "pod-b")));
+  ASSERT_TRUE(Register(a, Info("decode-0", v1::ROLE_DECODE)).ok());
+
+  grpc::Status takeover = Register(b, Info("decode-0", v1::ROLE_DECODE));
+  EXPECT_EQ(takeover.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(takeover.error_message().find("CN=pod-a"), std::string::npos);
+
+  auto beat = [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest req;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_worker_id("decode-0");
+    v1::HeartbeatResponse resp;
+    return v1::Registry::NewStub(channel)->Heartbeat(&ctx, req, &resp);
+  };
+  auto deregister = [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    v1::DeregisterRequest req;
+    req.set_protocol_version(proto::kProtocolVersion);
+    req.set_worker_id("decode-0");
+    v1::DeregisterResponse resp;
+    return v1::Registry::NewStub(channel)->Deregister(&ctx, req, &resp);
+  };
+  EXPECT_EQ(beat(b).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(deregister(b).ok());  // answered, but not done
+  EXPECT_TRUE(registry.Knows("decode-0"));
+
+  EXPECT_TRUE(deregister(a).ok());
+  EXPECT_FALSE(registry.Knows("decode-0"));
+  EXPECT_TRUE(Register(b, Info("decode-0", v1::ROLE_DECODE)).ok());
+  EXPECT_TRUE(registry.Knows("decode-0"));
+}
+
 TEST_F(ClusterTlsTest, RegistryClientUsesTheProcessCredentials) {
   Registry tls_registry(Credentials(router_files_)->server());
   Registry plain_registry(grpc::InsecureServerCredentials());
@@ -350,12 +389,16 @@ TEST_F(ClusterTlsTest, WorkerRefusesKvstoreImpostor) {
 }
 
 // The subject CN of the server's certificate on a fresh connection ("" when the call fails).
+// The call is a heartbeat for an unknown worker: answered, and binding no worker id.
 std::string ServerCn(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ClientContext ctx;
-  if (!Register(FreshChannel(address, std::move(creds)), Info("probe", v1::ROLE_DECODE), &ctx)
-           .ok()) {
-    return "";
-  }
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::HeartbeatRequest req;
+  req.set_protocol_version(proto::kProtocolVersion);
+  req.set_worker_id("probe");
+  v1::HeartbeatResponse resp;
+  auto stub = v1::Registry::NewStub(FreshChannel(address, std::move(creds)));
+  if (!stub->Heartbeat(&ctx, req, &resp).ok()) return "";
   auto values = ctx.auth_context()->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
   return values.empty() ? "" : std::string(values[0].data(), values[0].size());
 }
