@@ -45,10 +45,12 @@ bool ParseRole(const std::string& s, v1::Role* role) {
 }
 
 // The OpenAI API flags the router and a mixed worker share: how unrecognized request fields
-// are handled and the shape of GET /get_load (openai/frontend.h).
+// are handled, the shape of GET /get_load and the tool-call format of chat output
+// (openai/frontend.h).
 struct ApiCompatFlags {
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  std::string tool_call_parser = "auto";
 
   void Add(ArgParser& p) {
     p.AddString("--unknown-params", &unknown_params,
@@ -58,11 +60,17 @@ struct ApiCompatFlags {
     p.AddString("--get-load-format", &get_load_format,
                 "GET /get_load body for a peer router in front: sglang (per-rank array) or "
                 "vllm-router ({\"load\": N})");
+    p.AddString("--tool-call-parser", &tool_call_parser,
+                "how chat output is searched for tool calls when a request sends tools: auto "
+                "(from the chat template), llama3_json, hermes, mistral or none (requests using "
+                "tools get 400)");
   }
 
   absl::Status Apply(openai::UnknownParams* unknown,
-                     openai::FrontendOptions::LoadFormat* load_format) const {
+                     openai::FrontendOptions::LoadFormat* load_format,
+                     openai::ToolCallParser* tool_parser) const {
     if (auto s = openai::ParseUnknownParams(unknown_params, unknown); !s.ok()) return s;
+    if (auto s = openai::ParseToolCallParser(tool_call_parser, tool_parser); !s.ok()) return s;
     return openai::ParseLoadFormat(get_load_format, load_format);
   }
 };
@@ -93,7 +101,7 @@ absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* 
 int RunRouter(const Args& args) {
   router::RouterOptions o;
   std::string model = "preset:tiny-llama";
-  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60;
+  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60, resume_settle_s = 1.5;
   ArgParser p("strata router [flags]",
               "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
   p.AddString("--host", &o.host, "address to listen on");
@@ -140,6 +148,10 @@ int RunRouter(const Args& args) {
   p.AddDouble("--worker-stream-idle-timeout-s", &stream_idle_s,
               "a worker stream on which nothing arrives for this many seconds is cancelled, the "
               "worker dropped and the request moved to another worker (0: no limit)");
+  p.AddDouble("--resume-settle-s", &resume_settle_s,
+              "requests with an Idempotency-Key that arrive within this many seconds of the "
+              "start look for their held generation on the workers only then, once the workers "
+              "have registered again (more than the workers' heartbeat interval)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
@@ -148,7 +160,7 @@ int RunRouter(const Args& args) {
   if (!(worker_grace_s >= 0) || !std::isfinite(worker_grace_s)) {
     return Fail("router", "--worker-grace must be a number of seconds >= 0", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
@@ -156,6 +168,10 @@ int RunRouter(const Args& args) {
     return Fail("router", "--worker-stream-idle-timeout-s must be a number of seconds >= 0", 2);
   }
   o.worker_stream_idle_timeout = absl::Seconds(stream_idle_s);
+  if (!(resume_settle_s >= 0) || !std::isfinite(resume_settle_s) || resume_settle_s > 600) {
+    return Fail("router", "--resume-settle-s must be a number of seconds in [0, 600]", 2);
+  }
+  o.resume_settle = absl::Seconds(resume_settle_s);
   auto tenant_settings = ResolveTenantFlags(tenant, o.api_keys.size());
   if (!tenant_settings.ok()) {
     return Fail("router", std::string(tenant_settings.status().message()), 2);
@@ -163,6 +179,8 @@ int RunRouter(const Args& args) {
   o.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("router", std::string(st.message()), 2);
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
@@ -241,6 +259,11 @@ int RunWorker(const Args& args) {
   p.AddDouble("--engine-stall-timeout-s", &stall_timeout_s,
               "seconds the engine may have work without completing a step before the worker "
               "reports itself stalled: /health 503, `stalled` to the router (0: never)");
+  double detached_grace_s = 30;
+  p.AddDouble("--detached-request-grace-s", &detached_grace_s,
+              "seconds a request whose client sent an Idempotency-Key keeps running (and its "
+              "output is kept) after its router's stream breaks or ends, for a retry through "
+              "another router to attach to (0: off, such requests are cancelled)");
   std::string kv_device_path = "auto";
   p.AddString("--kv-device-path", &kv_device_path,
               "device KV handoffs: auto (ipc on this host, else staged) or staged (always "
@@ -288,7 +311,7 @@ int RunWorker(const Args& args) {
   if (!ParseRole(role, &o.role)) {
     return Fail("worker", "--role must be prefill, decode or mixed, not '" + role + "'", 2);
   }
-  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format); !s.ok()) {
+  if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
   }
   if (o.max_waiting_requests < 0) {
@@ -298,6 +321,11 @@ int RunWorker(const Args& args) {
     return Fail("worker", "--engine-stall-timeout-s must be a number of seconds >= 0", 2);
   }
   o.engine_stall_timeout = absl::Seconds(stall_timeout_s);
+  if (!(detached_grace_s >= 0) || !std::isfinite(detached_grace_s) || detached_grace_s > 3600) {
+    return Fail("worker", "--detached-request-grace-s must be a number of seconds in [0, 3600]",
+                2);
+  }
+  o.detached_request_grace = absl::Seconds(detached_grace_s);
   if (auto s = ParseStallForTesting(std::getenv("STRATA_TEST_ENGINE_STALL"),
                                     &o.engine_stall_for_testing);
       !s.ok()) {
@@ -315,6 +343,8 @@ int RunWorker(const Args& args) {
   o.engine.kv_hash_key = tenant_settings->kv_hash_key;
   o.api_key_cache_salts = tenant_settings->api_key_cache_salts;
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
+  o.rate_limit = tenant_settings->rate_limit;
+  o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (!(gpu_memory_share >= 0 && gpu_memory_share <= 1)) {
     return Fail("worker",
                 absl::StrCat("--gpu-memory-share must be in (0, 1] (0: off), got ",

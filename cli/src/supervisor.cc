@@ -483,6 +483,9 @@ void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv
   if (c.get_load_format != "sglang") {
     argv.insert(argv.end(), {"--get-load-format", c.get_load_format});
   }
+  if (c.tool_call_parser != "auto") {
+    argv.insert(argv.end(), {"--tool-call-parser", c.tool_call_parser});
+  }
 }
 
 // The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
@@ -498,7 +501,8 @@ void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
 }
 
 // The flags the router and every worker share: the cluster's block hash key, the API keys'
-// default cache salts (used by the processes serving the API), hiding cached_tokens.
+// default cache salts (used by the processes serving the API), hiding cached_tokens, and the
+// API keys' rate limits.
 void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
   if (!c.kv_hash_key_file.empty()) {
     argv.insert(argv.end(), {"--kv-hash-key-file", c.kv_hash_key_file});
@@ -509,6 +513,12 @@ void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
                 {"--api-key-cache-salt", absl::StrCat("key-", i, "=", c.api_key_cache_salts[i])});
   }
   if (c.hide_cached_tokens) argv.push_back("--hide-cached-tokens");
+  if (!c.rate_limit.empty()) argv.insert(argv.end(), {"--rate-limit", c.rate_limit});
+  for (size_t i = 0; i < c.api_key_rate_limits.size(); ++i) {
+    if (c.api_key_rate_limits[i].empty()) continue;
+    argv.insert(argv.end(), {"--api-key-rate-limit",
+                             absl::StrCat("key-", i, "=", c.api_key_rate_limits[i])});
+  }
 }
 
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,

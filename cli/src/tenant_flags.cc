@@ -18,7 +18,33 @@ void AddTenantFlags(ArgParser& parser, TenantFlags* flags) {
                      "cache_salt use SALT (repeatable)");
   parser.AddBool("--hide-cached-tokens", &flags->hide_cached_tokens,
                  "report usage.prompt_tokens_details.cached_tokens as 0 to clients");
+  parser.AddString("--rate-limit", &flags->rate_limit,
+                   "rpm:N,tpm:M: requests and tokens (prompt + max_tokens) per minute for each API "
+                   "key (all requests together without keys); 429 with Retry-After beyond");
+  parser.AddRepeated("--api-key-rate-limit", &flags->api_key_rate_limits,
+                     "key-N=rpm:..,tpm:..: the N-th --api-key's own limits instead of "
+                     "--rate-limit (repeatable)");
 }
+
+namespace {
+
+// "key-N=VALUE" with N below `num_api_keys`: N and VALUE; InvalidArgument naming `flag`.
+absl::Status SplitKeyEntry(const std::string& flag, const std::string& entry, size_t num_api_keys,
+                           const char* value_name, size_t* index, std::string* value) {
+  const size_t eq = entry.find('=');
+  absl::string_view id = absl::string_view(entry).substr(0, eq);
+  const bool ok_id = eq != std::string::npos && absl::ConsumePrefix(&id, "key-") &&
+                     absl::SimpleAtoi(id, index) && *index < num_api_keys;
+  if (!ok_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": expected key-N=", value_name, " with N below the number of --api-key (",
+        num_api_keys, "), got '", entry, "'"));
+  }
+  *value = entry.substr(eq + 1);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size_t num_api_keys) {
   TenantSettings out;
@@ -35,17 +61,13 @@ absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size
                  flags.kv_hash_key_file.c_str(), out.kv_hash_key->fingerprint().c_str());
   }
   for (const std::string& entry : flags.api_key_cache_salts) {
-    const size_t eq = entry.find('=');
-    absl::string_view id = absl::string_view(entry).substr(0, eq);
     size_t index = 0;
-    const bool ok_id = eq != std::string::npos && absl::ConsumePrefix(&id, "key-") &&
-                       absl::SimpleAtoi(id, &index) && index < num_api_keys;
-    if (!ok_id) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--api-key-cache-salt: expected key-N=SALT with N below the number of --api-key (",
-          num_api_keys, "), got '", entry, "'"));
+    std::string salt;
+    if (absl::Status s = SplitKeyEntry("--api-key-cache-salt", entry, num_api_keys, "SALT",
+                                       &index, &salt);
+        !s.ok()) {
+      return s;
     }
-    const std::string salt = entry.substr(eq + 1);
     if (salt.empty() || salt.size() > SamplingParams::kMaxCacheSaltBytes) {
       return absl::InvalidArgumentError(absl::StrCat("--api-key-cache-salt: the salt of key-",
                                                      index, " must be 1 to ",
@@ -53,6 +75,29 @@ absl::StatusOr<TenantSettings> ResolveTenantFlags(const TenantFlags& flags, size
     }
     if (out.api_key_cache_salts.size() <= index) out.api_key_cache_salts.resize(index + 1);
     out.api_key_cache_salts[index] = salt;
+  }
+  if (!flags.rate_limit.empty()) {
+    auto limit = ParseRateLimit(flags.rate_limit);
+    if (!limit.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rate-limit: ", limit.status().message()));
+    }
+    out.rate_limit = *limit;
+  }
+  for (const std::string& entry : flags.api_key_rate_limits) {
+    size_t index = 0;
+    std::string spec;
+    if (absl::Status s = SplitKeyEntry("--api-key-rate-limit", entry, num_api_keys,
+                                       "rpm:N,tpm:M", &index, &spec);
+        !s.ok()) {
+      return s;
+    }
+    auto limit = ParseRateLimit(spec);
+    if (!limit.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--api-key-rate-limit: key-", index, ": ",
+                                                     limit.status().message()));
+    }
+    if (out.api_key_rate_limits.size() <= index) out.api_key_rate_limits.resize(index + 1);
+    out.api_key_rate_limits[index] = *limit;
   }
   return out;
 }

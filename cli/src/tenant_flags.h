@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "args.h"
 #include "strata/common/block_hash.h"
+#include "strata/openai/rate_limit.h"
 
 namespace strata::cli {
 
@@ -16,15 +17,20 @@ struct TenantFlags {
   std::string kv_hash_key_file;
   std::vector<std::string> api_key_cache_salts;  // "key-N=SALT" as given
   bool hide_cached_tokens = false;
+  std::string rate_limit;                        // "rpm:N,tpm:M" as given
+  std::vector<std::string> api_key_rate_limits;  // "key-N=rpm:..,tpm:.." as given
 };
 
-// Registers --kv-hash-key-file, --api-key-cache-salt and --hide-cached-tokens.
+// Registers --kv-hash-key-file, --api-key-cache-salt, --hide-cached-tokens, --rate-limit and
+// --api-key-rate-limit.
 void AddTenantFlags(ArgParser& parser, TenantFlags* flags);
 
 struct TenantSettings {
   std::shared_ptr<const BlockHashKey> kv_hash_key;  // null without --kv-hash-key-file
   std::vector<std::string> api_key_cache_salts;     // parallel to the API keys; "" : none
   bool hide_cached_tokens = false;
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;  // parallel to the keys
 };
 
 // Reads the key file (and notes its fingerprint on stderr) and maps each "key-N=SALT" onto the N-th of `num_api_keys` keys.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "strata/common/file_util.h"
+#include "strata/common/rate_limit.h"
 #include "yaml-cpp/yaml.h"
 
 namespace strata {
@@ -120,6 +121,13 @@ std::string CheckGetLoadFormat(const std::string& v) {
   return absl::StrCat("must be sglang or vllm-router, got '", v, "'");
 }
 
+std::string CheckToolCallParser(const std::string& v) {
+  for (const char* name : {"auto", "none", "llama3_json", "hermes", "mistral"}) {
+    if (v == name) return "";
+  }
+  return absl::StrCat("must be auto, none, llama3_json, hermes or mistral, got '", v, "'");
+}
+
 std::string CheckRestartPolicy(const std::string& v) {
   if (v == "on-failure" || v == "always" || v == "never") return "";
   return absl::StrCat("must be on-failure, always or never, got '", v, "'");
@@ -189,18 +197,29 @@ std::vector<FieldSpec> PoolFields(const std::string& name, ClusterConfig::Pool C
   };
 }
 
-// One api_keys entry of the form {key: K, cache_salt: S} (cache_salt optional).
-std::string ApiKeyEntry(const YAML::Node& item, std::vector<std::string>* keys, std::string* salt) {
+std::string CheckRateLimit(const std::string& v) {
+  if (v.empty()) return "";
+  absl::StatusOr<RateLimit> limit = ParseRateLimit(v);
+  return limit.ok() ? "" : std::string(limit.status().message());
+}
+
+// One api_keys entry of the form {key: K, cache_salt: S, rate_limit: R} (all but key optional).
+std::string ApiKeyEntry(const YAML::Node& item, std::vector<std::string>* keys, std::string* salt,
+                        std::string* rate_limit) {
   std::string key;
   for (const auto& kv : item) {
     const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
-    if (name != "key" && name != "cache_salt") {
-      return absl::StrCat("unknown key '", name, "' in an entry (known keys: key, cache_salt)");
+    if (name != "key" && name != "cache_salt" && name != "rate_limit") {
+      return absl::StrCat("unknown key '", name,
+                          "' in an entry (known keys: key, cache_salt, rate_limit)");
     }
     if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
       return absl::StrCat(name, " must be a non-empty string");
     }
-    (name == "key" ? key : *salt) = kv.second.Scalar();
+    (name == "key" ? key : name == "cache_salt" ? *salt : *rate_limit) = kv.second.Scalar();
+  }
+  if (std::string e = CheckRateLimit(*rate_limit); !e.empty()) {
+    return absl::StrCat("rate_limit: ", e);
   }
   if (key.empty()) return "an entry needs a key";
   if (salt->size() > 256) return "cache_salt must be at most 256 bytes";
@@ -214,22 +233,29 @@ FieldSpec ApiKeys() {
   f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
     c.api_keys.clear();
     c.api_key_cache_salts.clear();
+    c.api_key_rate_limits.clear();
     if (node.IsNull()) return "";
     if (!node.IsSequence()) return "expected a list of strings";
     for (const auto& item : node) {
-      std::string salt;
+      std::string salt, rate_limit;
       if (item.IsMap()) {
-        if (std::string e = ApiKeyEntry(item, &c.api_keys, &salt); !e.empty()) return e;
+        if (std::string e = ApiKeyEntry(item, &c.api_keys, &salt, &rate_limit); !e.empty()) {
+          return e;
+        }
       } else if (!item.IsScalar() || item.Scalar().empty()) {
-        return "expected a list of non-empty strings or {key, cache_salt} maps";
+        return "expected a list of non-empty strings or {key, cache_salt, rate_limit} maps";
       } else {
         c.api_keys.push_back(item.Scalar());
       }
       c.api_key_cache_salts.push_back(std::move(salt));
+      c.api_key_rate_limits.push_back(std::move(rate_limit));
     }
     // Keys without a salt need no entry: drop the trailing empty ones.
     while (!c.api_key_cache_salts.empty() && c.api_key_cache_salts.back().empty()) {
       c.api_key_cache_salts.pop_back();
+    }
+    while (!c.api_key_rate_limits.empty() && c.api_key_rate_limits.back().empty()) {
+      c.api_key_rate_limits.pop_back();
     }
     return "";
   };
@@ -389,6 +415,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "log_dir", "a string", [](auto& c) -> auto& { return c.log_dir; }, nullptr),
       ApiKeys(),
+      Scalar<std::string>(
+          "rate_limit", "a string", [](auto& c) -> auto& { return c.rate_limit; },
+          CheckRateLimit),
       Scalar<bool>(
           "hide_cached_tokens", "a boolean", [](auto& c) -> auto& { return c.hide_cached_tokens; },
           nullptr),
@@ -401,6 +430,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "get_load_format", "a string", [](auto& c) -> auto& { return c.get_load_format; },
           CheckGetLoadFormat),
+      Scalar<std::string>(
+          "tool_call_parser", "a string", [](auto& c) -> auto& { return c.tool_call_parser; },
+          CheckToolCallParser),
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
       Tls(),

@@ -122,9 +122,18 @@ OrderedJson ChatResponseJson(const ResponseMeta& meta, const std::vector<ChoiceO
   for (const ChoiceOutput& c : choices) {
     OrderedJson choice = OrderedJson::object();
     choice["index"] = c.index;
-    choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    if (c.tool_calls.empty()) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      OrderedJson message = OrderedJson::object();
+      message["role"] = "assistant";
+      message["content"] = c.text.empty() ? OrderedJson(nullptr) : OrderedJson(c.text);
+      message["tool_calls"] = ToolCallsJson(c.tool_calls);
+      choice["message"] = std::move(message);
+    }
     choice["logprobs"] = logprobs ? ChatLogprobsJson(tokenizer, c.logprobs) : OrderedJson(nullptr);
-    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["finish_reason"] =
+        c.tool_calls.empty() ? FinishReasonJson(c.finish_reason) : OrderedJson("tool_calls");
     list.push_back(std::move(choice));
   }
   j["choices"] = std::move(list);
@@ -146,14 +155,34 @@ OrderedJson CompletionChunkJson(const ResponseMeta& meta, int index, std::string
   return j;
 }
 
+OrderedJson ToolCallsJson(std::span<const ToolCall> calls, int first_index) {
+  OrderedJson list = OrderedJson::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    OrderedJson call = OrderedJson::object();
+    if (first_index >= 0) call["index"] = first_index + static_cast<int>(i);
+    call["id"] = calls[i].id;
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
 OrderedJson ChatChunkJson(const ResponseMeta& meta, int index, OrderedJson delta,
                           OrderedJson logprobs, FinishReason finish_reason, bool include_usage) {
+  return ChatChunkJsonWithFinish(meta, index, std::move(delta), std::move(logprobs),
+                                 FinishReasonJson(finish_reason), include_usage);
+}
+
+OrderedJson ChatChunkJsonWithFinish(const ResponseMeta& meta, int index, OrderedJson delta,
+                                    OrderedJson logprobs, OrderedJson finish_reason,
+                                    bool include_usage) {
   OrderedJson j = Header(meta, "chat.completion.chunk");
   OrderedJson choice = OrderedJson::object();
   choice["index"] = index;
   choice["delta"] = std::move(delta);
   choice["logprobs"] = std::move(logprobs);
-  choice["finish_reason"] = FinishReasonJson(finish_reason);
+  choice["finish_reason"] = std::move(finish_reason);
   j["choices"] = OrderedJson::array({std::move(choice)});
   if (include_usage) j["usage"] = nullptr;
   return j;

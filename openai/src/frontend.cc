@@ -2,15 +2,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "src/generation_job.h"
+#include "src/resume.h"
 #include "strata/common/logging.h"
 #include "strata/openai/format.h"
 
@@ -47,12 +51,17 @@ ApiError SamplingError(const absl::Status& status) {
 // continuing the final message (vLLM's continue_final_message, as HF's apply_chat_template
 // does it), rendered without it and cut right after the final message's content (stripped of
 // surrounding whitespace), so that no end-of-turn follows it.
+// Tools in use reach the template as its `tools` (HF's apply_chat_template(tools=...));
+// tool_choice "none" renders the prompt without them.
 absl::StatusOr<std::string> RenderChat(const ChatTemplate& tmpl,
                                        const nlohmann::ordered_json& messages,
                                        bool add_generation_prompt, bool continue_final_message,
-                                       const nlohmann::ordered_json& kwargs) {
+                                       const nlohmann::ordered_json& kwargs,
+                                       const ToolsSpec& tools) {
+  nlohmann::ordered_json context = kwargs;
+  if (tools.active()) context["tools"] = tools.tools;
   absl::StatusOr<std::string> rendered =
-      tmpl.Render(messages, add_generation_prompt && !continue_final_message, kwargs);
+      tmpl.Render(messages, add_generation_prompt && !continue_final_message, context);
   if (!rendered.ok() || !continue_final_message) return rendered;
   const std::string content = messages.back()["content"].get<std::string>();
   const std::string final_text(absl::StripAsciiWhitespace(content));
@@ -105,11 +114,70 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
       new Frontend(backend, std::move(model), std::move(options)));
 }
 
+class Frontend::RefundingObserver final : public RequestObserver {
+ public:
+  RefundingObserver(RateLimiter* limiter, RequestObserver* next)
+      : limiter_(limiter), next_(next) {}
+  void OnFinished(const RequestRecord& record) override {
+    if (record.rate_charged_output_tokens > 0) {
+      int key_index = -1;
+      absl::string_view id = record.api_key_id;
+      if (absl::ConsumePrefix(&id, "key-") && !absl::SimpleAtoi(id, &key_index)) key_index = -1;
+      limiter_->Refund(key_index, record.rate_charged_output_tokens -
+                                      std::min(record.completion_tokens,
+                                               record.rate_charged_output_tokens));
+    }
+    if (next_ != nullptr) next_->OnFinished(record);
+  }
+
+ private:
+  RateLimiter* limiter_;
+  RequestObserver* next_;
+};
+
 Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
     : backend_(backend),
       model_(std::move(model)),
       options_(std::move(options)),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+      tool_parser_(options_.tool_call_parser),
+      created_(absl::ToUnixSeconds(absl::Now())),
+      rate_limiter_(options_.rate_limit, options_.api_key_rate_limits),
+      observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {
+  if (tool_parser_ == ToolCallParser::kAuto) {
+    tool_parser_ = model_.chat_template != nullptr
+                       ? DetectToolCallParser(model_.chat_template->source())
+                       : ToolCallParser::kNone;
+  }
+}
+
+Frontend::~Frontend() = default;
+
+std::optional<ApiError> Frontend::ChargeRateLimit(int key_index, internal::JobSpec* spec) {
+  if (rate_limiter_.unlimited()) return std::nullopt;
+  int64_t output = 0, tokens = 0;
+  for (size_t i = 0; i < spec->prompts.size(); ++i) {
+    output += int64_t(spec->n) * std::max(0, spec->max_tokens[i]);
+    tokens += int64_t(spec->n) * int64_t(spec->prompts[i].size());
+  }
+  tokens += output;
+  const RateLimiter::Decision d = rate_limiter_.Admit(key_index, tokens);
+  if (d.admitted) {
+    spec->rate_charged_output_tokens = output;
+    return std::nullopt;
+  }
+  ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.code = "rate_limit_exceeded";
+  if (d.exceeds_allowance) {
+    e.message = absl::StrCat("Rate limit: ", d.reason, ".");
+  } else {
+    e.retry_after_s = std::max(1, int(std::ceil(d.retry_after_s)));
+    e.message = absl::StrCat("Rate limit reached for ", d.reason, ": retry after ",
+                             e.retry_after_s, " s.");
+  }
+  return e;
+}
 
 void Frontend::Install(http::Server& server) {
   auto bind = [this](void (Frontend::*method)(const http::Request&,
@@ -248,9 +316,24 @@ std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpe
     return ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
                                 "messages");
   }
+  if (request.tools.active()) {
+    if (tool_parser_ == ToolCallParser::kNone) {
+      return ApiError::BadRequest(
+          absl::StrCat("tools need a tool-call parser, and this server has none for model ",
+                       model_.name,
+                       " (its chat template shows no known tool-call format): start it with "
+                       "--tool-call-parser llama3_json, hermes or mistral, or send "
+                       "tool_choice \"none\""),
+          "tools");
+    }
+    spec->tool_parser = tool_parser_;
+    spec->parallel_tool_calls = request.tools.parallel_tool_calls;
+    // [TOOL_CALLS] is a special token: decoding must keep it for the parser to see it.
+    if (tool_parser_ == ToolCallParser::kMistral) spec->params.skip_special_tokens = false;
+  }
   absl::StatusOr<std::string> prompt =
       RenderChat(*model_.chat_template, request.messages, request.add_generation_prompt,
-                 request.continue_final_message, request.chat_template_kwargs);
+                 request.continue_final_message, request.chat_template_kwargs, request.tools);
   if (!prompt.ok()) {
     return ApiError::BadRequest(std::string(prompt.status().message()), "messages");
   }
@@ -309,13 +392,16 @@ void Frontend::HandleCompletions(const http::Request& request,
   ApplyKeyCacheSalt(key_index, &spec.params);
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
-  if (error) return Reject(*error, spec, *writer);
-  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = spec.params.logprobs >= 0;
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
+  if (!error) error = internal::ApplyResumeHeaders(request, *backend_, &spec);
+  // Last: nothing is charged to the key for a request refused for another reason.
+  if (!error) error = ChargeRateLimit(key_index, &spec);
+  if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
+  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }
 
@@ -335,13 +421,16 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
-  if (error) return Reject(*error, spec, *writer);
-  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = parsed.logprobs;
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, options_.observer},
+  if (!error) error = internal::ApplyResumeHeaders(request, *backend_, &spec);
+  // Last: nothing is charged to the key for a request refused for another reason.
+  if (!error) error = ChargeRateLimit(key_index, &spec);
+  if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
+  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }
 
@@ -496,7 +585,7 @@ void Frontend::HandleTokenize(const http::Request& request,
     } else {
       absl::StatusOr<std::string> rendered =
           RenderChat(*model_.chat_template, parsed.messages, parsed.add_generation_prompt,
-                     parsed.continue_final_message, parsed.chat_template_kwargs);
+                     parsed.continue_final_message, parsed.chat_template_kwargs, parsed.tools);
       if (rendered.ok()) {
         text = std::move(*rendered);
       } else {

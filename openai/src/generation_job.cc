@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/resume.h"
 
 namespace strata::openai::internal {
 namespace {
@@ -22,7 +23,13 @@ struct ChoiceState {
   int64_t completion_tokens = 0;  // as reported by the backend
   int64_t cached_tokens = 0;
   int64_t text_offset = 0;  // completions logprobs' running text_offset
+  int64_t chunks = 0;       // stream chunks of this choice so far (sent or skipped)
   std::optional<absl::Time> last_token_at;
+  // Chat streams with tools: the parser holding back text that may be a call, the calls sent,
+  // and logprobs waiting for the content they belong to.
+  std::unique_ptr<ToolCallStreamParser> tool_parser;
+  int tool_calls_sent = 0;
+  std::vector<SampleResult> pending_logprobs;
 };
 
 // Shared by the backend callbacks (strong references, released by the backend after a
@@ -52,12 +59,17 @@ class Job : public std::enable_shared_from_this<Job> {
   // These run under mu_ and leave the request `done_`; they return the record to report.
   void AccumulateLocked(int choice, GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StreamLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StreamToolsLocked(int choice, const GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The calls a choice may still return (parallel_tool_calls: false keeps the first), ids set.
+  std::vector<ToolCall> KeepCalls(std::vector<ToolCall> calls, int already) const;
   void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(ApiError error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Usage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<GenerationHandle*> HandlesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteLocked(const OrderedJson& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `choice` >= 0: one of that choice's chunks, which a keyed stream numbers (its SSE id) and
+  // skips when the client has it already (Last-Event-ID).
+  void WriteLocked(const OrderedJson& chunk, int choice = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the record once the request is done (call without mu_).
   void ReportIfDone();
 
@@ -89,6 +101,10 @@ GenerateRequest Job::RequestFor(int choice) const {
   r.slo_class = spec_.slo_class;
   r.api_key_id = spec_.api_key_id;
   r.stream = spec_.stream;
+  if (!spec_.idempotency_key.empty()) {
+    r.idempotency_key = absl::StrCat(spec_.idempotency_key, "#", choice);
+    r.resume_only = !spec_.resume_after.empty() && spec_.resume_after[choice] > 0;
+  }
   return r;
 }
 
@@ -177,12 +193,23 @@ void Job::AccumulateLocked(int choice, GenerateEvent& event) {
   }
 }
 
-void Job::WriteLocked(const OrderedJson& chunk) {
+void Job::WriteLocked(const OrderedJson& chunk, int choice) {
   if (!stream_started_) {
     stream_started_ = true;
     writer_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
   }
-  writer_->Write(SseData(chunk));
+  if (choice < 0 || spec_.idempotency_key.empty()) {
+    writer_->Write(SseData(chunk));
+    return;
+  }
+  const int64_t n = ++choices_[choice].chunks;
+  if (!spec_.resume_after.empty() && n <= spec_.resume_after[choice]) return;
+  std::vector<int64_t> ids(choices_.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ids[i] = std::max(choices_[i].chunks,
+                      spec_.resume_after.empty() ? int64_t{0} : spec_.resume_after[i]);
+  }
+  writer_->Write(absl::StrCat("id: ", StreamEventId(ids), "\n", SseData(chunk)));
 }
 
 void Job::StreamLocked(int choice, const GenerateEvent& event) {
@@ -199,23 +226,79 @@ void Job::StreamLocked(int choice, const GenerateEvent& event) {
     OrderedJson lp = spec_.logprobs ? CompletionLogprobsJson(tok, event.logprobs, &c.text_offset)
                                     : OrderedJson(nullptr);
     WriteLocked(CompletionChunkJson(spec_.meta, choice, echo_now ? echo + event.text : event.text,
-                                    std::move(lp), finish, spec_.include_usage));
+                                    std::move(lp), finish, spec_.include_usage),
+                choice);
     return;
   }
   if (!c.role_sent) {
     c.role_sent = true;
     WriteLocked(ChatChunkJson(spec_.meta, choice, {{"role", "assistant"}, {"content", ""}},
-                              nullptr, FinishReason::kNone, spec_.include_usage));
+                              nullptr, FinishReason::kNone, spec_.include_usage),
+                choice);
   }
+  if (spec_.tool_parser != ToolCallParser::kNone) return StreamToolsLocked(choice, event);
   if (has_output) {
     OrderedJson lp =
         spec_.logprobs ? ChatLogprobsJson(tok, event.logprobs) : OrderedJson(nullptr);
     WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", event.text}}, std::move(lp),
-                              FinishReason::kNone, spec_.include_usage));
+                              FinishReason::kNone, spec_.include_usage),
+                choice);
   }
   if (event.finished) {
     WriteLocked(ChatChunkJson(spec_.meta, choice, OrderedJson::object(), nullptr, finish,
-                              spec_.include_usage));
+                              spec_.include_usage),
+                choice);
+  }
+}
+
+std::vector<ToolCall> Job::KeepCalls(std::vector<ToolCall> calls, int already) const {
+  if (!spec_.parallel_tool_calls) {
+    calls.resize(already > 0 ? 0 : std::min<size_t>(calls.size(), 1));
+  }
+  for (ToolCall& call : calls) call.id = NewToolCallId(spec_.tool_parser);
+  return calls;
+}
+
+// Content the parser releases goes out as content deltas (with the logprobs of the tokens
+// so far), each call as one delta.tool_calls entry with its whole arguments; the last chunk's
+// finish_reason is "tool_calls" once a call went out.
+void Job::StreamToolsLocked(int choice, const GenerateEvent& event) {
+  ChoiceState& c = choices_[choice];
+  if (c.tool_parser == nullptr) {
+    c.tool_parser = std::make_unique<ToolCallStreamParser>(spec_.tool_parser);
+  }
+  ToolCallOutput out = c.tool_parser->Feed(event.text);
+  if (event.finished) {
+    ToolCallOutput rest = c.tool_parser->Finish();
+    out.content += rest.content;
+    for (ToolCall& call : rest.calls) out.calls.push_back(std::move(call));
+  }
+  if (spec_.logprobs) {
+    c.pending_logprobs.insert(c.pending_logprobs.end(), event.logprobs.begin(),
+                              event.logprobs.end());
+  }
+  const Tokenizer& tok = *context_.tokenizer;
+  auto take_logprobs = [&]() -> OrderedJson {
+    if (!spec_.logprobs || c.pending_logprobs.empty()) return nullptr;
+    OrderedJson lp = ChatLogprobsJson(tok, c.pending_logprobs);
+    c.pending_logprobs.clear();
+    return lp;
+  };
+  if (!out.content.empty()) {
+    WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", out.content}}, take_logprobs(),
+                              FinishReason::kNone, spec_.include_usage));
+  }
+  for (const ToolCall& call : KeepCalls(std::move(out.calls), c.tool_calls_sent)) {
+    WriteLocked(ChatChunkJson(spec_.meta, choice,
+                              {{"tool_calls", ToolCallsJson({&call, 1}, c.tool_calls_sent)}},
+                              nullptr, FinishReason::kNone, spec_.include_usage));
+    ++c.tool_calls_sent;
+  }
+  if (event.finished) {
+    OrderedJson finish =
+        c.tool_calls_sent > 0 ? OrderedJson("tool_calls") : FinishReasonJson(event.finish_reason);
+    WriteLocked(ChatChunkJsonWithFinish(spec_.meta, choice, OrderedJson::object(), take_logprobs(),
+                                        std::move(finish), spec_.include_usage));
   }
 }
 
@@ -251,6 +334,11 @@ void Job::CompleteLocked() {
       out[i].text = EchoFor(static_cast<int>(i)) + choices_[i].text;
       out[i].logprobs = std::move(choices_[i].logprobs);
       out[i].finish_reason = choices_[i].finish_reason;
+      if (chat && spec_.tool_parser != ToolCallParser::kNone) {
+        ToolCallOutput parsed = ParseToolCalls(spec_.tool_parser, out[i].text);
+        out[i].tool_calls = KeepCalls(std::move(parsed.calls), 0);
+        if (!out[i].tool_calls.empty()) out[i].text = std::move(parsed.content);
+      }
     }
     const Tokenizer& tok = *context_.tokenizer;
     OrderedJson body = chat ? ChatResponseJson(spec_.meta, out, shown, tok, spec_.logprobs)
@@ -320,6 +408,7 @@ RequestRecord RecordFor(const JobSpec& spec) {
   r.unknown_params = spec.unknown_params;
   r.stream = spec.stream;
   r.n = spec.n;
+  r.rate_charged_output_tokens = spec.rate_charged_output_tokens;
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "strata/openai/format.h"
 #include "strata/openai/frontend.h"
 #include "strata/openai/protocol.h"
+#include "strata/openai/tool_calls.h"
 #include "strata/text/tokenizer.h"
 #include "strata/types/sampling.h"
 
@@ -32,11 +33,20 @@ struct JobSpec {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // Chat with tools in use: the format the output's tool calls are parsed from (kNone: none).
+  ToolCallParser tool_parser = ToolCallParser::kNone;
+  bool parallel_tool_calls = true;  // false: a choice returns its first call only
   std::string slo_class;
   std::string api_key_id;
   bool hide_cached_tokens = false;  // usage tells clients 0 cached tokens
   absl::Time arrival;
   std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
+  int64_t rate_charged_output_tokens = 0;   // RequestRecord::rate_charged_output_tokens
+  // The client's Idempotency-Key ("": none, or the backend cannot resume): stream chunks carry
+  // SSE ids (resume.h), and a retry continues the original generation.
+  std::string idempotency_key;
+  // From Last-Event-ID: per choice, the stream chunks the client has; they are not sent again.
+  std::vector<int64_t> resume_after;
 };
 
 struct JobContext {

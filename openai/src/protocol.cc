@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/tool_request.h"
 #include "strata/common/json_limits.h"
 #include "strata/openai/backend.h"
 
@@ -437,7 +438,7 @@ std::optional<ApiError> ContentText(const nlohmann::ordered_json& content, std::
   return std::nullopt;
 }
 
-std::optional<ApiError> NormalizeMessage(const nlohmann::ordered_json& m,
+std::optional<ApiError> NormalizeMessage(const nlohmann::ordered_json& m, size_t index,
                                          nlohmann::ordered_json* out) {
   if (!m.is_object()) return Fields::TypeError("messages", "an array of message objects");
   auto role = m.find("role");
@@ -453,7 +454,7 @@ std::optional<ApiError> NormalizeMessage(const nlohmann::ordered_json& m,
   if (content != m.end()) STRATA_RETURN_IF_API_ERROR(ContentText(*content, &text));
   *out = m;
   (*out)["content"] = text;
-  return std::nullopt;
+  return internal::NormalizeToolMessage(out, index);
 }
 
 std::optional<ApiError> ParseMessages(const nlohmann::ordered_json& body,
@@ -465,9 +466,9 @@ std::optional<ApiError> ParseMessages(const nlohmann::ordered_json& body,
   if (!messages->is_array()) return Fields::TypeError("messages", "an array");
   if (messages->empty()) return ApiError::BadRequest("messages must not be empty", "messages");
   *out = nlohmann::ordered_json::array();
-  for (const auto& m : *messages) {
+  for (size_t i = 0; i < messages->size(); ++i) {
     nlohmann::ordered_json normalized;
-    STRATA_RETURN_IF_API_ERROR(NormalizeMessage(m, &normalized));
+    STRATA_RETURN_IF_API_ERROR(NormalizeMessage((*messages)[i], i, &normalized));
     out->push_back(std::move(normalized));
   }
   return std::nullopt;
@@ -541,6 +542,8 @@ int HttpStatusForCode(absl::StatusCode code) {
       return 400;
     case absl::StatusCode::kNotFound:
       return 404;
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
     case absl::StatusCode::kOutOfRange:
       return 413;
     case absl::StatusCode::kResourceExhausted:
@@ -605,6 +608,13 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
     if (in(kCommon) || in(endpoint_fields)) continue;
     if (in(kUnsupported)) {
       if (value.is_null()) continue;
+      if (key == "functions" || key == "function_call") {
+        return ApiError::BadRequest(
+            absl::StrCat(key,
+                         " is not supported by this server (OpenAI deprecated functions and "
+                         "function_call): send tools and tool_choice instead"),
+            key);
+      }
       return ApiError::BadRequest(absl::StrCat(key, " is not supported by this server"), key);
     }
     if (options.unknown_params == UnknownParams::kReject) {
@@ -685,11 +695,11 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   if (!ordered.is_object()) return ApiError::BadRequest("request body must be a JSON object");
   const Json json = Json::parse(body, nullptr, false);
   STRATA_RETURN_IF_API_ERROR(ParseCommon(json, &out->common));
-  STRATA_RETURN_IF_API_ERROR(
-      CheckFieldNames(json,
-                      {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                       "chat_template_kwargs", "add_generation_prompt", "continue_final_message"},
-                      options, &out->common.unknown_params));
+  STRATA_RETURN_IF_API_ERROR(CheckFieldNames(
+      json,
+      {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "chat_template_kwargs",
+       "add_generation_prompt", "continue_final_message", "tools", "tool_choice"},
+      options, &out->common.unknown_params));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));
@@ -697,6 +707,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
   STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
                                                &out->continue_final_message));
+  STRATA_RETURN_IF_API_ERROR(internal::ParseToolFields(ordered, &out->tools));
   auto kwargs = ordered.find("chat_template_kwargs");
   if (kwargs != ordered.end() && !kwargs->is_null()) {
     if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");
@@ -744,6 +755,7 @@ std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequ
   STRATA_RETURN_IF_API_ERROR(ParseMessages(ordered, &out->messages));
   STRATA_RETURN_IF_API_ERROR(ParseContinuation(f, out->messages, &out->add_generation_prompt,
                                                &out->continue_final_message));
+  STRATA_RETURN_IF_API_ERROR(internal::ParseToolFields(ordered, &out->tools));
   auto kwargs = ordered.find("chat_template_kwargs");
   if (kwargs != ordered.end() && !kwargs->is_null()) {
     if (!kwargs->is_object()) return Fields::TypeError("chat_template_kwargs", "an object");

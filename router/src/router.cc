@@ -106,7 +106,8 @@ class RouterImpl final : public Router {
     backend_ = std::make_unique<ClusterBackend>(
         &pool_, placer_.get(), backend_metrics_, recorder_.get(), queue_.get(),
         absl::ToDoubleSeconds(options_.worker_grace),
-        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout));
+        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout),
+        absl::ToDoubleSeconds(options_.resume_settle));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -130,8 +131,11 @@ class RouterImpl final : public Router {
     fo.api_keys = options_.api_keys;
     fo.unknown_params = options_.unknown_params;
     fo.get_load_format = options_.get_load_format;
+    fo.tool_call_parser = options_.tool_call_parser;
     fo.api_key_cache_salts = options_.api_key_cache_salts;
     fo.hide_cached_tokens = options_.hide_cached_tokens;
+    fo.rate_limit = options_.rate_limit;
+    fo.api_key_rate_limits = options_.api_key_rate_limits;
     fo.observer = api_metrics_.get();
     STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
     frontend_->Install(*http_);
@@ -172,6 +176,12 @@ class RouterImpl final : public Router {
                           "Worker streams cancelled after nothing arrived for the worker stream "
                           "idle timeout (the worker is dropped and the request moves on)")
             .Default();
+    backend_metrics_.attaches = &registry_.CounterOrDie(
+        "strata_router_idempotent_lookups_total",
+        "Requests with an Idempotency-Key, by what the workers held for it (attached: served "
+        "from the held generation; not_found: started, or 404 for a stream resume; conflict: "
+        "the key belongs to another request)",
+        {"result"});
     backend_metrics_.awaiting =
         registry_
             .GaugeOrDie("strata_router_awaiting_worker_requests",

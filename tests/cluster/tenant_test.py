@@ -5,6 +5,8 @@ differs from the router's being refused at registration.
 
 Usage: tenant_test.py STRATA_BINARY   (ctest passes it)
 """
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -172,6 +174,32 @@ class HideAndKeyTest(unittest.TestCase):
         self.assertEqual(cu.metric(http, "strata_router_workers", {"role": "decode"}), 1.0)
         self.assertEqual(cached(http, prompt_tokens(550)), 0)
 
+    def test_per_key_rate_limits_answer_429_with_retry_after(self):
+        """A standalone mixed worker: k-slow may send 2 requests a minute, k-free has no limit."""
+        w = cu.start_worker(STRATA, self.model, self.tmp, "mixed", "mixed-limits",
+                            extra=["--served-model-name", MODEL, "--api-key", "k-free",
+                                   "--api-key", "k-slow", "--api-key-rate-limit", "key-1=rpm:2"])
+        self.procs.append(w)
+        port = int(w.match.group(1))
+        slow, free = {"Authorization": "Bearer k-slow"}, {"Authorization": "Bearer k-free"}
+        for _ in range(2):
+            self.assertEqual(cu.request(port, "POST", "/v1/completions", body([1, 2]), slow)[0],
+                             200)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/v1/completions", body=json.dumps(body([1, 2])),
+                     headers={"Content-Type": "application/json", **slow})
+        resp = conn.getresponse()
+        answer = json.loads(resp.read())
+        conn.close()
+        self.assertEqual(resp.status, 429, answer)
+        self.assertEqual(answer["error"]["type"], "rate_limit_error")
+        self.assertIn("requests per minute (limit 2)", answer["error"]["message"])
+        retry_after = resp.getheader("Retry-After")
+        self.assertTrue(25 <= int(retry_after) <= 30, retry_after)
+        for _ in range(3):  # another key is not held back
+            self.assertEqual(cu.request(port, "POST", "/v1/completions", body([1, 2]), free)[0],
+                             200)
+
     def test_bad_key_file_stops_the_process_with_a_clear_error(self):
         short = self.key_file("short.key", "tiny\n")
         out = subprocess.run([STRATA, "router", "--model", self.model, "--http-port", "0",
@@ -186,6 +214,13 @@ class HideAndKeyTest(unittest.TestCase):
             out = subprocess.run([STRATA, "worker", "--model", self.model, "--api-key", "k",
                                   "--api-key-cache-salt", entry],
                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(words, out.stderr)
+        for flags, words in (
+                (["--rate-limit", "rps:5"], "--rate-limit: rate limit part 'rps:5'"),
+                (["--api-key-rate-limit", "key-0=rpm:0"], "--api-key-rate-limit: key-0")):
+            out = subprocess.run([STRATA, "worker", "--model", self.model, "--api-key", "k",
+                                  *flags], capture_output=True, text=True, timeout=60)
             self.assertEqual(out.returncode, 2, out.stderr)
             self.assertIn(words, out.stderr)
 

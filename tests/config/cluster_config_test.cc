@@ -35,6 +35,7 @@ TEST(ClusterConfigTest, EmptyTextGivesDefaults) {
   EXPECT_TRUE(c->api_keys.empty());
   EXPECT_EQ(c->unknown_params, "warn");
   EXPECT_EQ(c->get_load_format, "sglang");
+  EXPECT_EQ(c->tool_call_parser, "auto");
   EXPECT_TRUE(c->log_dir.empty());
   for (const auto* pool : {&c->prefill, &c->decode, &c->mixed}) {
     EXPECT_TRUE(pool->gpus.empty());
@@ -65,6 +66,7 @@ log_dir: /var/log/strata
 api_keys: [k1, "k2"]
 unknown_params: reject
 get_load_format: vllm-router
+tool_call_parser: mistral
 policy: goodput
 )");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -89,6 +91,7 @@ policy: goodput
   EXPECT_THAT(c->api_keys, ElementsAre("k1", "k2"));
   EXPECT_EQ(c->unknown_params, "reject");
   EXPECT_EQ(c->get_load_format, "vllm-router");
+  EXPECT_EQ(c->tool_call_parser, "mistral");
   EXPECT_EQ(c->policy, "goodput");
 }
 
@@ -119,6 +122,26 @@ kv_hash_key_file: /etc/strata/kv-hash/key
   auto long_salt =
       ParseClusterConfig("api_keys: [{key: k, cache_salt: " + std::string(257, 's') + "}]\n");
   EXPECT_THAT(long_salt.status().message(), HasSubstr("at most 256 bytes"));
+}
+
+TEST(ClusterConfigTest, RateLimitsPerKeyAndByDefault) {
+  auto c = ParseClusterConfig(R"(
+rate_limit: "rpm:600,tpm:200000"
+api_keys:
+  - k1
+  - {key: k2, rate_limit: "tpm:5000"}
+  - {key: k3, cache_salt: s3}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit, "rpm:600,tpm:200000");
+  EXPECT_THAT(c->api_key_rate_limits, ElementsAre("", "tpm:5000"));
+  EXPECT_THAT(c->api_key_cache_salts, ElementsAre("", "", "s3"));
+  for (const char* bad : {"rate_limit: rpm\n", "rate_limit: \"rps:5\"\n",
+                          "api_keys: [{key: k, rate_limit: \"tpm:0\"}]\n"}) {
+    auto r = ParseClusterConfig(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("rate")) << bad;
+  }
 }
 
 TEST(ClusterConfigTest, JsonIsAccepted) {
@@ -312,8 +335,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "model: m\nmodle: x\n",
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
-            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, hide_cached_tokens, "
-            "kv_hash_key_file, unknown_params, get_load_format, policy, tls)"},
+            "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
+            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
+            "tool_call_parser, policy, tls)"},
         BadCase{"tls: yes\n",
                 "cluster.yaml:1: tls: must be off, auto or a mapping {ca, cert, key}, got 'yes'"},
         BadCase{"tls:\n  ca: /a\n  cert: /b\n",
@@ -425,6 +449,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
         BadCase{"get_load_format: vllm\n",
                 "cluster.yaml:1: get_load_format: must be sglang or vllm-router, got 'vllm'"},
+        BadCase{"tool_call_parser: qwen\n",
+                "cluster.yaml:1: tool_call_parser: must be auto, none, llama3_json, hermes or "
+                "mistral, got 'qwen'"},
         BadCase{"policy: a\npolicy: b\n", "cluster.yaml:2: policy: duplicate key"},
         BadCase{"- a\n- b\n", "cluster.yaml:1: expected a mapping at the top level"},
         BadCase{"model: [unclosed\n",

@@ -464,6 +464,8 @@ TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
   c.api_key_cache_salts = {"", "tenant-b"};
   c.hide_cached_tokens = true;
   c.kv_hash_key_file = "/logs/kv_hash.key";
+  c.rate_limit = "rpm:60";
+  c.api_key_rate_limits = {"", "", "tpm:900"};
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs",
                              {{8101, 9101}, {8102, 9102}, {8103, 9103}});
   ASSERT_TRUE(planned.ok()) << planned.status();
@@ -475,6 +477,9 @@ TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
     EXPECT_GE(FlagAt(p->argv, "--api-key-cache-salt", "key-1=tenant-b"), 0) << p->name;
     EXPECT_THAT(p->argv, testing::Contains("--hide-cached-tokens")) << p->name;
     EXPECT_EQ(std::count(p->argv.begin(), p->argv.end(), "--api-key-cache-salt"), 1) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--rate-limit", "rpm:60"), 0) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--api-key-rate-limit", "key-2=tpm:900"), 0) << p->name;
+    EXPECT_EQ(std::count(p->argv.begin(), p->argv.end(), "--api-key-rate-limit"), 1) << p->name;
   }
   // Without them, no flag: the processes run unkeyed and unsalted.
   ClusterConfig plain;
@@ -578,13 +583,16 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(FlagValue(defaults->router[0].argv, "--unknown-params"), "(absent)");
   EXPECT_EQ(FlagValue(defaults->workers[0].argv, "--get-load-format"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--tool-call-parser"), "(absent)");
   c.unknown_params = "reject";
   c.get_load_format = "vllm-router";
+  c.tool_call_parser = "hermes";
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
   ASSERT_TRUE(planned.ok()) << planned.status();
   for (const auto* p : {&planned->router[0], &planned->workers[0], &planned->workers[1]}) {
     EXPECT_EQ(FlagValue(p->argv, "--unknown-params"), "reject") << p->name;
     EXPECT_EQ(FlagValue(p->argv, "--get-load-format"), "vllm-router") << p->name;
+    EXPECT_EQ(FlagValue(p->argv, "--tool-call-parser"), "hermes") << p->name;
   }
 }
 

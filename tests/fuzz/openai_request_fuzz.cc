@@ -17,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)chat.messages.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     (void)chat.chat_template_kwargs.dump(-1, ' ', false,
                                          nlohmann::ordered_json::error_handler_t::replace);
+    (void)chat.tools.tools.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   }
   return 0;
 }

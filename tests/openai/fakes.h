@@ -23,6 +23,7 @@ class FakeWriter : public http::ResponseWriter {
     status_ = status;
     content_type_ = std::move(content_type);
     body_ = std::move(body);
+    headers_ = std::move(headers);
   }
   bool StartStream(int status, std::string content_type,
                    std::map<std::string, std::string> headers) override {
@@ -72,6 +73,12 @@ class FakeWriter : public http::ResponseWriter {
   int responses() const { absl::MutexLock l(&mu_); return responses_; }
   std::string body() const { absl::MutexLock l(&mu_); return body_; }
   std::string content_type() const { absl::MutexLock l(&mu_); return content_type_; }
+  // A header of the last Respond() ("" if absent).
+  std::string header(const std::string& name) const {
+    absl::MutexLock l(&mu_);
+    auto it = headers_.find(name);
+    return it == headers_.end() ? "" : it->second;
+  }
   bool streaming() const { absl::MutexLock l(&mu_); return streaming_; }
   bool ended() const { absl::MutexLock l(&mu_); return ended_; }
   int writes_after_end() const { absl::MutexLock l(&mu_); return writes_after_end_; }
@@ -100,6 +107,7 @@ class FakeWriter : public http::ResponseWriter {
   int status_ = 0;
   std::string content_type_;
   std::string body_;
+  std::map<std::string, std::string> headers_;
   bool streaming_ = false;
   bool ended_ = false;
   bool closed_ = false;

@@ -49,6 +49,33 @@ TEST(FormatTest, ChatResponseExact) {
             R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
+TEST(FormatTest, ChatResponseWithToolCallsExact) {
+  auto tok = LoadTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::vector<ChoiceOutput> choices(2);
+  choices[0] = {0, "", {}, FinishReason::kStop, {{"call_a", "f", R"({"x":1})"}}};
+  choices[1] = {1, "Checking.", {}, FinishReason::kStop, {{"call_b", "g", "{}"}}};
+  const ResponseMeta meta{"chatcmpl-9", 1, "tiny"};
+  EXPECT_EQ(
+      DumpJson(ChatResponseJson(meta, choices, Usage{3, 1, 0}, *tok, false)["choices"]),
+      R"([{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
+      R"({"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},)"
+      R"("logprobs":null,"finish_reason":"tool_calls"},)"
+      R"({"index":1,"message":{"role":"assistant","content":"Checking.","tool_calls":[)"
+      R"({"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]},)"
+      R"("logprobs":null,"finish_reason":"tool_calls"}])");
+}
+
+TEST(FormatTest, ToolCallDeltaAndFinishChunkExact) {
+  const ToolCall call{"call_a", "f", "{}"};
+  EXPECT_EQ(DumpJson(ToolCallsJson({&call, 1}, 2)),
+            R"([{"index":2,"id":"call_a","type":"function",)"
+            R"("function":{"name":"f","arguments":"{}"}}])");
+  EXPECT_EQ(DumpJson(ChatChunkJsonWithFinish(kMeta, 0, OrderedJson::object(), nullptr, "tool_calls",
+                                             false)["choices"]),
+            R"([{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}])");
+}
+
 TEST(FormatTest, CompletionLogprobs) {
   auto tok = LoadTokenizer();
   ASSERT_NE(tok, nullptr);

@@ -529,6 +529,38 @@ TEST_F(FrontendTest, ApiKeys) {
   EXPECT_EQ(Call("GET", "/health", "")->status(), 200);  // probes stay open
 }
 
+TEST_F(FrontendTest, RateLimitsAnswer429WithRetryAfterAndGiveBackUnusedTokens) {
+  options_.api_keys = {"k1", "k2"};
+  options_.api_key_rate_limits = {RateLimit{0, 100}};  // k1: 100 tokens a minute; k2: none
+  MakeFrontend();
+  const std::map<std::string, std::string> k1 = {{"authorization", "Bearer k1"}};
+  const std::string body = R"({"model":"tiny","prompt":[1,2,3],"max_tokens":40})";
+  EXPECT_EQ(Call("POST", "/v1/completions", body, k1)->responses(), 0);  // 43 tokens: running
+  EXPECT_EQ(Call("POST", "/v1/completions", body, k1)->responses(), 0);  // 86
+  auto over = Call("POST", "/v1/completions", body, k1);                 // 129 > 100
+  EXPECT_EQ(over->status(), 429);
+  EXPECT_EQ(over->json()["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(over->json()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_THAT(over->json()["error"]["message"].get<std::string>(), HasSubstr("tokens per minute"));
+  const int retry_after = std::stoi(over->header("Retry-After"));
+  EXPECT_GE(retry_after, 17);  // 29 tokens at 100 a minute
+  EXPECT_LE(retry_after, 18);
+  EXPECT_EQ(backend_.num_calls(), 2);
+  // Another key is not held back by k1's budget.
+  EXPECT_EQ(Call("POST", "/v1/completions", body, {{"authorization", "Bearer k2"}})->responses(),
+            0);
+  // The first request ends after 2 of its 40 tokens: the 38 it did not use come back at once.
+  backend_.Emit(0, Final({7, 8}, "ab", FinishReason::kStop));
+  EXPECT_EQ(Call("POST", "/v1/completions", body, k1)->responses(), 0);
+  EXPECT_EQ(backend_.num_calls(), 4);
+  // A request above the whole minute's allowance can never pass: told so, without Retry-After.
+  auto huge = Call("POST", "/v1/completions",
+                   R"({"model":"tiny","prompt":[1,2,3],"max_tokens":200})", k1);
+  EXPECT_EQ(huge->status(), 429);
+  EXPECT_THAT(huge->json()["error"]["message"].get<std::string>(), HasSubstr("lower max_tokens"));
+  EXPECT_EQ(huge->header("Retry-After"), "");
+}
+
 TEST_F(FrontendTest, CacheSaltIsValidatedAndPassedToTheBackend) {
   Complete(R"("prompt":[1],"cache_salt":"tenant-a")");
   Chat(R"("cache_salt":"tenant-b")");

@@ -261,8 +261,8 @@ TEST(ChatParseTest, InvalidRequests) {
       {"{", "", "not valid JSON"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"prompt":"p"})", "prompt",
        "Unrecognized request argument supplied: prompt"},
-      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})", "tools",
-       "not supported"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"functions":[]})",
+       "functions", "send tools and tool_choice instead"},
       {R"({"model":"m"})", "messages", "messages is required"},
       {R"({"model":"m","messages":[]})", "messages", "must not be empty"},
       {R"({"model":"m","messages":"hi"})", "messages", "array"},
@@ -289,6 +289,132 @@ TEST(ChatParseTest, InvalidRequests) {
     std::optional<ApiError> e = ParseChatRequest(c.body, &r);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+constexpr char kWeatherTool[] =
+    R"({"type":"function","function":{"name":"get_weather","description":"d",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})";
+
+TEST(ChatToolsParseTest, ToolsAndToolChoice) {
+  ChatRequest none = ParseChatOk(Chat(""));
+  EXPECT_TRUE(none.tools.tools.empty());
+  EXPECT_FALSE(none.tools.active());
+
+  ChatRequest r = ParseChatOk(Chat(std::string(R"("tools":[)") + kWeatherTool +
+                                   R"(,{"type":"function","function":{"name":"t-2"}}])"));
+  EXPECT_EQ(r.tools.choice, ToolChoice::kAuto);
+  EXPECT_TRUE(r.tools.active());
+  EXPECT_TRUE(r.tools.parallel_tool_calls);
+  // Passed to the template as sent, key order kept.
+  EXPECT_EQ(r.tools.tools[0].dump(), kWeatherTool);
+
+  const std::string tools = std::string(R"("tools":[)") + kWeatherTool + "]";
+  EXPECT_EQ(ParseChatOk(Chat(tools + R"(,"tool_choice":"none")")).tools.choice, ToolChoice::kNone);
+  EXPECT_FALSE(ParseChatOk(Chat(tools + R"(,"tool_choice":"none")")).tools.active());
+  EXPECT_EQ(ParseChatOk(Chat(tools + R"(,"tool_choice":"required")")).tools.choice,
+            ToolChoice::kRequired);
+  ChatRequest named = ParseChatOk(Chat(
+      tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}},)"
+              R"("parallel_tool_calls":false)"));
+  EXPECT_EQ(named.tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(named.tools.function_name, "get_weather");
+  EXPECT_FALSE(named.tools.parallel_tool_calls);
+  // "none" without tools is harmless, as are nulls.
+  EXPECT_FALSE(ParseChatOk(Chat(R"("tool_choice":"none","tools":null)")).tools.active());
+}
+
+TEST(ChatToolsParseTest, BadTools) {
+  const std::string tools = std::string(R"("tools":[)") + kWeatherTool + "]";
+  std::string many = R"("tools":[)";
+  for (int i = 0; i <= kMaxTools; ++i) {
+    many += (i ? "," : "") + std::string(R"({"type":"function","function":{"name":"f)") +
+            std::to_string(i) + R"("}})";
+  }
+  many += "]";
+  const std::vector<BadCase> cases = {
+      {Chat(R"("tools":{})"), "tools", "expected an array"},
+      {Chat(R"("tools":[5])"), "tools[0]", "expected an object"},
+      {Chat(R"("tools":[{"type":"code_interpreter"}])"), "tools[0].type", "\"function\""},
+      {Chat(R"("tools":[{"type":"function"}])"), "tools[0].function", "Missing required"},
+      {Chat(R"("tools":[{"type":"function","function":{"description":"x"}}])"),
+       "tools[0].function.name", "Missing required"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"a b"}}])"),
+       "tools[0].function.name", "1 to 64 characters"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":")" + std::string(65, 'a') +
+            R"("}}])"),
+       "tools[0].function.name", "1 to 64 characters"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])"),
+       "tools[0].function.parameters", "JSON Schema"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f","description":1}}])"),
+       "tools[0].function.description", "string"},
+      {Chat(std::string(R"("tools":[)") + kWeatherTool + "," + kWeatherTool + "]"),
+       "tools[1].function.name", "used by another tool"},
+      {Chat(many), "tools", "at most 128 tools"},
+      {Chat(tools + R"(,"tool_choice":"sometimes")"), "tool_choice", "\"required\""},
+      {Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"),
+       "tool_choice.function.name", "no function named 'nope'"},
+      {Chat(tools + R"(,"tool_choice":{"type":"function"})"), "tool_choice.function.name",
+       "expected the name"},
+      {Chat(tools + R"(,"tool_choice":5)"), "tool_choice", "string or an object"},
+      {Chat(R"("tool_choice":"required")"), "tool_choice", "only allowed when tools"},
+      {Chat(tools + R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls", "boolean"},
+      {Chat(R"("function_call":"auto")"), "function_call", "deprecated"},
+      {Completion(tools), "tools", "not supported"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    ChatRequest r;
+    CompletionRequest cr;
+    std::optional<ApiError> e = c.body.find("\"prompt\"") != std::string::npos
+                                    ? ParseCompletionRequest(c.body, &cr)
+                                    : ParseChatRequest(c.body, &r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+TEST(ChatToolsParseTest, ToolCallMessagesReachTheTemplateWithObjectArguments) {
+  ChatRequest r = ParseChatOk(
+      R"({"model":"m","messages":[{"role":"user","content":"weather?"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[)"
+      R"({"id":"call_1","type":"function","function":{"name":"get_weather",)"
+      R"("arguments":"{\"city\": \"Paris\", \"a\": [1]}"}},)"
+      R"({"id":"call_2","type":"function","function":{"name":"f","arguments":"not json"}}]},)"
+      R"({"role":"tool","tool_call_id":"call_1","content":"21C"},)"
+      R"({"role":"assistant","content":"ok","tool_calls":null}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  const auto& calls = r.messages[1]["tool_calls"];
+  EXPECT_EQ(calls[0]["function"]["arguments"].dump(), R"({"city":"Paris","a":[1]})");
+  EXPECT_EQ(calls[1]["function"]["arguments"], "not json");  // kept as sent
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_FALSE(r.messages[3].contains("tool_calls"));
+
+  const std::vector<BadCase> cases = {
+      {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       "messages[0].tool_calls", "only assistant"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":"x","tool_calls":{}}]})",
+       "messages[0].tool_calls", "array"},
+      {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":1}]}]})",
+       "messages[0].tool_calls[0].function", "name and arguments"},
+      {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})",
+       "messages[0].tool_calls[0].function.name", "string"},
+      {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"type":"x",)"
+       R"("function":{"name":"f"}}]}]})",
+       "messages[0].tool_calls[0].type", "\"function\""},
+      {R"({"model":"m","messages":[{"role":"tool","tool_call_id":5,"content":"x"}]})",
+       "messages[0].tool_call_id", "string"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    ChatRequest bad;
+    std::optional<ApiError> e = ParseChatRequest(c.body, &bad);
+    ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->param, c.param);
     EXPECT_THAT(e->message, HasSubstr(c.message));
   }

@@ -141,7 +141,11 @@ class WorkerImpl final : public Worker {
       };
       decode_ = decode::DecodeDriver::Create(loop_.get(), std::move(d));
     }
-    service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());
+    if (options_.detached_request_grace > absl::ZeroDuration() && role != v1::ROLE_PREFILL) {
+      held_ = std::make_unique<HeldRequests>(options_.detached_request_grace);
+    }
+    service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get(),
+                                               held_.get());
     STRATA_ASSIGN_OR_RETURN(tokenizer_,
                             Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
     auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
@@ -184,8 +188,11 @@ class WorkerImpl final : public Worker {
       fo.api_keys = options_.api_keys;
       fo.unknown_params = options_.unknown_params;
       fo.get_load_format = options_.get_load_format;
+      fo.tool_call_parser = options_.tool_call_parser;
       fo.api_key_cache_salts = options_.api_key_cache_salts;
       fo.hide_cached_tokens = options_.hide_cached_tokens;
+      fo.rate_limit = options_.rate_limit;
+      fo.api_key_rate_limits = options_.api_key_rate_limits;
       fo.observer = metrics_->observer();
       STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
       frontend_->Install(*http_);
@@ -267,6 +274,7 @@ class WorkerImpl final : public Worker {
     // be; and queued demotions are written now, while everything they need still exists.
     tiering_.reset();
     if (grpc_) grpc_->Wait();
+    held_.reset();  // its expiry cancels through the drivers
     prefill_.reset();
     decode_.reset();
   }
@@ -313,6 +321,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<KvTiering> tiering_;
   std::unique_ptr<prefill::PrefillDriver> prefill_;
   std::unique_ptr<decode::DecodeDriver> decode_;
+  std::unique_ptr<HeldRequests> held_;  // keyed requests past their stream; null: off
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;

@@ -92,10 +92,18 @@ struct ClusterConfig {
   // of GET /get_load for a peer router in front of the workers (sglang | vllm-router).
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
+  // Their --tool-call-parser: auto | none | llama3_json | hermes | mistral.
+  std::string tool_call_parser = "auto";
   // Default cache salt of each API key's requests, parallel to api_keys ("" = none); from
   // entries of the form {key: K, cache_salt: S}.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // Requests and tokens per minute ("rpm:N,tpm:M", rate_limit.h) of each API key (of all
+  // requests together without keys), enforced by each router and mixed worker on its own; ""
+  // = none. A key's own limit comes from its entry {key: K, rate_limit: "..."} (parallel to
+  // api_keys; "" = the default).
+  std::string rate_limit;
+  std::vector<std::string> api_key_rate_limits;
   // The cluster's secret block hash key, given to the router and every worker; "" = `strata up`
   // writes a random one into the log dir for each run.
   std::string kv_hash_key_file;

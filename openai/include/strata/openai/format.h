@@ -10,6 +10,7 @@
 
 #include "nlohmann/json.hpp"
 #include "strata/openai/protocol.h"
+#include "strata/openai/tool_calls.h"
 #include "strata/text/tokenizer.h"
 #include "strata/types/finish_reason.h"
 #include "strata/types/sampling.h"
@@ -36,6 +37,9 @@ struct ChoiceOutput {
   std::string text;
   std::vector<SampleResult> logprobs;  // one per generated token when requested
   FinishReason finish_reason = FinishReason::kNone;
+  // Chat: the tool calls parsed from the output. When there are any, `text` is the content
+  // outside them (null in JSON when empty) and finish_reason is "tool_calls".
+  std::vector<ToolCall> tool_calls;
 };
 
 // "stop" / "length"; null for kNone (and for kAbort, which clients never see).
@@ -59,6 +63,10 @@ OrderedJson CompletionResponseJson(const ResponseMeta& meta,
 OrderedJson ChatResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
                              const Usage& usage, const Tokenizer& tokenizer, bool logprobs);
 
+// [{"id", "type": "function", "function": {"name", "arguments"}}]; with first_index >= 0 each
+// entry starts with "index": first_index + i (the form of a streamed delta.tool_calls).
+OrderedJson ToolCallsJson(std::span<const ToolCall> calls, int first_index = -1);
+
 // Streaming chunks with one choice each. `logprobs` is null or a *LogprobsJson value;
 // `include_usage` adds "usage": null (stream_options.include_usage).
 OrderedJson CompletionChunkJson(const ResponseMeta& meta, int index, std::string_view text,
@@ -67,6 +75,10 @@ OrderedJson CompletionChunkJson(const ResponseMeta& meta, int index, std::string
 // `delta` is e.g. {"role":"assistant","content":""}, {"content":"…"} or {}.
 OrderedJson ChatChunkJson(const ResponseMeta& meta, int index, OrderedJson delta,
                           OrderedJson logprobs, FinishReason finish_reason, bool include_usage);
+// The same with finish_reason given as JSON (e.g. "tool_calls").
+OrderedJson ChatChunkJsonWithFinish(const ResponseMeta& meta, int index, OrderedJson delta,
+                                    OrderedJson logprobs, OrderedJson finish_reason,
+                                    bool include_usage);
 // The last chunk with stream_options.include_usage: "choices": [] and the usage.
 // `object` is "text_completion" or "chat.completion.chunk".
 OrderedJson UsageChunkJson(const ResponseMeta& meta, std::string_view object, const Usage& usage);

@@ -29,6 +29,8 @@
 #include "strata/http/server.h"
 #include "strata/openai/backend.h"
 #include "strata/openai/protocol.h"
+#include "strata/openai/rate_limit.h"
+#include "strata/openai/tool_calls.h"
 #include "strata/text/chat_template.h"
 #include "strata/text/tokenizer.h"
 
@@ -72,6 +74,9 @@ struct RequestRecord {
   int64_t completion_tokens = 0;
   // Request fields served without (CommonRequest::unknown_params).
   std::vector<std::string> unknown_params;
+  // The output budget (max_tokens of every choice) charged to the API key's tokens-per-minute
+  // limit at admission; what the request did not generate of it is given back when it ends.
+  int64_t rate_charged_output_tokens = 0;
 };
 
 // Receives one record per request (also for rejected ones), from any thread; must be
@@ -90,6 +95,11 @@ struct FrontendOptions {
   // "" or missing: none), so that keys (tenants) never share cached prompt blocks. At most as
   // many entries as api_keys, each at most SamplingParams::kMaxCacheSaltBytes.
   std::vector<std::string> api_key_cache_salts;
+  // Requests and tokens per minute (rate_limit.h): `rate_limit` for every API key without one of
+  // its own in `api_key_rate_limits` (parallel to api_keys), and for all requests together when
+  // auth is off. Over a limit: 429 with Retry-After.
+  RateLimit rate_limit;
+  std::vector<std::optional<RateLimit>> api_key_rate_limits;
   // Report usage.prompt_tokens_details.cached_tokens as 0 (metrics keep the real count): the
   // number tells a client whether someone else sent the same prefix before.
   bool hide_cached_tokens = false;
@@ -105,6 +115,10 @@ struct FrontendOptions {
   // router in front of this process reads.
   enum class LoadFormat { kSglang, kVllmRouter };
   LoadFormat get_load_format = LoadFormat::kSglang;
+  // How tool calls are found in chat output when a request sends tools (tool_calls.h): kAuto
+  // picks the format from the chat template's markers. With kNone (or a template auto finds no
+  // format in) a request whose tools are in use (tool_choice not "none") answers 400.
+  ToolCallParser tool_call_parser = ToolCallParser::kAuto;
 };
 
 // "sglang" or "vllm-router"; InvalidArgument otherwise.
@@ -115,6 +129,7 @@ class Frontend {
   // InvalidArgument when backend or tokenizer is null, or max_model_len / vocab_size <= 0.
   static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend, ServedModel model,
                                                           FrontendOptions options);
+  ~Frontend();
 
   // Registers the routes. Call before server.Start().
   void Install(http::Server& server);
@@ -136,6 +151,8 @@ class Frontend {
   void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
   const ServedModel& model() const { return model_; }
+  // The tool-call format in use (FrontendOptions::tool_call_parser, kAuto resolved).
+  ToolCallParser tool_call_parser() const { return tool_parser_; }
 
  private:
   Frontend(Backend* backend, ServedModel model, FrontendOptions options);
@@ -155,6 +172,8 @@ class Frontend {
   void Reject(const ApiError& error, const internal::JobSpec& spec,
               http::ResponseWriter& writer) const;
   internal::JobSpec NewSpec(const http::Request& request, bool chat) const;
+  // Charges the request to its key's rate limits; the 429 to answer with when over one.
+  std::optional<ApiError> ChargeRateLimit(int key_index, internal::JobSpec* spec);
   // Names each unknown field in the log the first time it is seen (kWarn).
   void NoteUnknownParams(const std::vector<std::string>& names);
   ParseOptions parse_options() const { return {options_.unknown_params}; }
@@ -162,7 +181,13 @@ class Frontend {
   Backend* backend_;
   ServedModel model_;
   FrontendOptions options_;
+  ToolCallParser tool_parser_;
   int64_t created_;  // Unix seconds, reported by /v1/models
+  RateLimiter rate_limiter_;
+  // Forwards every record to options_.observer after returning a request's unused token charge
+  // to its key's bucket.
+  class RefundingObserver;
+  std::unique_ptr<RefundingObserver> observer_;
   absl::Mutex unknown_mu_;
   // Unknown field names already logged; bounded (kMaxUnknownNamesLogged).
   absl::flat_hash_set<std::string> unknown_logged_ ABSL_GUARDED_BY(unknown_mu_);

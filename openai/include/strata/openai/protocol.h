@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+#include "strata/openai/tool_calls.h"
 #include "strata/types/sampling.h"
 
 namespace strata::openai {
@@ -38,7 +39,7 @@ struct ApiError {
 };
 
 // The HTTP status a backend failure maps to when nothing was sent yet (see backend.h):
-// InvalidArgument 400, NotFound 404, OutOfRange 413, ResourceExhausted 429, Unavailable 503,
+// InvalidArgument 400, NotFound 404, AlreadyExists 409, OutOfRange 413, ResourceExhausted 429, Unavailable 503,
 // Cancelled 499 (the client is gone; nothing is sent), anything else 500.
 int HttpStatusForCode(absl::StatusCode code);
 // The ApiError for a failed backend event (type by status: 4xx invalid_request_error,
@@ -99,9 +100,11 @@ struct CompletionRequest {
 struct ChatRequest {
   CommonRequest common;
   // Normalized messages for the chat template: every content is a string (text parts joined
-  // with "\n"); other message keys (name, tool_calls, tool_call_id...) are kept as sent.
+  // with "\n"); an assistant's tool_calls carry their arguments as objects (a JSON string
+  // holding one is parsed); other message keys (name, tool_call_id...) are kept as sent.
   nlohmann::ordered_json messages;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  ToolsSpec tools;  // tools, tool_choice, parallel_tool_calls
   bool logprobs = false;  // sampling.logprobs = top_logprobs when true, else -1
   bool add_generation_prompt = true;  // vLLM's: end the prompt with the assistant's turn
   // vLLM's: the final (assistant) message stays open and the model continues it; excludes
@@ -111,13 +114,15 @@ struct ChatRequest {
 
 // POST /tokenize as vLLM serves it: {"prompt": text} or {"messages": [...]} (chat template
 // applied), with optional model, add_special_tokens, add_generation_prompt,
-// continue_final_message and chat_template_kwargs; other fields are ignored.
+// continue_final_message, chat_template_kwargs and tools (with tool_choice, as chat reads
+// them); other fields are ignored.
 struct TokenizeRequest {
   std::string model;  // empty: not given
   bool chat = false;
   std::string prompt;
   nlohmann::ordered_json messages;  // normalized as ChatRequest's
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  ToolsSpec tools;
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   std::optional<bool> add_special_tokens;

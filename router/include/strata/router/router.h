@@ -27,9 +27,15 @@ struct RouterOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // How chat output is searched for tool calls (kAuto: from the chat template; tool_calls.h).
+  openai::ToolCallParser tool_call_parser = openai::ToolCallParser::kAuto;
   // Default cache salt per API key, parallel to api_keys (openai::FrontendOptions).
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // Per-API-key requests and tokens per minute, enforced by this router on its own
+  // (openai::FrontendOptions).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
   std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json
@@ -51,6 +57,11 @@ struct RouterOptions {
   // dropped, and the request placed again or resumed on another worker (a hung worker's
   // requests move on). Zero: no limit.
   absl::Duration worker_stream_idle_timeout = absl::Seconds(60);
+  // A request with an Idempotency-Key that arrives within this long of the start asks the
+  // workers whether one holds its generation only then: the workers of a restarted router
+  // register again with their next heartbeat (every 0.5 s by default), and a worker not yet
+  // registered would be missed and the request started a second time.
+  absl::Duration resume_settle = absl::Seconds(1.5);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
   double slo_tpot_s = 0.2;

@@ -56,11 +56,16 @@ struct WorkerOptions {
   openai::UnknownParams unknown_params = openai::UnknownParams::kWarn;
   openai::FrontendOptions::LoadFormat get_load_format =
       openai::FrontendOptions::LoadFormat::kSglang;
+  // How chat output is searched for tool calls (kAuto: from the chat template; tool_calls.h).
+  openai::ToolCallParser tool_call_parser = openai::ToolCallParser::kAuto;
   // The mixed role's API: default cache salt per API key, parallel to api_keys, and whether
   // usage reports 0 cached tokens (openai::FrontendOptions). The cluster's block hash key is
   // engine.kv_hash_key.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;
+  // Per-API-key requests and tokens per minute (openai::FrontendOptions; mixed role).
+  openai::RateLimit rate_limit;
+  std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
@@ -74,6 +79,11 @@ struct WorkerOptions {
   // stalled (/health and /ready 503, `stalled` in its heartbeats, strata_worker_engine_stalled);
   // zero = never.
   absl::Duration engine_stall_timeout = absl::Seconds(30);
+  // How long a request whose router sent a resume key (the client's Idempotency-Key) is kept
+  // after its stream to the router breaks or ends, with every response it produced, for another
+  // router to Attach to (docs/architecture.md, "Router failure"); unfinished requests keep
+  // running meanwhile. Zero: keys are ignored and a broken stream cancels its request.
+  absl::Duration detached_request_grace = absl::Seconds(30);
   // Test-only fault injection (EngineLoop::StallForTesting); off by default.
   EngineLoop::StallForTesting engine_stall_for_testing;
 };
