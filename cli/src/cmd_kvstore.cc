@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "args.h"
 #include "commands.h"
+#include "tls_flags.h"
 #include "strata/kvstore/eviction_policy.h"
 #include "strata/kvstore/kvstore_server.h"
 #include "strata/proto/registry_client.h"
@@ -59,6 +60,8 @@ int RunKvstore(const Args& args) {
               "every 5 s: registers with each address");
   p.AddString("--model-identity", &o.model_identity, "model whose blocks it holds (empty: any)");
   p.AddDouble("--heartbeat-seconds", &heartbeat_s, "interval of heartbeats to the router");
+  proto::TlsFiles tls;
+  AddTlsFlags(p, &tls);
   if (auto s = p.Parse(args); !s.ok()) return Fail("kvstore", std::string(s.message()), 2);
   if (auto t = proto::RouterTargets::Parse(o.router_address, o.router_service); !t.ok()) {
     return Fail("kvstore", std::string(t.status().message()), 2);
@@ -76,6 +79,7 @@ int RunKvstore(const Args& args) {
   if (std::string why = CheckOptions(o, lease_timeout_ms); !why.empty()) {
     return Fail("kvstore", why, 2);
   }
+  if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("kvstore", std::string(st.message()), 2);
   // Block SIGINT/SIGTERM in every thread (before any starts) and wait for one below.
   sigset_t set;
   sigemptyset(&set);

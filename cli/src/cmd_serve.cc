@@ -17,6 +17,7 @@
 #include "strata/router/router.h"
 #include "strata/worker/worker.h"
 #include "tenant_flags.h"
+#include "tls_flags.h"
 
 namespace strata::cli {
 namespace {
@@ -136,6 +137,8 @@ int RunRouter(const Args& args) {
   compat.Add(p);
   TenantFlags tenant;
   AddTenantFlags(p, &tenant);
+  proto::TlsFiles tls;
+  AddTlsFlags(p, &tls);
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
@@ -178,6 +181,7 @@ int RunRouter(const Args& args) {
   o.hide_cached_tokens = tenant_settings->hide_cached_tokens;
   o.rate_limit = tenant_settings->rate_limit;
   o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
+  if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("router", std::string(st.message()), 2);
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -243,6 +247,8 @@ int RunWorker(const Args& args) {
   compat.Add(p);
   TenantFlags tenant;
   AddTenantFlags(p, &tenant);
+  proto::TlsFiles tls;
+  AddTlsFlags(p, &tls);
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
@@ -360,6 +366,7 @@ int RunWorker(const Args& args) {
   if (t.remote_from_router && routers->empty()) {
     return Fail("worker", "--kv-remote-from-router needs --router or --router-service", 2);
   }
+  if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("worker", std::string(st.message()), 2);
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);
   o.model_dir = *dir;

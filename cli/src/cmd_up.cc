@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "args.h"
 #include "tcp_front.h"
+#include "up_tls.h"
 #include "strata/common/cluster_config.h"
 #include "strata/engine/presets.h"
 #include "supervisor.h"
@@ -65,7 +66,7 @@ absl::Status WriteRandomKeyFile(const std::string& path) {
 
 struct UpFlags {
   std::string config_path;
-  std::string model, host, log_dir, restart, gpus;
+  std::string model, host, log_dir, restart, gpus, tls;
   int port = -1, prefill = -1, decode = -1, mixed = -1, routers = -1;  // -1 = the config's
   double grace_seconds = 10;
   double ready_timeout_seconds = 120;
@@ -87,6 +88,8 @@ void AddFlags(ArgParser& p, UpFlags& f) {
               "round robin), e.g. 0 or 0,1");
   p.AddString("--log-dir", &f.log_dir, "override: directory for <process>.log files");
   p.AddString("--restart", &f.restart, "override: restart.policy, on-failure | always | never");
+  p.AddString("--tls", &f.tls,
+              "override: tls, off | auto (mTLS on cluster gRPC with a throwaway CA for this run)");
   p.AddDouble("--grace-seconds", &f.grace_seconds,
               "on shutdown, seconds to wait after SIGTERM before SIGKILL");
   p.AddDouble("--ready-timeout-seconds", &f.ready_timeout_seconds,
@@ -104,6 +107,12 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
   if (!f.host.empty()) c.host = f.host;
   if (!f.log_dir.empty()) c.log_dir = f.log_dir;
   if (!f.restart.empty()) c.restart.policy = f.restart;
+  if (f.tls == "off" || f.tls == "auto") {
+    c.tls = {};
+    c.tls.mode = f.tls;
+  } else if (!f.tls.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls must be off or auto, got '", f.tls, "'"));
+  }
   if (f.port != -1) c.router.http_port = f.port;
   if (f.routers != -1) c.router.replicas = f.routers;
   if (f.prefill != -1) c.prefill.count = f.prefill;
@@ -390,7 +399,9 @@ int RunUp(const Args& args) {
     if (!key_file.ok()) return Fail("up", std::string(key_file.message()), 1);
     c.kv_hash_key_file = c.log_dir + "/kv_hash.key";
   }
+  if (auto st = PrepareClusterTls(c); !st.ok()) return Fail("up", std::string(st.message()), 1);
   Say(absl::StrCat("model: ", *model_dir));
+  if (c.tls.mode != "off") Say(absl::StrCat("cluster gRPC: mTLS, CA ", c.tls.ca));
   Say(absl::StrCat("logs: ", c.log_dir));
   auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, ports->workers, ports->routers);
   if (!plan.ok()) return Fail("up", std::string(plan.status().message()), 2);

@@ -446,6 +446,12 @@ void AppendKvTierFlags(const ClusterConfig& c, const std::string& id, bool kvsto
   if (kvstores) argv.push_back("--kv-remote-from-router");
 }
 
+// The cluster mTLS flags every process gets (none while tls is off).
+void AppendTlsFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
+  if (c.tls.mode == "off" || c.tls.ca.empty()) return;
+  argv.insert(argv.end(), {"--tls-ca", c.tls.ca, "--tls-cert", c.tls.cert, "--tls-key", c.tls.key});
+}
+
 ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const std::string& id,
                         std::pair<int, int> ports, const std::string& log_dir,
                         const std::string& routers) {
@@ -465,12 +471,12 @@ ProcessSpec KvstoreSpec(const ClusterConfig& c, const std::string& exe, const st
                                    c.kv_tiers.kvstore_policy,
                                    "--router",
                                    routers};
+  AppendTlsFlags(c, argv);
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/health"),
                      absl::StrCat(log_dir, "/", id, ".log")};
 }
 
-// The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
 // The OpenAI API flags the router and the mixed workers share, where not the defaults.
 void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
   if (c.unknown_params != "warn") argv.insert(argv.end(), {"--unknown-params", c.unknown_params});
@@ -482,6 +488,7 @@ void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv
   }
 }
 
+// The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
 void AppendKvPoolFlags(const ClusterConfig& c, const WorkerPlacement& w,
                        std::vector<std::string>& argv) {
   if (c.engine.num_kv_blocks > 0) {
@@ -558,6 +565,7 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
     argv.insert(argv.end(), {"--engine-stall-timeout-s", absl::StrCat(c.engine.stall_timeout_s)});
   }
   AppendKvTierFlags(c, id, kvstores, argv);
+  AppendTlsFlags(c, argv);
   return ProcessSpec{id, std::move(argv),
                      absl::StrCat("http://", ConnectHost(c.host), ":", ports.first, "/ready"),
                      absl::StrCat(log_dir, "/", id, ".log")};
@@ -588,6 +596,7 @@ ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   AppendApiCompatFlags(c, argv);
   AppendTenantFlags(c, argv);
+  AppendTlsFlags(c, argv);
   if (c.engine.max_model_len > 0) {
     argv.insert(argv.end(), {"--max-model-len", absl::StrCat(c.engine.max_model_len)});
   }

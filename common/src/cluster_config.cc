@@ -263,6 +263,54 @@ FieldSpec ApiKeys() {
   return f;
 }
 
+// `tls`: off | auto, or a mapping {ca, cert, key} of PEM paths (all three).
+FieldSpec Tls() {
+  FieldSpec f;
+  f.path = "tls";
+  f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    c.tls = {};
+    if (node.IsNull()) return "";
+    if (node.IsScalar()) {
+      const std::string& v = node.Scalar();
+      if (v == "off" || v == "false") return "";
+      if (v == "auto") {
+        c.tls.mode = "auto";
+        return "";
+      }
+      return absl::StrCat("must be off, auto or a mapping {ca, cert, key}, got '", v, "'");
+    }
+    if (!node.IsMap()) return "must be off, auto or a mapping {ca, cert, key}";
+    for (const auto& kv : node) {
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      std::string* out = name == "ca"     ? &c.tls.ca
+                         : name == "cert" ? &c.tls.cert
+                         : name == "key"  ? &c.tls.key
+                                          : nullptr;
+      if (out == nullptr) {
+        return absl::StrCat("unknown key '", name, "' (known keys: ca, cert, key)");
+      }
+      if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
+        return absl::StrCat(name, " must be a file path");
+      }
+      *out = kv.second.Scalar();
+    }
+    c.tls.mode = "files";
+    return "";
+  };
+  f.check = [](const ClusterConfig& c) -> std::string {
+    const auto& t = c.tls;
+    if (t.mode == "off" || t.mode == "auto") return "";
+    if (t.mode != "files") {
+      return absl::StrCat("mode must be off, auto or files, got '", t.mode, "'");
+    }
+    if (t.ca.empty() || t.cert.empty() || t.key.empty()) {
+      return "needs all of ca, cert and key (PEM file paths)";
+    }
+    return "";
+  };
+  return f;
+}
+
 // The keys before the worker pools.
 std::vector<FieldSpec> HeadFields() {
   return {
@@ -387,6 +435,7 @@ std::vector<FieldSpec> TailFields() {
           CheckToolCallParser),
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
+      Tls(),
   };
 }
 

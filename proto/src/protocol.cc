@@ -1,6 +1,7 @@
 #include "strata/proto/protocol.h"
 
 #include "absl/strings/str_cat.h"
+#include "strata/proto/cluster_tls.h"
 
 namespace strata::proto {
 
@@ -108,6 +109,11 @@ SampleResult FromProto(const v1::Sample& m) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, GetClusterCredentials()->channel());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -115,12 +121,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   // Reconnect quickly after a worker restarts (the default backoff grows to minutes).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, std::move(credentials), args);
 }
 
 void ConfigureServer(grpc::ServerBuilder& builder) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+std::shared_ptr<grpc::ServerCredentials> ClusterServerCredentials() {
+  return GetClusterCredentials()->server();
 }
 
 }  // namespace strata::proto

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "strata/common/logging.h"
+#include "strata/proto/cluster_tls.h"
 
 namespace strata::proto {
 namespace {
@@ -240,8 +241,16 @@ bool RegistryClient::Register(Link& link) {
   if (!s.ok()) {
     if (s.error_message() != link.last_register_error) {
       link.last_register_error = s.error_message();
+      // A handshake between mTLS and plaintext, or with a certificate of another CA, fails as
+      // UNAVAILABLE with transport words only: name the likely cause.
+      const std::string hint =
+          s.error_code() == grpc::StatusCode::UNAVAILABLE
+              ? absl::StrCat(" (is it up, and does it use the same cluster gRPC security? this "
+                             "process: ", GetClusterCredentials()->tls() ? "mTLS" : "plaintext",
+                             ")")
+              : "";
       STRATA_LOG(Warning) << "registering with the router at " << link.address
-                          << " failed: " << s.error_message();
+                          << " failed: " << s.error_message() << hint;
     }
     return false;
   }

@@ -233,7 +233,7 @@ class RouterImpl final : public Router {
     grpc::ServerBuilder builder;
     proto::ConfigureServer(builder);
     builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
-                             grpc::InsecureServerCredentials(), &grpc_port_);
+                             proto::ClusterServerCredentials(), &grpc_port_);
     builder.RegisterService(&service_);
     grpc_ = builder.BuildAndStart();
     if (grpc_ == nullptr || grpc_port_ == 0) {

@@ -49,12 +49,17 @@ void WorkerPool::RequireProfiles(std::vector<WorkerProfile> profiles) {
   profiles_ = std::make_shared<const std::vector<WorkerProfile>>(std::move(profiles));
 }
 
-absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
+absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info, const std::string& peer) {
   if (info.id().empty() || info.grpc_address().empty()) {
     return absl::InvalidArgumentError("a worker needs an id and a gRPC address");
   }
   if (info.role() == v1::ROLE_UNSPECIFIED) return absl::InvalidArgumentError("worker role unset");
   absl::MutexLock lock(&mu_);
+  if (auto held = workers_.find(info.id()); held != workers_.end() && held->second.peer != peer) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker id ", info.id(), " is registered by another certificate (", held->second.peer,
+        "); it is free once that worker deregisters or misses its heartbeats"));
+  }
   // A kvstore daemon holds blocks for the workers (tier 3) and is never placed on: it neither
   // fixes nor has to match the cluster's block size, and its model identity (if it names one)
   // only has to match the cluster's.
@@ -114,6 +119,7 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   e.view.last_heartbeat = absl::Now();
   e.view.profile = std::move(profile);
   e.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
+  e.peer = peer;
   (void)index_.RegisterWorker(e.view.index_id);
   workers_[info.id()] = std::move(e);
   STRATA_LOG(Info) << "worker " << info.id() << " registered (" << v1::Role_Name(info.role())
@@ -121,12 +127,16 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info) {
   return epoch_;
 }
 
-absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req) {
+absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req, const std::string& peer) {
   WorkerId index_id;
   bool is_kvstore = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(req.worker_id());
+    if (it != workers_.end() && it->second.peer != peer) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker ", req.worker_id(), " is registered by another certificate"));
+    }
     if (it == workers_.end() || req.epoch() != epoch_) {
       return absl::NotFoundError(absl::StrCat("unknown worker ", req.worker_id()));
     }
@@ -185,6 +195,20 @@ void WorkerPool::Remove(const std::string& worker_id, const std::string& reason)
   (void)index_.RemoveWorker(it->second.view.index_id);
   workers_.erase(it);
   STRATA_LOG(Warning) << "worker " << worker_id << " removed: " << reason;
+}
+
+void WorkerPool::Deregister(const std::string& worker_id, const std::string& peer) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return;
+    if (it->second.peer != peer) {
+      STRATA_LOG(Warning) << "deregistration of worker " << worker_id
+                          << " refused: it was registered by another certificate";
+      return;
+    }
+  }
+  Remove(worker_id, "deregistered");
 }
 
 std::vector<std::string> WorkerPool::ExpireStale() {

@@ -174,6 +174,25 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->kv_tiers.kvstore_mb, d->kv_tiers.kvstore_mb);
   EXPECT_EQ(c->restart.policy, d->restart.policy);
   EXPECT_EQ(c->restart.max_consecutive, d->restart.max_consecutive);
+  EXPECT_EQ(c->tls.mode, d->tls.mode);
+}
+
+TEST(ClusterConfigTest, TlsParses) {
+  auto d = ParseClusterConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tls.mode, "off");
+  auto a = ParseClusterConfig("tls: auto\n");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->tls.mode, "auto");
+  auto f = ParseClusterConfig("tls:\n  ca: /s/ca.crt\n  cert: /s/tls.crt\n  key: /s/tls.key\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->tls.mode, "files");
+  EXPECT_EQ(f->tls.ca, "/s/ca.crt");
+  EXPECT_EQ(f->tls.cert, "/s/tls.crt");
+  EXPECT_EQ(f->tls.key, "/s/tls.key");
+  auto o = ParseClusterConfig("tls: off\n");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->tls.mode, "off");
 }
 
 TEST(ClusterConfigTest, RestartParses) {
@@ -318,7 +337,13 @@ INSTANTIATE_TEST_SUITE_P(
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
             "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
             "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
-            "tool_call_parser, policy)"},
+            "tool_call_parser, policy, tls)"},
+        BadCase{"tls: yes\n",
+                "cluster.yaml:1: tls: must be off, auto or a mapping {ca, cert, key}, got 'yes'"},
+        BadCase{"tls:\n  ca: /a\n  cert: /b\n",
+                "cluster.yaml:1: tls: needs all of ca, cert and key (PEM file paths)"},
+        BadCase{"tls:\n  ca: /a\n  crt: /b\n",
+                "cluster.yaml:1: tls: unknown key 'crt' (known keys: ca, cert, key)"},
         BadCase{"restart:\n  policy: sometimes\n",
                 "cluster.yaml:2: restart.policy: must be on-failure, always or never, got "
                 "'sometimes'"},

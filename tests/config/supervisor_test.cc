@@ -491,6 +491,39 @@ TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {
   }
 }
 
+TEST(ClusterPlanTest, TlsFlagsReachEveryProcessWhenOn) {
+  ClusterConfig c;
+  c.router.replicas = 2;
+  c.kv_tiers.host_mb = 16;
+  c.kv_tiers.kvstore_count = 1;
+  c.tls.mode = "auto";
+  c.tls.ca = "/logs/tls/ca.crt";
+  c.tls.cert = "/logs/tls/tls.crt";
+  c.tls.key = "/logs/tls/tls.key";
+  const std::vector<std::pair<int, int>> workers = {{8101, 9101}, {8102, 9102}, {8103, 9103}};
+  const std::vector<std::pair<int, int>> routers = {{8201, 9201}, {8202, 9202}};
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", workers, routers);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  std::vector<const ProcessSpec*> all;
+  for (const auto* group : {&planned->router, &planned->kvstores, &planned->workers}) {
+    for (const ProcessSpec& p : *group) all.push_back(&p);
+  }
+  ASSERT_EQ(all.size(), 5u);  // 2 routers, 1 daemon, prefill-0, decode-0
+  for (const ProcessSpec* p : all) {
+    EXPECT_GE(FlagAt(p->argv, "--tls-ca", "/logs/tls/ca.crt"), 0) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--tls-cert", "/logs/tls/tls.crt"), 0) << p->name;
+    EXPECT_GE(FlagAt(p->argv, "--tls-key", "/logs/tls/tls.key"), 0) << p->name;
+  }
+  c.tls = {};
+  auto plain = PlanCluster(c, "/bin/strata", "/models/m", "/logs", workers, routers);
+  ASSERT_TRUE(plain.ok());
+  for (const auto* group : {&plain->router, &plain->kvstores, &plain->workers}) {
+    for (const ProcessSpec& p : *group) {
+      EXPECT_THAT(p.argv, testing::Not(testing::Contains("--tls-ca"))) << p.name;
+    }
+  }
+}
+
 TEST(ClusterPlanTest, PluginConfigReachesEveryWorker) {
   ClusterConfig c;
   c.engine.plugin_config = R"({"threads": 1})";

@@ -4,7 +4,9 @@ deployable the way docs/deploy.md says.
 
 usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
 
-1. `kubectl kustomize` renders overlays/cpu-demo, overlays/gpu and monitoring.
+1. `kubectl kustomize` renders overlays/cpu-demo, overlays/gpu, overlays/cpu-demo-mtls (cpu-demo
+   with components/mtls), the gpu overlay with components/mtls added (in a scratch copy of
+   deploy/k8s) and monitoring.
 2. Every built-in object validates offline against the Kubernetes OpenAPI schemas (package
    kubernetes-validate, strict: unknown fields are errors) of the oldest and the newest version
    the package ships. The Prometheus Operator's objects (ServiceMonitor, PrometheusRule) have no
@@ -15,7 +17,9 @@ usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
    limits, and a restrictive securityContext; every $(VAR) in args is defined; grace periods cover
    the drain; selectors match pods; workers advertise their pod IP; workers' KV pool and device
    flags are ones `strata worker` accepts; the gpu overlay asks for one GPU per worker, device 0
-   and a memory share of it.
+   and a memory share of it; with components/mtls every router, worker and kvstore pod passes
+   --tls-ca/--tls-cert/--tls-key from a whole-Secret mount of strata-cluster-tls (cert-manager's
+   keys), so rotated certificates reach the files.
    The lint's own checks are tested on broken copies, so a lint that accepts everything fails.
 
 Exits 77 (ctest: skipped) when no kubectl is installed (Debian: kubernetes-client).
@@ -28,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 try:
@@ -41,13 +46,26 @@ except ImportError as e:  # the venv of scripts/test.sh installs these
 
 ARGS = None
 RENDERED = {}  # kustomization dir (relative to deploy/k8s) -> list of objects
-KUSTOMIZATIONS = ["overlays/cpu-demo", "overlays/gpu", "monitoring"]
+KUSTOMIZATIONS = ["overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls", "monitoring"]
+# Kustomizations with a Component, which kustomize before v3.7 (kubectl 1.20) cannot render:
+# there their checks are skipped, with the reason.
+NEEDS_COMPONENTS = {"overlays/cpu-demo-mtls", "overlays/gpu+components/mtls"}
+NOT_RENDERED = {}  # kustomization -> why
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
              ("monitoring.coreos.com/v1", "PrometheusRule")}
 # Objects an overlay references but expects the operator to create (docs/deploy.md).
 EXTERNAL = {("overlays/gpu", "Secret", "strata-api-keys"),
-            ("overlays/gpu", "Secret", "strata-kv-hash-key")}
+            ("overlays/gpu", "Secret", "strata-kv-hash-key"),
+            ("overlays/cpu-demo-mtls", "Secret", "strata-cluster-tls"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-api-keys"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-kv-hash-key"),
+            ("overlays/gpu+components/mtls", "Secret", "strata-cluster-tls")}
+# Overlays rendered with a component added, as an operator would add it to their overlay.
+WITH_COMPONENT = [("overlays/gpu", "components/mtls")]
+# The workloads that serve or dial cluster gRPC, and so take the mTLS flags.
+CLUSTER_GRPC_WORKLOADS = {"strata-router", "strata-prefill", "strata-decode", "strata-kvstore"}
+TLS_FLAGS = {"tls-ca": "ca.crt", "tls-cert": "tls.crt", "tls-key": "tls.key"}
 
 
 def render(kustomization):
@@ -56,6 +74,23 @@ def render(kustomization):
   if proc.returncode != 0:
     raise AssertionError(f"kubectl kustomize {path} failed:\n{proc.stderr}")
   return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
+def render_with_component(overlay, component):
+  """`overlay` with `component` added, rendered from a scratch copy of deploy/k8s (kustomize
+  takes neither absolute paths nor a root outside the tree)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    tree = os.path.join(tmp, "k8s")
+    shutil.copytree(os.path.join(ARGS.source, "deploy", "k8s"), tree)
+    root = os.path.join(tree, "overlays", "with-component")
+    os.makedirs(root)
+    with open(os.path.join(root, "kustomization.yaml"), "w") as f:
+      f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+              f"resources:\n  - ../../{overlay}\ncomponents:\n  - ../../{component}\n")
+    proc = subprocess.run([ARGS.kubectl, "kustomize", root], capture_output=True, text=True)
+    if proc.returncode != 0:
+      raise AssertionError(f"kubectl kustomize {overlay} + {component} failed:\n{proc.stderr}")
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
 
 def pod_spec(obj):
@@ -288,6 +323,32 @@ def lint_objects(objects):
   return problems
 
 
+def lint_mtls(objects):
+  """Every cluster gRPC workload passes the three --tls-* flags, each a file of a whole-Secret
+  mount of strata-cluster-tls under cert-manager's key name (a subPath mount would never see a
+  rotated Secret)."""
+  problems = []
+  for o in (o for o in objects if o["kind"] in WORKLOAD_KINDS):
+    if o["metadata"]["name"] not in CLUSTER_GRPC_WORKLOADS:
+      continue
+    c = pod_spec(o)["containers"][0]
+    volumes = {v["name"]: v for v in pod_spec(o).get("volumes", [])}
+    for name, key in TLS_FLAGS.items():
+      path = flag(c, name)
+      if path is None:
+        problems.append(f"{name_of(o)}: no --{name}")
+        continue
+      mount = next((m for m in c.get("volumeMounts", [])
+                    if path == m["mountPath"].rstrip("/") + "/" + key), None)
+      secret = volumes.get(mount["name"], {}).get("secret", {}) if mount else {}
+      if mount is None or secret.get("secretName") != "strata-cluster-tls":
+        problems.append(f"{name_of(o)}: --{name}={path} is not key {key} of a mount of Secret "
+                        "strata-cluster-tls")
+      elif "subPath" in mount or secret.get("items"):
+        problems.append(f"{name_of(o)}: the strata-cluster-tls mount must be the whole Secret")
+  return problems
+
+
 def lint_references(kustomization, objects):
   """ConfigMaps, Secrets and PVCs the pods use exist in the rendering (or are documented as
   created by the operator)."""
@@ -379,10 +440,29 @@ class RenderAndValidate(unittest.TestCase):
 class Lint(unittest.TestCase):
 
   def test_overlays_pass_the_lint(self):
-    for kustomization in ("overlays/cpu-demo", "overlays/gpu"):
+    for kustomization in ("overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls",
+                          "overlays/gpu+components/mtls"):
+      if kustomization in NOT_RENDERED:
+        continue
       objects = RENDERED[kustomization]
       problems = lint_objects(objects) + lint_references(kustomization, objects)
       self.assertEqual(problems, [], kustomization)
+
+  def test_mtls_overlay_passes_certificates(self):
+    if NOT_RENDERED:
+      self.skipTest("; ".join(sorted(set(NOT_RENDERED.values()))))
+    self.assertEqual(lint_mtls(RENDERED["overlays/cpu-demo-mtls"]), [])
+    self.assertEqual(lint_mtls(RENDERED["overlays/gpu+components/mtls"]), [])
+    # Without the component nothing has the flags; a mount of one key (subPath) is refused.
+    self.assertEqual(len(lint_mtls(RENDERED["overlays/cpu-demo"])),
+                     len(CLUSTER_GRPC_WORKLOADS) * len(TLS_FLAGS))
+    objects = copy.deepcopy(RENDERED["overlays/cpu-demo-mtls"])
+    router = next(o for o in objects if o["metadata"]["name"] == "strata-router"
+                  and o["kind"] == "Deployment")
+    c = pod_spec(router)["containers"][0]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "cluster-tls")
+    mount["subPath"] = "tls.crt"
+    self.assertTrue(any("whole Secret" in p for p in lint_mtls(objects)))
 
   def test_gpu_overlay_uses_gpus(self):
     objects = RENDERED["overlays/gpu"]
@@ -512,8 +592,15 @@ def main():
   if not ARGS.kubectl or not os.path.exists(ARGS.kubectl):
     print("k8s_manifests_test: no kubectl (Debian: apt install kubernetes-client); skipped")
     sys.exit(77)
-  for k in KUSTOMIZATIONS:
-    RENDERED[k] = render(k)
+  jobs = [(k, lambda k=k: render(k)) for k in KUSTOMIZATIONS]
+  jobs += [(f"{o}+{c}", lambda o=o, c=c: render_with_component(o, c)) for o, c in WITH_COMPONENT]
+  for name, job in jobs:
+    try:
+      RENDERED[name] = job()
+    except AssertionError as e:
+      if name not in NEEDS_COMPONENTS or "omponent" not in str(e):
+        raise
+      NOT_RENDERED[name] = f"this kustomize has no Components (needs v3.7+): {e}"
   unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

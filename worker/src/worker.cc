@@ -220,7 +220,7 @@ class WorkerImpl final : public Worker {
     grpc::ServerBuilder builder;
     proto::ConfigureServer(builder);
     builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
-                             grpc::InsecureServerCredentials(), &grpc_port_);
+                             proto::ClusterServerCredentials(), &grpc_port_);
     builder.RegisterService(service_.get());
     grpc_ = builder.BuildAndStart();
     if (grpc_ == nullptr || grpc_port_ == 0) {

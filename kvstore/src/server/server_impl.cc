@@ -51,7 +51,7 @@ class KvStoreServerImpl final : public KvStoreServer {
     grpc::ServerBuilder builder;
     proto::ConfigureServer(builder);
     builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port),
-                             grpc::InsecureServerCredentials(), &port_);
+                             proto::ClusterServerCredentials(), &port_);
     builder.RegisterService(service_.get());
     grpc_ = builder.BuildAndStart();
     if (grpc_ == nullptr || port_ == 0) {

@@ -108,6 +108,15 @@ struct ClusterConfig {
   // writes a random one into the log dir for each run.
   std::string kv_hash_key_file;
   std::string policy = "kv-aware";
+
+  // Mutual TLS on the cluster's gRPC (router registry, workers, kvstore daemons), given to every
+  // process as --tls-ca/--tls-cert/--tls-key. In YAML `tls: off` (plaintext), `tls: auto`
+  // (`strata up` makes a throwaway CA and one certificate for every process in the log dir) or
+  // `tls: {ca: FILE, cert: FILE, key: FILE}` (given PEM files, shared by every process).
+  struct Tls {
+    std::string mode = "off";  // off | auto | files
+    std::string ca, cert, key;  // mode files: the paths; mode auto: filled in by `strata up`
+  } tls;
 };
 
 // Parses YAML/JSON text. Errors are InvalidArgument, one line, naming the source, line and key:

@@ -37,9 +37,14 @@ SamplingParams FromProto(const v1::SamplingParams& params);
 void ToProto(const SampleResult& sample, v1::Sample* out);
 SampleResult FromProto(const v1::Sample& sample);
 
-// A channel to `address` with strata's message-size limits and keepalive settings.
+// A channel to `address` with strata's message-size limits and keepalive settings, secured with
+// the process's cluster credentials (cluster_tls.h), or with `credentials`.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials);
 // Applies strata's limits to a server under construction.
 void ConfigureServer(grpc::ServerBuilder& builder);
+// What a cluster gRPC server listens with: the process's cluster credentials (cluster_tls.h).
+std::shared_ptr<grpc::ServerCredentials> ClusterServerCredentials();
 
 }  // namespace strata::proto

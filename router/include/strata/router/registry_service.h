@@ -1,6 +1,9 @@
 #pragma once
 // The router's Registry gRPC service (strata.proto) over its WorkerPool: workers and kvstore
-// daemons register, heartbeat (load and KV events) and deregister here.
+// daemons register, heartbeat (load and KV events) and deregister here. With cluster mTLS
+// (proto/cluster_tls.h) only peers with a certificate of the cluster CA reach it, and a
+// certificate that names roles registers only as one of them; a worker id, once registered, is
+// bound to its certificate's identity (WorkerPool::Register).
 #include <functional>
 
 #include "strata/proto/protocol.h"
@@ -17,9 +20,9 @@ class RegistryService final : public v1::Registry::Service {
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
-  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+  grpc::Status Deregister(grpc::ServerContext* context, const v1::DeregisterRequest* req,
                           v1::DeregisterResponse*) override;
 
  private:

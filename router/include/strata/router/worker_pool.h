@@ -40,13 +40,21 @@ class WorkerPool {
   // FailedPrecondition. With RequireProfiles, so is a worker (not a kvstore daemon) that no
   // profile describes (ChooseProfile by its model and device); the chosen one rides in its
   // WorkerView.
-  absl::StatusOr<uint64_t> Register(const v1::WorkerInfo& info);
+  //
+  // `peer` is the registering connection's certificate identity (proto::PeerIdentity; "" on
+  // plaintext). A worker id is bound to the identity that registered it: while it is
+  // registered, another identity can neither register it again (PermissionDenied) nor
+  // heartbeat or deregister it, so one cluster member cannot take over or drop another's id.
+  absl::StatusOr<uint64_t> Register(const v1::WorkerInfo& info, const std::string& peer = "");
   // The profiles registering workers are matched against (the goodput policy's); call before
   // workers register.
   void RequireProfiles(std::vector<WorkerProfile> profiles);
-  // Applies load and KV events; NotFound if the worker is not registered (it must re-register).
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+  // Applies load and KV events; NotFound if the worker is not registered (it must re-register),
+  // PermissionDenied if `peer` is not the identity that registered it.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request, const std::string& peer = "");
   void Remove(const std::string& worker_id, const std::string& reason);
+  // A worker's own deregistration: removes it only when `peer` registered it.
+  void Deregister(const std::string& worker_id, const std::string& peer);
   // Drops workers whose last heartbeat is older than dead_after. Returns their ids.
   std::vector<std::string> ExpireStale();
 
@@ -77,6 +85,7 @@ class WorkerPool {
   struct Entry {
     WorkerView view;
     std::shared_ptr<v1::Worker::Stub> stub;
+    std::string peer;  // the certificate identity that registered it ("" on plaintext)
   };
 
   const absl::Duration dead_after_;

@@ -1,0 +1,27 @@
+#include "tls_flags.h"
+
+#include <cstdio>
+
+namespace strata::cli {
+
+void AddTlsFlags(ArgParser& parser, proto::TlsFiles* files) {
+  parser.AddString("--tls-ca", &files->ca,
+                   "cluster CA certificate(s), PEM: with --tls-cert and --tls-key, every cluster "
+                   "gRPC server and channel uses mutual TLS verified against this CA");
+  parser.AddString("--tls-cert", &files->cert,
+                   "this process's certificate (PEM, signed by the CA; intermediates may follow); "
+                   "re-read when it changes");
+  parser.AddString("--tls-key", &files->key, "the certificate's private key (PEM)");
+}
+
+absl::Status ApplyTlsFlags(const proto::TlsFiles& files) {
+  if (auto s = files.CheckComplete(); !s.ok()) return s;
+  if (!files.enabled()) return absl::OkStatus();  // plaintext, the default
+  auto credentials = proto::ClusterCredentials::FromFiles(files);
+  if (!credentials.ok()) return credentials.status();
+  std::fprintf(stderr, "cluster gRPC: %s\n", (*credentials)->description().c_str());
+  proto::SetClusterCredentials(*std::move(credentials));
+  return absl::OkStatus();
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,19 @@
+#pragma once
+// The cluster mTLS flags of every process that serves or dials cluster gRPC (`strata router`,
+// `strata worker`, `strata kvstore`): --tls-ca, --tls-cert, --tls-key (proto/cluster_tls.h).
+#include <string>
+
+#include "absl/status/status.h"
+#include "args.h"
+#include "strata/proto/cluster_tls.h"
+
+namespace strata::cli {
+
+void AddTlsFlags(ArgParser& parser, proto::TlsFiles* files);
+
+// With the flags given: checks the files, makes them the process's cluster credentials and says
+// so on stderr (one line); without: plaintext. InvalidArgument (naming the flag and the
+// file) for an incomplete set or files that do not check out.
+absl::Status ApplyTlsFlags(const proto::TlsFiles& files);
+
+}  // namespace strata::cli
