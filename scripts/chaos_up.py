@@ -16,17 +16,23 @@ every worker was ready again at the end. Exit status 1 when a non-streaming requ
 stream's text was wrong or a worker did not come back, else 0.
 
 With --kill-router the router is among the victims too: `strata up` starts it again on its
-ports and the workers register again; requests sent while it is down are refused (counted as
-such, as are the 503s of a router whose workers have not registered again yet) and the ones
-inside it when it dies are cut (counted apart, not as failures).
+ports and the workers register again. The clients send every request with an Idempotency-Key
+and, on a connection error, retry it (up to --attempts times, with a small backoff) with the
+same key and, for a stream that had events, Last-Event-ID (tests/cluster/resume_client.py): the
+router that answers the retry serves it from the generation its worker still holds, and a
+stream continues after the last event the client had. Outcomes say how the answer came: "ok"
+at once, "retried ok" after a retry that started nothing new (before any event), "resumed ok"
+for a stream continued after a cut (checked against the whole answer like any other stream).
+Requests whose every attempt was refused are counted as refused, streams whose retries ran out
+as cut by the router's death (apart, not as failures). --no-retry runs plain clients instead (no
+key, no retry), for comparison.
 
 usage: python3 scripts/chaos_up.py STRATA_BINARY [--seconds 70] [--kill-every 8]
            [--clients 8] [--stream-fraction 0.25] [--prefill 1] [--decode 2] [--seed 1]
-           [--kill-router] [--max-tokens 4-32]
+           [--kill-router] [--max-tokens 4-32] [--attempts 6] [--no-retry]
 """
 import argparse
 import collections
-import http.client
 import json
 import os
 import random
@@ -41,6 +47,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "cluster"))
 import cluster_util as cu  # noqa: E402
+import resume_client as rc  # noqa: E402
 
 
 def main():
@@ -56,6 +63,10 @@ def main():
     ap.add_argument("--kill-router", action="store_true")
     ap.add_argument("--max-tokens", default="4-32",
                     help="LO-HI: each request's max_tokens is drawn from this range")
+    ap.add_argument("--attempts", type=int, default=6,
+                    help="tries per request on connection errors (with an Idempotency-Key)")
+    ap.add_argument("--no-retry", action="store_true",
+                    help="plain clients: no Idempotency-Key, one attempt")
     args = ap.parse_args()
     if args.decode < 2:
         sys.exit("chaos_up: --decode must be >= 2 (a request is placed again on another worker)")
@@ -71,6 +82,8 @@ def main():
     victims = names + (["router"] if args.kill_router else [])
     lo_tokens, hi_tokens = (int(x) for x in args.max_tokens.split("-"))
     outcomes, errors = collections.Counter(), collections.Counter()
+    attempts = 1 if args.no_retry else args.attempts
+    retries = collections.Counter()  # client-side: "retries" and "resumes" over all requests
     lock = threading.Lock()
     stop = threading.Event()
 
@@ -87,48 +100,59 @@ def main():
             return "refused (router has no worker yet)"
         return f"{kind} {status}"
 
+    def send(body):
+        """One logical request: (Result, None), or (None, the connection error) when every
+        attempt failed."""
+        try:
+            got = rc.post(router_port, "/v1/completions", body, key="" if args.no_retry else None,
+                          attempts=attempts, timeout=120)
+        except rc.CONNECTION_ERRORS as e:
+            return None, e
+        with lock:
+            retries["retries"] += got.retries
+            retries["resumes"] += got.resumes
+        return got, None
+
+    def how(got):
+        return "resumed ok" if got.resumes else "retried ok" if got.retries else "ok"
+
     def client(i):
         crng = random.Random(args.seed * 1000 + i)
         streaming = i < round(args.clients * args.stream_fraction)
         while not stop.is_set():
             body = {"model": "tiny-llama", "temperature": 0, "ignore_eos": True,
                     "prompt": f"client {i}: " + "word " * crng.randint(5, 60),
-                    "max_tokens": crng.randint(lo_tokens, hi_tokens)}
+                    "max_tokens": crng.randint(lo_tokens, hi_tokens), "stream": streaming}
             try:
-                if streaming:
-                    body["stream"] = True
-                    status, events, done = cu.stream(router_port, "/v1/completions", body, timeout=120)
-                    failed = [e for e in events if "error" in e]
-                    if status != 200:
-                        count(outcome_of(status, events[0]), json.dumps(events[0]))
-                    elif failed or not done:
-                        count("stream cut", json.dumps(failed[0]) if failed else "no [DONE]")
+                got, error = send(body)
+                if error is not None:
+                    if isinstance(error, ConnectionRefusedError):
+                        count("refused (router down)")
+                        time.sleep(0.1)
                     else:
-                        # A stream resumed on another worker must read as one answer: the
-                        # same text as the same request answered whole.
-                        text = "".join(c["text"] for e in events for c in e.get("choices", []))
-                        whole = dict(body, stream=False)
-                        ref_status, ref = cu.request(router_port, "POST", "/v1/completions",
-                                                     whole, timeout=120)
-                        if ref_status != 200:
-                            count("stream ok")  # its reference was lost to a kill: unchecked
-                        elif text == ref["choices"][0]["text"]:
-                            count("stream ok")
-                        else:
-                            count("stream wrong", f"{text!r} != {ref['choices'][0]['text']!r}")
+                        count("cut by the router's death" if args.kill_router
+                              else "client exception", f"{type(error).__name__}: {error}")
+                    continue
+                if got.status != 200:
+                    reply = got.body if got.body is not None else {}
+                    count(outcome_of(got.status, reply, "stream" if streaming else "request"),
+                          json.dumps(reply))
+                elif not streaming:
+                    count(f"request {how(got)}")
                 else:
-                    status, reply = cu.request(router_port, "POST", "/v1/completions", body, timeout=120)
-                    if status == 200:
-                        count("request ok")
+                    failed = [e for e in got.events if "error" in e]
+                    if failed or not got.done:
+                        count("stream cut", json.dumps(failed[0]) if failed else "no [DONE]")
+                        continue
+                    # A stream resumed on another worker or after its router's death must read
+                    # as one answer: the same text as the same request answered whole.
+                    ref, _ = send(dict(body, stream=False))
+                    if ref is None or ref.status != 200:
+                        count(f"stream {how(got)}")  # its reference was lost: unchecked
+                    elif got.text() == ref.text():
+                        count(f"stream {how(got)}")
                     else:
-                        count(outcome_of(status, reply, "request"), json.dumps(reply))
-            except ConnectionRefusedError:
-                count("refused (router down)")
-                time.sleep(0.1)
-            except (ConnectionResetError, http.client.RemoteDisconnected,
-                    http.client.IncompleteRead) as e:
-                count("cut by the router's death" if args.kill_router else "client exception",
-                      str(e))
+                        count(f"stream wrong ({how(got)})", f"{got.text()!r} != {ref.text()!r}")
             except Exception as e:  # noqa: BLE001 - counted and shown in the summary
                 count("client exception", str(e))
 
@@ -181,6 +205,8 @@ def main():
           f"{args.prefill} prefill + {args.decode} decode workers, {kills} SIGKILLs, "
           f"{restarts} restarts by strata up, strata up exited {rc}; the router (since its "
           f"last start) placed {retried:.0f} requests again and resumed {resumed:.0f} streams")
+    print(f"clients retried {retries['retries']} times after connection errors, "
+          f"{retries['resumes']} of them resuming a started stream (Last-Event-ID)")
     print("| outcome | count | share |\n|---|---:|---:|")
     for outcome, n in sorted(outcomes.items()):
         print(f"| {outcome} | {n} | {n / max(total, 1):.4%} |")
@@ -190,7 +216,8 @@ def main():
           else f"NOT ready at the end: {', '.join(not_ready)}")
     # A stream cut once its resumes ran out is counted apart; anything else failing (a
     # non-streaming request, a stream refused before it started, a wrong stream) is a failure.
-    expected = ("request ok", "stream ok", "stream cut", "refused (router down)",
+    expected = ("request ok", "request retried ok", "stream ok", "stream retried ok",
+                "stream resumed ok", "stream cut", "refused (router down)",
                 "refused (router has no worker yet)", "cut by the router's death")
     failed = sum(n for o, n in outcomes.items() if o not in expected)
     return 1 if failed or not_ready or rc != 0 else 0

@@ -40,7 +40,7 @@ struct ReplayFlags {
   double timeout = 600, target = 0.9;
   long long max_requests = 0, seed = 0;
   int max_output_tokens = 0, vocab_size = 0, max_model_len = 0, threads = 2;
-  int system_prompt_tokens = 0, max_evaluations = 10;
+  int system_prompt_tokens = 0, max_evaluations = 10, attempts = 4;
   bool find_goodput = false, quiet = false;
 };
 
@@ -69,6 +69,9 @@ void AddFlags(ArgParser& p, ReplayFlags& f) {
               "auto (the trace's prompt text where it has one, else token ids) | tokens | text");
   p.AddDouble("--timeout", &f.timeout, "per-request timeout, seconds");
   p.AddInt("--threads", &f.threads, "I/O threads");
+  p.AddInt("--attempts", &f.attempts,
+           "tries per request on connection errors, with an Idempotency-Key and Last-Event-ID "
+           "so that a retry resumes the request (1: no retries)");
   p.AddBool("--find-goodput", &f.find_goodput,
             "binary-search the speedup for the highest rate with >= --target attainment");
   p.AddDouble("--target", &f.target, "attainment target of --find-goodput");
@@ -150,7 +153,7 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   plan.options.clip_policy = f.clip == "skip" ? ClipPolicy::kSkip : ClipPolicy::kTruncateInput;
   absl::StatusOr<std::unique_ptr<Replayer>> replayer = Replayer::Create(
       {*url, f.model.empty() ? info->id : f.model, f.api_key, f.threads, f.timeout,
-       *ParsePromptSource(f.prompt_source)});
+       *ParsePromptSource(f.prompt_source), f.attempts});
   if (!replayer.ok()) return replayer.status();
   plan.replayer = *std::move(replayer);
   plan.slo = {f.slo_ttft, f.slo_tpot};

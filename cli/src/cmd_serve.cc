@@ -100,7 +100,7 @@ absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* 
 int RunRouter(const Args& args) {
   router::RouterOptions o;
   std::string model = "preset:tiny-llama";
-  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60;
+  double drain_s = 10, worker_grace_s = 5, stream_idle_s = 60, resume_settle_s = 1.5;
   ArgParser p("strata router [flags]",
               "The cluster's front door: OpenAI API over HTTP, worker registry over gRPC.");
   p.AddString("--host", &o.host, "address to listen on");
@@ -145,6 +145,10 @@ int RunRouter(const Args& args) {
   p.AddDouble("--worker-stream-idle-timeout-s", &stream_idle_s,
               "a worker stream on which nothing arrives for this many seconds is cancelled, the "
               "worker dropped and the request moved to another worker (0: no limit)");
+  p.AddDouble("--resume-settle-s", &resume_settle_s,
+              "requests with an Idempotency-Key that arrive within this many seconds of the "
+              "start look for their held generation on the workers only then, once the workers "
+              "have registered again (more than the workers' heartbeat interval)");
   if (auto s = p.Parse(args); !s.ok()) return Fail("router", std::string(s.message()), 2);
   if (p.help_requested()) {
     std::printf("%s", p.Help().c_str());
@@ -161,6 +165,10 @@ int RunRouter(const Args& args) {
     return Fail("router", "--worker-stream-idle-timeout-s must be a number of seconds >= 0", 2);
   }
   o.worker_stream_idle_timeout = absl::Seconds(stream_idle_s);
+  if (!(resume_settle_s >= 0) || !std::isfinite(resume_settle_s) || resume_settle_s > 600) {
+    return Fail("router", "--resume-settle-s must be a number of seconds in [0, 600]", 2);
+  }
+  o.resume_settle = absl::Seconds(resume_settle_s);
   auto tenant_settings = ResolveTenantFlags(tenant, o.api_keys.size());
   if (!tenant_settings.ok()) {
     return Fail("router", std::string(tenant_settings.status().message()), 2);
@@ -245,6 +253,11 @@ int RunWorker(const Args& args) {
   p.AddDouble("--engine-stall-timeout-s", &stall_timeout_s,
               "seconds the engine may have work without completing a step before the worker "
               "reports itself stalled: /health 503, `stalled` to the router (0: never)");
+  double detached_grace_s = 30;
+  p.AddDouble("--detached-request-grace-s", &detached_grace_s,
+              "seconds a request whose client sent an Idempotency-Key keeps running (and its "
+              "output is kept) after its router's stream breaks or ends, for a retry through "
+              "another router to attach to (0: off, such requests are cancelled)");
   std::string kv_device_path = "auto";
   p.AddString("--kv-device-path", &kv_device_path,
               "device KV handoffs: auto (ipc on this host, else staged) or staged (always "
@@ -302,6 +315,11 @@ int RunWorker(const Args& args) {
     return Fail("worker", "--engine-stall-timeout-s must be a number of seconds >= 0", 2);
   }
   o.engine_stall_timeout = absl::Seconds(stall_timeout_s);
+  if (!(detached_grace_s >= 0) || !std::isfinite(detached_grace_s) || detached_grace_s > 3600) {
+    return Fail("worker", "--detached-request-grace-s must be a number of seconds in [0, 3600]",
+                2);
+  }
+  o.detached_request_grace = absl::Seconds(detached_grace_s);
   if (auto s = ParseStallForTesting(std::getenv("STRATA_TEST_ENGINE_STALL"),
                                     &o.engine_stall_for_testing);
       !s.ok()) {

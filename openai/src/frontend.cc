@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "src/generation_job.h"
+#include "src/resume.h"
 #include "strata/common/logging.h"
 #include "strata/openai/format.h"
 
@@ -391,13 +392,15 @@ void Frontend::HandleCompletions(const http::Request& request,
   ApplyKeyCacheSalt(key_index, &spec.params);
   if (!error) error = PrepareCompletion(parsed, &spec);
   if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
-  if (!error) error = ChargeRateLimit(key_index, &spec);
-  if (error) return Reject(*error, spec, *writer);
-  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = spec.params.logprobs >= 0;
+  if (!error) error = internal::ApplyResumeHeaders(request, *backend_, &spec);
+  // Last: nothing is charged to the key for a request refused for another reason.
+  if (!error) error = ChargeRateLimit(key_index, &spec);
+  if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }
@@ -418,13 +421,15 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   if (!error) error = PrepareChat(parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
   if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
-  if (!error) error = ChargeRateLimit(key_index, &spec);
-  if (error) return Reject(*error, spec, *writer);
-  NoteUnknownParams(spec.unknown_params);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
   spec.logprobs = parsed.logprobs;
+  if (!error) error = internal::ApplyResumeHeaders(request, *backend_, &spec);
+  // Last: nothing is charged to the key for a request refused for another reason.
+  if (!error) error = ChargeRateLimit(key_index, &spec);
+  if (error) return Reject(*error, spec, *writer);
+  NoteUnknownParams(spec.unknown_params);
   internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
                      std::move(writer));
 }

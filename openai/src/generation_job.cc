@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/resume.h"
 
 namespace strata::openai::internal {
 namespace {
@@ -22,6 +23,7 @@ struct ChoiceState {
   int64_t completion_tokens = 0;  // as reported by the backend
   int64_t cached_tokens = 0;
   int64_t text_offset = 0;  // completions logprobs' running text_offset
+  int64_t chunks = 0;       // stream chunks of this choice so far (sent or skipped)
   std::optional<absl::Time> last_token_at;
   // Chat streams with tools: the parser holding back text that may be a call, the calls sent,
   // and logprobs waiting for the content they belong to.
@@ -65,7 +67,9 @@ class Job : public std::enable_shared_from_this<Job> {
   void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Usage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<GenerationHandle*> HandlesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteLocked(const OrderedJson& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `choice` >= 0: one of that choice's chunks, which a keyed stream numbers (its SSE id) and
+  // skips when the client has it already (Last-Event-ID).
+  void WriteLocked(const OrderedJson& chunk, int choice = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the record once the request is done (call without mu_).
   void ReportIfDone();
 
@@ -97,6 +101,10 @@ GenerateRequest Job::RequestFor(int choice) const {
   r.slo_class = spec_.slo_class;
   r.api_key_id = spec_.api_key_id;
   r.stream = spec_.stream;
+  if (!spec_.idempotency_key.empty()) {
+    r.idempotency_key = absl::StrCat(spec_.idempotency_key, "#", choice);
+    r.resume_only = !spec_.resume_after.empty() && spec_.resume_after[choice] > 0;
+  }
   return r;
 }
 
@@ -185,12 +193,23 @@ void Job::AccumulateLocked(int choice, GenerateEvent& event) {
   }
 }
 
-void Job::WriteLocked(const OrderedJson& chunk) {
+void Job::WriteLocked(const OrderedJson& chunk, int choice) {
   if (!stream_started_) {
     stream_started_ = true;
     writer_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
   }
-  writer_->Write(SseData(chunk));
+  if (choice < 0 || spec_.idempotency_key.empty()) {
+    writer_->Write(SseData(chunk));
+    return;
+  }
+  const int64_t n = ++choices_[choice].chunks;
+  if (!spec_.resume_after.empty() && n <= spec_.resume_after[choice]) return;
+  std::vector<int64_t> ids(choices_.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ids[i] = std::max(choices_[i].chunks,
+                      spec_.resume_after.empty() ? int64_t{0} : spec_.resume_after[i]);
+  }
+  writer_->Write(absl::StrCat("id: ", StreamEventId(ids), "\n", SseData(chunk)));
 }
 
 void Job::StreamLocked(int choice, const GenerateEvent& event) {
@@ -207,24 +226,28 @@ void Job::StreamLocked(int choice, const GenerateEvent& event) {
     OrderedJson lp = spec_.logprobs ? CompletionLogprobsJson(tok, event.logprobs, &c.text_offset)
                                     : OrderedJson(nullptr);
     WriteLocked(CompletionChunkJson(spec_.meta, choice, echo_now ? echo + event.text : event.text,
-                                    std::move(lp), finish, spec_.include_usage));
+                                    std::move(lp), finish, spec_.include_usage),
+                choice);
     return;
   }
   if (!c.role_sent) {
     c.role_sent = true;
     WriteLocked(ChatChunkJson(spec_.meta, choice, {{"role", "assistant"}, {"content", ""}},
-                              nullptr, FinishReason::kNone, spec_.include_usage));
+                              nullptr, FinishReason::kNone, spec_.include_usage),
+                choice);
   }
   if (spec_.tool_parser != ToolCallParser::kNone) return StreamToolsLocked(choice, event);
   if (has_output) {
     OrderedJson lp =
         spec_.logprobs ? ChatLogprobsJson(tok, event.logprobs) : OrderedJson(nullptr);
     WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", event.text}}, std::move(lp),
-                              FinishReason::kNone, spec_.include_usage));
+                              FinishReason::kNone, spec_.include_usage),
+                choice);
   }
   if (event.finished) {
     WriteLocked(ChatChunkJson(spec_.meta, choice, OrderedJson::object(), nullptr, finish,
-                              spec_.include_usage));
+                              spec_.include_usage),
+                choice);
   }
 }
 

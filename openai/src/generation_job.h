@@ -42,6 +42,11 @@ struct JobSpec {
   absl::Time arrival;
   std::vector<std::string> unknown_params;  // served without (UnknownParams kWarn/kIgnore)
   int64_t rate_charged_output_tokens = 0;   // RequestRecord::rate_charged_output_tokens
+  // The client's Idempotency-Key ("": none, or the backend cannot resume): stream chunks carry
+  // SSE ids (resume.h), and a retry continues the original generation.
+  std::string idempotency_key;
+  // From Last-Event-ID: per choice, the stream chunks the client has; they are not sent again.
+  std::vector<int64_t> resume_after;
 };
 
 struct JobContext {

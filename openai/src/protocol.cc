@@ -542,6 +542,8 @@ int HttpStatusForCode(absl::StatusCode code) {
       return 400;
     case absl::StatusCode::kNotFound:
       return 404;
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
     case absl::StatusCode::kOutOfRange:
       return 413;
     case absl::StatusCode::kResourceExhausted:

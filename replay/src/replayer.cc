@@ -17,7 +17,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "strata/common/status_macros.h"
 #include "stream_session.h"
 
@@ -167,6 +169,9 @@ absl::StatusOr<std::unique_ptr<Replayer>> Replayer::Create(ReplayOptions options
   if (!(options.timeout_s > 0)) return absl::InvalidArgumentError("timeout must be > 0");
   if (options.model.empty()) return absl::InvalidArgumentError("model name is required");
   if (options.url.host.empty()) return absl::InvalidArgumentError("url is required");
+  if (options.attempts < 1 || options.attempts > 100) {
+    return absl::InvalidArgumentError("attempts must be in 1..100");
+  }
   return std::unique_ptr<Replayer>(new Replayer(std::move(options)));
 }
 
@@ -263,6 +268,7 @@ void Launch(asio::io_context& ioc, RunState* s, int64_t i) {
   auto session = std::make_shared<internal::StreamSession>(
       asio::make_strand(ioc), &s->target, *std::move(body), &s->results[i], s->origin,
       [s, i] { OnRequestDone(s, i); });
+  if (s->target.attempts > 1) session->SetIdempotencyKey(absl::StrCat(s->target.key_prefix, i));
   session->Start();
 }
 
@@ -325,6 +331,12 @@ absl::StatusOr<std::vector<RequestResult>> Replayer::Run(const std::vector<Trace
   s.target.path = options_.url.base_path + "/completions";
   s.target.api_key = options_.api_key;
   s.target.timeout_s = options_.timeout_s;
+  s.target.attempts = options_.attempts;
+  {
+    // Unique per run, so that a replay never collides with another's requests.
+    absl::BitGen gen;
+    s.target.key_prefix = absl::StrFormat("strata-replay-%016x-", absl::Uniform<uint64_t>(gen));
+  }
   s.results.resize(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     RequestResult& r = s.results[i];

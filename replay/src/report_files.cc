@@ -71,6 +71,8 @@ std::string RequestsJsonl(const std::vector<RequestResult>& results, const SloSp
     j["cached_tokens"] = r.cached_tokens;
     j["completion_tokens"] = r.completion_tokens;
     j["http_status"] = r.http_status;
+    j["retries"] = r.retries;
+    j["resumes"] = r.resumes;
     j["error"] = ErrorKindName(r.error);
     j["error_type"] = r.error_type;
     j["error_message"] = r.error_message;

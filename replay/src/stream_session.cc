@@ -42,7 +42,12 @@ void SseRecorder::OnEvent(std::string_view event, double now_s) {
     size_t nl = event.find('\n');
     std::string_view line = event.substr(0, nl);
     event = nl == std::string_view::npos ? std::string_view() : event.substr(nl + 1);
-    if (!ConsumePrefix(&line, "data:")) continue;  // comments, event:, id: ...
+    if (ConsumePrefix(&line, "id:")) {
+      ConsumePrefix(&line, " ");
+      last_event_id_ = std::string(line.substr(0, 256));
+      continue;
+    }
+    if (!ConsumePrefix(&line, "data:")) continue;  // comments, event: ...
     ConsumePrefix(&line, " ");
     if (!data.empty()) data.push_back('\n');
     data.append(line);
@@ -99,8 +104,9 @@ void SseRecorder::Fail(ErrorKind kind, std::string type, std::string message) {
 StreamSession::StreamSession(boost::asio::any_io_executor strand, const Target* target,
                              std::string body, RequestResult* result, Clock::time_point origin,
                              std::function<void()> on_done)
-    : stream_(std::move(strand)),
+    : stream_(strand),
       target_(target),
+      backoff_(strand),
       r_(result),
       origin_(origin),
       recorder_(result, origin),
@@ -116,13 +122,23 @@ StreamSession::StreamSession(boost::asio::any_io_executor strand, const Target* 
   }
   request_.body() = std::move(body);
   request_.prepare_payload();
-  parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+}
+
+void StreamSession::SetIdempotencyKey(std::string key) {
+  request_.set("Idempotency-Key", std::move(key));
 }
 
 void StreamSession::Start() {
   r_->send_s = SecondsSince(origin_);
   deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                  std::chrono::duration<double>(target_->timeout_s));
+  Connect();
+}
+
+void StreamSession::Connect() {
+  parser_.emplace();
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  buffer_.consume(buffer_.size());
   stream_.expires_at(deadline_);
   stream_.async_connect(target_->endpoints,
                         [self = shared_from_this()](beast::error_code ec, const auto&) {
@@ -141,7 +157,7 @@ void StreamSession::OnConnect(beast::error_code ec) {
 void StreamSession::OnWrite(beast::error_code ec) {
   if (ec) return FinishNetworkError(ec, "write");
   stream_.expires_at(deadline_);
-  http::async_read_header(stream_, buffer_, parser_,
+  http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code e, size_t) {
                             self->OnHeader(e);
                           });
@@ -149,19 +165,19 @@ void StreamSession::OnWrite(beast::error_code ec) {
 
 void StreamSession::OnHeader(beast::error_code ec) {
   if (ec) return FinishNetworkError(ec, "response header");
-  r_->http_status = static_cast<int>(parser_.get().result_int());
+  r_->http_status = static_cast<int>(parser_->get().result_int());
   if (r_->http_status != 200) return ReadErrorBody();
   ReadBody();
 }
 
 void StreamSession::ReadBody() {
-  if (parser_.is_done()) {
+  if (parser_->is_done()) {
     return Finish(ErrorKind::kStream, "incomplete_stream", "stream ended without [DONE]");
   }
-  parser_.get().body().data = chunk_;
-  parser_.get().body().size = sizeof(chunk_);
+  parser_->get().body().data = chunk_;
+  parser_->get().body().size = sizeof(chunk_);
   stream_.expires_at(deadline_);
-  http::async_read_some(stream_, buffer_, parser_,
+  http::async_read_some(stream_, buffer_, *parser_,
                         [self = shared_from_this()](beast::error_code e, size_t) {
                           self->OnBody(e);
                         });
@@ -169,7 +185,7 @@ void StreamSession::ReadBody() {
 
 void StreamSession::OnBody(beast::error_code ec) {
   if (ec == http::error::need_buffer) ec = {};
-  const size_t n = sizeof(chunk_) - parser_.get().body().size;
+  const size_t n = sizeof(chunk_) - parser_->get().body().size;
   if (n > 0 && !recorder_.Feed(std::string_view(chunk_, n), SecondsSince(origin_))) {
     return Finish(r_->error, r_->error_type, r_->error_message);  // [DONE] or an error event.
   }
@@ -180,9 +196,9 @@ void StreamSession::OnBody(beast::error_code ec) {
 void StreamSession::ReadErrorBody() {
   auto on_read = [self = shared_from_this()](beast::error_code ec, size_t) {
     if (ec == http::error::need_buffer) ec = {};
-    const size_t n = sizeof(self->chunk_) - self->parser_.get().body().size;
+    const size_t n = sizeof(self->chunk_) - self->parser_->get().body().size;
     self->error_body_.append(self->chunk_, n);
-    if (!ec && !self->parser_.is_done() && self->error_body_.size() < (1 << 20)) {
+    if (!ec && !self->parser_->is_done() && self->error_body_.size() < (1 << 20)) {
       return self->ReadErrorBody();
     }
     const int status = self->r_->http_status;
@@ -195,14 +211,34 @@ void StreamSession::ReadErrorBody() {
     }
     self->Finish(status >= 500 ? ErrorKind::kHttp5xx : ErrorKind::kHttp4xx, type, message);
   };
-  if (parser_.is_done()) return on_read({}, 0);
-  parser_.get().body().data = chunk_;
-  parser_.get().body().size = sizeof(chunk_);
+  if (parser_->is_done()) return on_read({}, 0);
+  parser_->get().body().data = chunk_;
+  parser_->get().body().size = sizeof(chunk_);
   stream_.expires_at(deadline_);
-  http::async_read_some(stream_, buffer_, parser_, std::move(on_read));
+  http::async_read_some(stream_, buffer_, *parser_, std::move(on_read));
+}
+
+bool StreamSession::Retry(beast::error_code ec) {
+  if (ec == beast::error::timeout || attempt_ >= target_->attempts) return false;
+  ++attempt_;
+  ++r_->retries;
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+  recorder_.DropPartialEvent();
+  r_->http_status = 0;
+  if (!recorder_.last_event_id().empty()) {
+    ++r_->resumes;
+    request_.set("Last-Event-ID", recorder_.last_event_id());
+  }
+  const auto backoff = std::min(std::chrono::milliseconds(250 * (attempt_ - 1)),
+                                std::chrono::milliseconds(2000));
+  backoff_.expires_after(backoff);
+  backoff_.async_wait([self = shared_from_this()](beast::error_code) { self->Connect(); });
+  return true;
 }
 
 void StreamSession::FinishNetworkError(beast::error_code ec, const char* during) {
+  if (Retry(ec)) return;
   if (ec == beast::error::timeout) {
     return Finish(ErrorKind::kTimeout, "timeout", absl::StrCat("timed out during ", during));
   }

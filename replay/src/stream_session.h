@@ -2,6 +2,7 @@
 // One replayed request: connect, POST, read the SSE stream, fill a RequestResult.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "strata/replay/replayer.h"
@@ -33,6 +35,11 @@ class SseRecorder {
   // stream is finished ([DONE] seen) or failed (r_->error set).
   bool Feed(std::string_view bytes, double now_s);
   bool done() const { return done_; }
+  // The `id:` of the last complete event ("" before any): a retry's Last-Event-ID.
+  const std::string& last_event_id() const { return last_event_id_; }
+  // Forgets the bytes of an event that was not complete when the connection broke (its retry
+  // sends it again).
+  void DropPartialEvent() { pending_.clear(); }
 
  private:
   void OnEvent(std::string_view data, double now_s);
@@ -42,6 +49,7 @@ class SseRecorder {
   RequestResult* r_;
   Clock::time_point origin_;
   std::string pending_;  // Bytes after the last complete event.
+  std::string last_event_id_;
   double last_chunk_s_ = -1.0;
   bool done_ = false;
 };
@@ -55,15 +63,24 @@ class StreamSession : public std::enable_shared_from_this<StreamSession> {
     std::string path;  // e.g. "/v1/completions"
     std::string api_key;
     double timeout_s = 600.0;
+    int attempts = 1;  // ReplayOptions::attempts
+    // Requests carry Idempotency-Key `key_prefix` + their index when attempts > 1.
+    std::string key_prefix;
   };
 
   // `on_done` runs once, on the strand, after `result` is final.
   StreamSession(boost::asio::any_io_executor strand, const Target* target, std::string body,
                 RequestResult* result, Clock::time_point origin, std::function<void()> on_done);
+  // The Idempotency-Key this request sends (with Target::attempts > 1).
+  void SetIdempotencyKey(std::string key);
 
   void Start();
 
  private:
+  void Connect();
+  // A connection error with attempts left: sends the request again after a backoff. False
+  // when none are left (or the error was a timeout).
+  bool Retry(boost::beast::error_code ec);
   void OnConnect(boost::beast::error_code ec);
   void OnWrite(boost::beast::error_code ec);
   void OnHeader(boost::beast::error_code ec);
@@ -77,7 +94,9 @@ class StreamSession : public std::enable_shared_from_this<StreamSession> {
   const Target* target_;
   boost::beast::http::request<boost::beast::http::string_body> request_;
   boost::beast::flat_buffer buffer_;
-  boost::beast::http::response_parser<boost::beast::http::buffer_body> parser_;
+  std::optional<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
+  boost::asio::steady_timer backoff_;
+  int attempt_ = 1;
   char chunk_[16384];
   std::string error_body_;
   RequestResult* r_;

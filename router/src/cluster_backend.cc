@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <type_traits>
+
+#include <grpcpp/alarm.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -33,16 +36,25 @@ openai::GenerateEvent ToEvent(const v1::GenerateResponse& m) {
   return ev;
 }
 
-class Attempt;
+// A worker stream of a call: a Generate (an attempt) or an Attach (a probe that took over a
+// held request).
+class CallStream {
+ public:
+  virtual ~CallStream() = default;
+  virtual void TryCancel() = 0;
+};
+
+class ProbeGroup;
 
 // One request's life on the cluster, across attempts (a retry after a worker vanished).
 struct CallState {
   ClusterBackend* backend;
   openai::GenerateRequest request;
   openai::EventCallback on_event;
+  uint64_t fingerprint = 0;  // a keyed request's (ResumeKey.fingerprint)
   absl::Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
-  std::shared_ptr<Attempt> current ABSL_GUARDED_BY(mu);
+  std::shared_ptr<CallStream> current ABSL_GUARDED_BY(mu);
   AdmissionQueue::Ticket ticket ABSL_GUARDED_BY(mu) = AdmissionQueue::kNoTicket;  // waiting
   std::vector<std::string> exclude;  // workers that failed this request
   int attempts = 0;
@@ -52,25 +64,72 @@ struct CallState {
   uint64_t delivered_text = 0;
   int resumes = 0;
   double arrival_s = 0;  // ClusterBackend::Now() at Generate
+  // A keyed request looking for a worker that holds it (ProbeGroup); reset once decided.
+  std::shared_ptr<ProbeGroup> probe;
 };
 
 void StartAttempt(std::shared_ptr<CallState> state);
 void PlaceOrAnswer(const std::shared_ptr<CallState>& state);
+void Answer(const std::shared_ptr<CallState>& state, absl::Status status);
 // How many times a request is placed again after its worker failed: from the start before its
 // client saw anything, or (a stream) resumed from the tokens the client has.
 constexpr int kMaxRetries = 3;
 constexpr int kMaxResumes = 3;
 
-// One gRPC server stream from a decode worker. Keeps itself alive (self_) until OnDone.
-// Watched for silence (ClusterBackend::Watch) from Start to OnDone.
-class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, public WatchedStream {
+// Asks every decode-capable worker, in parallel, to Attach to a keyed request (a client's retry,
+// typically after its router died): the first whose stream has it serves the call, the other
+// probes are cancelled. When none has it (NOT_FOUND, unreachable, or no answer within
+// kProbeTimeoutS), the request starts as usual, or, when its client has part of the answer
+// already (resume_only), is answered NOT_FOUND. On a router that has just started, the probes
+// wait until the workers have had time to register again (ClusterBackend's resume settle).
+// Kept alive by the call (CallState::probe) until it decides, then by its probes.
+class ProbeGroup : public std::enable_shared_from_this<ProbeGroup> {
  public:
+  static constexpr double kProbeTimeoutS = 1.0;
+  explicit ProbeGroup(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+  // Probes now, or at `not_before_s` (ClusterBackend::Now() seconds) if that is later.
+  void Start(double not_before_s);
+  // A probe's stream has the request: true if it is the first (it now serves the call).
+  bool Win(std::shared_ptr<CallStream> stream);
+  // A probe ended without having the request.
+  void Lost(const grpc::Status& status);
+
+ private:
+  void Probe();
+  void Expire();
+  void Decide(bool conflict) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::shared_ptr<CallState> state_;
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool decided_ ABSL_GUARDED_BY(mu_) = false;
+  bool conflict_ ABSL_GUARDED_BY(mu_) = false;  // a worker holds the key for another request
+  bool expired_ ABSL_GUARDED_BY(mu_) = false;   // the probes' time is up: none may win now
+  std::vector<std::weak_ptr<CallStream>> probes_ ABSL_GUARDED_BY(mu_);
+  grpc::Alarm settle_alarm_, deadline_alarm_;
+};
+
+// One gRPC server stream from a decode worker: a Generate of a placed request (Msg =
+// GenerateResponse), or an Attach to a request held there (Msg = AttachResponse; see
+// ProbeGroup). Keeps itself alive (self_) until OnDone. Watched for silence
+// (ClusterBackend::Watch) from Start to OnDone.
+template <typename Msg>
+class Attempt final : public grpc::ClientReadReactor<Msg>,
+                      public WatchedStream,
+                      public CallStream {
+ public:
+  static constexpr bool kAttach = std::is_same_v<Msg, v1::AttachResponse>;
   Attempt(std::shared_ptr<CallState> state, Placement placement,
-          std::shared_ptr<v1::Worker::Stub> decode_stub)
+          std::shared_ptr<v1::Worker::Stub> decode_stub,
+          std::shared_ptr<ProbeGroup> probe = nullptr)
       : state_(std::move(state)),
         placement_(std::move(placement)),
         decode_stub_(std::move(decode_stub)),
-        placed_at_(absl::Now()) {}
+        placed_at_(absl::Now()),
+        probe_(std::move(probe)) {
+    // An attach was placed by another router: no prediction of this one's to check.
+    observed_ = kAttach;
+  }
 
   void CancelIfIdleSince(double cutoff) override {
     if (last_message_s_.load() >= cutoff || idle_cancelled_.exchange(true)) return;
@@ -79,6 +138,41 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
 
   void Start(std::shared_ptr<Attempt> self) {
     self_ = std::move(self);
+    if constexpr (kAttach) {
+      StartAttach();
+    } else {
+      StartGenerate();
+    }
+    last_message_s_.store(ClusterBackend::Now());
+    state_->backend->Watch(this);
+    this->StartRead(&response_);
+    this->StartCall();
+  }
+  void TryCancel() override { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    last_message_s_.store(ClusterBackend::Now());
+    if constexpr (kAttach) {
+      if (!attached_) {
+        // Another worker's stream won, or the worker broke the protocol: not this one.
+        if (!response_.attached() || !TakeOver()) {
+          TryCancel();
+          return;
+        }
+        attached_ = true;
+        this->StartRead(&response_);
+        return;
+      }
+      OnResponse(response_.response());
+    } else {
+      OnResponse(response_);
+    }
+    this->StartRead(&response_);
+  }
+
+ private:
+  void StartGenerate() {
     const openai::GenerateRequest& r = state_->request;
     request_.set_protocol_version(proto::kProtocolVersion);
     request_.set_request_id(r.request_id);
@@ -90,19 +184,32 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
     request_.set_resumed_text_bytes(state_->delivered_text);
     proto::ToProto(r.params, request_.mutable_params());
     request_.set_prefill_address(placement_.prefill_address);
+    // Keyed: held by the worker past this stream, for a retry through another router to attach
+    // to. Only from the start: a resumed stream's replay would not begin with the answer's
+    // first event, so no other router could continue it exactly.
+    if (!r.idempotency_key.empty() && had.empty()) {
+      v1::ResumeKey* key = request_.mutable_resume();
+      key->set_tenant(r.api_key_id);
+      key->set_key(r.idempotency_key);
+      key->set_fingerprint(state_->fingerprint);
+    }
     decode_stub_->async()->Generate(&context_, &request_, this);
-    last_message_s_.store(ClusterBackend::Now());
-    state_->backend->Watch(this);
-    StartRead(&response_);
-    StartCall();
   }
-  void TryCancel() { context_.TryCancel(); }
+  void StartAttach() {
+    attach_request_.set_protocol_version(proto::kProtocolVersion);
+    v1::ResumeKey* key = attach_request_.mutable_resume();
+    key->set_tenant(state_->request.api_key_id);
+    key->set_key(state_->request.idempotency_key);
+    key->set_fingerprint(state_->fingerprint);
+    decode_stub_->async()->Attach(&context_, &attach_request_, this);
+  }
+  // An attach probe's stream has the request: it becomes the call's stream unless another
+  // probe's did first.
+  bool TakeOver();
 
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
-    last_message_s_.store(ClusterBackend::Now());
-    openai::GenerateEvent ev = ToEvent(response_);
-    if (!got_any_ && !ev.tokens.empty()) {
+  void OnResponse(const v1::GenerateResponse& msg) {
+    openai::GenerateEvent ev = ToEvent(msg);
+    if (!got_any_ && !ev.tokens.empty() && !observed_) {
       ObserveFirstToken(absl::Now() - placed_at_);
       state_->backend->WakeQueue();  // the prefill is done: its queue slot is free
     }
@@ -125,12 +232,17 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
       }
       held_.clear();
     }
-    StartRead(&response_);
   }
 
+ public:
   void OnDone(const grpc::Status& grpc_status) override {
     ClusterBackend* b = state_->backend;
     b->Unwatch(this);
+    if (kAttach && !attached_) {  // a probe that found nothing (or lost): its group decides
+      ProbeDone(grpc_status);
+      self_.reset();  // may delete this
+      return;
+    }
     // Cancelled for silence: the worker is as good as gone (a hung engine), and the request
     // moves on as when a worker dies.
     const bool idle = idle_cancelled_.load() && !finished_;
@@ -149,7 +261,7 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
     {
       absl::MutexLock lock(&state_->mu);
       cancelled = state_->cancelled;
-      state_->current.reset();
+      if (state_->current.get() == this) state_->current.reset();
     }
     // A worker that died or vanished: the decode worker, or the prefill worker it was sent to
     // when the decode worker says that one is unreachable.
@@ -160,7 +272,9 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
         absl::StartsWith(status.error_message(), proto::kPrefillUnavailablePrefix);
     const std::string& down = prefill_down ? placement_.prefill_id : placement_.decode_id;
     const bool streamed = !state_->delivered_tokens.empty();  // the client has tokens
-    if (gone && !streamed && !delivered_ && state_->attempts <= kMaxRetries) {
+    // A client that resumes has part of the answer from another router: it cannot start over.
+    if (gone && !streamed && !delivered_ && state_->attempts <= kMaxRetries &&
+        !state_->request.resume_only) {
       // Before the client saw anything (before the first token of a stream; any time before
       // the end of a non-streaming request, whose tokens so far are dropped): forget it and
       // place again.
@@ -195,6 +309,8 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
   }
 
  private:
+  // Reports a probe's end to its group (ProbeGroup).
+  void ProbeDone(const grpc::Status& status);
   // Tells the placer the prefill is over; a finite `ttft` also feeds its TTFT correction.
   void ObserveFirstToken(absl::Duration ttft) {
     observed_ = true;
@@ -217,15 +333,172 @@ class Attempt final : public grpc::ClientReadReactor<v1::GenerateResponse>, publ
   absl::Time placed_at_;
   bool observed_ = false;
   std::shared_ptr<Attempt> self_;
+  std::shared_ptr<ProbeGroup> probe_;  // an attach probe's group
+  bool attached_ = false;  // an attach: the worker has the request, and this serves the call
   grpc::ClientContext context_;
   v1::GenerateRequest request_;
-  v1::GenerateResponse response_;
+  v1::AttachRequest attach_request_;
+  Msg response_;
   bool finished_ = false, got_any_ = false;
   bool delivered_ = false;                   // an event reached the front end
   std::atomic<double> last_message_s_{0};    // ClusterBackend::Now() of the last message
   std::atomic<bool> idle_cancelled_{false};  // cancelled by the idle check
   std::vector<openai::GenerateEvent> held_;  // events the client would not have seen yet
 };
+
+template <typename Msg>
+bool Attempt<Msg>::TakeOver() {
+  if (!probe_->Win(self_)) return false;
+  ClusterBackend* b = state_->backend;
+  b->pool()->AddInflight(placement_.decode_id, 1);
+  if (b->metrics().inflight) b->metrics().inflight->Increment();
+  return true;
+}
+
+template <typename Msg>
+void Attempt<Msg>::ProbeDone(const grpc::Status& status) {
+  probe_->Lost(status);
+}
+
+void ProbeGroup::Start(double not_before_s) {
+  const double wait_s = not_before_s - ClusterBackend::Now();
+  if (wait_s <= 0) {
+    Probe();
+    return;
+  }
+  std::weak_ptr<ProbeGroup> weak = weak_from_this();
+  settle_alarm_.Set(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(int64_t(wait_s * 1e6)),
+                    [weak](bool ok) {
+                      auto g = weak.lock();
+                      if (g == nullptr) return;
+                      if (ok) {
+                        g->Probe();
+                      } else {  // the process is shutting down
+                        g->Decide(false);
+                      }
+                    });
+}
+
+void ProbeGroup::Probe() {
+  ClusterBackend* b = state_->backend;
+  std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
+  const std::vector<WorkerView> workers = b->pool()->Snapshot(&stubs);
+  std::vector<std::shared_ptr<Attempt<v1::AttachResponse>>> probes;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i].role != WorkerRole::kDecode && workers[i].role != WorkerRole::kMixed) continue;
+    Placement at;
+    at.decode_id = workers[i].id;
+    probes.push_back(std::make_shared<Attempt<v1::AttachResponse>>(state_, std::move(at),
+                                                                    stubs[i], shared_from_this()));
+  }
+  if (probes.empty()) {
+    Decide(false);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    pending_ = int(probes.size());
+    for (const auto& p : probes) probes_.push_back(p);
+  }
+  std::weak_ptr<ProbeGroup> weak = weak_from_this();
+  deadline_alarm_.Set(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(int64_t(kProbeTimeoutS * 1000)),
+                      [weak](bool ok) {
+                        if (auto g = weak.lock(); g != nullptr && ok) g->Expire();
+                      });
+  for (auto& p : probes) p->Start(p);
+}
+
+bool ProbeGroup::Win(std::shared_ptr<CallStream> stream) {
+  std::vector<std::weak_ptr<CallStream>> others;
+  {
+    absl::MutexLock lock(&mu_);
+    if (decided_ || expired_) return false;
+    decided_ = true;
+    others.swap(probes_);
+  }
+  bool cancelled;
+  {
+    absl::MutexLock lock(&state_->mu);
+    cancelled = state_->cancelled;
+    state_->current = stream;
+    state_->probe.reset();
+  }
+  if (cancelled) stream->TryCancel();
+  for (auto& weak : others) {
+    auto other = weak.lock();
+    if (other != nullptr && other != stream) other->TryCancel();
+  }
+  if (auto* m = state_->backend->metrics().attaches) m->WithLabels({"attached"})->Increment();
+  return true;
+}
+
+void ProbeGroup::Lost(const grpc::Status& status) {
+  bool conflict;
+  {
+    absl::MutexLock lock(&mu_);
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) conflict_ = true;
+    if (--pending_ > 0 || decided_) return;
+    conflict = conflict_;
+  }
+  Decide(conflict);
+}
+
+void ProbeGroup::Expire() {
+  std::vector<std::weak_ptr<CallStream>> probes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (decided_) return;
+    expired_ = true;
+    probes = probes_;
+  }
+  for (auto& weak : probes) {
+    if (auto p = weak.lock()) p->TryCancel();  // ends as a probe that found nothing
+  }
+}
+
+void ProbeGroup::Decide(bool conflict) {
+  {
+    absl::MutexLock lock(&mu_);
+    decided_ = true;
+    probes_.clear();
+  }
+  bool cancelled;
+  {
+    absl::MutexLock lock(&state_->mu);
+    cancelled = state_->cancelled;
+    state_->probe.reset();  // may leave this alive only through the caller's reference
+  }
+  if (cancelled) return;  // its client left while the workers were asked
+  const ClusterBackendMetrics& m = state_->backend->metrics();
+  if (conflict) {
+    if (m.attaches) m.attaches->WithLabels({"conflict"})->Increment();
+    Answer(state_, absl::AlreadyExistsError(
+                       "the Idempotency-Key was used for another request (a different prompt or "
+                       "parameters) whose answer is still held: use a new key"));
+    return;
+  }
+  if (m.attaches) m.attaches->WithLabels({"not_found"})->Increment();
+  if (state_->request.resume_only) {
+    Answer(state_, absl::NotFoundError(
+                       "no worker holds the request with this Idempotency-Key any longer (its "
+                       "grace period ran out, or its worker failed), so the stream cannot be "
+                       "continued: send the request again without Last-Event-ID to start over"));
+    return;
+  }
+  StartAttempt(state_);
+}
+
+// What a key's worker checks that a retry is the same request: the prompt, the sampling
+// parameters and the model.
+uint64_t RequestFingerprint(const openai::GenerateRequest& r) {
+  v1::SamplingParams params;
+  proto::ToProto(r.params, &params);
+  std::string bytes;
+  params.SerializeToString(&bytes);
+  return HashBlock(BlockHashSeed(r.model, bytes), 0, std::span<const int32_t>(r.prompt));
+}
 
 std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt,
                                      std::string_view cache_salt) {
@@ -288,8 +561,8 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
     b->metrics().placements->WithLabels({placed->prefill_id.empty() ? "local" : "remote"})
         ->Increment();
   }
-  auto attempt =
-      std::make_shared<Attempt>(state, std::move(*placed), DecodeStub(workers, stubs, *placed));
+  auto attempt = std::make_shared<Attempt<v1::GenerateResponse>>(
+      state, std::move(*placed), DecodeStub(workers, stubs, *placed));
   {
     absl::MutexLock lock(&state->mu);
     state->current = attempt;
@@ -404,7 +677,8 @@ class CallHandle final : public openai::GenerationHandle {
 
 ClusterBackend::ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
                                TrafficRecorder* recorder, AdmissionQueue* queue,
-                               double worker_grace_s, double stream_idle_timeout_s)
+                               double worker_grace_s, double stream_idle_timeout_s,
+                               double resume_settle_s)
     : pool_(pool),
       placer_(placer),
       metrics_(metrics),
@@ -412,7 +686,8 @@ ClusterBackend::ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendM
       queue_(queue),
       worker_grace_s_(worker_grace_s),
       started_s_(Now()),
-      stream_idle_timeout_s_(stream_idle_timeout_s) {
+      stream_idle_timeout_s_(stream_idle_timeout_s),
+      resume_settle_s_(resume_settle_s) {
   if (stream_idle_timeout_s_ > 0) watch_thread_ = std::thread([this] { CheckIdleStreams(); });
 }
 
@@ -454,7 +729,18 @@ std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
   state->arrival_s = Now();
   state->request = std::move(request);
   state->on_event = std::move(on_event);
-  StartAttempt(state);
+  if (state->request.idempotency_key.empty()) {
+    StartAttempt(state);
+    return std::make_unique<CallHandle>(std::move(state));
+  }
+  // Keyed: a retry is served from the generation a worker holds for the key, if one does.
+  state->fingerprint = RequestFingerprint(state->request);
+  auto group = std::make_shared<ProbeGroup>(state);
+  {
+    absl::MutexLock lock(&state->mu);
+    state->probe = group;
+  }
+  group->Start(started_s_ + resume_settle_s_);
   return std::make_unique<CallHandle>(std::move(state));
 }
 

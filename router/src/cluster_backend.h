@@ -11,6 +11,10 @@
 // waits for one for up to `worker_grace_s` instead of getting 503 at once: within that long of
 // the router's start (a router that has just been restarted, whose workers register again with
 // their next heartbeat).
+// A keyed request (the client's Idempotency-Key) first asks the decode workers whether one holds
+// it (a retry after its router died, docs/architecture.md "Router failure") and is served from
+// that worker's held generation; otherwise it is placed as usual, with the key, so its worker
+// holds it for the next retry.
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -39,6 +43,9 @@ struct ClusterBackendMetrics {
   metrics::Gauge* awaiting = nullptr;  // requests waiting for a first decode worker to register
   metrics::Counter* resumes = nullptr;  // streams continued on another worker mid-answer
   metrics::Counter* idle_timeouts = nullptr;  // streams cancelled for silence (a hung worker)
+  // {result}: keyed requests that found their held generation ("attached"), did not
+  // ("not_found"), or found the key used for another request ("conflict").
+  metrics::CounterFamily* attaches = nullptr;
 };
 
 // A worker stream the backend's idle check watches (ClusterBackend::Watch).
@@ -59,16 +66,20 @@ class ClusterBackend final : public openai::Backend {
   // wait for one (0: answered 503 at once). `stream_idle_timeout_s`: a worker stream on which
   // nothing (no token, no end) arrives for this long is cancelled, its worker dropped from the
   // pool and the request placed again or resumed elsewhere, as when a worker dies (a hung
-  // worker's requests move on); 0: no limit.
+  // worker's requests move on); 0: no limit. `resume_settle_s`: keyed requests that arrive
+  // within this long of construction ask the workers for their held generation only then
+  // (workers register again with a restarted router within a heartbeat or two).
   ClusterBackend(WorkerPool* pool, Placer* placer, ClusterBackendMetrics metrics,
                  TrafficRecorder* recorder = nullptr, AdmissionQueue* queue = nullptr,
-                 double worker_grace_s = 0, double stream_idle_timeout_s = 0);
+                 double worker_grace_s = 0, double stream_idle_timeout_s = 0,
+                 double resume_settle_s = 0);
   ~ClusterBackend() override;
   std::unique_ptr<openai::GenerationHandle> Generate(openai::GenerateRequest request,
                                                      openai::EventCallback on_event) override;
   bool Ready() const override;
   // The registered workers' last reported load, summed.
   openai::BackendLoad Load() const override;
+  bool CanResume() const override { return true; }
   // Stops taking requests; waiting ones are answered 503 at once.
   void SetDraining();
   // Capacity may have changed (a heartbeat, the periodic timer; first tokens and finished
@@ -119,6 +130,7 @@ class ClusterBackend final : public openai::Backend {
   // The idle check: a thread cancels watched streams silent for stream_idle_timeout_s_.
   void CheckIdleStreams();
   const double stream_idle_timeout_s_;
+  const double resume_settle_s_;
   absl::Mutex watch_mu_;
   absl::flat_hash_set<WatchedStream*> watched_ ABSL_GUARDED_BY(watch_mu_);
   absl::Notification stop_watch_;

@@ -106,7 +106,8 @@ class RouterImpl final : public Router {
     backend_ = std::make_unique<ClusterBackend>(
         &pool_, placer_.get(), backend_metrics_, recorder_.get(), queue_.get(),
         absl::ToDoubleSeconds(options_.worker_grace),
-        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout));
+        absl::ToDoubleSeconds(options_.worker_stream_idle_timeout),
+        absl::ToDoubleSeconds(options_.resume_settle));
     http::ServerOptions ho;
     ho.host = options_.host;
     ho.port = options_.http_port;
@@ -175,6 +176,12 @@ class RouterImpl final : public Router {
                           "Worker streams cancelled after nothing arrived for the worker stream "
                           "idle timeout (the worker is dropped and the request moves on)")
             .Default();
+    backend_metrics_.attaches = &registry_.CounterOrDie(
+        "strata_router_idempotent_lookups_total",
+        "Requests with an Idempotency-Key, by what the workers held for it (attached: served "
+        "from the held generation; not_found: started, or 404 for a stream resume; conflict: "
+        "the key belongs to another request)",
+        {"result"});
     backend_metrics_.awaiting =
         registry_
             .GaugeOrDie("strata_router_awaiting_worker_requests",

@@ -85,10 +85,18 @@ TEST_F(EngineLoopTest, RunsRequestsAndResyncsKvEventsToTheCacheContents) {
   }
   EXPECT_EQ(stored.size(), 5u);  // 47 tokens have KV (the last sampled one not yet): 5 blocks
   loop->ResyncKvEvents();
-  std::set<BlockHash> resent;
-  for (int i = 0; i < 200 && resent.empty(); ++i) {
-    for (const auto& e : loop->TakeKvEvents()) resent.insert(e.hash);
+  // The resync: CLEARED first (whoever indexes this pool drops what it had), then every block.
+  std::vector<KvCacheEvent> resync;
+  for (int i = 0; i < 200 && resync.empty(); ++i) {
+    resync = loop->TakeKvEvents();
     absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE(resync.empty());
+  EXPECT_EQ(resync.front().kind, KvCacheEvent::Kind::kCleared);
+  std::set<BlockHash> resent;
+  for (size_t i = 1; i < resync.size(); ++i) {
+    EXPECT_EQ(resync[i].kind, KvCacheEvent::Kind::kStored);
+    resent.insert(resync[i].hash);
   }
   EXPECT_EQ(resent, stored);
   EXPECT_EQ(loop->load().free_kv_blocks, 64);

@@ -135,8 +135,10 @@ int MaxTokens(const std::string& body) {
 PromptSynthesizer Prompts() { return *PromptSynthesizer::Create(1024, {}, 7); }
 
 std::unique_ptr<Replayer> MakeReplayer(int port, double timeout_s = 10, std::string key = "",
-                                       PromptSource source = PromptSource::kAuto) {
+                                       PromptSource source = PromptSource::kAuto,
+                                       int attempts = 1) {
   ReplayOptions o;
+  o.attempts = attempts;
   o.prompt_source = source;
   o.url = *ParseServerUrl("http://127.0.0.1:" + std::to_string(port) + "/v1");
   o.model = "m";
@@ -321,6 +323,55 @@ TEST(ReplayerTest, ConnectionRefusedIsAConnectError) {
   ASSERT_TRUE(results.ok());
   EXPECT_EQ((*results)[0].error, ErrorKind::kConnect);
   EXPECT_EQ(ErrorKindName((*results)[0].error), std::string("connect"));
+}
+
+// A connection cut mid-stream (the router died) is retried with the request's Idempotency-Key
+// and the last complete event's id, and the measurements run on across the attempts; a refused
+// connection is retried too, and a request whose every attempt fails is a connect error.
+TEST(ReplayerTest, RetriesACutStreamWithItsKeyAndLastEventId) {
+  std::atomic<int> connections{0};
+  FakeServer server([&](int fd, const std::string& head, const std::string&) {
+    if (connections.fetch_add(1) == 0) {
+      WriteAll(fd, kSseHead);
+      WriteAll(fd, Chunk("id: 1\ndata: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n"));
+      WriteAll(fd, Chunk("id: 2\ndata: {\"choices\":[{\"index\":0,\"text\":\"b\"}]}\n\n"));
+      WriteAll(fd, Chunk("id: 3\ndata: {\"choi"));  // cut inside an event
+      ::shutdown(fd, SHUT_RDWR);
+      return;
+    }
+    WriteAll(fd, kSseHead);
+    WriteAll(fd, Chunk("id: 3\ndata: {\"choices\":[{\"index\":0,\"text\":\"c\"}]}\n\n"));
+    WriteAll(fd, Chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+  });
+  auto replayer = MakeReplayer(server.port(), 10, "", PromptSource::kAuto, /*attempts=*/3);
+  auto results = replayer->Run({Req(0, 3)}, Prompts());
+  ASSERT_TRUE(results.ok()) << results.status();
+  const RequestResult& r = (*results)[0];
+  ASSERT_TRUE(r.ok()) << r.error_type << " " << r.error_message;
+  EXPECT_EQ(r.retries, 1);
+  EXPECT_EQ(r.resumes, 1);
+  EXPECT_EQ(r.token_chunks, 3);
+  const std::vector<std::string> heads = server.heads();
+  ASSERT_EQ(heads.size(), 2u);
+  auto key_of = [](const std::string& head) {
+    const size_t at = head.find("Idempotency-Key: ");
+    return at == std::string::npos ? std::string() : head.substr(at, head.find('\r', at) - at);
+  };
+  EXPECT_THAT(key_of(heads[0]), HasSubstr("Idempotency-Key: strata-replay-"));
+  EXPECT_EQ(key_of(heads[0]), key_of(heads[1]));
+  EXPECT_EQ(heads[0].find("Last-Event-ID"), std::string::npos);
+  EXPECT_THAT(heads[1], HasSubstr("Last-Event-ID: 2\r\n"));
+
+  int port;
+  {
+    FakeServer gone([](int, const std::string&, const std::string&) {});
+    port = gone.port();
+  }
+  auto refused = MakeReplayer(port, 10, "", PromptSource::kAuto, 3)->Run({Req(0, 1)}, Prompts());
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)[0].error, ErrorKind::kConnect);
+  EXPECT_EQ((*refused)[0].retries, 2);
+  EXPECT_EQ((*refused)[0].resumes, 0);
 }
 
 // Open loop: the server answers nothing until it holds all 8 requests at once, so a client that

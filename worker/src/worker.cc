@@ -141,7 +141,11 @@ class WorkerImpl final : public Worker {
       };
       decode_ = decode::DecodeDriver::Create(loop_.get(), std::move(d));
     }
-    service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get());
+    if (options_.detached_request_grace > absl::ZeroDuration() && role != v1::ROLE_PREFILL) {
+      held_ = std::make_unique<HeldRequests>(options_.detached_request_grace);
+    }
+    service_ = std::make_unique<WorkerService>(role, loop_.get(), prefill_.get(), decode_.get(),
+                                               held_.get());
     STRATA_ASSIGN_OR_RETURN(tokenizer_,
                             Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
     auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
@@ -270,6 +274,7 @@ class WorkerImpl final : public Worker {
     // be; and queued demotions are written now, while everything they need still exists.
     tiering_.reset();
     if (grpc_) grpc_->Wait();
+    held_.reset();  // its expiry cancels through the drivers
     prefill_.reset();
     decode_.reset();
   }
@@ -316,6 +321,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<KvTiering> tiering_;
   std::unique_ptr<prefill::PrefillDriver> prefill_;
   std::unique_ptr<decode::DecodeDriver> decode_;
+  std::unique_ptr<HeldRequests> held_;  // keyed requests past their stream; null: off
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;

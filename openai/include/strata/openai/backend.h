@@ -26,6 +26,14 @@ struct GenerateRequest {
   // The client reads events as they come (SSE). A backend may hold a non-streaming request's
   // events until its end, so that a generation cut short by a failure can start over unseen.
   bool stream = false;
+  // The client's Idempotency-Key with the choice's index ("" without one; only given to a
+  // backend that CanResume): a retry of the request, through any router, is served from the
+  // generation that key started, while it is held, instead of starting another.
+  std::string idempotency_key;
+  // The client has part of this choice's stream already (its Last-Event-ID): the backend
+  // continues the held generation, replaying it from its first event, or fails with
+  // kNotFound when none is held (starting again would not continue what the client has).
+  bool resume_only = false;
 };
 
 // One increment of a generation. Events of one request arrive in order, from any thread; the
@@ -47,7 +55,8 @@ struct GenerateEvent {
 inline constexpr char kRetryAfterPayload[] = "type.strata.dev/retry-after-seconds";
 
 // Status codes a backend reports, and the HTTP status the front end answers with if nothing
-// was streamed yet: kInvalidArgument 400, kNotFound 404, kOutOfRange 413 (prompt too long),
+// was streamed yet: kInvalidArgument 400, kNotFound 404, kAlreadyExists 409 (an
+// Idempotency-Key in use by another request), kOutOfRange 413 (prompt too long),
 // kResourceExhausted 429 (overloaded), kUnavailable 503 (no worker), kCancelled 499-ish (client
 // gone; nothing is sent), anything else 500.
 
@@ -94,6 +103,10 @@ class Backend {
   virtual std::optional<BackendProblem> Problem() const { return std::nullopt; }
   // Thread-safe and quick (a snapshot); the default knows nothing (all zero).
   virtual BackendLoad Load() const { return {}; }
+  // Whether a keyed generation outlives the process that started it (the router), so that a
+  // retry can continue it (GenerateRequest::idempotency_key); false: the front end ignores the
+  // Idempotency-Key and Last-Event-ID headers.
+  virtual bool CanResume() const { return false; }
 };
 
 }  // namespace strata::openai

@@ -39,7 +39,7 @@ struct ApiError {
 };
 
 // The HTTP status a backend failure maps to when nothing was sent yet (see backend.h):
-// InvalidArgument 400, NotFound 404, OutOfRange 413, ResourceExhausted 429, Unavailable 503,
+// InvalidArgument 400, NotFound 404, AlreadyExists 409, OutOfRange 413, ResourceExhausted 429, Unavailable 503,
 // Cancelled 499 (the client is gone; nothing is sent), anything else 500.
 int HttpStatusForCode(absl::StatusCode code);
 // The ApiError for a failed backend event (type by status: 4xx invalid_request_error,

@@ -59,6 +59,10 @@ struct RequestResult {
   int32_t cached_tokens = -1;
   int32_t completion_tokens = -1;
   int http_status = 0;  // 0 when no response head arrived.
+  // Connection errors retried (ReplayOptions::attempts), and how many of those retries resumed
+  // a stream that had events (Last-Event-ID).
+  int32_t retries = 0;
+  int32_t resumes = 0;
   ErrorKind error = ErrorKind::kNone;
   std::string error_type;     // OpenAI error type, or a short reason for other kinds.
   std::string error_message;  // Human-readable detail.
@@ -108,6 +112,11 @@ struct ReplayOptions {
   int io_threads = 2;         // >= 1.
   double timeout_s = 600.0;   // Per request, from its send to its end; > 0.
   PromptSource prompt_source = PromptSource::kAuto;
+  // Tries per request: a connection error (refused, reset, a stream cut before [DONE]) is
+  // retried up to attempts - 1 times, after 0.25 s, 0.5 s, ... (at most 2 s), with the
+  // request's Idempotency-Key and, once the stream had events, Last-Event-ID, so a request
+  // whose router died resumes through another (docs/openai_api.md). 1: no retries, no key.
+  int attempts = 4;
 };
 
 // Counters the progress reporter reads while a run is going. Monotonic.

@@ -57,6 +57,11 @@ struct RouterOptions {
   // dropped, and the request placed again or resumed on another worker (a hung worker's
   // requests move on). Zero: no limit.
   absl::Duration worker_stream_idle_timeout = absl::Seconds(60);
+  // A request with an Idempotency-Key that arrives within this long of the start asks the
+  // workers whether one holds its generation only then: the workers of a restarted router
+  // register again with their next heartbeat (every 0.5 s by default), and a worker not yet
+  // registered would be missed and the request started a second time.
+  absl::Duration resume_settle = absl::Seconds(1.5);
   int http_threads = 2;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
   double slo_tpot_s = 0.2;

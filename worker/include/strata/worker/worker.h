@@ -79,6 +79,11 @@ struct WorkerOptions {
   // stalled (/health and /ready 503, `stalled` in its heartbeats, strata_worker_engine_stalled);
   // zero = never.
   absl::Duration engine_stall_timeout = absl::Seconds(30);
+  // How long a request whose router sent a resume key (the client's Idempotency-Key) is kept
+  // after its stream to the router breaks or ends, with every response it produced, for another
+  // router to Attach to (docs/architecture.md, "Router failure"); unfinished requests keep
+  // running meanwhile. Zero: keys are ignored and a broken stream cancels its request.
+  absl::Duration detached_request_grace = absl::Seconds(30);
   // Test-only fault injection (EngineLoop::StallForTesting); off by default.
   EngineLoop::StallForTesting engine_stall_for_testing;
 };
