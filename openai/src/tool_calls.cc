@@ -299,6 +299,11 @@ void ToolCallStreamParser::ProcessLlamaStart(bool final, ToolCallOutput* out) {
   while (ws < buf_.size() && IsSpace(buf_[ws])) ++ws;
   ws_.append(buf_, 0, ws);
   buf_.erase(0, ws);
+  if (ws_.size() > kMaxToolCallBytes) {  // no call starts this late; held whitespace is bounded
+    started_ = true;
+    mode_ = Mode::kTextOnly;
+    return;
+  }
   if (buf_.empty()) return;
   if (buf_.front() == '{') {
     started_ = true;
@@ -375,7 +380,10 @@ void ToolCallStreamParser::FailCall(size_t consumed, bool over_limit, ToolCallOu
 void ToolCallStreamParser::EmitContent(std::string_view text, ToolCallOutput* out) {
   if (text.empty()) return;
   if (at_segment_start_) {
-    if (std::all_of(text.begin(), text.end(), IsSpace)) {
+    // Whitespace is held while it may still only separate calls, up to the bound on what the
+    // parser holds; beyond it, it is content like any text.
+    if (std::all_of(text.begin(), text.end(), IsSpace) &&
+        ws_.size() + text.size() <= kMaxToolCallBytes) {
       ws_.append(text);
       return;
     }

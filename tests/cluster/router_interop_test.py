@@ -1,7 +1,8 @@
 """strata mixed workers behind the ecosystem's routers: `vllm-router` and `sglang-router` (the
 PyPI wheels, run as real processes) in front of two `strata worker --role mixed`, next to
 strata's own router over the same two workers. Completions, streaming chat and the `openai`
-client go through each peer router and must give the greedy text strata's router gives; the
+client go through each peer router and must give the greedy text strata's router gives, tool
+calling requests included (the model carries the Qwen2.5 chat template, which renders tools); the
 endpoints the peer routers probe (health, server and model info, load, tokenize) answer.
 
 Usage: router_interop_test.py STRATA_BINARY   (ctest passes it; scripts/test.sh installs the
@@ -22,6 +23,10 @@ import cluster_util as cu  # noqa: E402
 
 STRATA = None
 MODEL = "tiny-llama"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 PROMPTS = ["The capital of France is", "Once upon a time, in a land far away,",
            "A disaggregated cluster moves the KV cache"]
 CHAT = [{"role": "user", "content": "Tell me a story about a router."}]
@@ -119,6 +124,9 @@ class RouterInteropTest(unittest.TestCase):
         cls.model = os.path.join(cls.tmp, "model")
         subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", cls.model],
                        check=True, stdout=subprocess.DEVNULL)
+        # A template that renders tools, so that tools lost on the way would change the prompt.
+        shutil.copy(os.path.join(ROOT, "tests", "fixtures", "chat_templates", "qwen2_5",
+                                 "template.jinja"), os.path.join(cls.model, "chat_template.jinja"))
         name = ["--served-model-name", MODEL]
         # strata's router is strict about unknown fields; the workers use the default (warn).
         cls.router = cu.start_router(STRATA, cls.model, cls.tmp,
@@ -180,6 +188,30 @@ class RouterInteropTest(unittest.TestCase):
                                                         temperature=0, stream=True)
                 text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
                 self.assertEqual(text, ref_chat)
+
+    def test_tools_through_peer_routers(self):
+        import openai
+        strata = openai.OpenAI(base_url=f"http://127.0.0.1:{self.http}/v1", api_key="none")
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}
+        messages = CHAT + [call, {"role": "tool", "tool_call_id": "call_1", "content": "21C"}]
+        kw = dict(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+        reference = strata.chat.completions.create(tools=TOOLS, tool_choice="auto", **kw)
+        ref_text = reference.choices[0].message.content
+        # The tools change the prompt, so they change the greedy text.
+        without = strata.chat.completions.create(**kw).choices[0].message.content
+        self.assertNotEqual(ref_text, without)
+        for name, peer in self.peers.items():
+            with self.subTest(router=name):
+                client = openai.OpenAI(base_url=f"http://127.0.0.1:{peer.port}/v1",
+                                       api_key="none")
+                done = client.chat.completions.create(tools=TOOLS, tool_choice="auto", **kw)
+                self.assertEqual(done.choices[0].message.content, ref_text, peer.tail())
+                chunks = client.chat.completions.create(tools=TOOLS, tool_choice="auto",
+                                                        stream=True, **kw)
+                text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+                self.assertEqual(text, ref_text, peer.tail())
 
     def test_vllm_sglang_parameters(self):
         # What both routers add to every request, sent straight to a worker and to strata's

@@ -280,6 +280,76 @@ TEST_F(FrontendToolsTest, ExplicitMistralParserKeepsSpecialTokensAndShortIds) {
   EXPECT_EQ(frontend_->tool_call_parser(), ToolCallParser::kLlama3Json);
 }
 
+class ResumableBackend : public FakeBackend {
+ public:
+  bool CanResume() const override { return true; }
+};
+
+// (SSE id, data) of each event of a keyed stream, [DONE] left out; the data without what differs
+// between two answers to one request (response id, creation time, tool call ids).
+std::vector<std::pair<std::string, Json>> KeyedEvents(const std::string& body) {
+  std::vector<std::pair<std::string, Json>> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    const size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    const std::string block = body.substr(pos, end - pos);
+    pos = end + 2;
+    std::string id;
+    const size_t data = block.find("data: ");
+    if (block.rfind("id: ", 0) == 0) id = block.substr(4, block.find('\n') - 4);
+    if (data == std::string::npos || block.substr(data + 6) == "[DONE]") continue;
+    Json chunk = Json::parse(block.substr(data + 6));
+    chunk.erase("id");
+    chunk.erase("created");
+    for (Json& call : chunk["choices"][0]["delta"]["tool_calls"]) call.erase("id");
+    out.emplace_back(id, std::move(chunk));
+  }
+  return out;
+}
+
+// A keyed stream's chunks with tool calls are numbered like any others, so that a retry with
+// Last-Event-ID (after its router died; the backend replays the same events) sends only the
+// chunks after it.
+TEST_F(FrontendToolsTest, KeyedToolStreamsResumeAfterTheLastEventId) {
+  ResumableBackend resumable;
+  ServedModel model{"tiny", tokenizer_.get(), template_.get(), 4096, 384};
+  auto frontend = Frontend::Create(&resumable, model, options_);
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  auto send = [&](const std::string& last_event_id) {
+    http::Request req;
+    req.method = "POST";
+    req.path = req.target = "/v1/chat/completions";
+    req.headers["idempotency-key"] = "tools-1";
+    if (!last_event_id.empty()) req.headers["last-event-id"] = last_event_id;
+    req.body = std::string(R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],)") +
+               R"("stream":true,"tools":)" + kTools + "}";
+    auto w = std::make_shared<FakeWriter>();
+    (*frontend)->HandleChatCompletions(req, w);
+    const int call = resumable.num_calls() - 1;
+    for (const std::string& piece :
+         {std::string("Let me"), std::string(" check.\n<tool"),
+          std::string("_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>")}) {
+      resumable.Emit(call, TokensEvent({1}, piece));
+    }
+    resumable.Emit(call, TokensEvent({2}, "\n", true, FinishReason::kStop));
+    return KeyedEvents(w->body());
+  };
+  const auto full = send("");
+  ASSERT_GE(full.size(), 5u);  // role, content x2, the call, the finish
+  for (size_t i = 0; i < full.size(); ++i) EXPECT_EQ(full[i].first, std::to_string(i + 1));
+  EXPECT_EQ(full.back().second["choices"][0]["finish_reason"], "tool_calls");
+  for (size_t k = 1; k < full.size(); ++k) {
+    SCOPED_TRACE(k);
+    const auto resumed = send(std::to_string(k));
+    ASSERT_EQ(resumed.size(), full.size() - k);
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      EXPECT_EQ(resumed[i].first, full[k + i].first);
+      EXPECT_EQ(resumed[i].second, full[k + i].second);
+    }
+  }
+}
+
 // Requests as OpenAI clients send them (tools, tool_choice, tool_calls with JSON-string
 // arguments, tool results) give the prompt HF's apply_chat_template renders from them
 // (tests/fixtures/chat_templates/<family>/openai_cases.json, written by transformers).

@@ -252,6 +252,36 @@ TEST(ToolCallParserTest, OversizedCallStaysContentAndEndsParsing) {
   EXPECT_LE(held_max, kMaxToolCallBytes + 2048);
 }
 
+TEST(ToolCallParserTest, HeldWhitespaceIsBounded) {
+  const std::string ws(kMaxToolCallBytes + 5, ' ');
+  for (ToolCallParser p : {ToolCallParser::kHermes, ToolCallParser::kLlama3Json}) {
+    const std::string call = p == ToolCallParser::kHermes
+                                 ? "<tool_call>{\"name\":\"f\"}</tool_call>"
+                                 : "{\"name\":\"f\"}";
+    ToolCallOutput whole = ParseToolCalls(p, ws + call);
+    // Hermes still finds the call after the whitespace (which is then content); Llama 3 calls
+    // must start the output, and this one starts too late.
+    EXPECT_EQ(whole.content, p == ToolCallParser::kHermes ? ws : ws + call);
+    EXPECT_EQ(whole.calls.size(), p == ToolCallParser::kHermes ? 1u : 0u);
+    ToolCallStreamParser stream(p);
+    ToolCallOutput streamed;
+    size_t held_max = 0, fed = 0;
+    const std::string text = ws + call;
+    for (size_t i = 0; i < text.size(); i += 4096) {
+      ToolCallOutput part = stream.Feed(std::string_view(text).substr(i, 4096));
+      streamed.content += part.content;
+      for (ToolCall& c : part.calls) streamed.calls.push_back(std::move(c));
+      fed = std::min(text.size(), i + 4096);
+      held_max = std::max(held_max, fed - streamed.content.size());
+    }
+    ToolCallOutput rest = stream.Finish();
+    streamed.content += rest.content;
+    EXPECT_EQ(streamed.content, whole.content);
+    EXPECT_EQ(streamed.calls.size(), whole.calls.size());
+    EXPECT_LE(held_max, kMaxToolCallBytes + 4096);
+  }
+}
+
 TEST(ToolCallParserTest, DeepArgumentsStayContent) {
   std::string deep = "{\"name\":\"f\",\"arguments\":";
   for (int i = 0; i < kMaxToolCallJsonDepth + 5; ++i) deep += "[";

@@ -83,9 +83,10 @@ struct ToolCallOutput {
 // Finds tool calls in text as it is generated. Feed() returns the content that is known not
 // to belong to a call and the calls completed so far; text that may start a call (a prefix of
 // a marker, a call without its end yet) is held back until it is known. Whitespace between
-// calls, and whitespace alone before the first call, is dropped; everything else not in a
-// parsed call is content. Any split of the same text into Feed() calls followed by Finish()
-// gives the same content (concatenated) and calls.
+// calls, and whitespace alone before the first call, is dropped (a run of it over
+// kMaxToolCallBytes is content); everything else not in a parsed call is content. What is held
+// back stays under 2 * kMaxToolCallBytes plus a marker. Any split of the same text into Feed()
+// calls followed by Finish() gives the same content (concatenated) and calls.
 class ToolCallStreamParser {
  public:
   // `parser` must be concrete (not kAuto); kNone passes every byte through as content.
