@@ -15,9 +15,9 @@ namespace strata::openai {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FakeBackend;
 using testing::FakeWriter;
+using ::testing::HasSubstr;
 using testing::TokensEvent;
 using Json = nlohmann::ordered_json;
 

@@ -1,8 +1,6 @@
 // Keyed requests a worker holds past their stream (worker/src/held_requests.h): the registry on
 // its own with recording sinks, then a real worker over gRPC, whose keyed Generate survives its
 // stream being cancelled and is taken over by Attach.
-#include "held_requests.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "held_requests.h"
 #include "strata/engine/presets.h"
 #include "strata/proto/protocol.h"
 #include "strata/worker/worker.h"
@@ -51,7 +50,8 @@ TEST(HeldRequestsTest, AttachReplaysFromTheFirstResponseThenForwardsTheLiveOnes)
   HeldRequests held(absl::Seconds(30));
   RecordingSink first, second;
   int cancels = 0;
-  auto h = held.Add(Key("key-0", "k#0"), [&] { ++cancels; }, &first);
+  auto h = held.Add(
+      Key("key-0", "k#0"), [&] { ++cancels; }, &first);
   ASSERT_TRUE(h.ok()) << h.status();
   (*h)->Output(Text("a"), false);
   (*h)->Output(Text("b"), false);
@@ -68,15 +68,21 @@ TEST(HeldRequestsTest, AttachReplaysFromTheFirstResponseThenForwardsTheLiveOnes)
   EXPECT_TRUE(second.ended_ok);
   EXPECT_EQ(cancels, 0);
   // The key stays taken while held; another tenant's same key is another request.
-  EXPECT_EQ(held.Add(Key("key-0", "k#0"), [] {}, &first).status().code(),
+  EXPECT_EQ(held.Add(
+                    Key("key-0", "k#0"), [] {}, &first)
+                .status()
+                .code(),
             absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(held.Add(Key("key-1", "k#0"), [] {}, &first).ok());
+  EXPECT_TRUE(held.Add(
+                      Key("key-1", "k#0"), [] {}, &first)
+                  .ok());
 }
 
 TEST(HeldRequestsTest, AnotherTenantOrAnotherRequestCannotAttach) {
   HeldRequests held(absl::Seconds(30));
   RecordingSink origin, thief;
-  auto h = held.Add(Key("key-0", "k#0", 7), [] {}, &origin);
+  auto h = held.Add(
+      Key("key-0", "k#0", 7), [] {}, &origin);
   ASSERT_TRUE(h.ok());
   (*h)->Output(Text("secret"), false);
   EXPECT_EQ(held.Attach(Key("key-1", "k#0", 7), &thief).status().code(),
@@ -96,7 +102,8 @@ TEST(HeldRequestsTest, AnotherTenantOrAnotherRequestCannotAttach) {
 TEST(HeldRequestsTest, ANewAttachTakesTheRequestFromTheStreamThatHadIt) {
   HeldRequests held(absl::Seconds(30));
   RecordingSink origin, retry;
-  auto h = held.Add(Key("", "k"), [] {}, &origin);
+  auto h = held.Add(
+      Key("", "k"), [] {}, &origin);
   ASSERT_TRUE(h.ok());
   (*h)->Output(Text("a"), false);
   ASSERT_TRUE(held.Attach(Key("", "k"), &retry).ok());
@@ -113,8 +120,10 @@ TEST(HeldRequestsTest, GraceExpiryCancelsAnUnfinishedRequestAndDropsAFinishedOne
   HeldRequests held(absl::Milliseconds(100));
   RecordingSink s1, s2, late;
   int cancels_running = 0, cancels_done = 0;
-  auto running = held.Add(Key("", "running"), [&] { ++cancels_running; }, &s1);
-  auto done = held.Add(Key("", "done"), [&] { ++cancels_done; }, &s2);
+  auto running = held.Add(
+      Key("", "running"), [&] { ++cancels_running; }, &s1);
+  auto done = held.Add(
+      Key("", "done"), [&] { ++cancels_done; }, &s2);
   ASSERT_TRUE(running.ok() && done.ok());
   (*done)->Output(Text("all"), true);
   held.Detach(*running, &s1);
@@ -138,7 +147,8 @@ TEST(HeldRequestsTest, GraceExpiryCancelsAnUnfinishedRequestAndDropsAFinishedOne
 TEST(HeldRequestsTest, AFailedRequestReplaysItsFailure) {
   HeldRequests held(absl::Seconds(30));
   RecordingSink origin, retry;
-  auto h = held.Add(Key("", "k"), [] {}, &origin);
+  auto h = held.Add(
+      Key("", "k"), [] {}, &origin);
   ASSERT_TRUE(h.ok());
   held.Detach(*h, &origin);
   (*h)->Output(Text("a"), false);
@@ -278,18 +288,16 @@ TEST_F(HeldWorkerTest, AKeyedRequestOutlivesItsStreamAndAttachGivesItAllFromTheS
   EXPECT_EQ(attached.tokens, uncut.tokens);
   EXPECT_EQ(attached.text, uncut.text);
   // What the cut stream had is the replay's beginning.
-  EXPECT_EQ(std::vector<int32_t>(attached.tokens.begin(),
-                                 attached.tokens.begin() + cut.tokens.size()),
-            cut.tokens);
+  EXPECT_EQ(
+      std::vector<int32_t>(attached.tokens.begin(), attached.tokens.begin() + cut.tokens.size()),
+      cut.tokens);
   // Finished and delivered, it can be collected again within the grace (an idempotent retry).
   const Collected again = AttachAll(*stub, "a#0");
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.text, uncut.text);
   // Another tenant's key, or another request's fingerprint, is not this request.
-  EXPECT_EQ(AttachAll(*stub, "a#0", 42, "key-1").status.error_code(),
-            grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(AttachAll(*stub, "a#0", 43).status.error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(AttachAll(*stub, "a#0", 42, "key-1").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(AttachAll(*stub, "a#0", 43).status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   // A second Generate with a held key is refused rather than run twice.
   EXPECT_EQ(GenerateAll(*stub, Request("dup", 4, "a#0")).status.error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
