@@ -286,19 +286,22 @@ void Job::StreamToolsLocked(int choice, const GenerateEvent& event) {
   };
   if (!out.content.empty()) {
     WriteLocked(ChatChunkJson(spec_.meta, choice, {{"content", out.content}}, take_logprobs(),
-                              FinishReason::kNone, spec_.include_usage));
+                              FinishReason::kNone, spec_.include_usage),
+                choice);
   }
   for (const ToolCall& call : KeepCalls(std::move(out.calls), c.tool_calls_sent)) {
     WriteLocked(ChatChunkJson(spec_.meta, choice,
                               {{"tool_calls", ToolCallsJson({&call, 1}, c.tool_calls_sent)}},
-                              nullptr, FinishReason::kNone, spec_.include_usage));
+                              nullptr, FinishReason::kNone, spec_.include_usage),
+                choice);
     ++c.tool_calls_sent;
   }
   if (event.finished) {
     OrderedJson finish =
         c.tool_calls_sent > 0 ? OrderedJson("tool_calls") : FinishReasonJson(event.finish_reason);
     WriteLocked(ChatChunkJsonWithFinish(spec_.meta, choice, OrderedJson::object(), take_logprobs(),
-                                        std::move(finish), spec_.include_usage));
+                                        std::move(finish), spec_.include_usage),
+                choice);
   }
 }
 
