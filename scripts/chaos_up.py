@@ -52,7 +52,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "cluster"))
 import cluster_util as cu  # noqa: E402
-import resume_client as rc  # noqa: E402
+import resume_client  # noqa: E402
 
 
 def main():
@@ -117,9 +117,10 @@ def main():
         """One logical request: (Result, None), or (None, the connection error) when every
         attempt failed."""
         try:
-            got = rc.post(router_port, "/v1/completions", body, key="" if args.no_retry else None,
-                          attempts=attempts, timeout=120)
-        except rc.CONNECTION_ERRORS as e:
+            got = resume_client.post(router_port, "/v1/completions", body,
+                                     key="" if args.no_retry else None, attempts=attempts,
+                                     timeout=120)
+        except resume_client.CONNECTION_ERRORS as e:
             return None, e
         with lock:
             retries["retries"] += got.retries

@@ -151,9 +151,9 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   plan.options.max_requests = f.max_requests;
   plan.options.max_model_len = f.max_model_len > 0 ? f.max_model_len : info->max_model_len;
   plan.options.clip_policy = f.clip == "skip" ? ClipPolicy::kSkip : ClipPolicy::kTruncateInput;
-  absl::StatusOr<std::unique_ptr<Replayer>> replayer = Replayer::Create(
-      {*url, f.model.empty() ? info->id : f.model, f.api_key, f.threads, f.timeout,
-       *ParsePromptSource(f.prompt_source), f.attempts});
+  absl::StatusOr<std::unique_ptr<Replayer>> replayer =
+      Replayer::Create({*url, f.model.empty() ? info->id : f.model, f.api_key, f.threads, f.timeout,
+                        *ParsePromptSource(f.prompt_source), f.attempts});
   if (!replayer.ok()) return replayer.status();
   plan.replayer = *std::move(replayer);
   plan.slo = {f.slo_ttft, f.slo_tpot};

@@ -45,8 +45,7 @@ std::optional<ApiError> ApplyResumeHeaders(const http::Request& request, const B
                                            JobSpec* spec) {
   const std::string key = Header(request, "idempotency-key");
   if (key.empty() || !backend.CanResume()) return std::nullopt;
-  if (key.size() > kMaxIdempotencyKeyBytes ||
-      !std::all_of(key.begin(), key.end(), KeyCharOk)) {
+  if (key.size() > kMaxIdempotencyKeyBytes || !std::all_of(key.begin(), key.end(), KeyCharOk)) {
     return ApiError::BadRequest(absl::StrCat("Idempotency-Key must have 1 to ",
                                              kMaxIdempotencyKeyBytes,
                                              " characters among letters, digits and -_.:~+=/"));

@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "strata/common/status_macros.h"

@@ -157,10 +157,9 @@ void StreamSession::OnConnect(beast::error_code ec) {
 void StreamSession::OnWrite(beast::error_code ec) {
   if (ec) return FinishNetworkError(ec, "write");
   stream_.expires_at(deadline_);
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code e, size_t) {
-                            self->OnHeader(e);
-                          });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code e, size_t) { self->OnHeader(e); });
 }
 
 void StreamSession::OnHeader(beast::error_code ec) {
@@ -177,10 +176,9 @@ void StreamSession::ReadBody() {
   parser_->get().body().data = chunk_;
   parser_->get().body().size = sizeof(chunk_);
   stream_.expires_at(deadline_);
-  http::async_read_some(stream_, buffer_, *parser_,
-                        [self = shared_from_this()](beast::error_code e, size_t) {
-                          self->OnBody(e);
-                        });
+  http::async_read_some(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code e, size_t) { self->OnBody(e); });
 }
 
 void StreamSession::OnBody(beast::error_code ec) {
@@ -230,8 +228,8 @@ bool StreamSession::Retry(beast::error_code ec) {
     ++r_->resumes;
     request_.set("Last-Event-ID", recorder_.last_event_id());
   }
-  const auto backoff = std::min(std::chrono::milliseconds(250 * (attempt_ - 1)),
-                                std::chrono::milliseconds(2000));
+  const auto backoff =
+      std::min(std::chrono::milliseconds(250 * (attempt_ - 1)), std::chrono::milliseconds(2000));
   backoff_.expires_after(backoff);
   backoff_.async_wait([self = shared_from_this()](beast::error_code) { self->Connect(); });
   return true;

@@ -1,11 +1,11 @@
 #include "cluster_backend.h"
 
+#include <grpcpp/alarm.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <type_traits>
-
-#include <grpcpp/alarm.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -118,9 +118,7 @@ class ProbeGroup : public std::enable_shared_from_this<ProbeGroup> {
 // ProbeGroup). Keeps itself alive (self_) until OnDone. Watched for silence
 // (ClusterBackend::Watch) from Start to OnDone.
 template <typename Msg>
-class Attempt final : public grpc::ClientReadReactor<Msg>,
-                      public WatchedStream,
-                      public CallStream {
+class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream, public CallStream {
  public:
   static constexpr bool kAttach = std::is_same_v<Msg, v1::AttachResponse>;
   Attempt(std::shared_ptr<CallState> state, Placement placement,
@@ -387,17 +385,17 @@ void ProbeGroup::Start(double not_before_s) {
     return;
   }
   std::weak_ptr<ProbeGroup> weak = weak_from_this();
-  settle_alarm_.Set(std::chrono::system_clock::now() +
-                        std::chrono::microseconds(int64_t(wait_s * 1e6)),
-                    [weak](bool ok) {
-                      auto g = weak.lock();
-                      if (g == nullptr) return;
-                      if (ok) {
-                        g->Probe();
-                      } else {  // the process is shutting down
-                        g->Decide(false);
-                      }
-                    });
+  settle_alarm_.Set(
+      std::chrono::system_clock::now() + std::chrono::microseconds(int64_t(wait_s * 1e6)),
+      [weak](bool ok) {
+        auto g = weak.lock();
+        if (g == nullptr) return;
+        if (ok) {
+          g->Probe();
+        } else {  // the process is shutting down
+          g->Decide(false);
+        }
+      });
 }
 
 void ProbeGroup::Probe() {
@@ -410,8 +408,8 @@ void ProbeGroup::Probe() {
     if (!only_.empty() && workers[i].id != only_) continue;
     Placement at;
     at.decode_id = workers[i].id;
-    probes.push_back(std::make_shared<Attempt<v1::AttachResponse>>(state_, std::move(at),
-                                                                    stubs[i], shared_from_this()));
+    probes.push_back(std::make_shared<Attempt<v1::AttachResponse>>(state_, std::move(at), stubs[i],
+                                                                   shared_from_this()));
   }
   if (probes.empty()) {
     // No decode worker registered yet (a router that has just started): ask them once the
@@ -435,11 +433,11 @@ void ProbeGroup::Probe() {
     for (const auto& p : probes) probes_.push_back(p);
   }
   std::weak_ptr<ProbeGroup> weak = weak_from_this();
-  deadline_alarm_.Set(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(int64_t(kProbeTimeoutS * 1000)),
-                      [weak](bool ok) {
-                        if (auto g = weak.lock(); g != nullptr && ok) g->Expire();
-                      });
+  deadline_alarm_.Set(
+      std::chrono::system_clock::now() + std::chrono::milliseconds(int64_t(kProbeTimeoutS * 1000)),
+      [weak](bool ok) {
+        if (auto g = weak.lock(); g != nullptr && ok) g->Expire();
+      });
   for (auto& p : probes) p->Start(p);
 }
 

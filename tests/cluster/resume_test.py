@@ -57,6 +57,7 @@ class ResumeTest(unittest.TestCase):
                                  ["--served-model-name", MODEL,
                                   "--detached-request-grace-s", "20"])
         self.procs.append(worker)
+        self.worker_http = int(worker.match.group(1))
         self.assertTrue(cu.wait_until(lambda: cu.metric(self.http, "strata_router_workers",
                                                         {"role": "mixed"}) == 1, timeout=30))
 
@@ -116,6 +117,8 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(whole.text(), ref_text)
         self.assertEqual(cu.metric(self.http, "strata_router_idempotent_lookups_total",
                                    {"result": "attached"}), 2)
+        # The worker keeps the finished answer for the rest of its grace.
+        self.assertEqual(cu.metric(self.worker_http, "strata_worker_held_requests"), 1)
 
     def test_a_chat_stream_resumes_after_its_first_events(self):
         req = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me more."}],

@@ -1,7 +1,9 @@
 // The front end's part in resuming a request after its router died: Idempotency-Key and
 // Last-Event-ID reach the backend, keyed streams number their chunks (SSE `id:`), and a resumed
 // stream skips exactly the chunks its client has.
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,9 +17,9 @@ namespace strata::openai {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FakeBackend;
 using testing::FakeWriter;
+using ::testing::HasSubstr;
 using testing::TokensEvent;
 using Json = nlohmann::ordered_json;
 
@@ -202,6 +204,51 @@ TEST_F(ResumeFrontendTest, ABackendThatCannotResumeIgnoresTheHeaders) {
   EmitAnswer(0);
   for (const Sse& e : ParseSse(w->body())) EXPECT_EQ(e.id, "");
   EXPECT_EQ(Texts(ParseSse(w->body()), false), "abcde");
+}
+
+// A chat stream that calls tools: its tool-call chunks are numbered and skipped like the others.
+TEST_F(ResumeFrontendTest, ToolCallChunksAreNumberedAndSkippedToo) {
+  const std::string dir = kFixtures + "/chat_templates/qwen2_5";
+  std::ifstream cases_in(dir + "/cases.json"), tmpl_in(dir + "/template.jinja");
+  std::stringstream cases_text, tmpl_text;
+  cases_text << cases_in.rdbuf();
+  tmpl_text << tmpl_in.rdbuf();
+  const Json cases = Json::parse(cases_text.str());
+  auto tmpl = ChatTemplate::FromString(tmpl_text.str(), cases["bos_token"], cases["eos_token"]);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ServedModel model{"tiny", tokenizer_.get(), &*tmpl, 4096, 384};
+  auto frontend = Frontend::Create(&backend_, model, {});
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  auto chat = [&](std::map<std::string, std::string> headers) {
+    http::Request req;
+    req.method = "POST";
+    req.path = req.target = "/v1/chat/completions";
+    req.body = R"({"model":"tiny","stream":true,"messages":[{"role":"user","content":"time?"}],)"
+               R"("tools":[{"type":"function","function":{"name":"get_time"}}]})";
+    req.headers = std::move(headers);
+    auto writer = std::make_shared<FakeWriter>();
+    (*frontend)->HandleChatCompletions(req, writer);
+    return writer;
+  };
+  const std::string call = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+  auto emit = [&](int i) {
+    backend_.Emit(i, TokensEvent({1}, "Checking.\n"));
+    backend_.Emit(i, TokensEvent({1}, call, true, FinishReason::kStop));
+  };
+  auto first = chat({{"idempotency-key", "tools-1"}});
+  emit(0);
+  const std::vector<Sse> whole = ParseSse(first->body());
+  // The role, the content, the call, the finish; then [DONE].
+  ASSERT_EQ(whole.size(), 5u) << first->body();
+  EXPECT_EQ(whole[3].id, "4");
+  EXPECT_THAT(whole[2].data, HasSubstr("tool_calls"));
+  auto resumed = chat({{"idempotency-key", "tools-1"}, {"last-event-id", "2"}});
+  emit(1);
+  const std::vector<Sse> rest = ParseSse(resumed->body());
+  ASSERT_EQ(rest.size(), 3u) << resumed->body();
+  EXPECT_EQ(rest[0].id, "3");
+  EXPECT_THAT(rest[0].data, HasSubstr("get_time"));
+  EXPECT_THAT(rest[1].data, HasSubstr(R"("finish_reason":"tool_calls")"));
 }
 
 }  // namespace

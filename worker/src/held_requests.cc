@@ -46,8 +46,7 @@ void HeldRequest::AttachLocked(ResponseSink* sink) {
 }
 
 HeldRequests::HeldRequests(absl::Duration grace) : grace_(grace) {
-  const absl::Duration period =
-      std::clamp(grace_ / 10, absl::Milliseconds(10), absl::Seconds(1));
+  const absl::Duration period = std::clamp(grace_ / 10, absl::Milliseconds(10), absl::Seconds(1));
   reaper_ = std::thread([this, period] {
     while (!stop_.WaitForNotificationWithTimeout(period)) Expire(absl::Now());
   });

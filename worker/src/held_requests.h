@@ -94,8 +94,7 @@ class HeldRequests {
   // Gives the held request to `sink` (see the contract above); the request is returned so the
   // sink can Detach when its stream ends. NOT_FOUND: no such key (or tenant), or its grace ran
   // out; FAILED_PRECONDITION: the key names a request with another fingerprint.
-  absl::StatusOr<std::shared_ptr<HeldRequest>> Attach(const v1::ResumeKey& key,
-                                                      ResponseSink* sink);
+  absl::StatusOr<std::shared_ptr<HeldRequest>> Attach(const v1::ResumeKey& key, ResponseSink* sink);
   // `sink`'s stream is over: the request waits for an Attach for the grace period.
   void Detach(const std::shared_ptr<HeldRequest>& held, ResponseSink* sink);
 

@@ -153,6 +153,13 @@ class WorkerImpl final : public Worker {
     metrics_ =
         std::make_unique<WorkerMetrics>(options_.id, loop_.get(), watchdog_.get(), agent_.get(),
                                         prefill_.get(), decode_.get(), handoff_path_);
+    if (held_ != nullptr) {
+      held_gauge_ = metrics_->registry()
+                        .GaugeOrDie("strata_worker_held_requests",
+                                    "Requests with a resume key held here (running, or finished "
+                                    "and kept for a retry through another router)")
+                        .AddCallback({}, [h = held_.get()] { return double(h->size()); });
+    }
     if (options_.kv_tiers.remote_from_router && !has_router()) {
       return absl::InvalidArgumentError("G4 daemons from the router need a router address");
     }
@@ -274,6 +281,7 @@ class WorkerImpl final : public Worker {
     // be; and queued demotions are written now, while everything they need still exists.
     tiering_.reset();
     if (grpc_) grpc_->Wait();
+    held_gauge_.Reset();
     held_.reset();  // its expiry cancels through the drivers
     prefill_.reset();
     decode_.reset();
@@ -326,6 +334,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::unique_ptr<WorkerMetrics> metrics_;
+  metrics::CallbackHandle held_gauge_;  // strata_worker_held_requests, while held_ lives
   std::unique_ptr<http::Server> http_;
   std::unique_ptr<LocalBackend> backend_;
   std::unique_ptr<openai::Frontend> frontend_;

@@ -36,7 +36,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<Msg>, public Respons
     absl::MutexLock lock(&mu_);
     if (!alive_ || finishing_) return;
     finishing_ = true;
-    if (!writing_) this->Finish(std::move(status));
+    if (!writing_)
+      this->Finish(std::move(status));
     else pending_status_ = std::move(status);
   }
 
@@ -169,8 +170,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
   decode::DecodeDriver* decode = decode_;
   EngineLoop* loop = loop_;
   std::function<void()> cancel = [=] {
-    if (remote_prefill) decode->Cancel(id);
-    else loop->Abort(id);
+    if (remote_prefill)
+      decode->Cancel(id);
+    else
+      loop->Abort(id);
   };
   const bool keyed = request->has_resume() && held_ != nullptr;
   // A keyed request is detached, not cancelled, when its stream ends (HeldRequests).

@@ -29,7 +29,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
   grpc::ServerWriteReactor<v1::AttachResponse>* Attach(grpc::CallbackServerContext* context,
-                                                      const v1::AttachRequest* request) override;
+                                                       const v1::AttachRequest* request) override;
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const v1::PrefillRequest* request,
                                     v1::PrefillResponse* response) override;
