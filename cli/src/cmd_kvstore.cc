@@ -52,12 +52,7 @@ int RunKvstore(const Args& args) {
               "eviction policy (kvstore registry: lru, s3-fifo, arc, ghost-lru, ...)");
   p.AddInt64("--lease-timeout-ms", &lease_timeout_ms,
              "how long an unreleased lease or reservation holds a block");
-  p.AddString("--router", &o.router_address,
-              "routers' registries, host:port[,host:port...]: registers with each (empty and no "
-              "--router-service: standalone)");
-  p.AddString("--router-service", &o.router_service,
-              "host:port whose name resolves to every router (a headless Service), re-resolved "
-              "every 5 s: registers with each address");
+  AddRouterFlags(p, &o.router_address, &o.router_service);
   p.AddString("--model-identity", &o.model_identity, "model whose blocks it holds (empty: any)");
   p.AddDouble("--heartbeat-seconds", &heartbeat_s, "interval of heartbeats to the router");
   proto::TlsFiles tls;

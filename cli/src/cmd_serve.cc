@@ -215,12 +215,7 @@ int RunWorker(const Args& args) {
   p.AddString("--host", &o.host, "address to listen on");
   p.AddInt("--http-port", &o.http_port, "health/metrics (and API if mixed) port (0: any)");
   p.AddInt("--grpc-port", &o.grpc_port, "Worker service port (0: any)");
-  p.AddString("--router", &o.router_address,
-              "routers' registries, host:port[,host:port...]: registers with each (empty and no "
-              "--router-service: standalone)");
-  p.AddString("--router-service", &o.router_service,
-              "host:port whose name resolves to every router (a headless Service), re-resolved "
-              "every 5 s: registers with each address");
+  AddRouterFlags(p, &o.router_address, &o.router_service);
   p.AddString("--model", &model, "model directory or preset:NAME");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (mixed)");
   p.AddString("--plugin", &o.engine.plugin, "engine plugin name or path");

@@ -4,6 +4,15 @@
 
 namespace strata::cli {
 
+void AddRouterFlags(ArgParser& parser, std::string* routers, std::string* service) {
+  parser.AddString("--router", routers,
+                   "routers' registries, host:port[,host:port...]: registers with each (empty and "
+                   "no --router-service: standalone)");
+  parser.AddString("--router-service", service,
+                   "host:port whose name resolves to every router (a headless Service), "
+                   "re-resolved every 5 s: registers with each address");
+}
+
 void AddTlsFlags(ArgParser& parser, proto::TlsFiles* files) {
   parser.AddString("--tls-ca", &files->ca,
                    "cluster CA certificate(s), PEM: with --tls-cert and --tls-key, every cluster "

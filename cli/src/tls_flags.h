@@ -1,6 +1,8 @@
 #pragma once
-// The cluster mTLS flags of every process that serves or dials cluster gRPC (`strata router`,
-// `strata worker`, `strata kvstore`): --tls-ca, --tls-cert, --tls-key (proto/cluster_tls.h).
+// How a process joins the cluster's gRPC: the routers it registers with (`strata worker`,
+// `strata kvstore`: --router, --router-service; proto/registry_client.h), and the cluster mTLS
+// flags of every process that serves or dials cluster gRPC (`strata router`, `strata worker`,
+// `strata kvstore`): --tls-ca, --tls-cert, --tls-key (proto/cluster_tls.h).
 #include <string>
 
 #include "absl/status/status.h"
@@ -8,6 +10,9 @@
 #include "strata/proto/cluster_tls.h"
 
 namespace strata::cli {
+
+// --router (a host:port list) and --router-service (a name resolving to every router).
+void AddRouterFlags(ArgParser& parser, std::string* routers, std::string* service);
 
 void AddTlsFlags(ArgParser& parser, proto::TlsFiles* files);
 
