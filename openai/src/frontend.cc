@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "src/generation_job.h"
+#include "src/request_pool.h"
 #include "src/resume.h"
 #include "strata/common/logging.h"
 #include "strata/openai/format.h"
@@ -143,6 +144,10 @@ Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
       created_(absl::ToUnixSeconds(absl::Now())),
       rate_limiter_(options_.rate_limit, options_.api_key_rate_limits),
       observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {
+  if (options_.request_threads > 0) {
+    pool_ = std::make_unique<internal::RequestPool>(
+        options_.request_threads, std::max<size_t>(1, options_.max_queued_requests));
+  }
   if (tool_parser_ == ToolCallParser::kAuto) {
     tool_parser_ = model_.chat_template != nullptr
                        ? DetectToolCallParser(model_.chat_template->source())
@@ -186,8 +191,34 @@ void Frontend::Install(http::Server& server) {
       (this->*method)(r, std::move(w));
     };
   };
-  server.Route("POST", "/v1/completions", bind(&Frontend::HandleCompletions));
-  server.Route("POST", "/v1/chat/completions", bind(&Frontend::HandleChatCompletions));
+  // The requests that parse, render and tokenize run on the request threads.
+  auto offload = [this](void (Frontend::*method)(const http::Request&,
+                                                 std::shared_ptr<http::ResponseWriter>)) {
+    return [this, method](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+      if (pool_ == nullptr) return (this->*method)(r, std::move(w));
+      auto request = std::make_shared<const http::Request>(r);
+      internal::RequestPool::Task task;
+      task.run = [this, method, request, w] { (this->*method)(*request, w); };
+      task.dropped = [w] {
+        ApiError e;
+        e.http_status = 503;
+        e.type = "server_error";
+        e.message = "The server is shutting down.";
+        internal::RespondApiError(*w, e);
+      };
+      if (!pool_->Submit(std::move(task))) {
+        ApiError e;
+        e.http_status = 503;
+        e.type = "server_error";
+        e.message = absl::StrCat("The server is busy: ", options_.max_queued_requests,
+                                 " requests wait to be read. Retry shortly.");
+        e.retry_after_s = 1;
+        internal::RespondApiError(*w, e);
+      }
+    };
+  };
+  server.Route("POST", "/v1/completions", offload(&Frontend::HandleCompletions));
+  server.Route("POST", "/v1/chat/completions", offload(&Frontend::HandleChatCompletions));
   server.Route("GET", "/v1/models", bind(&Frontend::HandleModels));
   server.Route("GET", "/health", bind(&Frontend::HandleHealth));
   server.Route("GET", "/ready", bind(&Frontend::HandleReady));
@@ -197,8 +228,8 @@ void Frontend::Install(http::Server& server) {
   server.Route("GET", "/model_info", bind(&Frontend::HandleModelInfo));
   server.Route("GET", "/get_model_info", bind(&Frontend::HandleModelInfo));
   server.Route("GET", "/get_load", bind(&Frontend::HandleGetLoad));
-  server.Route("POST", "/tokenize", bind(&Frontend::HandleTokenize));
-  server.Route("POST", "/detokenize", bind(&Frontend::HandleDetokenize));
+  server.Route("POST", "/tokenize", offload(&Frontend::HandleTokenize));
+  server.Route("POST", "/detokenize", offload(&Frontend::HandleDetokenize));
 }
 
 void Frontend::NoteUnknownParams(const std::vector<std::string>& names) {

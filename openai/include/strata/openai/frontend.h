@@ -36,6 +36,7 @@
 
 namespace strata::openai {
 namespace internal {
+class RequestPool;
 struct JobSpec;
 }  // namespace internal
 
@@ -100,6 +101,12 @@ struct FrontendOptions {
   // auth is off. Over a limit: 429 with Retry-After.
   RateLimit rate_limit;
   std::vector<std::optional<RateLimit>> api_key_rate_limits;
+  // Threads that parse, render and tokenize /v1/completions, /v1/chat/completions, /tokenize
+  // and /detokenize requests, off the HTTP I/O threads (a long prompt's tokenization would stall
+  // every connection of its I/O thread); 0: on the I/O thread. Past max_queued_requests
+  // requests waiting for them, a request gets 503 with Retry-After at once.
+  int request_threads = 2;
+  size_t max_queued_requests = 4096;
   // Report usage.prompt_tokens_details.cached_tokens as 0 (metrics keep the real count): the
   // number tells a client whether someone else sent the same prefix before.
   bool hide_cached_tokens = false;
@@ -188,6 +195,8 @@ class Frontend {
   // to its key's bucket.
   class RefundingObserver;
   std::unique_ptr<RefundingObserver> observer_;
+  // Last, so it is destroyed (its threads joined) before anything its tasks use.
+  std::unique_ptr<internal::RequestPool> pool_;
   absl::Mutex unknown_mu_;
   // Unknown field names already logged; bounded (kMaxUnknownNamesLogged).
   absl::flat_hash_set<std::string> unknown_logged_ ABSL_GUARDED_BY(unknown_mu_);
