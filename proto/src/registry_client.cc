@@ -272,7 +272,7 @@ bool RegistryClient::Register(Link& link) {
   return true;
 }
 
-std::vector<v1::KvEvent> RegistryClient::TakeFor(Link& link) {
+std::optional<std::vector<v1::KvEvent>> RegistryClient::TakeFor(Link& link) {
   absl::MutexLock lock(&mu_);
   if (hooks_.take_events) {
     std::vector<v1::KvEvent> events = hooks_.take_events();
@@ -288,17 +288,16 @@ std::vector<v1::KvEvent> RegistryClient::TakeFor(Link& link) {
       }
     }
   }
+  if (link.overflowed) return std::nullopt;
   std::vector<v1::KvEvent> out;
   out.swap(link.queue);
   return out;
 }
 
 bool RegistryClient::Beat(Link& link) {
-  std::vector<v1::KvEvent> events = TakeFor(link);
-  {
-    absl::MutexLock lock(&mu_);
-    if (link.overflowed) return false;  // re-register: the router's index is rebuilt
-  }
+  std::optional<std::vector<v1::KvEvent>> taken = TakeFor(link);
+  if (!taken) return false;  // the queue overflowed: re-register, and the router's index is rebuilt
+  std::vector<v1::KvEvent> events = *std::move(taken);
   v1::HeartbeatRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_worker_id(info_.id());

@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <thread>
@@ -96,8 +97,9 @@ class RegistryClient {
   void RunLink(Link& link);
   bool Register(Link& link);
   bool Beat(Link& link);
-  // Drains the hooks' events into every registered link's queue; returns `link`'s queue.
-  std::vector<v1::KvEvent> TakeFor(Link& link);
+  // Drains the hooks' events into every registered link's queue; returns `link`'s queue, or
+  // nullopt when it overflowed (the link must register again).
+  std::optional<std::vector<v1::KvEvent>> TakeFor(Link& link);
   void ReportKvstores();
 
   RouterTargets targets_;
