@@ -143,8 +143,8 @@ int RunRouter(const Args& args) {
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
   p.AddDouble("--worker-grace", &worker_grace_s,
-              "within this many seconds of the start, a request that finds no decode worker waits "
-              "for one to register instead of getting 503 (0: none)");
+              "within this many seconds of the start, or of its worker's failure, a request that "
+              "finds no decode worker waits for one to register instead of getting 503 (0: none)");
   p.AddDouble("--worker-stream-idle-timeout-s", &stream_idle_s,
               "a worker stream on which nothing arrives for this many seconds is cancelled, the "
               "worker dropped and the request moved to another worker (0: no limit)");

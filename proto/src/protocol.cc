@@ -1,6 +1,10 @@
 #include "strata/proto/protocol.h"
 
+#include <deque>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "strata/proto/cluster_tls.h"
 
 namespace strata::proto {
@@ -122,6 +126,43 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Reconnect quickly after a worker restarts (the default backoff grows to minutes).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, std::move(credentials), args);
+}
+
+namespace {
+
+// The thread DestroyOffCallbackThreads hands its work to. Never destroyed: it may still be
+// needed while static objects are destroyed at exit.
+class Destroyer {
+ public:
+  Destroyer() { std::thread([this] { Run(); }).detach(); }
+  void Add(std::function<void()> destroy) {
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(std::move(destroy));
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> next;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::deque<std::function<void()>>* q) { return !q->empty(); }, &pending_));
+        next = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      next();
+    }
+  }
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+void DestroyOffCallbackThreads(std::function<void()> destroy) {
+  static Destroyer* const destroyer = new Destroyer();
+  destroyer->Add(std::move(destroy));
 }
 
 void ConfigureServer(grpc::ServerBuilder& builder) {

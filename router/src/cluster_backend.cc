@@ -63,7 +63,8 @@ struct CallState {
   std::vector<int32_t> delivered_tokens;
   uint64_t delivered_text = 0;
   int resumes = 0;
-  double arrival_s = 0;  // ClusterBackend::Now() at Generate
+  double arrival_s = 0;     // ClusterBackend::Now() at Generate
+  double failed_at_s = -1;  // when its last worker failed (-1: none has)
   // A keyed request looking for a worker that holds it (ProbeGroup); reset once decided.
   std::shared_ptr<ProbeGroup> probe;
 };
@@ -298,6 +299,7 @@ class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream,
       // place again.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
+      state_->failed_at_s = ClusterBackend::Now();
       if (b->metrics().retries) b->metrics().retries->Default()->Increment();
       StartAttempt(state_);
     } else if (gone && streamed && state_->resumes < kMaxResumes) {
@@ -305,6 +307,7 @@ class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream,
       // has (they end the prompt there and count as output), so nothing it saw is sent twice.
       b->pool()->Remove(down, status.error_message());
       state_->exclude.push_back(down);
+      state_->failed_at_s = ClusterBackend::Now();
       ++state_->resumes;
       if (b->metrics().resumes) b->metrics().resumes->Increment();
       PlaceOrAnswer(state_);
@@ -347,6 +350,8 @@ class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream,
 
   std::shared_ptr<CallState> state_;
   Placement placement_;
+  // Declared before context_, so it outlives the call: its channel is then destroyed where
+  // proto::ShareCallbackStub says, never inside OnDone's `self_.reset()`.
   std::shared_ptr<v1::Worker::Stub> decode_stub_;
   absl::Time placed_at_;
   bool observed_ = false;
@@ -415,7 +420,7 @@ void ProbeGroup::Probe() {
     // No decode worker registered yet (a router that has just started): ask them once the
     // first registers, within the router's worker grace.
     std::weak_ptr<ProbeGroup> weak = weak_from_this();
-    const bool parked = only_.empty() && b->AwaitDecodeWorker([weak](const absl::Status& s) {
+    const bool parked = only_.empty() && b->AwaitDecodeWorker(-1, [weak](const absl::Status& s) {
       if (auto g = weak.lock()) {
         if (s.ok()) {
           g->Probe();
@@ -651,23 +656,21 @@ void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
     Enqueue(state, placed);
     return;
   }
-  // No decode worker yet (a router that has just started): wait for one to register. Only a
-  // request that has not failed over: one resumed after a worker's failure crashed the router
-  // in gRPC (a completion-queue refcount assertion) under load, cause not found; it is
-  // answered 503 as before.
-  if (placed.code() == absl::StatusCode::kUnavailable && state->attempts == 1 &&
-      state->resumes == 0) {
-    const bool parked = b->AwaitDecodeWorker([state](const absl::Status& resumed) {
-      {
-        absl::MutexLock lock(&state->mu);
-        if (state->cancelled) return;  // its client left while it waited
-      }
-      if (resumed.ok()) {
-        PlaceOrAnswer(state);
-      } else {
-        Answer(state, resumed);
-      }
-    });
+  // No decode worker (a router that has just started, or this request's worker failed and
+  // none is left): wait for one to register.
+  if (placed.code() == absl::StatusCode::kUnavailable) {
+    const bool parked =
+        b->AwaitDecodeWorker(state->failed_at_s, [state](const absl::Status& resumed) {
+          {
+            absl::MutexLock lock(&state->mu);
+            if (state->cancelled) return;  // its client left while it waited
+          }
+          if (resumed.ok()) {
+            PlaceOrAnswer(state);
+          } else {
+            Answer(state, resumed);
+          }
+        });
     if (parked) return;
   }
   if (b->metrics().rejections) {
@@ -786,9 +789,10 @@ void ClusterBackend::WakeQueue() {
   if (queue_ != nullptr) queue_->Wake(Now());
 }
 
-bool ClusterBackend::AwaitDecodeWorker(std::function<void(const absl::Status&)> resume) {
+bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
+                                       std::function<void(const absl::Status&)> resume) {
   const double now = Now();
-  const double deadline = started_s_ + worker_grace_s_;
+  const double deadline = (failed_at_s >= 0 ? failed_at_s : started_s_) + worker_grace_s_;
   if (now >= deadline) return false;
   {
     absl::MutexLock lock(&await_mu_);

@@ -10,7 +10,7 @@
 // woken whenever capacity may have changed. A request that finds no decode worker registered
 // waits for one for up to `worker_grace_s` instead of getting 503 at once: within that long of
 // the router's start (a router that has just been restarted, whose workers register again with
-// their next heartbeat).
+// their next heartbeat), or of the failure of its own worker (a restarted worker comes back).
 // A keyed request (the client's Idempotency-Key) first asks the decode workers whether one holds
 // it (a retry after its router died, docs/architecture.md "Router failure") and is served from
 // that worker's held generation; otherwise it is placed as usual, with the key, so its worker
@@ -62,8 +62,8 @@ class ClusterBackend final : public openai::Backend {
   // `recorder` (optional, not owned) gets every request as it arrives. `queue` (optional, not
   // owned): requests the goodput policy cannot place now but could after waiting for a decode
   // slot wait there (admission_queue.h) instead of getting 429 at once.
-  // `worker_grace_s`: how long after construction a request that finds no decode worker may
-  // wait for one (0: answered 503 at once). `stream_idle_timeout_s`: a worker stream on which
+  // `worker_grace_s`: how long after construction, or after its worker failed, a request that
+  // finds no decode worker may wait for one (0: answered 503 at once). `stream_idle_timeout_s`: a worker stream on which
   // nothing (no token, no end) arrives for this long is cancelled, its worker dropped from the
   // pool and the request placed again or resumed elsewhere, as when a worker dies (a hung
   // worker's requests move on); 0: no limit. `resume_settle_s`: keyed requests that arrive
@@ -87,11 +87,11 @@ class ClusterBackend final : public openai::Backend {
   // resumes the requests waiting for a decode worker once one has registered (or answers them
   // 503 when their grace is over).
   void WakeQueue();
-  // Within the worker grace of the router's start: keeps `resume` until a decode worker
-  // registers (called with OK) or the grace ends or the router drains (called with the error)
-  // and returns true; false (nothing kept) after the grace, while draining, or when too many
-  // wait already.
-  bool AwaitDecodeWorker(std::function<void(const absl::Status&)> resume);
+  // Within the worker grace (from the router's start, or from `failed_at_s` >= 0, when the
+  // request's worker failed): keeps `resume` until a decode worker registers (called with OK)
+  // or the grace ends or the router drains (called with the error) and returns true; false
+  // (nothing kept) after the grace, while draining, or when too many wait already.
+  bool AwaitDecodeWorker(double failed_at_s, std::function<void(const absl::Status&)> resume);
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }

@@ -118,7 +118,8 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info, const 
   e.view.grpc_address = info.grpc_address();
   e.view.last_heartbeat = absl::Now();
   e.view.profile = std::move(profile);
-  e.stub = v1::Worker::NewStub(proto::MakeChannel(info.grpc_address()));
+  // Its calls are the router's reactors (cluster_backend.cc).
+  e.stub = proto::ShareCallbackStub(v1::Worker::NewStub(proto::MakeChannel(info.grpc_address())));
   e.peer = peer;
   (void)index_.RegisterWorker(e.view.index_id);
   workers_[info.id()] = std::move(e);

@@ -431,6 +431,67 @@ class UpTest(unittest.TestCase):
                 up.stop(signal.SIGKILL)
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_up_requests_wait_for_their_only_decode_worker_to_be_started_again(self):
+        """The only decode worker dies mid-answer, twice, under concurrent streaming and
+        non-streaming requests: the router finds no decode worker to place them on again,
+        waits (--worker-grace, counted from the failure) while `strata up` starts the worker
+        again, and every client gets the whole answer, the same as before the failures."""
+        tmp = tempfile.mkdtemp(prefix="strata_up_decode_test_")
+        up = None
+        try:
+            up = cu.start_up(STRATA, tmp, "prefill: {count: 1}\ndecode: {count: 1}\n"
+                             "router: {http_port: 0}\nengine: {num_kv_blocks: 512}\n")
+            # Past the grace that follows the router's own start: only the wait after the
+            # worker's failure can save the requests.
+            time.sleep(6)
+            body = completion_body(LONG_PROMPT, max_tokens=600)
+            status, reference = cu.request(up.http, "POST", "/v1/completions", body, timeout=300)
+            self.assertEqual(status, 200, reference)
+            want = reference["choices"][0]["text"]
+
+            def one(i):
+                if i % 2:
+                    return cu.request(up.http, "POST", "/v1/completions", body, timeout=300)
+                status, events, done = cu.stream(up.http, "/v1/completions",
+                                                 dict(body, stream=True), timeout=300)
+                if status != 200:
+                    return status, events
+                text = "".join(e["choices"][0]["text"] for e in events if e.get("choices"))
+                return (200 if done else 599), {"choices": [{"text": text}]}
+
+            for kill in range(2):
+                ports = dict(l.split(": http://127.0.0.1:") for l in up.output.splitlines()
+                             if l.startswith("  ") and l.endswith("/metrics"))
+                decode_port = int(ports["  decode-0"].split("/")[0])
+                pool = concurrent.futures.ThreadPoolExecutor(8)
+                clients = [pool.submit(one, i) for i in range(8)]
+                steps0 = cu.metric(decode_port, "strata_worker_engine_steps_total") or 0
+                assert cu.wait_until(
+                    lambda: (cu.metric(decode_port, "strata_worker_engine_steps_total") or 0)
+                    > steps0 + 20 or any(c.done() for c in clients), timeout=60)
+                self.assertFalse(any(c.done() for c in clients),
+                                 "an answer was done before its worker was killed")
+                decode = int(subprocess.run(["pgrep", "-P", str(up.p.pid), "-f", "id decode-0 "],
+                                            capture_output=True, text=True).stdout.split()[0])
+                os.kill(decode, signal.SIGKILL)
+                for c in clients:
+                    status, answer = c.result(timeout=300)
+                    self.assertEqual(status, 200, answer)
+                    self.assertEqual(answer["choices"][0]["text"], want)
+                pool.shutdown()
+                self.assertEqual(up.tail_all().count("decode-0 is ready again"), kill + 1,
+                                 up.tail())
+            # Every request was placed again after each failure: from the start, or (a stream
+            # with tokens already) resumed.
+            moved = ((cu.metric(up.http, "strata_router_retries_total") or 0) +
+                     (cu.metric(up.http, "strata_router_resumed_streams_total") or 0))
+            self.assertGreaterEqual(moved, 16)
+            self.assertEqual(up.stop(signal.SIGTERM, timeout=60), 0, up.tail())
+        finally:
+            if up is not None and up.p.poll() is None:
+                up.stop(signal.SIGKILL)
+            shutil.rmtree(tmp, ignore_errors=True)
+
 
 class StandaloneAdmissionTest(unittest.TestCase):
     """A standalone mixed worker has its own admission limit: with one running and one waiting

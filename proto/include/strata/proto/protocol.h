@@ -2,6 +2,8 @@
 // Shared helpers of the control-plane protocol (strata.proto): the version every request
 // carries, message-size limits, and conversions between messages and request/absl types.
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
@@ -42,6 +44,24 @@ SampleResult FromProto(const v1::Sample& sample);
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials);
+// Runs `destroy` on a thread of strata's own (one per process, started on first use), not on
+// the calling thread.
+void DestroyOffCallbackThreads(std::function<void()> destroy);
+
+// Shares a stub whose calls use gRPC's callback API (reactors), so that the stub and its
+// channel are destroyed off gRPC's callback threads, whichever thread drops the last reference.
+// A channel that has made callback calls holds the process-wide callback completion queue; when
+// the last such channel is destroyed on one of the threads polling that queue (a reactor's
+// OnDone that lets go of its stub), gRPC shuts the queue down, joins its polling threads (that
+// one included, which cannot be joined) and frees it, and the thread then polls the freed queue:
+// a double free or a refcount assertion that aborts the process.
+template <typename Stub>
+std::shared_ptr<Stub> ShareCallbackStub(std::unique_ptr<Stub> stub) {
+  return std::shared_ptr<Stub>(stub.release(), [](Stub* s) {
+    if (s != nullptr) DestroyOffCallbackThreads([s] { delete s; });
+  });
+}
+
 // Applies strata's limits to a server under construction.
 void ConfigureServer(grpc::ServerBuilder& builder);
 // What a cluster gRPC server listens with: the process's cluster credentials (cluster_tls.h).

@@ -49,9 +49,10 @@ struct RouterOptions {
   // How often the admission queue is woken when nothing else woke it (expiring slack).
   absl::Duration admission_tick = absl::Milliseconds(50);
   absl::Duration dead_after = absl::Seconds(3);
-  // Within this long of the start, a request that finds no decode worker registered waits for
-  // one (a restarted router's workers register again with their next heartbeat) instead of
-  // getting 503 at once. 0: no grace.
+  // A request that finds no decode worker registered waits for one up to this long instead of
+  // getting 503 at once: within this long of the start (a restarted router's workers register
+  // again with their next heartbeat), or of its own worker's failure (a restarted worker comes
+  // back). 0: no grace.
   absl::Duration worker_grace = absl::Seconds(5);
   // A stream from a worker on which nothing arrives for this long is cancelled, the worker
   // dropped, and the request placed again or resumed on another worker (a hung worker's
