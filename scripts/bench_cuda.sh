@@ -130,10 +130,7 @@ device() {
   local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op attention_decode)
   "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 8
   "${test[@]}" --seed 99 2>&1 | tail -n 1
-  if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --print-limit 2 "${test[@]}" 2>&1 | grep -v PASS | head -n 40 || true
-    compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 3 || true
-  fi
+  "$ROOT/scripts/compute_sanitize.sh" "${test[@]}"
   echo "== cuda_plugin_test"
   "$work/bin/cuda_plugin_test" 2>&1 | tail -n 4
   echo "== decode_attention_bench"
@@ -166,10 +163,7 @@ prefill() {
   local test=("$work/bin/strata" plugin-test --plugin "$work/bin/libstrata_cuda.so" --op attention_prefill)
   "${test[@]}" --seed 7 --verbose 2>&1 | tail -n 8
   "${test[@]}" --seed 99 2>&1 | tail -n 1
-  if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --print-limit 2 "${test[@]}" 2>&1 | grep -v PASS | head -n 40 || true
-    compute-sanitizer --tool racecheck "${test[@]}" 2>&1 | tail -n 3 || true
-  fi
+  "$ROOT/scripts/compute_sanitize.sh" "${test[@]}"
   echo "== prefill_attention_bench"
   mkdir -p "$work/dump"
   "$work/bin/prefill_attention_bench" $quick --dump "$work/dump" | tee "$work/prefill_ours.txt"

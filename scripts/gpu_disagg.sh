@@ -23,6 +23,10 @@
 #   scripts/gpu_disagg.sh device-check [FIXTURE ...]
 #       Step 3 alone.
 #
+#   scripts/gpu_disagg.sh device-sanitize
+#       The conformance suite and cuda_ipc_test under compute-sanitizer memcheck, the attention
+#       ops under racecheck (scripts/compute_sanitize.sh): any error fails the run (exit 1).
+#
 #   scripts/gpu_disagg.sh device-bench [bench_disagg.py options]
 #       TTFT of 8k prompts and decode inter-token latency under 32k prefills, disaggregated
 #       (1 prefill + 1 decode on the GPU) vs mixed, alternating rounds (scripts/bench_disagg.py).
@@ -95,6 +99,25 @@ device() {
   return $rc
 }
 
+# compute-sanitizer over the GPU code the cluster runs: any error it reports fails the run.
+sanitize() {
+  device_env
+  local bin=/tmp/gpu-disagg/bin rc=0
+  echo "== compute-sanitizer memcheck: the conformance suite (CUDA against the CPU reference)"
+  (cd "$bin" && TOOLS=memcheck timeout 300 "$ROOT/scripts/compute_sanitize.sh" ./strata \
+    plugin-test --plugin ./libstrata_cuda.so --reference cpu) || rc=1
+  echo "== compute-sanitizer memcheck: cuda_ipc_test (export, map, batched copy kernels)"
+  TOOLS=memcheck timeout 150 "$ROOT/scripts/compute_sanitize.sh" "$bin/cuda_ipc_test" || rc=1
+  local op
+  for op in attention_decode attention_prefill; do
+    echo "== compute-sanitizer racecheck: $op"
+    (cd "$bin" && TOOLS=racecheck timeout 120 "$ROOT/scripts/compute_sanitize.sh" ./strata \
+      plugin-test --plugin ./libstrata_cuda.so --op "$op") || rc=1
+  done
+  echo "compute-sanitizer: $([[ $rc == 0 ]] && echo clean || echo FAILED)"
+  return $rc
+}
+
 # TTFT and inter-token latency, disaggregated vs mixed on the GPU (scripts/bench_disagg.py).
 bench() {
   device_env
@@ -105,6 +128,7 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   device) shift; device "$@" ;;
   device-bench) shift; bench "$@" ;;
+  device-sanitize) shift; sanitize ;;
   device-profile) shift; device_env; PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/gpu_profile.py" \
     /tmp/gpu-disagg/bin "$@" ;;
   device-replay) shift; device_env; PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/gpu_replay.py" \
@@ -113,5 +137,5 @@ case ${1:-} in
     --plugin ./libstrata_cuda.so "$@") ;;
   device-check) shift; device_env; PYTHONUNBUFFERED=1 "$ROOT/scripts/gpu_cluster_check.sh" \
     /tmp/gpu-disagg/bin "$@" ;;
-  *) sed -n 2,39p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n 2,43p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -17,3 +17,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSTRATA_TEST_PYTHON="$PWD/$BUILD_DIR/pyenv/bin/python"
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
+# The sanitizers' CI subset (scripts/sanitize.sh --ci), each in its own build tree: ASan + UBSan
+# over the parsers' fuzz corpora, the HTTP server, the OpenAI front end and the router's paths;
+# TSan over the HTTP server and the control-plane stubs.
+STRATA_SKIP_SETUP=1 BUILD_DIR="$BUILD_DIR-asan" scripts/sanitize.sh asan --ci
+STRATA_SKIP_SETUP=1 BUILD_DIR="$BUILD_DIR-tsan" scripts/sanitize.sh tsan --ci

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
 
 namespace strata::cuda {
 namespace {
@@ -167,7 +170,30 @@ CudaBackend::~CudaBackend() {
   cudaGetLastError();
 }
 
+namespace {
+std::mutex g_exported_mu;
+std::set<std::string>* ExportedHandles() {  // guarded by g_exported_mu; never destroyed
+  static auto* handles = new std::set<std::string>();
+  return handles;
+}
+std::string HandleBytes(const cudaIpcMemHandle_t& h) {
+  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+}
+}  // namespace
+
+void CudaBackend::NoteExported(const cudaIpcMemHandle_t& handle) {
+  std::lock_guard<std::mutex> lock(g_exported_mu);
+  ExportedHandles()->insert(HandleBytes(handle));
+}
+
 Status CudaBackend::IpcOpen(const char* op, const cudaIpcMemHandle_t& handle, void** out) {
+  {
+    std::lock_guard<std::mutex> lock(g_exported_mu);
+    if (ExportedHandles()->count(HandleBytes(handle)) != 0) {
+      return Unsupported(op, "this backend cannot map the exported allocation: it was exported "
+                             "by this same process");
+    }
+  }
   void* ptr = nullptr;
   const cudaError_t err = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorMemoryAllocation) return CudaStatus(op, err, "cudaIpcOpenMemHandle");

@@ -112,6 +112,10 @@ class CudaBackend {
   // ipc_open / ipc_close: the allocations this backend mapped from other processes; the
   // backend's destruction closes those still open.
   Status IpcOpen(const char* op, const cudaIpcMemHandle_t& handle, void** out);
+  // Remembers a handle this process exported: CUDA maps no handle in the process that exported
+  // it, so IpcOpen refuses one of these without asking CUDA (which would report the failed
+  // call as an API error, e.g. to compute-sanitizer). Process-wide, as that rule is.
+  static void NoteExported(const cudaIpcMemHandle_t& handle);
   void IpcClose(void* ptr);
 
   // The calling thread's last message on this backend ("" if none).

@@ -198,6 +198,7 @@ strata_status IpcExport(strata_backend b, void* ptr,
                          cudaGetErrorString(err), ")");
     }
     std::memcpy(handle, &h, sizeof(h));
+    CudaBackend::NoteExported(h);
     return Status();
   });
 }
