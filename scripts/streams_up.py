@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Many concurrent streams through `strata up`'s router: --streams streaming completions open at
+once (asyncio, raw sockets), each checked to end with [DONE] and exactly --max-tokens tokens, and
+the router's memory and file descriptors before, at the peak and after.
+
+Starts `strata up` (one router, --decode decode workers on the tiny-llama preset, the router's
+per-worker in-flight limit raised to hold every stream), warms it up with a few requests, reads
+the router's VmRSS and open fds, then opens the streams: each from one of --sources local
+addresses in turn (the router's HTTP server admits at most 4,096 connections per client address;
+127.0.0.2.. are all loopback), at most --connecting connections being set up at a time (the
+listen backlog is finite), every request sent as soon as its connection is up. Records the most
+streams open at once (sent and not finished) and the router's RSS and in-flight gauge every
+0.2 s, then, once every stream has ended, waits for the router's fds to fall back to where they
+were before. The open-file limit is raised to its hard limit first (`strata up` and the router
+inherit it).
+
+Prints a markdown summary; exit status 1 when any stream failed or had the wrong token count,
+or the router's fds did not come back within 30 s of the end.
+
+usage: python3 scripts/streams_up.py STRATA_BINARY [--streams 10000] [--max-tokens 16]
+           [--decode 2] [--max-num-seqs 256] [--sources 127.0.0.2,127.0.0.3,127.0.0.4]
+           [--connecting 256]
+"""
+import argparse
+import asyncio
+import collections
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chaos_up  # noqa: E402
+from chaos_up import cu  # noqa: E402
+from soak_up import children, name_of, proc_fds, proc_rss_mib  # noqa: E402
+
+USAGE = re.compile(rb'"completion_tokens":\s*(\d+)')
+
+
+async def read_answer(reader):
+    """The response's bytes up to the end of the connection or of the stream ([DONE])."""
+    raw = b""
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return raw
+        raw += chunk
+        if b"data: [DONE]" in raw[-len(chunk) - 16:]:
+            return raw
+
+
+async def one_stream(i, port, source, body, connecting, stats):
+    """One streaming request; counts its outcome in stats["outcomes"]."""
+    data = json.dumps(body).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    writer = None
+    try:
+        async with connecting:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 60)
+            writer.write(head + data)
+            await writer.drain()
+        stats["open"] += 1
+        stats["peak_open"] = max(stats["peak_open"], stats["open"])
+        try:
+            raw = await asyncio.wait_for(read_answer(reader), 600)
+        finally:
+            stats["open"] -= 1
+        status = raw[9:12].decode(errors="replace")
+        if status != "200":
+            stats["outcomes"][f"HTTP {status}"] += 1
+            stats["errors"][raw[raw.find(b"\r\n\r\n") + 4:][:200].decode(errors="replace")] += 1
+        elif b"data: [DONE]" not in raw:
+            stats["outcomes"]["cut (no [DONE])"] += 1
+        elif b'"error"' in raw:
+            stats["outcomes"]["error event"] += 1
+        else:
+            usage = USAGE.findall(raw)
+            got = int(usage[-1]) if usage else -1
+            stats["outcomes"]["ok" if got == body["max_tokens"]
+                              else f"wrong token count ({got})"] += 1
+    except (OSError, asyncio.TimeoutError) as e:
+        stats["outcomes"][f"client {type(e).__name__}"] += 1
+        stats["errors"][str(e)[:200]] += 1
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def run_streams(args, port):
+    sources = args.sources.split(",")
+    connecting = asyncio.Semaphore(args.connecting)
+    stats = {"open": 0, "peak_open": 0, "outcomes": collections.Counter(),
+             "errors": collections.Counter()}
+    tasks = []
+    for i in range(args.streams):
+        body = {"model": "tiny-llama", "prompt": f"stream {i}: hello there", "temperature": 0,
+                "max_tokens": args.max_tokens, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
+        tasks.append(asyncio.create_task(
+            one_stream(i, port, sources[i % len(sources)], body, connecting, stats)))
+    await asyncio.gather(*tasks)
+    return stats
+
+
+def router_pid(up, ports):
+    port_names = {p: n for n, p in ports.items()}
+    for pid, argv in children(up.p.pid).items():
+        if name_of(argv, port_names) == "router":
+            return pid
+    raise RuntimeError("no router process under strata up")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("strata")
+    ap.add_argument("--streams", type=int, default=10000)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--decode", type=int, default=2)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--sources", default="127.0.0.2,127.0.0.3,127.0.0.4")
+    ap.add_argument("--connecting", type=int, default=256)
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < args.streams + 1024:
+        sys.exit(f"streams_up: the open-file hard limit ({hard}) is below --streams + 1024")
+    per_source = -(-args.streams // len(args.sources.split(",")))
+    if per_source > 4096:
+        sys.exit(f"streams_up: {per_source} streams per source address; the router admits "
+                 "4,096 per client address: give more --sources")
+    tmp = tempfile.mkdtemp(prefix="strata_streams_")
+    inflight = -(-args.streams // args.decode) + 64
+    up = cu.start_up(args.strata, tmp, (
+        f"router: {{http_port: 0, max_inflight_per_worker: {inflight}, "
+        "worker_stream_idle_timeout_s: 600}\n"
+        f"prefill: {{count: 0}}\ndecode: {{count: {args.decode}}}\n"
+        f"engine: {{num_kv_blocks: {max(1024, 4 * args.max_num_seqs)}, "
+        f"max_num_seqs: {args.max_num_seqs}}}\n"), timeout=180)
+    ports = chaos_up.process_ports(up)
+    router = router_pid(up, ports)
+    rc = 1
+    try:
+        for _ in range(4):  # warm-up: every path of a stream has run once
+            status, _ = cu.request(up.http, "POST", "/v1/completions",
+                                   {"model": "tiny-llama", "prompt": "warm up", "max_tokens": 4})
+            assert status == 200
+        time.sleep(1)
+        rss0, fds0 = proc_rss_mib(router), proc_fds(router)
+        peak = {"rss": rss0, "inflight": 0.0}
+        done = threading.Event()
+
+        def watch():
+            while not done.wait(0.2):
+                peak["rss"] = max(peak["rss"], proc_rss_mib(router))
+                try:
+                    n = cu.metric(ports["router"], "strata_router_inflight_requests") or 0
+                except OSError:
+                    continue
+                peak["inflight"] = max(peak["inflight"], n)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        start = time.time()
+        stats = asyncio.run(run_streams(args, up.http))
+        elapsed = time.time() - start
+        done.set()
+        watcher.join()
+        rss_end = proc_rss_mib(router)
+        back = cu.wait_until(lambda: proc_fds(router) <= fds0 + 2, timeout=30, interval=0.5)
+        time.sleep(5)
+        rss_after, fds_after = proc_rss_mib(router), proc_fds(router)
+        ok = stats["outcomes"]["ok"]
+        print(f"\n{args.streams} streams of {args.max_tokens} tokens through 1 router, "
+              f"{args.decode} decode workers (max_num_seqs {args.max_num_seqs}); client "
+              f"addresses {args.sources}; {elapsed:.1f} s, {ok / elapsed:.0f} streams/s")
+        print("| measure | value |\n|---|---:|")
+        print(f"| streams ok (right token count, [DONE]) | {ok} of {args.streams} |")
+        for outcome, n in sorted(stats["outcomes"].items()):
+            if outcome != "ok":
+                print(f"| {outcome} | {n} |")
+        print(f"| most streams open at once (client) | {stats['peak_open']} |")
+        print(f"| most requests in flight (router gauge, 0.2 s samples) | "
+              f"{peak['inflight']:.0f} |")
+        print(f"| router VmRSS before / peak / at the end / 5 s later (MiB) | {rss0:.1f} / "
+              f"{peak['rss']:.1f} / {rss_end:.1f} / {rss_after:.1f} |")
+        print(f"| router open fds before / 5 s after the end | {fds0} / {fds_after} |")
+        for error, n in stats["errors"].most_common(5):
+            print(f"  {n} x {error}")
+        rc = 0 if ok == args.streams and back else 1
+    finally:
+        up.stop(signal.SIGTERM, timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
