@@ -153,9 +153,10 @@ class Sampler:
             if name:
                 procs[pid] = name
         for pid, name in sorted(procs.items(), key=lambda p: p[1]):
+            row = dict.fromkeys(FIELDS)
             try:
-                row = {"t": t, "process": name, "pid": pid, "rss_mib": proc_rss_mib(pid),
-                       "fds": proc_fds(pid)}
+                row.update(t=t, process=name, pid=pid, rss_mib=proc_rss_mib(pid),
+                           fds=proc_fds(pid))
             except OSError:
                 continue  # killed between the listing and the reading
             if name in self.ports:

@@ -1,11 +1,15 @@
-"""Memory-based shedding on real processes: a standalone mixed worker and a router started
-with --max-memory-mb below their resident memory refuse new completions with an OpenAI-style
-503 (code memory_limit, Retry-After), count them in <prefix>_shed_requests_total, and stay up
-and healthy; the same worker without the limit serves the same request. (Recovery when memory
-falls again is tests/openai/frontend_test.cc's OverTheMemoryLimit... test.)
+"""Memory on real processes. Shedding: a standalone mixed worker and a router started with
+--max-memory-mb below their resident memory refuse new completions with an OpenAI-style 503
+(code memory_limit, Retry-After), count them in <prefix>_shed_requests_total, and stay up and
+healthy; the same worker without the limit serves the same request. (Recovery when memory falls
+again is tests/openai/frontend_test.cc's OverTheMemoryLimit... test.) No growth: a router's
+resident memory stays flat over thousands of answered requests (each request's state is freed
+after its last event).
 
 Usage: memory_shed_test.py STRATA_BINARY   (ctest passes it)
 """
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -33,8 +37,6 @@ def rss_mb(pid):
 
 def raw_post(port, path, body):
     """(status, Retry-After header, parsed body)."""
-    import http.client
-    import json
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -92,6 +94,30 @@ class MemoryShedTest(unittest.TestCase):
                                  ["--served-model-name", MODEL, "--max-memory-mb", "1"])
         self.procs.append(router)
         self.assert_shed(int(router.match.group(1)), "strata_router")
+
+    def test_a_router_frees_every_answered_request(self):
+        # Without workers (and no grace to wait for one) every request is answered 503 by the
+        # router's cluster backend at once: the whole per-request path, no engine.
+        router = cu.start_router(STRATA, self.model, self.tmp,
+                                 ["--served-model-name", MODEL, "--worker-grace", "0"])
+        self.procs.append(router)
+        port = int(router.match.group(1))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        body = json.dumps(BODY)
+
+        def send(n):
+            for _ in range(n):
+                conn.request("POST", "/v1/completions", body=body,
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                self.assertEqual(resp.status, 503)
+        send(1500)  # warm-up: allocator arenas, metric series, connection buffers
+        before = rss_mb(router.p.pid)
+        send(6000)
+        # Kept per request, 6,000 requests' state would be well above 10 MiB.
+        self.assertLess(rss_mb(router.p.pid) - before, 4)
+        conn.close()
 
     def test_a_bad_limit_is_refused_at_start(self):
         run = subprocess.run([STRATA, "router", "--model", self.model, "--max-memory-mb", "-5"],
