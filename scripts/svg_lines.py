@@ -26,7 +26,7 @@ def _nice_ticks(lo, hi, count=5):
     first = math.floor(lo / step) * step
     ticks = []
     t = first
-    while t <= hi + step * 1e-9:
+    while t < hi + step * (1 - 1e-9):  # the last tick is at or above hi
         ticks.append(round(t, 10))
         t += step
     return ticks
