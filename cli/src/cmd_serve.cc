@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "args.h"
 #include "commands.h"
+#include "strata/common/memory_limit.h"
 #include "strata/engine/presets.h"
 #include "strata/proto/registry_client.h"
 #include "strata/router/router.h"
@@ -51,8 +52,13 @@ struct ApiCompatFlags {
   std::string unknown_params = "warn";
   std::string get_load_format = "sglang";
   std::string tool_call_parser = "auto";
+  long long max_memory_mb = -1;  // MiB; 0: no limit; -1: from the cgroup
 
   void Add(ArgParser& p) {
+    p.AddInt64("--max-memory-mb", &max_memory_mb,
+               "resident memory (MiB) above which new completion requests get 503 with "
+               "Retry-After while accepted ones run on; 0: no limit; -1: the cgroup's "
+               "memory.max less a tenth (at least 64 MiB), none without a cgroup limit");
     p.AddString("--unknown-params", &unknown_params,
                 "request fields the OpenAI API does not know: reject (400, as OpenAI), warn "
                 "(served without them, counted, each name logged once) or ignore (served, "
@@ -72,6 +78,19 @@ struct ApiCompatFlags {
     if (auto s = openai::ParseUnknownParams(unknown_params, unknown); !s.ok()) return s;
     if (auto s = openai::ParseToolCallParser(tool_call_parser, tool_parser); !s.ok()) return s;
     return openai::ParseLoadFormat(get_load_format, load_format);
+  }
+
+  // --max-memory-mb in bytes (0: none), said on stderr when it is on and `serves_api`.
+  absl::StatusOr<int64_t> MemoryLimitBytes(bool serves_api) const {
+    const std::optional<int64_t> cgroup =
+        max_memory_mb == -1 ? ThisCgroupMemoryMax() : std::nullopt;
+    auto bytes = ResolveMemoryLimit(max_memory_mb, cgroup);
+    if (bytes.ok() && *bytes > 0 && serves_api) {
+      std::fprintf(stderr, "new requests are refused above %lld MiB resident%s\n",
+                   static_cast<long long>(*bytes >> 20),
+                   max_memory_mb == -1 ? " (the cgroup's memory.max less headroom)" : "");
+    }
+    return bytes;
   }
 };
 
@@ -162,6 +181,11 @@ int RunRouter(const Args& args) {
   }
   if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("router", absl::StrCat("--", s.message()), 2);
+  }
+  if (auto bytes = compat.MemoryLimitBytes(/*serves_api=*/true); bytes.ok()) {
+    o.max_memory_bytes = *bytes;
+  } else {
+    return Fail("router", std::string(bytes.status().message()), 2);
   }
   o.worker_grace = absl::Seconds(worker_grace_s);
   if (!(stream_idle_s >= 0) || !std::isfinite(stream_idle_s)) {
@@ -308,6 +332,12 @@ int RunWorker(const Args& args) {
   }
   if (auto s = compat.Apply(&o.unknown_params, &o.get_load_format, &o.tool_call_parser); !s.ok()) {
     return Fail("worker", absl::StrCat("--", s.message()), 2);
+  }
+  // Only the mixed role serves the API whose requests are shed.
+  if (auto bytes = compat.MemoryLimitBytes(o.role == v1::ROLE_MIXED); bytes.ok()) {
+    o.max_memory_bytes = *bytes;
+  } else {
+    return Fail("worker", std::string(bytes.status().message()), 2);
   }
   if (o.max_waiting_requests < 0) {
     return Fail("worker", "--max-waiting-requests must be >= 0", 2);

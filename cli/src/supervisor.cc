@@ -486,6 +486,9 @@ void AppendApiCompatFlags(const ClusterConfig& c, std::vector<std::string>& argv
   if (c.tool_call_parser != "auto") {
     argv.insert(argv.end(), {"--tool-call-parser", c.tool_call_parser});
   }
+  if (c.max_memory_mb != -1) {
+    argv.insert(argv.end(), {"--max-memory-mb", absl::StrCat(c.max_memory_mb)});
+  }
 }
 
 // The KV pool flags of one worker: blocks for every worker, else its MiB or memory share.
@@ -606,6 +609,10 @@ ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std
       ClusterConfig::Router{}.worker_stream_idle_timeout_s) {
     argv.insert(argv.end(), {"--worker-stream-idle-timeout-s",
                              absl::StrCat(c.router.worker_stream_idle_timeout_s)});
+  }
+  if (c.router.max_inflight_per_worker != ClusterConfig::Router{}.max_inflight_per_worker) {
+    argv.insert(argv.end(), {"--max-inflight-per-worker",
+                             absl::StrCat(c.router.max_inflight_per_worker)});
   }
   const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", http_port);
   return ProcessSpec{name, std::move(argv), http + "/ready", absl::StrCat(log_dir, "/", name, ".log")};

@@ -91,6 +91,13 @@ std::string CheckMegabytes(const int64_t& v) {
   return absl::StrCat("must be a size in MiB in 0..", int64_t{1} << 30, Got(v));
 }
 
+// max_memory_mb: MiB as CheckMegabytes, or -1 (from the cgroup's memory.max).
+std::string CheckMemoryLimit(const int64_t& v) {
+  if (v == -1) return "";
+  const std::string megabytes = CheckMegabytes(v);
+  return megabytes.empty() ? "" : absl::StrCat(megabytes, " (or -1: from the cgroup)");
+}
+
 // The eviction policies kvstore/ registers (kept in step with docs/kvstore.md).
 std::string CheckPolicy(const std::string& v) {
   for (const char* known : {"lru", "s3-fifo", "arc", "w-tinylfu", "prefix-tinylfu",
@@ -331,6 +338,10 @@ std::vector<FieldSpec> HeadFields() {
           "router.worker_stream_idle_timeout_s", "a number",
           [](auto& c) -> auto& { return c.router.worker_stream_idle_timeout_s; },
           CheckNonNegativeSeconds),
+      Scalar<int>(
+          "router.max_inflight_per_worker", "an integer",
+          [](auto& c) -> auto& { return c.router.max_inflight_per_worker; },
+          IntRange(1, 1 << 20)),
   };
 }
 
@@ -418,6 +429,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "rate_limit", "a string", [](auto& c) -> auto& { return c.rate_limit; },
           CheckRateLimit),
+      Scalar<int64_t>(
+          "max_memory_mb", "an integer", [](auto& c) -> auto& { return c.max_memory_mb; },
+          CheckMemoryLimit),
       Scalar<bool>(
           "hide_cached_tokens", "a boolean", [](auto& c) -> auto& { return c.hide_cached_tokens; },
           nullptr),

@@ -33,6 +33,10 @@ ApiMetrics::ApiMetrics(metrics::Registry& r, const std::string& p)
           r.CounterOrDie(absl::StrCat(p, "_generation_tokens_total"), "Generated tokens")),
       cancelled_(r.CounterOrDie(absl::StrCat(p, "_requests_cancelled_total"),
                                 "Requests whose client disconnected before the end")),
+      shed_(r.CounterOrDie(absl::StrCat(p, "_shed_requests_total"),
+                           "Requests refused unread to protect the process, by reason (memory: "
+                           "its resident memory was above --max-memory-mb)",
+                           {"reason"})),
       unknown_params_(r.CounterOrDie(absl::StrCat(p, "_unknown_params_total"),
                                      "Unrecognized request fields served without", {"param"})) {}
 
@@ -48,6 +52,7 @@ void ApiMetrics::OnFinished(const RequestRecord& rec) {
   const int status = rec.failed && rec.http_status == 200 ? 500 : rec.http_status;
   requests_.WithLabels({rec.endpoint, absl::StrCat(status)})->Increment();
   if (rec.cancelled) cancelled_.Default()->Increment();
+  if (!rec.shed_reason.empty()) shed_.WithLabels({rec.shed_reason})->Increment();
   // Counted when served: a rejected request's fields were not served without.
   if (rec.http_status < 400) {
     for (const std::string& name : rec.unknown_params) {

@@ -17,6 +17,7 @@
 #include "src/request_pool.h"
 #include "src/resume.h"
 #include "strata/common/logging.h"
+#include "strata/common/memory_limit.h"
 #include "strata/openai/format.h"
 
 namespace strata::openai {
@@ -148,6 +149,10 @@ Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
     pool_ = std::make_unique<internal::RequestPool>(
         options_.request_threads, std::max<size_t>(1, options_.max_queued_requests));
   }
+  if (options_.max_memory_bytes > 0) {
+    memory_watch_ =
+        std::make_unique<MemoryWatch>(options_.max_memory_bytes, options_.memory_sample_interval);
+  }
   if (tool_parser_ == ToolCallParser::kAuto) {
     tool_parser_ = model_.chat_template != nullptr
                        ? DetectToolCallParser(model_.chat_template->source())
@@ -191,11 +196,17 @@ void Frontend::Install(http::Server& server) {
       (this->*method)(r, std::move(w));
     };
   };
-  // The requests that parse, render and tokenize run on the request threads.
+  // The requests that parse, render and tokenize run on the request threads. A generation
+  // request (`sheddable`) that arrives while the process is over its memory limit is answered
+  // on the I/O thread instead: its handler refuses it before reading the body, and nothing is
+  // copied or queued for it.
   auto offload = [this](void (Frontend::*method)(const http::Request&,
-                                                 std::shared_ptr<http::ResponseWriter>)) {
-    return [this, method](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
-      if (pool_ == nullptr) return (this->*method)(r, std::move(w));
+                                                 std::shared_ptr<http::ResponseWriter>),
+                        bool sheddable = false) {
+    return [this, method, sheddable](const http::Request& r,
+                                     std::shared_ptr<http::ResponseWriter> w) {
+      const bool shed = sheddable && memory_watch_ != nullptr && memory_watch_->over_limit();
+      if (pool_ == nullptr || shed) return (this->*method)(r, std::move(w));
       auto request = std::make_shared<const http::Request>(r);
       internal::RequestPool::Task task;
       task.run = [this, method, request, w] { (this->*method)(*request, w); };
@@ -217,8 +228,8 @@ void Frontend::Install(http::Server& server) {
       }
     };
   };
-  server.Route("POST", "/v1/completions", offload(&Frontend::HandleCompletions));
-  server.Route("POST", "/v1/chat/completions", offload(&Frontend::HandleChatCompletions));
+  server.Route("POST", "/v1/completions", offload(&Frontend::HandleCompletions, true));
+  server.Route("POST", "/v1/chat/completions", offload(&Frontend::HandleChatCompletions, true));
   server.Route("GET", "/v1/models", bind(&Frontend::HandleModels));
   server.Route("GET", "/health", bind(&Frontend::HandleHealth));
   server.Route("GET", "/ready", bind(&Frontend::HandleReady));
@@ -300,11 +311,25 @@ JobSpec Frontend::NewSpec(const http::Request& request, bool chat) const {
   return spec;
 }
 
-void Frontend::Reject(const ApiError& error, const JobSpec& spec,
-                      http::ResponseWriter& writer) const {
+std::optional<ApiError> Frontend::ShedForMemory() const {
+  if (memory_watch_ == nullptr || !memory_watch_->over_limit()) return std::nullopt;
+  ApiError e;
+  e.http_status = 503;
+  e.type = "server_error";
+  e.code = "memory_limit";
+  e.message = absl::StrCat("The server is out of memory for new requests (",
+                           memory_watch_->resident_bytes() >> 20, " MiB resident, limit ",
+                           memory_watch_->limit_bytes() >> 20, " MiB). Retry shortly.");
+  e.retry_after_s = 1;
+  return e;
+}
+
+void Frontend::Reject(const ApiError& error, const JobSpec& spec, http::ResponseWriter& writer,
+                      std::string shed_reason) const {
   internal::RespondApiError(writer, error);
   if (options_.observer == nullptr) return;
   RequestRecord record = internal::RecordFor(spec);
+  record.shed_reason = std::move(shed_reason);
   record.http_status = error.http_status;
   record.failed = true;
   record.e2e = absl::Now() - spec.arrival;
@@ -414,6 +439,10 @@ void Frontend::HandleCompletions(const http::Request& request,
   CompletionRequest parsed;
   int key_index = -1;
   std::optional<ApiError> error = Authorize(request, &spec.api_key_id, &key_index);
+  // Refused before the body is parsed: parsing and tokenizing take memory.
+  if (!error) {
+    if (auto shed = ShedForMemory()) return Reject(*shed, spec, *writer, "memory");
+  }
   if (!error) error = ParseCompletionRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);
@@ -442,6 +471,10 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   ChatRequest parsed;
   int key_index = -1;
   std::optional<ApiError> error = Authorize(request, &spec.api_key_id, &key_index);
+  // Refused before the body is parsed: parsing and tokenizing take memory.
+  if (!error) {
+    if (auto shed = ShedForMemory()) return Reject(*shed, spec, *writer, "memory");
+  }
   if (!error) error = ParseChatRequest(request.body, &parsed, parse_options());
   if (!error && parsed.common.model != model_.name) {
     error = ApiError::ModelNotFound(parsed.common.model);

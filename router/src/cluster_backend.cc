@@ -50,10 +50,13 @@ class ProbeGroup;
 struct CallState {
   ClusterBackend* backend;
   openai::GenerateRequest request;
-  openai::EventCallback on_event;
   uint64_t fingerprint = 0;  // a keyed request's (ResumeKey.fingerprint)
   absl::Mutex mu;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
+  // The front end's callback, dropped after the last event or on Cancel (Backend's contract):
+  // it holds the front end's per-request state, which holds this call's handle, and so this
+  // state; kept, the pair would never be freed. Called through Deliver.
+  std::shared_ptr<const openai::EventCallback> on_event ABSL_GUARDED_BY(mu);
   std::shared_ptr<CallStream> current ABSL_GUARDED_BY(mu);
   AdmissionQueue::Ticket ticket ABSL_GUARDED_BY(mu) = AdmissionQueue::kNoTicket;  // waiting
   std::vector<std::string> exclude;  // workers that failed this request
@@ -69,6 +72,9 @@ struct CallState {
   std::shared_ptr<ProbeGroup> probe;
 };
 
+// Hands an event to the front end; after the last one (finished or an error) the callback is
+// dropped. A no-op once it has been dropped.
+void Deliver(CallState& state, openai::GenerateEvent ev);
 void StartAttempt(std::shared_ptr<CallState> state);
 void PlaceOrAnswer(const std::shared_ptr<CallState>& state);
 void Answer(const std::shared_ptr<CallState>& state, absl::Status status);
@@ -231,7 +237,7 @@ class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream,
                                           e.tokens.end());
           state_->delivered_text += e.text.size();
         }
-        state_->on_event(std::move(e));
+        Deliver(*state_, std::move(e));
       }
       held_.clear();
     }
@@ -323,7 +329,7 @@ class Attempt final : public grpc::ClientReadReactor<Msg>, public WatchedStream,
                                       : absl::StrCat("on the request's try ", state_->attempts),
                          ": ", status.error_message()));
       }
-      state_->on_event(std::move(ev));
+      Deliver(*state_, std::move(ev));
     }
     b->WakeQueue();  // a decode slot (and the stream's share of the batch) is free
     self_.reset();   // may delete this
@@ -608,10 +614,19 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   return absl::OkStatus();
 }
 
+void Deliver(CallState& state, openai::GenerateEvent ev) {
+  std::shared_ptr<const openai::EventCallback> callback;
+  {
+    absl::MutexLock lock(&state.mu);
+    callback = ev.finished || !ev.status.ok() ? std::move(state.on_event) : state.on_event;
+  }
+  if (callback != nullptr) (*callback)(std::move(ev));
+}
+
 void Answer(const std::shared_ptr<CallState>& state, absl::Status status) {
   openai::GenerateEvent ev;
   ev.status = std::move(status);
-  state->on_event(std::move(ev));
+  Deliver(*state, std::move(ev));
 }
 
 // The request waits in the admission queue (or the queue rejects it at once).
@@ -693,11 +708,13 @@ class CallHandle final : public openai::GenerationHandle {
   explicit CallHandle(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
   void Cancel() override {
     AdmissionQueue::Ticket ticket;
+    std::shared_ptr<const openai::EventCallback> dropped;  // released outside the lock
     {
       absl::MutexLock lock(&state_->mu);
       state_->cancelled = true;
       if (state_->current) state_->current->TryCancel();
       ticket = state_->ticket;
+      dropped = std::move(state_->on_event);
     }
     // A waiting request leaves the queue (a ticket that was placed or answered is ignored).
     if (ticket != AdmissionQueue::kNoTicket) state_->backend->queue()->Remove(ticket);
@@ -762,7 +779,10 @@ std::unique_ptr<openai::GenerationHandle> ClusterBackend::Generate(
   state->backend = this;
   state->arrival_s = Now();
   state->request = std::move(request);
-  state->on_event = std::move(on_event);
+  {
+    absl::MutexLock lock(&state->mu);
+    state->on_event = std::make_shared<const openai::EventCallback>(std::move(on_event));
+  }
   if (state->request.idempotency_key.empty()) {
     StartAttempt(state);
     return std::make_unique<CallHandle>(std::move(state));

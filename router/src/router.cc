@@ -136,6 +136,7 @@ class RouterImpl final : public Router {
     fo.hide_cached_tokens = options_.hide_cached_tokens;
     fo.rate_limit = options_.rate_limit;
     fo.api_key_rate_limits = options_.api_key_rate_limits;
+    fo.max_memory_bytes = options_.max_memory_bytes;
     fo.observer = api_metrics_.get();
     STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
     frontend_->Install(*http_);

@@ -132,6 +132,12 @@ def metric(port, name, labels=None):
     """Sum of the samples of `name` (matching `labels`) on a /metrics page."""
     status, text = request(port, "GET", "/metrics")
     assert status == 200
+    return metric_from_text(text, name, labels)
+
+
+def metric_from_text(text, name, labels=None):
+    """Sum of the samples of `name` (matching `labels`) in exposition-format `text`; None when
+    there are none."""
     total, found = 0.0, False
     for line in text.splitlines():
         if line.startswith("#") or not line.startswith(name):

@@ -144,6 +144,22 @@ api_keys:
   }
 }
 
+TEST(ClusterConfigTest, MemoryLimitAndRouterInflightLimit) {
+  auto d = ParseClusterConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->max_memory_mb, -1);
+  EXPECT_EQ(d->router.max_inflight_per_worker, 256);
+  auto c = ParseClusterConfig("max_memory_mb: 4096\nrouter: {max_inflight_per_worker: 8000}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_memory_mb, 4096);
+  EXPECT_EQ(c->router.max_inflight_per_worker, 8000);
+  EXPECT_EQ(ParseClusterConfig("max_memory_mb: 0\n")->max_memory_mb, 0);
+  EXPECT_THAT(ParseClusterConfig("max_memory_mb: -2\n").status().message(),
+              HasSubstr("max_memory_mb: must be a size in MiB"));
+  EXPECT_THAT(ParseClusterConfig("router: {max_inflight_per_worker: 0}\n").status().message(),
+              HasSubstr("router.max_inflight_per_worker: must be in 1.."));
+}
+
 TEST(ClusterConfigTest, JsonIsAccepted) {
   auto c = ParseClusterConfig(R"({"decode": {"count": 0}, "mixed": {"count": 2},
                                   "slo": {"ttft_s": 1}})");
@@ -336,7 +352,7 @@ INSTANTIATE_TEST_SUITE_P(
             "model: m\nmodle: x\n",
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
             "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
-            "hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
+            "max_memory_mb, hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
             "tool_call_parser, policy, tls)"},
         BadCase{"tls: yes\n",
                 "cluster.yaml:1: tls: must be off, auto or a mapping {ca, cert, key}, got 'yes'"},
@@ -373,7 +389,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port, replicas, worker_stream_idle_timeout_s)"},
+                "grpc_port, replicas, worker_stream_idle_timeout_s, max_inflight_per_worker)"},
         BadCase{"router:\n  replicas: 0\n",
                 "cluster.yaml:2: router.replicas: must be in 1..16, got 0"},
         BadCase{"router:\n  http_port: 70000\n",
@@ -443,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "replicas, worker_stream_idle_timeout_s"},
+                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},

@@ -584,7 +584,11 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
   EXPECT_EQ(FlagValue(defaults->router[0].argv, "--unknown-params"), "(absent)");
   EXPECT_EQ(FlagValue(defaults->workers[0].argv, "--get-load-format"), "(absent)");
   EXPECT_EQ(FlagValue(defaults->router[0].argv, "--tool-call-parser"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--max-memory-mb"), "(absent)");
+  EXPECT_EQ(FlagValue(defaults->router[0].argv, "--max-inflight-per-worker"), "(absent)");
   c.unknown_params = "reject";
+  c.max_memory_mb = 2048;
+  c.router.max_inflight_per_worker = 5000;
   c.get_load_format = "vllm-router";
   c.tool_call_parser = "hermes";
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}, {8102, 9102}});
@@ -593,7 +597,9 @@ TEST(ClusterPlanTest, ApiCompatFlagsReachTheRouterAndEveryWorkerWhenSet) {
     EXPECT_EQ(FlagValue(p->argv, "--unknown-params"), "reject") << p->name;
     EXPECT_EQ(FlagValue(p->argv, "--get-load-format"), "vllm-router") << p->name;
     EXPECT_EQ(FlagValue(p->argv, "--tool-call-parser"), "hermes") << p->name;
+    EXPECT_EQ(FlagValue(p->argv, "--max-memory-mb"), "2048") << p->name;
   }
+  EXPECT_EQ(FlagValue(planned->router[0].argv, "--max-inflight-per-worker"), "5000");
 }
 
 std::vector<ProcessSpec> PlanWorkers(const ClusterConfig& c) {

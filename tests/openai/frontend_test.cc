@@ -3,13 +3,17 @@
 // disconnects, auth, the probes and the chat prompt the model actually sees.
 #include "strata/openai/frontend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "strata/common/memory_limit.h"
 #include "tests/openai/fakes.h"
 
 namespace strata::openai {
@@ -720,6 +724,70 @@ TEST_F(FrontendTest, InstallRegistersTheRoutes) {
   auto w = std::make_shared<FakeWriter>();
   server.routes["GET /health"](http::Request{}, w);
   EXPECT_EQ(w->status(), 200);
+}
+
+// The limit sits between this process's resident memory now and after it touches 192 MiB
+// more: a real reading, so the test sees 503 only because memory really grew, and admission
+// again only because it really fell.
+TEST_F(FrontendTest, OverTheMemoryLimitNewRequestsGet503UntilMemoryFalls) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  auto resident = ReadResidentBytes();
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  options_.max_memory_bytes = *resident + 96 * kMiB;
+  options_.memory_sample_interval = absl::Milliseconds(5);
+  MakeFrontend();
+  RouteRecorder server;
+  frontend_->Install(server);
+  auto post = [&](const std::string& route, const std::string& body) {
+    http::Request req;
+    req.method = "POST";
+    req.path = req.target = route.substr(5);
+    req.body = body;
+    auto w = std::make_shared<FakeWriter>();
+    server.routes[route](req, w);
+    return w;
+  };
+  const std::string completion = R"({"model":"tiny","prompt":[1,2,3],"max_tokens":4})";
+  const std::string chat = R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})";
+  auto wait_until = [](auto done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    return done();
+  };
+  // Under the limit: accepted (it reaches the backend on a request thread).
+  auto running = post("POST /v1/completions", completion);
+  ASSERT_TRUE(wait_until([&] { return backend_.num_calls() == 1; }));
+
+  const size_t grow = 192 * kMiB;
+  void* block = mmap(nullptr, grow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(block, MAP_FAILED);
+  std::memset(block, 1, grow);
+  std::shared_ptr<FakeWriter> shed;
+  ASSERT_TRUE(wait_until([&] {
+    shed = post("POST /v1/completions", completion);
+    return shed->status() == 503;
+  }));
+  EXPECT_EQ(shed->json()["error"]["type"], "server_error");
+  EXPECT_EQ(shed->json()["error"]["code"], "memory_limit");
+  EXPECT_THAT(shed->json()["error"]["message"].get<std::string>(), HasSubstr("MiB resident"));
+  EXPECT_EQ(shed->header("Retry-After"), "1");
+  EXPECT_EQ(post("POST /v1/chat/completions", chat)->status(), 503);
+  const int calls_while_over = backend_.num_calls();
+  const auto records = observer_.records();
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back().shed_reason, "memory");
+  EXPECT_EQ(records.back().http_status, 503);
+  // The request accepted before runs on to its end.
+  backend_.Emit(0, Final({5, 6}, "ok", FinishReason::kStop));
+  EXPECT_EQ(running->status(), 200);
+  EXPECT_EQ(running->json()["choices"][0]["text"], "ok");
+
+  munmap(block, grow);
+  ASSERT_TRUE(wait_until([&] {
+    post("POST /v1/completions", completion);
+    absl::SleepFor(absl::Milliseconds(20));  // an accepted one reaches the backend
+    return backend_.num_calls() > calls_while_over;
+  }));
 }
 
 TEST_F(FrontendTest, UnknownFieldsAreServedAndRecordedUnderWarn) {

@@ -26,6 +26,9 @@ struct ClusterConfig {
     // A worker stream silent this long is cancelled and its request moves to another worker
     // (the router's --worker-stream-idle-timeout-s); 0 = no limit.
     double worker_stream_idle_timeout_s = 60;
+    // Requests outstanding on one worker before the router answers 429 (when every candidate
+    // has this many): the router's --max-inflight-per-worker.
+    int max_inflight_per_worker = 256;
   } router;
 
   // A pool of workers of one role. Worker i runs on device gpus[i % gpus.size()] (the plugin's
@@ -98,6 +101,9 @@ struct ClusterConfig {
   // entries of the form {key: K, cache_salt: S}.
   std::vector<std::string> api_key_cache_salts;
   bool hide_cached_tokens = false;  // usage reports 0 cached tokens to clients
+  // The router's and each mixed worker's --max-memory-mb: resident MiB above which new API
+  // requests get 503 (0 = no limit, -1 = the cgroup's memory.max less headroom).
+  int64_t max_memory_mb = -1;
   // Requests and tokens per minute ("rpm:N,tpm:M", rate_limit.h) of each API key (of all
   // requests together without keys), enforced by each router and mixed worker on its own; ""
   // = none. A key's own limit comes from its entry {key: K, rate_limit: "..."} (parallel to

@@ -6,6 +6,9 @@
 //   <prefix>_e2e_request_latency_seconds                 histogram
 //   <prefix>_prompt_tokens_total, _cached_prompt_tokens_total, _generation_tokens_total
 //   <prefix>_requests_cancelled_total                    clients that disconnected first
+//   <prefix>_shed_requests_total{reason}                 requests refused unread to protect the
+//                                                        process (reason="memory": over its
+//                                                        memory limit)
 //   <prefix>_unknown_params_total{param}                 unrecognized request fields served
 //                                                        without (the first kMaxParamLabels
 //                                                        names get their own label; the rest
@@ -40,6 +43,7 @@ class ApiMetrics final : public RequestObserver {
   metrics::CounterFamily& cached_tokens_;
   metrics::CounterFamily& generation_tokens_;
   metrics::CounterFamily& cancelled_;
+  metrics::CounterFamily& shed_;
   metrics::CounterFamily& unknown_params_;
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> param_labels_ ABSL_GUARDED_BY(mu_);

@@ -34,6 +34,10 @@
 #include "strata/text/chat_template.h"
 #include "strata/text/tokenizer.h"
 
+namespace strata {
+class MemoryWatch;
+}  // namespace strata
+
 namespace strata::openai {
 namespace internal {
 class RequestPool;
@@ -75,6 +79,9 @@ struct RequestRecord {
   int64_t completion_tokens = 0;
   // Request fields served without (CommonRequest::unknown_params).
   std::vector<std::string> unknown_params;
+  // Why the request was refused before it was read, for the shed-requests metric: "memory"
+  // (the process is over FrontendOptions::max_memory_bytes); "" when it was not shed.
+  std::string shed_reason;
   // The output budget (max_tokens of every choice) charged to the API key's tokens-per-minute
   // limit at admission; what the request did not generate of it is given back when it ends.
   int64_t rate_charged_output_tokens = 0;
@@ -107,6 +114,12 @@ struct FrontendOptions {
   // requests waiting for them, a request gets 503 with Retry-After at once.
   int request_threads = 2;
   size_t max_queued_requests = 4096;
+  // Memory-based shedding (memory_limit.h): while this process's resident set is above
+  // max_memory_bytes, sampled every memory_sample_interval, new /v1/completions and
+  // /v1/chat/completions requests get 503 with Retry-After; requests already accepted run on.
+  // 0: no limit.
+  int64_t max_memory_bytes = 0;
+  absl::Duration memory_sample_interval = absl::Milliseconds(100);
   // Report usage.prompt_tokens_details.cached_tokens as 0 (metrics keep the real count): the
   // number tells a client whether someone else sent the same prefix before.
   bool hide_cached_tokens = false;
@@ -175,10 +188,12 @@ class Frontend {
   std::optional<ApiError> PrepareChat(const ChatRequest& request, internal::JobSpec* spec) const;
   // Checks prompt lengths, resolves each prompt's max_tokens and validates the sampling.
   std::optional<ApiError> ResolveLimits(int default_max_tokens, internal::JobSpec* spec) const;
-  // Sends the error and reports the request to the observer.
-  void Reject(const ApiError& error, const internal::JobSpec& spec,
-              http::ResponseWriter& writer) const;
+  // Sends the error and reports the request to the observer (with RequestRecord::shed_reason).
+  void Reject(const ApiError& error, const internal::JobSpec& spec, http::ResponseWriter& writer,
+              std::string shed_reason = "") const;
   internal::JobSpec NewSpec(const http::Request& request, bool chat) const;
+  // The 503 to answer with while the process is over its memory limit.
+  std::optional<ApiError> ShedForMemory() const;
   // Charges the request to its key's rate limits; the 429 to answer with when over one.
   std::optional<ApiError> ChargeRateLimit(int key_index, internal::JobSpec* spec);
   // Names each unknown field in the log the first time it is seen (kWarn).
@@ -195,6 +210,7 @@ class Frontend {
   // to its key's bucket.
   class RefundingObserver;
   std::unique_ptr<RefundingObserver> observer_;
+  std::unique_ptr<MemoryWatch> memory_watch_;  // null: no memory limit
   // Last, so it is destroyed (its threads joined) before anything its tasks use.
   std::unique_ptr<internal::RequestPool> pool_;
   absl::Mutex unknown_mu_;

@@ -36,6 +36,8 @@ struct RouterOptions {
   // (openai::FrontendOptions).
   openai::RateLimit rate_limit;
   std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
+  // Resident bytes above which new API requests get 503 (openai::FrontendOptions); 0: none.
+  int64_t max_memory_bytes = 0;
   // The cluster's block hash key (null: unkeyed). Workers with another key are refused.
   std::shared_ptr<const BlockHashKey> kv_hash_key;
   int64_t max_model_len = 0;  // context window the API enforces; 0: the model's config.json

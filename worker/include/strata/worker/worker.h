@@ -66,6 +66,8 @@ struct WorkerOptions {
   // Per-API-key requests and tokens per minute (openai::FrontendOptions; mixed role).
   openai::RateLimit rate_limit;
   std::vector<std::optional<openai::RateLimit>> api_key_rate_limits;
+  // Resident bytes above which new API requests get 503 (openai::FrontendOptions); 0: none.
+  int64_t max_memory_bytes = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
   KvTierOptions kv_tiers;
