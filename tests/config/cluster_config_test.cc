@@ -213,6 +213,12 @@ TEST(ClusterConfigTest, ModelsListGivesEachModelItsPoolsAndPlugin) {
   EXPECT_EQ(each[1].decode.count, 0);
   EXPECT_EQ(each[1].mixed.count, 1);
   EXPECT_TRUE(each[1].models.empty());
+  // The shipped example: two models on the CPU.
+  auto shipped = LoadClusterConfig(STRATA_SOURCE_DIR "/docs/examples/cluster-models.yaml");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  ASSERT_EQ(shipped->models.size(), 2u);
+  EXPECT_EQ(shipped->models[1].name, "moe");
+  EXPECT_EQ(shipped->models[1].mixed.count, 1);
   // Without a list, the config is its one model.
   auto one = ParseClusterConfig("decode: {count: 3}\n");
   ASSERT_TRUE(one.ok());

@@ -1,10 +1,10 @@
 #pragma once
 // The OpenAI-compatible HTTP front end, shared by the router and by a standalone `mixed` worker:
-// POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /ready,
-// and what the vLLM and SGLang routers probe on a worker: GET /health_generate (one token
-// generated), /server_info, /get_server_info, /model_info, /get_model_info, /get_load, and
-// POST /tokenize, /detokenize. (/metrics is installed by the process.) See docs/openai_api.md
-// for the parameters and errors.
+// POST /v1/completions, POST /v1/chat/completions, GET /v1/models (and /v1/models/{id}),
+// GET /health, GET /ready, and what the vLLM and SGLang routers probe on a worker:
+// GET /health_generate (one token generated), /server_info, /get_server_info, /model_info,
+// /get_model_info, /get_load, and POST /tokenize, /detokenize. (/metrics is installed by the
+// process.) See docs/openai_api.md for the parameters and errors.
 //
 // Per request the Frontend authenticates, parses and validates the body, tokenizes (chat
 // template included), resolves max_tokens against the context window, then calls
