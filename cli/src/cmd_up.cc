@@ -302,7 +302,8 @@ void SayModelPlacement(const ClusterConfig& c, const std::string& id_prefix);
 void SayPlacement(const ClusterConfig& config) {
   const std::vector<ClusterConfig> models = ModelPoolConfigs(config);
   for (size_t m = 0; m < models.size(); ++m) {
-    SayModelPlacement(models[m], config.models.empty() ? "" : config.models[m].name + "-");
+    SayModelPlacement(models[m],
+                      config.models.empty() ? "" : ModelProcessPrefix(config.models[m].name) + "-");
   }
 }
 

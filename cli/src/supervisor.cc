@@ -652,7 +652,8 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
   }
   plan.url = absl::StrCat("http://", host, ":", c.router.http_port, "/v1");
   const std::string routers = absl::StrJoin(registries, ",");
-  // Every model's workers: ids <role>-<i>, or <model>-<role>-<i> when there are several models.
+  // Every model's workers: ids <role>-<i>, or <model>-<role>-<i> with a models list (the
+  // model's ModelProcessPrefix).
   struct Planned {
     std::string dir, served, id;
     const ClusterConfig* config;
@@ -668,7 +669,8 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
       p.config = &models[m];
       p.dir = c.models.empty() ? model_dir : c.models[m].model;
       p.served = c.models.empty() ? ServedModelName(c.model) : c.models[m].name;
-      p.id = absl::StrCat(c.models.empty() ? "" : c.models[m].name + "-", w.role, "-", w.index);
+      p.id = absl::StrCat(c.models.empty() ? "" : ModelProcessPrefix(c.models[m].name) + "-",
+                          w.role, "-", w.index);
       p.placement = std::move(w);
       planned.push_back(std::move(p));
     }

@@ -398,10 +398,19 @@ FieldSpec Models() {
     return "";
   };
   f.check = [](const ClusterConfig& c) -> std::string {
-    std::set<std::string> names;
+    std::set<std::string> names, prefixes;
     for (const auto& m : c.models) {
       if (m.name.empty() || m.model.empty()) return "every model needs a name and a model";
       if (!names.insert(m.name).second) return absl::StrCat("model ", m.name, " is named twice");
+      // Process names: `up` tells routers from workers by the "router" prefix.
+      const std::string prefix = ModelProcessPrefix(m.name);
+      if (prefix.starts_with("router")) {
+        return absl::StrCat("model ", m.name, ": a name may not start with 'router'");
+      }
+      if (!prefixes.insert(prefix).second) {
+        return absl::StrCat("model ", m.name, " gives the same worker ids (", prefix,
+                            "-...) as another model: rename one");
+      }
     }
     return "";
   };
@@ -790,6 +799,16 @@ class Parser {
 };
 
 }  // namespace
+
+std::string ModelProcessPrefix(const std::string& name) {
+  std::string out = name;
+  for (char& ch : out) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok) ch = '-';
+  }
+  return out;
+}
 
 std::vector<ClusterConfig> ModelPoolConfigs(const ClusterConfig& config) {
   if (config.models.empty()) return {config};

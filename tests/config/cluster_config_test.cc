@@ -402,6 +402,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"models:\n  - {name: a}\n  - {name: b, decode: {count: 0}}\n",
                 "cluster.yaml:1: models: entry 1 (b): at least one decode or mixed worker is "
                 "required (decode.count + mixed.count >= 1)"},
+        BadCase{"models:\n  - {name: router-x}\n",
+                "cluster.yaml:1: models: model router-x: a name may not start with 'router'"},
+        BadCase{"models:\n  - {name: org/m}\n  - {name: org-m}\n",
+                "cluster.yaml:1: models: model org-m gives the same worker ids (org-m-...) as "
+                "another model: rename one"},
         BadCase{"models: {name: a}\n",
                 "cluster.yaml:1: models: expected a list of models ({name, model, ...})"},
         BadCase{"tls: yes\n",

@@ -399,7 +399,7 @@ TEST(ClusterPlanTest, SeveralModelsGiveTheRouterEachModelAndEachWorkerItsOwn) {
   c.router.http_port = 8000;
   c.router.grpc_port = 9000;
   ClusterConfig::ModelPool a;
-  a.name = "llama";
+  a.name = "org/llama";  // a name with '/' gives ids with '-'
   a.model = "/models/llama";
   a.prefill.count = 1;
   ClusterConfig::ModelPool b;
@@ -417,13 +417,14 @@ TEST(ClusterPlanTest, SeveralModelsGiveTheRouterEachModelAndEachWorkerItsOwn) {
   const ClusterPlan& plan = *planned;
   const auto& router = plan.router[0].argv;
   EXPECT_GE(FlagAt(router, "--model", "/models/llama"), 0);
-  EXPECT_GE(FlagAt(router, "--served-model-name", "llama"), 0);
+  EXPECT_GE(FlagAt(router, "--served-model-name", "org/llama"), 0);
   EXPECT_GE(FlagAt(router, "--serve-model", "moe=/models/moe"), 0);
   EXPECT_GE(FlagAt(router, "--model-profile", "moe=/profiles/moe"), 0);
-  EXPECT_EQ(FlagAt(router, "--serve-model", "llama=/models/llama"), -1);
+  EXPECT_EQ(FlagAt(router, "--serve-model", "org/llama=/models/llama"), -1);
   ASSERT_EQ(plan.workers.size(), 3u);
-  EXPECT_EQ(plan.workers[0].name, "llama-prefill-0");
-  EXPECT_EQ(plan.workers[1].name, "llama-decode-0");
+  EXPECT_EQ(plan.workers[0].name, "org-llama-prefill-0");
+  EXPECT_EQ(plan.workers[1].name, "org-llama-decode-0");
+  EXPECT_EQ(plan.workers[1].log_path, "/logs/org-llama-decode-0.log");
   EXPECT_EQ(plan.workers[2].name, "moe-mixed-0");
   EXPECT_EQ(plan.workers[2].log_path, "/logs/moe-mixed-0.log");
   const auto& moe = plan.workers[2].argv;
@@ -433,7 +434,7 @@ TEST(ClusterPlanTest, SeveralModelsGiveTheRouterEachModelAndEachWorkerItsOwn) {
   EXPECT_GE(FlagAt(moe, "--plugin", "/opt/libother.so"), 0);
   EXPECT_GE(FlagAt(moe, "--http-port", "8103"), 0);
   const auto& llama = plan.workers[1].argv;
-  EXPECT_GE(FlagAt(llama, "--served-model-name", "llama"), 0);
+  EXPECT_GE(FlagAt(llama, "--served-model-name", "org/llama"), 0);
   EXPECT_GE(FlagAt(llama, "--plugin", "cpu"), 0);
 }
 

@@ -140,6 +140,11 @@ struct ClusterConfig {
 // `models` empty (what PlaceWorkers and the worker flags read).
 std::vector<ClusterConfig> ModelPoolConfigs(const ClusterConfig& config);
 
+// How a `models` entry's name starts its workers' ids and log files: the name with every
+// character outside [A-Za-z0-9._-] replaced by '-' (a served name may hold '/', e.g.
+// "meta-llama/Llama-3.1-8B").
+std::string ModelProcessPrefix(const std::string& name);
+
 // Parses YAML/JSON text. Errors are InvalidArgument, one line, naming the source, line and key:
 //   "cluster.yaml:7: engine.block_size: must be a power of two in 1..256, got 48".
 // Unknown keys, duplicate keys, wrong types and out-of-range values are all errors.
