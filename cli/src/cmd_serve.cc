@@ -1,5 +1,6 @@
 // `strata router` and `strata worker`: the long-running roles of a cluster. Each runs until
 // SIGINT or SIGTERM, then drains (stops taking requests, lets running ones finish) and exits 0.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "args.h"
 #include "commands.h"
 #include "strata/common/memory_limit.h"
+#include "strata/common/status_macros.h"
 #include "strata/engine/presets.h"
 #include "strata/proto/registry_client.h"
 #include "strata/router/router.h"
@@ -115,6 +117,44 @@ absl::Status ParseStallForTesting(const char* env, EngineLoop::StallForTesting* 
   return absl::OkStatus();
 }
 
+// Splits "NAME=VALUE"; InvalidArgument naming `flag` when either side is empty.
+absl::StatusOr<std::pair<std::string, std::string>> SplitNamed(const std::string& flag,
+                                                               const std::string& entry) {
+  const size_t eq = entry.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " expects NAME=VALUE, got '", entry, "'"));
+  }
+  return std::make_pair(entry.substr(0, eq), entry.substr(eq + 1));
+}
+
+// --serve-model NAME=MODEL (resolved like --model) and --model-profile NAME=PATH into the
+// router's options; a profile must name a served model.
+absl::Status ApplyModelFlags(const std::vector<std::string>& serve_models,
+                             const std::vector<std::string>& model_profiles,
+                             router::RouterOptions* o) {
+  for (const std::string& entry : serve_models) {
+    STRATA_ASSIGN_OR_RETURN(auto named, SplitNamed("--serve-model", entry));
+    STRATA_ASSIGN_OR_RETURN(std::string dir, ResolveModelPath(named.second));
+    o->more_models.push_back({named.first, dir, ""});
+  }
+  for (const std::string& entry : model_profiles) {
+    STRATA_ASSIGN_OR_RETURN(auto named, SplitNamed("--model-profile", entry));
+    if (named.first == o->model_name) {
+      o->model_profile_path = named.second;
+      continue;
+    }
+    auto it = std::find_if(o->more_models.begin(), o->more_models.end(),
+                           [&](const router::RouterModel& m) { return m.name == named.first; });
+    if (it == o->more_models.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model-profile names model '", named.first, "', which this router does not serve"));
+    }
+    it->profile_path = named.second;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunRouter(const Args& args) {
@@ -128,6 +168,13 @@ int RunRouter(const Args& args) {
   p.AddInt("--grpc-port", &o.grpc_port, "worker registry port (0: any free port)");
   p.AddString("--model", &model, "model directory or preset:NAME (tokenizer and chat template)");
   p.AddString("--served-model-name", &o.model_name, "model name clients send (default: dir name)");
+  std::vector<std::string> serve_models, model_profiles;
+  p.AddRepeated("--serve-model", &serve_models,
+                "NAME=MODEL (repeatable): another model behind this router, MODEL a directory or "
+                "preset:NAME; each worker then serves the model it registers with");
+  p.AddRepeated("--model-profile", &model_profiles,
+                "NAME=PATH (repeatable), goodput: the profiles of model NAME's workers (default: "
+                "--profile's)");
   long long max_model_len = 0;
   p.AddInt64("--max-model-len", &max_model_len,
              "context window the API enforces (0: the model's); set it to the workers' value");
@@ -211,6 +258,9 @@ int RunRouter(const Args& args) {
   o.model_dir = *dir;
   o.max_model_len = max_model_len;
   if (o.model_name.empty()) o.model_name = ServedModelName(model);
+  if (auto st = ApplyModelFlags(serve_models, model_profiles, &o); !st.ok()) {
+    return Fail("router", std::string(st.message()), 2);
+  }
   sigset_t set;
   BlockStopSignals(&set);
   auto r = router::Router::Create(o);

@@ -103,6 +103,12 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
     if (!loaded.ok()) return loaded.status();
     c = *std::move(loaded);
   }
+  if (!c.models.empty() &&
+      (!f.model.empty() || f.prefill != -1 || f.decode != -1 || f.mixed != -1)) {
+    return absl::InvalidArgumentError(
+        "--model, --prefill, --decode and --mixed do not apply to a config with a models list: "
+        "set each model's workers in its entry");
+  }
   if (!f.model.empty()) c.model = f.model;
   if (!f.host.empty()) c.host = f.host;
   if (!f.log_dir.empty()) c.log_dir = f.log_dir;
@@ -129,6 +135,9 @@ absl::StatusOr<ClusterConfig> BuildConfig(const UpFlags& f) {
       ids.push_back(id);
     }
     for (ClusterConfig::Pool* pool : {&c.prefill, &c.decode, &c.mixed}) pool->gpus = ids;
+    for (ClusterConfig::ModelPool& m : c.models) {
+      for (ClusterConfig::Pool* pool : {&m.prefill, &m.decode, &m.mixed}) pool->gpus = ids;
+    }
   }
   if (auto st = ValidateClusterConfig(c); !st.ok()) return st;
   if (!(f.grace_seconds >= 0) || !(f.ready_timeout_seconds > 0)) {
@@ -146,8 +155,10 @@ struct Ports {
 // Fills every 0 port: the router's in place (with several routers, the front's HTTP port), the
 // routers' and workers' as (http, grpc) pairs.
 absl::StatusOr<Ports> ResolvePorts(ClusterConfig& c) {
-  const int workers =
-      c.prefill.count + c.decode.count + c.mixed.count + c.kv_tiers.kvstore_count;
+  int workers = c.kv_tiers.kvstore_count;
+  for (const ClusterConfig& m : ModelPoolConfigs(c)) {
+    workers += m.prefill.count + m.decode.count + m.mixed.count;
+  }
   const int replicas = c.router.replicas > 1 ? c.router.replicas : 0;
   const int router_free =
       (c.router.http_port == 0) + (replicas == 0 && c.router.grpc_port == 0) +
@@ -284,9 +295,19 @@ std::vector<std::string> Names(const std::vector<ProcessSpec>& specs) {
   return names;
 }
 
+void SayModelPlacement(const ClusterConfig& c, const std::string& id_prefix);
+
 // One line per worker that has a device or a KV pool size of its own, e.g.
 // "  decode-0: GPU 0, gpu_memory_share 0.45".
-void SayPlacement(const ClusterConfig& c) {
+void SayPlacement(const ClusterConfig& config) {
+  const std::vector<ClusterConfig> models = ModelPoolConfigs(config);
+  for (size_t m = 0; m < models.size(); ++m) {
+    SayModelPlacement(models[m],
+                      config.models.empty() ? "" : ModelProcessPrefix(config.models[m].name) + "-");
+  }
+}
+
+void SayModelPlacement(const ClusterConfig& c, const std::string& id_prefix) {
   auto placed = PlaceWorkers(c);
   if (!placed.ok()) return;
   for (const WorkerPlacement& w : *placed) {
@@ -298,7 +319,7 @@ void SayPlacement(const ClusterConfig& c) {
       parts.push_back(absl::StrCat("gpu_memory_share ", w.memory_share));
     }
     if (!parts.empty()) {
-      Say(absl::StrCat("  ", w.role, "-", w.index, ": ", absl::StrJoin(parts, ", ")));
+      Say(absl::StrCat("  ", id_prefix, w.role, "-", w.index, ": ", absl::StrJoin(parts, ", ")));
     }
   }
 }
@@ -381,8 +402,14 @@ int RunUp(const Args& args) {
   auto config = BuildConfig(f);
   if (!config.ok()) return Fail("up", std::string(config.status().message()), 2);
   ClusterConfig& c = *config;
-  // Resolve (and maybe write) the model once here, so the children don't race on the cache.
-  auto model_dir = ResolveModelPath(c.model);
+  // Resolve (and maybe write) the models once here, so the children don't race on the cache.
+  for (ClusterConfig::ModelPool& m : c.models) {
+    auto dir = ResolveModelPath(m.model);
+    if (!dir.ok()) return Fail("up", std::string(dir.status().message()), 1);
+    m.model = *dir;
+  }
+  auto model_dir = c.models.empty() ? ResolveModelPath(c.model)
+                                    : absl::StatusOr<std::string>(c.models.front().model);
   if (!model_dir.ok()) return Fail("up", std::string(model_dir.status().message()), 1);
   auto ports = ResolvePorts(c);
   if (!ports.ok()) return Fail("up", std::string(ports.status().message()), 1);
@@ -400,7 +427,13 @@ int RunUp(const Args& args) {
     c.kv_hash_key_file = c.log_dir + "/kv_hash.key";
   }
   if (auto st = PrepareClusterTls(c); !st.ok()) return Fail("up", std::string(st.message()), 1);
-  Say(absl::StrCat("model: ", *model_dir));
+  if (c.models.empty()) {
+    Say(absl::StrCat("model: ", *model_dir));
+  } else {
+    for (const ClusterConfig::ModelPool& m : c.models) {
+      Say(absl::StrCat("model ", m.name, ": ", m.model));
+    }
+  }
   if (c.tls.mode != "off") Say(absl::StrCat("cluster gRPC: mTLS, CA ", c.tls.ca));
   Say(absl::StrCat("logs: ", c.log_dir));
   auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, ports->workers, ports->routers);

@@ -524,10 +524,12 @@ void AppendTenantFlags(const ClusterConfig& c, std::vector<std::string>& argv) {
   }
 }
 
+// One worker of model `model` (its directory), which clients name `served_name`.
 ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std::string& model,
+                       const std::string& served_name, const std::string& id,
                        const WorkerPlacement& w, std::pair<int, int> ports,
                        const std::string& log_dir, bool kvstores, const std::string& router) {
-  const std::string role = w.role, id = absl::StrCat(w.role, "-", w.index);
+  const std::string role = w.role;
   std::vector<std::string> argv = {exe,
                                    "worker",
                                    "--role",
@@ -545,7 +547,7 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
                                    "--model",
                                    model,
                                    "--served-model-name",
-                                   ServedModelName(c.model),
+                                   served_name,
                                    "--plugin",
                                    c.engine.plugin,
                                    "--block-size",
@@ -593,9 +595,19 @@ ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std
                                    "--model",
                                    model_dir,
                                    "--served-model-name",
-                                   ServedModelName(c.model),
+                                   c.models.empty() ? ServedModelName(c.model) : c.models[0].name,
                                    "--policy",
                                    c.policy};
+  // Further models: each with its name, its directory and its workers' profiles.
+  for (size_t i = 1; i < c.models.size(); ++i) {
+    argv.insert(argv.end(),
+                {"--serve-model", absl::StrCat(c.models[i].name, "=", c.models[i].model)});
+  }
+  for (const ClusterConfig::ModelPool& m : c.models) {
+    if (!m.profile.empty()) {
+      argv.insert(argv.end(), {"--model-profile", absl::StrCat(m.name, "=", m.profile)});
+    }
+  }
   for (const auto& key : c.api_keys) argv.insert(argv.end(), {"--api-key", key});
   AppendApiCompatFlags(c, argv);
   AppendTenantFlags(c, argv);
@@ -624,8 +636,6 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
                                         const std::string& model_dir, const std::string& log_dir,
                                         const std::vector<std::pair<int, int>>& worker_ports,
                                         const std::vector<std::pair<int, int>>& router_ports) {
-  absl::StatusOr<std::vector<WorkerPlacement>> placed = PlaceWorkers(c);
-  if (!placed.ok()) return placed.status();
   ClusterPlan plan;
   const std::string host = ConnectHost(c.host);
   std::vector<std::string> registries;
@@ -649,16 +659,40 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
   }
   plan.url = absl::StrCat("http://", host, ":", c.router.http_port, "/v1");
   const std::string routers = absl::StrJoin(registries, ",");
-  const size_t workers = size_t(c.prefill.count + c.decode.count + c.mixed.count);
+  // Every model's workers: ids <role>-<i>, or <model>-<role>-<i> with a models list (the
+  // model's ModelProcessPrefix).
+  struct Planned {
+    std::string dir, served, id;
+    const ClusterConfig* config;
+    WorkerPlacement placement;
+  };
+  const std::vector<ClusterConfig> models = ModelPoolConfigs(c);
+  std::vector<Planned> planned;
+  for (size_t m = 0; m < models.size(); ++m) {
+    absl::StatusOr<std::vector<WorkerPlacement>> placed = PlaceWorkers(models[m]);
+    if (!placed.ok()) return placed.status();
+    for (WorkerPlacement& w : *placed) {
+      Planned p;
+      p.config = &models[m];
+      p.dir = c.models.empty() ? model_dir : c.models[m].model;
+      p.served = c.models.empty() ? ServedModelName(c.model) : c.models[m].name;
+      p.id = absl::StrCat(c.models.empty() ? "" : ModelProcessPrefix(c.models[m].name) + "-",
+                          w.role, "-", w.index);
+      p.placement = std::move(w);
+      planned.push_back(std::move(p));
+    }
+  }
+  const size_t workers = planned.size();
   for (int i = 0; i < c.kv_tiers.kvstore_count && workers + i < worker_ports.size(); ++i) {
     const auto ports = worker_ports[workers + i];
     plan.kvstores.push_back(
         KvstoreSpec(c, exe, absl::StrCat("kvstore-", i), ports, log_dir, routers));
   }
   const bool kvstores = !plan.kvstores.empty();
-  for (size_t i = 0; i < placed->size() && i < worker_ports.size(); ++i) {
-    plan.workers.push_back(WorkerSpec(c, exe, model_dir, (*placed)[i], worker_ports[i], log_dir,
-                                      kvstores, routers));
+  for (size_t i = 0; i < planned.size() && i < worker_ports.size(); ++i) {
+    const Planned& p = planned[i];
+    plan.workers.push_back(WorkerSpec(*p.config, exe, p.dir, p.served, p.id, p.placement,
+                                      worker_ports[i], log_dir, kvstores, routers));
   }
   return plan;
 }

@@ -156,8 +156,10 @@ struct ClusterPlan {
 // `config` must have its router ports resolved (non-zero); with router.replicas above 1,
 // `router_ports` holds each router's (http, grpc) pair (its HTTP port a private one: the front
 // serves router.http_port). `worker_ports` holds an (http, grpc)
-// pair per worker in the order prefill, decode, mixed, then one per kvstore daemon
-// (kv_tiers.kvstore_count). `model_dir` is the resolved checkpoint. Each worker gets its
+// pair per worker in the order prefill, decode, mixed (model by model with a `models` list),
+// then one per kvstore daemon (kv_tiers.kvstore_count). `model_dir` is the resolved
+// checkpoint; with a `models` list, each entry's `model` must be its resolved checkpoint
+// already (and `model_dir` the first's), and worker ids are <name>-<role>-<i>. Each worker gets its
 // PlaceWorkers() device (in --plugin-config) and KV pool size: engine.num_kv_blocks, else
 // --kv-cache-mb, else --gpu-memory-share, else none (the worker's default). Errors: those of
 // PlaceWorkers() for a config that did not pass ValidateClusterConfig().

@@ -318,6 +318,112 @@ FieldSpec Tls() {
   return f;
 }
 
+const FieldSpec* FindField(const std::string& path);
+std::vector<std::string> KeysUnder(const std::string& prefix);
+
+// One worker pool (prefill, decode, mixed) of a `models` entry, read with the top-level pool's
+// keys into `scratch`.
+std::string ModelPoolSection(const std::string& pool, const YAML::Node& node,
+                             ClusterConfig& scratch) {
+  if (node.IsNull()) return "";
+  if (!node.IsMap()) {
+    return absl::StrCat(pool, ": expected a mapping with keys ",
+                        absl::StrJoin(KeysUnder(pool), ", "));
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const FieldSpec* field = FindField(absl::StrCat(pool, ".", key));
+    if (field == nullptr) {
+      return absl::StrCat(pool, ".", key, ": unknown key (known keys in ", pool, ": ",
+                          absl::StrJoin(KeysUnder(pool), ", "), ")");
+    }
+    std::string err = field->parse(kv.second, scratch);
+    if (err.empty()) err = field->check(scratch);
+    if (!err.empty()) return absl::StrCat(pool, ".", key, ": ", err);
+  }
+  return "";
+}
+
+// One `models` entry: {name, model, plugin, plugin_config, profile, prefill, decode, mixed}.
+std::string ModelEntry(const YAML::Node& item, ClusterConfig::ModelPool* out) {
+  if (!item.IsMap()) return "expected a mapping";
+  ClusterConfig scratch;
+  scratch.prefill = out->prefill;
+  scratch.decode = out->decode;
+  scratch.mixed = out->mixed;
+  std::set<std::string> seen;
+  for (const auto& kv : item) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    if (!seen.insert(key).second) return absl::StrCat(key, ": duplicate key");
+    if (key == "prefill" || key == "decode" || key == "mixed") {
+      if (std::string e = ModelPoolSection(key, kv.second, scratch); !e.empty()) return e;
+      continue;
+    }
+    std::string* text = key == "name"            ? &out->name
+                        : key == "model"         ? &out->model
+                        : key == "plugin"        ? &out->plugin
+                        : key == "plugin_config" ? &out->plugin_config
+                        : key == "profile"       ? &out->profile
+                                                 : nullptr;
+    if (text == nullptr) {
+      return absl::StrCat("unknown key '", key,
+                          "' (known keys: name, model, plugin, plugin_config, profile, prefill, "
+                          "decode, mixed)");
+    }
+    if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
+      return absl::StrCat(key, ": expected a non-empty string");
+    }
+    *text = kv.second.Scalar();
+  }
+  if (out->name.empty()) return "name: every model needs the name clients send";
+  if (std::string e = CheckJsonObject(out->plugin_config); !e.empty()) {
+    return absl::StrCat("plugin_config: ", e);
+  }
+  out->prefill = scratch.prefill;
+  out->decode = scratch.decode;
+  out->mixed = scratch.mixed;
+  return "";
+}
+
+// `models`: a list of model pools, each named once.
+FieldSpec Models() {
+  constexpr size_t kMaxModels = 64;
+  FieldSpec f;
+  f.path = "models";
+  f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    c.models.clear();
+    if (node.IsNull()) return "";
+    if (!node.IsSequence()) return "expected a list of models ({name, model, ...})";
+    if (node.size() > kMaxModels) return absl::StrCat("at most ", kMaxModels, " models");
+    for (size_t i = 0; i < node.size(); ++i) {
+      ClusterConfig::ModelPool entry;
+      if (std::string e = ModelEntry(node[i], &entry); !e.empty()) {
+        return absl::StrCat("entry ", i, ": ", e);
+      }
+      c.models.push_back(std::move(entry));
+    }
+    return "";
+  };
+  f.check = [](const ClusterConfig& c) -> std::string {
+    std::set<std::string> names, prefixes;
+    for (const auto& m : c.models) {
+      if (m.name.empty() || m.model.empty()) return "every model needs a name and a model";
+      if (!names.insert(m.name).second) return absl::StrCat("model ", m.name, " is named twice");
+      // Process names: `up` tells routers from workers by the "router" prefix.
+      const std::string prefix = ModelProcessPrefix(m.name);
+      if (prefix.starts_with("router")) {
+        return absl::StrCat("model ", m.name, ": a name may not start with 'router'");
+      }
+      if (!prefixes.insert(prefix).second) {
+        return absl::StrCat("model ", m.name, " gives the same worker ids (", prefix,
+                            "-...) as another model: rename one");
+      }
+    }
+    return "";
+  };
+  return f;
+}
+
 // The keys before the worker pools.
 std::vector<FieldSpec> HeadFields() {
   return {
@@ -450,6 +556,7 @@ std::vector<FieldSpec> TailFields() {
       Scalar<std::string>(
           "policy", "a string", [](auto& c) -> auto& { return c.policy; }, CheckNonEmpty),
       Tls(),
+      Models(),
   };
 }
 
@@ -587,7 +694,22 @@ Problem Place(const ClusterConfig& c, std::vector<WorkerPlacement>& out) {
   return ShareDevices(out);
 }
 
+Problem CrossCheckModel(const ClusterConfig& c);
+
+// Each model pool on its own (`models` entries reported as "models[i].key").
 Problem CrossCheck(const ClusterConfig& c) {
+  if (c.models.empty()) return CrossCheckModel(c);
+  const std::vector<ClusterConfig> each = ModelPoolConfigs(c);
+  for (size_t i = 0; i < each.size(); ++i) {
+    if (Problem p = CrossCheckModel(each[i]); !p.reason.empty()) {
+      return {"models", absl::StrCat("entry ", i, " (", c.models[i].name, "): ",
+                                     p.key.empty() ? "" : p.key + ": ", p.reason)};
+    }
+  }
+  return {};
+}
+
+Problem CrossCheckModel(const ClusterConfig& c) {
   if (c.decode.count + c.mixed.count < 1) {
     return {"", "at least one decode or mixed worker is required (decode.count + mixed.count >= 1)"};
   }
@@ -663,6 +785,14 @@ class Parser {
     } catch (const YAML::Exception& e) {
       return Error(e.mark, "", e.msg);
     }
+    if (!config.models.empty()) {
+      for (const char* key : {"model", "prefill", "decode", "mixed"}) {
+        if (marks_.contains(key)) {
+          return Error(marks_.at(key), key,
+                       "with a models list, each model and its workers are set in its entry");
+        }
+      }
+    }
     if (Problem p = CrossCheck(config); !p.reason.empty()) {
       return Error(MarkOf(p.key), p.key, p.reason);
     }
@@ -683,6 +813,33 @@ class Parser {
 };
 
 }  // namespace
+
+std::string ModelProcessPrefix(const std::string& name) {
+  std::string out = name;
+  for (char& ch : out) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok) ch = '-';
+  }
+  return out;
+}
+
+std::vector<ClusterConfig> ModelPoolConfigs(const ClusterConfig& config) {
+  if (config.models.empty()) return {config};
+  std::vector<ClusterConfig> out;
+  for (const ClusterConfig::ModelPool& m : config.models) {
+    ClusterConfig c = config;
+    c.models.clear();
+    c.model = m.model;
+    c.prefill = m.prefill;
+    c.decode = m.decode;
+    c.mixed = m.mixed;
+    if (!m.plugin.empty()) c.engine.plugin = m.plugin;
+    if (!m.plugin_config.empty()) c.engine.plugin_config = m.plugin_config;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
 
 absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text,
                                                  const std::string& source) {

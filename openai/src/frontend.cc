@@ -42,6 +42,18 @@ void RespondJson(http::ResponseWriter& writer, int status, const OrderedJson& bo
   writer.Respond(status, "application/json", DumpJson(body));
 }
 
+// One entry of GET /v1/models (OpenAI's model object, with the limits a client needs).
+OrderedJson ModelObject(const ServedModel& served, int64_t created) {
+  OrderedJson model = OrderedJson::object();
+  model["id"] = served.name;
+  model["object"] = "model";
+  model["created"] = created;
+  model["owned_by"] = "strata";
+  model["max_model_len"] = served.max_model_len;
+  model["vocab_size"] = served.vocab_size;  // token-array prompts must stay below it
+  return model;
+}
+
 // SamplingParams::Validate messages start with the parameter's name.
 ApiError SamplingError(const absl::Status& status) {
   std::string message(status.message());
@@ -96,10 +108,28 @@ absl::Status ParseLoadFormat(std::string_view name, FrontendOptions::LoadFormat*
 
 absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, ServedModel model,
                                                            FrontendOptions options) {
+  std::vector<ServedModel> models;
+  models.push_back(std::move(model));
+  return Create(backend, std::move(models), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend,
+                                                           std::vector<ServedModel> models,
+                                                           FrontendOptions options) {
   if (backend == nullptr) return absl::InvalidArgumentError("Frontend: backend is null");
-  if (model.tokenizer == nullptr) return absl::InvalidArgumentError("Frontend: tokenizer is null");
-  if (model.max_model_len <= 0 || model.vocab_size <= 0) {
-    return absl::InvalidArgumentError("Frontend: max_model_len and vocab_size must be > 0");
+  if (models.empty()) return absl::InvalidArgumentError("Frontend: no model to serve");
+  absl::flat_hash_set<std::string> names;
+  for (const ServedModel& model : models) {
+    if (model.tokenizer == nullptr) {
+      return absl::InvalidArgumentError("Frontend: tokenizer is null");
+    }
+    if (model.max_model_len <= 0 || model.vocab_size <= 0) {
+      return absl::InvalidArgumentError("Frontend: max_model_len and vocab_size must be > 0");
+    }
+    if (!names.insert(model.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Frontend: model ", model.name, " is served twice"));
+    }
   }
   if (options.api_key_cache_salts.size() > options.api_keys.size()) {
     return absl::InvalidArgumentError(absl::StrCat("Frontend: ", options.api_key_cache_salts.size(),
@@ -113,7 +143,7 @@ absl::StatusOr<std::unique_ptr<Frontend>> Frontend::Create(Backend* backend, Ser
     }
   }
   return std::unique_ptr<Frontend>(
-      new Frontend(backend, std::move(model), std::move(options)));
+      new Frontend(backend, std::move(models), std::move(options)));
 }
 
 class Frontend::RefundingObserver final : public RequestObserver {
@@ -137,11 +167,9 @@ class Frontend::RefundingObserver final : public RequestObserver {
   RequestObserver* next_;
 };
 
-Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
+Frontend::Frontend(Backend* backend, std::vector<ServedModel> models, FrontendOptions options)
     : backend_(backend),
-      model_(std::move(model)),
       options_(std::move(options)),
-      tool_parser_(options_.tool_call_parser),
       created_(absl::ToUnixSeconds(absl::Now())),
       rate_limiter_(options_.rate_limit, options_.api_key_rate_limits),
       observer_(std::make_unique<RefundingObserver>(&rate_limiter_, options_.observer)) {
@@ -153,11 +181,36 @@ Frontend::Frontend(Backend* backend, ServedModel model, FrontendOptions options)
     memory_watch_ =
         std::make_unique<MemoryWatch>(options_.max_memory_bytes, options_.memory_sample_interval);
   }
-  if (tool_parser_ == ToolCallParser::kAuto) {
-    tool_parser_ = model_.chat_template != nullptr
-                       ? DetectToolCallParser(model_.chat_template->source())
-                       : ToolCallParser::kNone;
+  for (ServedModel& served : models) {
+    Model m;
+    m.tool_parser = options_.tool_call_parser;
+    if (m.tool_parser == ToolCallParser::kAuto) {
+      m.tool_parser = served.chat_template != nullptr
+                          ? DetectToolCallParser(served.chat_template->source())
+                          : ToolCallParser::kNone;
+    }
+    m.served = std::move(served);
+    models_.push_back(std::move(m));
   }
+}
+
+const Frontend::Model* Frontend::FindModel(std::string_view name) const {
+  for (const Model& m : models_) {
+    if (m.served.name == name) return &m;
+  }
+  return nullptr;
+}
+
+std::optional<ApiError> Frontend::ModelForTokenize(const std::string& name,
+                                                   const Model** model) const {
+  if (name.empty() && models_.size() > 1) {
+    return ApiError::BadRequest(
+        absl::StrCat("this server serves ", models_.size(), " models: name one in `model`"),
+        "model");
+  }
+  *model = name.empty() ? &models_.front() : FindModel(name);
+  if (*model == nullptr) return ApiError::ModelNotFound(name);
+  return std::nullopt;
 }
 
 Frontend::~Frontend() = default;
@@ -231,6 +284,12 @@ void Frontend::Install(http::Server& server) {
   server.Route("POST", "/v1/completions", offload(&Frontend::HandleCompletions, true));
   server.Route("POST", "/v1/chat/completions", offload(&Frontend::HandleChatCompletions, true));
   server.Route("GET", "/v1/models", bind(&Frontend::HandleModels));
+  for (const Model& m : models_) {
+    server.Route("GET", absl::StrCat("/v1/models/", m.served.name),
+                 [this, &m](const http::Request& r, std::shared_ptr<http::ResponseWriter> w) {
+                   HandleModel(m, r, std::move(w));
+                 });
+  }
   server.Route("GET", "/health", bind(&Frontend::HandleHealth));
   server.Route("GET", "/ready", bind(&Frontend::HandleReady));
   server.Route("GET", "/health_generate", bind(&Frontend::HandleHealthGenerate));
@@ -305,7 +364,6 @@ JobSpec Frontend::NewSpec(const http::Request& request, bool chat) const {
   spec.arrival = absl::Now();
   spec.meta.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", RandomHex());
   spec.meta.created = absl::ToUnixSeconds(spec.arrival);
-  spec.meta.model = model_.name;
   spec.slo_class = HeaderValue(request, "x-slo-class");
   spec.hide_cached_tokens = options_.hide_cached_tokens;
   return spec;
@@ -336,22 +394,24 @@ void Frontend::Reject(const ApiError& error, const JobSpec& spec, http::Response
   options_.observer->OnFinished(record);
 }
 
-std::optional<ApiError> Frontend::PrepareCompletion(const CompletionRequest& request,
+std::optional<ApiError> Frontend::PrepareCompletion(const Model& m,
+                                                    const CompletionRequest& request,
                                                     JobSpec* spec) const {
+  const ServedModel& model = m.served;
   for (const PromptInput& p : request.prompts) {
     if (!p.is_tokens) {
       // Like HF's default and vLLM: the tokenizer's special tokens (e.g. BOS) are added unless
       // the request says add_special_tokens=false.
       spec->prompts.push_back(
-          model_.tokenizer->Encode(p.text, request.common.add_special_tokens.value_or(true)));
+          model.tokenizer->Encode(p.text, request.common.add_special_tokens.value_or(true)));
       if (spec->prompts.back().empty()) {
         return ApiError::BadRequest("prompt must not be empty", "prompt");
       }
     } else {
       for (int32_t t : p.tokens) {
-        if (t >= model_.vocab_size) {
+        if (t >= model.vocab_size) {
           return ApiError::BadRequest(
-              absl::StrCat("prompt token id ", t, " is out of range [0, ", model_.vocab_size, ")"),
+              absl::StrCat("prompt token id ", t, " is out of range [0, ", model.vocab_size, ")"),
               "prompt");
         }
       }
@@ -359,36 +419,38 @@ std::optional<ApiError> Frontend::PrepareCompletion(const CompletionRequest& req
     }
     // echo repeats a text prompt as sent and token ids as their text (special tokens kept).
     if (request.echo) {
-      spec->echo.push_back(p.is_tokens ? model_.tokenizer->Decode(p.tokens,
-                                                                  /*skip_special_tokens=*/false)
+      spec->echo.push_back(p.is_tokens ? model.tokenizer->Decode(p.tokens,
+                                                                 /*skip_special_tokens=*/false)
                                        : p.text);
     }
   }
   return std::nullopt;
 }
 
-std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpec* spec) const {
-  if (model_.chat_template == nullptr) {
-    return ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
+std::optional<ApiError> Frontend::PrepareChat(const Model& m, const ChatRequest& request,
+                                              JobSpec* spec) const {
+  const ServedModel& model = m.served;
+  if (model.chat_template == nullptr) {
+    return ApiError::BadRequest(absl::StrCat("model ", model.name, " has no chat template"),
                                 "messages");
   }
   if (request.tools.active()) {
-    if (tool_parser_ == ToolCallParser::kNone) {
+    if (m.tool_parser == ToolCallParser::kNone) {
       return ApiError::BadRequest(
           absl::StrCat("tools need a tool-call parser, and this server has none for model ",
-                       model_.name,
+                       model.name,
                        " (its chat template shows no known tool-call format): start it with "
                        "--tool-call-parser llama3_json, hermes or mistral, or send "
                        "tool_choice \"none\""),
           "tools");
     }
-    spec->tool_parser = tool_parser_;
+    spec->tool_parser = m.tool_parser;
     spec->parallel_tool_calls = request.tools.parallel_tool_calls;
     // [TOOL_CALLS] is a special token: decoding must keep it for the parser to see it.
-    if (tool_parser_ == ToolCallParser::kMistral) spec->params.skip_special_tokens = false;
+    if (m.tool_parser == ToolCallParser::kMistral) spec->params.skip_special_tokens = false;
   }
   absl::StatusOr<std::string> prompt =
-      RenderChat(*model_.chat_template, request.messages, request.add_generation_prompt,
+      RenderChat(*model.chat_template, request.messages, request.add_generation_prompt,
                  request.continue_final_message, request.chat_template_kwargs, request.tools);
   if (!prompt.ok()) {
     return ApiError::BadRequest(std::string(prompt.status().message()), "messages");
@@ -396,15 +458,16 @@ std::optional<ApiError> Frontend::PrepareChat(const ChatRequest& request, JobSpe
   // The template already wrote BOS and the like: HF apply_chat_template(tokenize=True) does
   // not add special tokens again (vLLM's add_special_tokens=true asks for it).
   spec->prompts.push_back(
-      model_.tokenizer->Encode(*prompt, request.common.add_special_tokens.value_or(false)));
+      model.tokenizer->Encode(*prompt, request.common.add_special_tokens.value_or(false)));
   if (spec->prompts.back().empty()) {
     return ApiError::BadRequest("the rendered chat prompt is empty", "messages");
   }
   return std::nullopt;
 }
 
-std::optional<ApiError> Frontend::ResolveLimits(int default_max_tokens, JobSpec* spec) const {
-  const int64_t context = model_.max_model_len;
+std::optional<ApiError> Frontend::ResolveLimits(const Model& m, int default_max_tokens,
+                                                JobSpec* spec) const {
+  const int64_t context = m.served.max_model_len;
   const int64_t max_prompt = options_.max_prompt_tokens > 0
                                  ? std::min(options_.max_prompt_tokens, context - 1)
                                  : context - 1;
@@ -429,7 +492,7 @@ std::optional<ApiError> Frontend::ResolveLimits(int default_max_tokens, JobSpec*
   }
   SamplingParams check = spec->params;
   check.max_tokens = spec->max_tokens.empty() ? 0 : spec->max_tokens.front();
-  if (absl::Status s = check.Validate(model_.vocab_size); !s.ok()) return SamplingError(s);
+  if (absl::Status s = check.Validate(m.served.vocab_size); !s.ok()) return SamplingError(s);
   return std::nullopt;
 }
 
@@ -444,14 +507,14 @@ void Frontend::HandleCompletions(const http::Request& request,
     if (auto shed = ShedForMemory()) return Reject(*shed, spec, *writer, "memory");
   }
   if (!error) error = ParseCompletionRequest(request.body, &parsed, parse_options());
-  if (!error && parsed.common.model != model_.name) {
-    error = ApiError::ModelNotFound(parsed.common.model);
-  }
+  const Model* m = error ? nullptr : FindModel(parsed.common.model);
+  if (!error && m == nullptr) error = ApiError::ModelNotFound(parsed.common.model);
+  spec.meta.model = m != nullptr ? m->served.name : parsed.common.model;
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
   ApplyKeyCacheSalt(key_index, &spec.params);
-  if (!error) error = PrepareCompletion(parsed, &spec);
-  if (!error) error = ResolveLimits(/*default_max_tokens=*/16, &spec);
+  if (!error) error = PrepareCompletion(*m, parsed, &spec);
+  if (!error) error = ResolveLimits(*m, /*default_max_tokens=*/16, &spec);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
@@ -461,7 +524,7 @@ void Frontend::HandleCompletions(const http::Request& request,
   if (!error) error = ChargeRateLimit(key_index, &spec);
   if (error) return Reject(*error, spec, *writer);
   NoteUnknownParams(spec.unknown_params);
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
+  internal::StartJob(std::move(spec), {backend_, m->served.tokenizer, observer_.get()},
                      std::move(writer));
 }
 
@@ -476,15 +539,15 @@ void Frontend::HandleChatCompletions(const http::Request& request,
     if (auto shed = ShedForMemory()) return Reject(*shed, spec, *writer, "memory");
   }
   if (!error) error = ParseChatRequest(request.body, &parsed, parse_options());
-  if (!error && parsed.common.model != model_.name) {
-    error = ApiError::ModelNotFound(parsed.common.model);
-  }
+  const Model* m = error ? nullptr : FindModel(parsed.common.model);
+  if (!error && m == nullptr) error = ApiError::ModelNotFound(parsed.common.model);
+  spec.meta.model = m != nullptr ? m->served.name : parsed.common.model;
   spec.params = parsed.common.sampling;
   spec.unknown_params = parsed.common.unknown_params;
   ApplyKeyCacheSalt(key_index, &spec.params);
-  if (!error) error = PrepareChat(parsed, &spec);
+  if (!error) error = PrepareChat(*m, parsed, &spec);
   // Chat's default max_tokens: the rest of the context window (-1).
-  if (!error) error = ResolveLimits(/*default_max_tokens=*/-1, &spec);
+  if (!error) error = ResolveLimits(*m, /*default_max_tokens=*/-1, &spec);
   spec.n = parsed.common.n;
   spec.stream = parsed.common.stream;
   spec.include_usage = parsed.common.include_usage;
@@ -494,7 +557,7 @@ void Frontend::HandleChatCompletions(const http::Request& request,
   if (!error) error = ChargeRateLimit(key_index, &spec);
   if (error) return Reject(*error, spec, *writer);
   NoteUnknownParams(spec.unknown_params);
-  internal::StartJob(std::move(spec), {backend_, model_.tokenizer, observer_.get()},
+  internal::StartJob(std::move(spec), {backend_, m->served.tokenizer, observer_.get()},
                      std::move(writer));
 }
 
@@ -504,17 +567,21 @@ void Frontend::HandleModels(const http::Request& request,
   if (std::optional<ApiError> error = Authorize(request, &key_id)) {
     return internal::RespondApiError(*writer, *error);
   }
-  OrderedJson model = OrderedJson::object();
-  model["id"] = model_.name;
-  model["object"] = "model";
-  model["created"] = created_;
-  model["owned_by"] = "strata";
-  model["max_model_len"] = model_.max_model_len;
-  model["vocab_size"] = model_.vocab_size;  // token-array prompts must stay below it
+  OrderedJson data = OrderedJson::array();
+  for (const Model& m : models_) data.push_back(ModelObject(m.served, created_));
   OrderedJson body = OrderedJson::object();
   body["object"] = "list";
-  body["data"] = OrderedJson::array({std::move(model)});
+  body["data"] = std::move(data);
   RespondJson(*writer, 200, body);
+}
+
+void Frontend::HandleModel(const Model& m, const http::Request& request,
+                           std::shared_ptr<http::ResponseWriter> writer) {
+  std::string key_id;
+  if (std::optional<ApiError> error = Authorize(request, &key_id)) {
+    return internal::RespondApiError(*writer, *error);
+  }
+  RespondJson(*writer, 200, ModelObject(m.served, created_));
 }
 
 void Frontend::HandleHealth(const http::Request& request,
@@ -559,6 +626,7 @@ struct HealthProbe {
 
 void Frontend::HandleHealthGenerate(const http::Request& request,
                                     std::shared_ptr<http::ResponseWriter> writer) {
+  const ServedModel& model = models_.front().served;
   if (!backend_->Ready()) {
     return RespondJson(*writer, 503, {{"status", "not ready"}});
   }
@@ -566,8 +634,8 @@ void Frontend::HandleHealthGenerate(const http::Request& request,
   probe->writer = std::move(writer);
   GenerateRequest g;
   g.request_id = absl::StrCat("health-", RandomHex());
-  g.model = model_.name;
-  g.prompt = model_.tokenizer->Encode("ping", /*add_special_tokens=*/true);
+  g.model = model.name;
+  g.prompt = model.tokenizer->Encode("ping", /*add_special_tokens=*/true);
   if (g.prompt.empty()) g.prompt.push_back(0);
   g.params.max_tokens = 1;
   g.params.temperature = 0.0f;
@@ -585,30 +653,32 @@ void Frontend::HandleHealthGenerate(const http::Request& request,
 
 void Frontend::HandleServerInfo(const http::Request& request,
                                 std::shared_ptr<http::ResponseWriter> writer) {
-  const std::string path = model_.model_path.empty() ? model_.name : model_.model_path;
+  const ServedModel& model = models_.front().served;
+  const std::string path = model.model_path.empty() ? model.name : model.model_path;
   const BackendLoad load = backend_->Load();
   OrderedJson body = OrderedJson::object();
   body["model_path"] = path;
   body["tokenizer_path"] = path;
-  body["served_model_name"] = model_.name;
-  body["context_length"] = model_.max_model_len;
-  body["max_model_len"] = model_.max_model_len;
-  body["vocab_size"] = model_.vocab_size;
+  body["served_model_name"] = model.name;
+  body["context_length"] = model.max_model_len;
+  body["max_model_len"] = model.max_model_len;
+  body["vocab_size"] = model.vocab_size;
   if (load.kv_capacity_tokens > 0) body["max_total_num_tokens"] = load.kv_capacity_tokens;
   body["dp_size"] = 1;
   body["is_generation"] = true;
   body["engine"] = "strata";
-  if (!model_.device.empty()) body["device"] = model_.device;
+  if (!model.device.empty()) body["device"] = model.device;
   RespondJson(*writer, 200, body);
 }
 
 void Frontend::HandleModelInfo(const http::Request& request,
                                std::shared_ptr<http::ResponseWriter> writer) {
-  const std::string path = model_.model_path.empty() ? model_.name : model_.model_path;
+  const ServedModel& model = models_.front().served;
+  const std::string path = model.model_path.empty() ? model.name : model.model_path;
   OrderedJson body = OrderedJson::object();
   body["model_path"] = path;
   body["tokenizer_path"] = path;
-  body["served_model_name"] = model_.name;
+  body["served_model_name"] = model.name;
   body["is_generation"] = true;
   RespondJson(*writer, 200, body);
 }
@@ -638,17 +708,16 @@ void Frontend::HandleTokenize(const http::Request& request,
   TokenizeRequest parsed;
   std::optional<ApiError> error = Authorize(request, &key_id);
   if (!error) error = ParseTokenizeRequest(request.body, &parsed);
-  if (!error && !parsed.model.empty() && parsed.model != model_.name) {
-    error = ApiError::ModelNotFound(parsed.model);
-  }
+  const Model* m = nullptr;
+  if (!error) error = ModelForTokenize(parsed.model, &m);
   std::string text = parsed.prompt;
   if (!error && parsed.chat) {
-    if (model_.chat_template == nullptr) {
-      error = ApiError::BadRequest(absl::StrCat("model ", model_.name, " has no chat template"),
+    if (m->served.chat_template == nullptr) {
+      error = ApiError::BadRequest(absl::StrCat("model ", m->served.name, " has no chat template"),
                                    "messages");
     } else {
       absl::StatusOr<std::string> rendered =
-          RenderChat(*model_.chat_template, parsed.messages, parsed.add_generation_prompt,
+          RenderChat(*m->served.chat_template, parsed.messages, parsed.add_generation_prompt,
                      parsed.continue_final_message, parsed.chat_template_kwargs, parsed.tools);
       if (rendered.ok()) {
         text = std::move(*rendered);
@@ -661,10 +730,10 @@ void Frontend::HandleTokenize(const http::Request& request,
   // The defaults of the endpoint the request stands for: special tokens for a prompt, none
   // more for a rendered chat (its template wrote them).
   const std::vector<int32_t> ids =
-      model_.tokenizer->Encode(text, parsed.add_special_tokens.value_or(!parsed.chat));
+      m->served.tokenizer->Encode(text, parsed.add_special_tokens.value_or(!parsed.chat));
   OrderedJson body = OrderedJson::object();
   body["count"] = ids.size();
-  body["max_model_len"] = model_.max_model_len;
+  body["max_model_len"] = m->served.max_model_len;
   body["tokens"] = ids;
   body["token_strs"] = nullptr;
   RespondJson(*writer, 200, body);
@@ -676,14 +745,13 @@ void Frontend::HandleDetokenize(const http::Request& request,
   DetokenizeRequest parsed;
   std::optional<ApiError> error = Authorize(request, &key_id);
   if (!error) error = ParseDetokenizeRequest(request.body, &parsed);
-  if (!error && !parsed.model.empty() && parsed.model != model_.name) {
-    error = ApiError::ModelNotFound(parsed.model);
-  }
+  const Model* m = nullptr;
+  if (!error) error = ModelForTokenize(parsed.model, &m);
   if (!error) {
     for (int32_t t : parsed.tokens) {
-      if (t >= model_.vocab_size) {
+      if (t >= m->served.vocab_size) {
         error = ApiError::BadRequest(
-            absl::StrCat("token id ", t, " is out of range [0, ", model_.vocab_size, ")"),
+            absl::StrCat("token id ", t, " is out of range [0, ", m->served.vocab_size, ")"),
             "tokens");
         break;
       }
@@ -691,7 +759,7 @@ void Frontend::HandleDetokenize(const http::Request& request,
   }
   if (error) return internal::RespondApiError(*writer, *error);
   OrderedJson body = OrderedJson::object();
-  body["prompt"] = model_.tokenizer->Decode(parsed.tokens, /*skip_special_tokens=*/false);
+  body["prompt"] = m->served.tokenizer->Decode(parsed.tokens, /*skip_special_tokens=*/false);
   RespondJson(*writer, 200, body);
 }
 

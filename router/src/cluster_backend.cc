@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -412,7 +413,8 @@ void ProbeGroup::Start(double not_before_s) {
 void ProbeGroup::Probe() {
   ClusterBackend* b = state_->backend;
   std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
-  const std::vector<WorkerView> workers = b->pool()->Snapshot(&stubs);
+  const std::vector<WorkerView> workers =
+      b->pool()->SnapshotModel(state_->request.model, &stubs);
   std::vector<std::shared_ptr<Attempt<v1::AttachResponse>>> probes;
   for (size_t i = 0; i < workers.size(); ++i) {
     if (workers[i].role != WorkerRole::kDecode && workers[i].role != WorkerRole::kMixed) continue;
@@ -426,7 +428,8 @@ void ProbeGroup::Probe() {
     // No decode worker registered yet (a router that has just started): ask them once the
     // first registers, within the router's worker grace.
     std::weak_ptr<ProbeGroup> weak = weak_from_this();
-    const bool parked = only_.empty() && b->AwaitDecodeWorker(-1, [weak](const absl::Status& s) {
+    const bool parked = only_.empty() && b->AwaitDecodeWorker(state_->request.model, -1,
+                                                              [weak](const absl::Status& s) {
       if (auto g = weak.lock()) {
         if (s.ok()) {
           g->Probe();
@@ -542,13 +545,16 @@ uint64_t RequestFingerprint(const openai::GenerateRequest& r) {
   return HashBlock(BlockHashSeed(r.model, bytes), 0, std::span<const int32_t>(r.prompt));
 }
 
-std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, const std::vector<int32_t>& prompt,
+// Who holds which prefix of the prompt, in its model's index.
+std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, std::string_view model,
+                                     const std::vector<int32_t>& prompt,
                                      std::string_view cache_salt) {
-  const int bs = pool.block_size();
+  const int bs = pool.block_size(model);
   if (bs <= 0) return {};
   const size_t full = prompt.size() / size_t(bs);
   return pool.MatchPrefix(
-      pool.Hasher(cache_salt).Chain(std::span<const int32_t>(prompt.data(), full * bs), bs));
+      pool.Hasher(cache_salt, model).Chain(std::span<const int32_t>(prompt.data(), full * bs), bs),
+      model);
 }
 
 // The Worker stub of the placement's decode worker, from the snapshot it was placed on.
@@ -578,21 +584,23 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   PlacementRequest pr;
   pr.prompt_tokens = int32_t(prompt->size());
   pr.local_prefill = prompt != &state->request.prompt;
-  pr.block_size = pool->block_size();
+  const std::string& model = state->request.model;
+  pr.block_size = pool->block_size(model);
   pr.exclude = state->exclude;
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
   const std::vector<WorkerMatch> matches =
-      MatchPrompt(*pool, *prompt, state->request.params.cache_salt);
+      MatchPrompt(*pool, model, *prompt, state->request.params.cache_salt);
+  // Only the request's model's workers: another model's could neither read its KV nor run it.
   std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
-  std::vector<WorkerView> workers = pool->Snapshot(&stubs);
+  std::vector<WorkerView> workers = pool->SnapshotModel(model, &stubs);
   auto placed = b->placer()->Place(workers, matches, pr);
   if (absl::IsUnavailable(placed.status()) && !pr.exclude.empty()) {
     // Every decode worker has failed this request once; those registered now are back (a
     // restarted process, a healed link): better one of them than no answer.
     pr.exclude.clear();
-    workers = pool->Snapshot(&stubs);
+    workers = pool->SnapshotModel(model, &stubs);
     placed = b->placer()->Place(workers, matches, pr);
   }
   if (!placed.ok()) return placed.status();
@@ -671,11 +679,11 @@ void PlaceOrAnswer(const std::shared_ptr<CallState>& state) {
     Enqueue(state, placed);
     return;
   }
-  // No decode worker (a router that has just started, or this request's worker failed and
-  // none is left): wait for one to register.
+  // No decode worker of its model (a router that has just started, or this request's worker
+  // failed and none is left): wait for one to register.
   if (placed.code() == absl::StatusCode::kUnavailable) {
-    const bool parked =
-        b->AwaitDecodeWorker(state->failed_at_s, [state](const absl::Status& resumed) {
+    const bool parked = b->AwaitDecodeWorker(
+        state->request.model, state->failed_at_s, [state](const absl::Status& resumed) {
           {
             absl::MutexLock lock(&state->mu);
             if (state->cancelled) return;  // its client left while it waited
@@ -809,7 +817,7 @@ void ClusterBackend::WakeQueue() {
   if (queue_ != nullptr) queue_->Wake(Now());
 }
 
-bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
+bool ClusterBackend::AwaitDecodeWorker(std::string model, double failed_at_s,
                                        std::function<void(const absl::Status&)> resume) {
   const double now = Now();
   const double deadline = (failed_at_s >= 0 ? failed_at_s : started_s_) + worker_grace_s_;
@@ -818,7 +826,7 @@ bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
     absl::MutexLock lock(&await_mu_);
     // Checked under the lock: SetDraining answers everything kept before it took the lock.
     if (draining_ || awaiting_.size() >= kMaxAwaiting) return false;
-    awaiting_.push_back({deadline, std::move(resume)});
+    awaiting_.push_back({deadline, std::move(model), std::move(resume)});
     awaiting_count_.store(int(awaiting_.size()), std::memory_order_relaxed);
     if (metrics_.awaiting) metrics_.awaiting->Set(double(awaiting_.size()));
   }
@@ -826,33 +834,47 @@ bool ClusterBackend::AwaitDecodeWorker(double failed_at_s,
 }
 
 void ClusterBackend::ResumeAwaiting() {
-  absl::Status status;  // for every request taken: OK (place it now) or the error to answer
-  if (draining_) {
-    status = absl::UnavailableError("the router is shutting down");
-  } else if (!HasDecodeWorker()) {
-    status = absl::UnavailableError(absl::StrFormat(
-        "no decode worker is available (none registered within the router's worker grace of "
-        "%gs)",
-        worker_grace_s_));
-  }
+  // Per request taken: OK (place it now) or the error to answer.
+  const absl::Status no_worker = absl::UnavailableError(absl::StrFormat(
+      "no decode worker is available (none registered within the router's worker grace of "
+      "%gs)",
+      worker_grace_s_));
+  const bool draining = draining_;
   const double now = Now();
-  std::vector<Awaiting> taken;
+  std::vector<std::pair<Awaiting, absl::Status>> taken;
   {
     absl::MutexLock lock(&await_mu_);
-    // Without a decode worker only the requests whose grace is over are answered.
-    auto keep = std::partition(awaiting_.begin(), awaiting_.end(), [&](const Awaiting& a) {
-      return !status.ok() && !draining_ && a.deadline_s > now;
-    });
-    std::move(keep, awaiting_.end(), std::back_inserter(taken));
-    awaiting_.erase(keep, awaiting_.end());
+    // Each model is asked once; a request whose model has no decode worker yet keeps waiting
+    // until its grace is over.
+    absl::flat_hash_map<std::string, bool> has_worker;
+    std::vector<Awaiting> kept;
+    for (Awaiting& a : awaiting_) {
+      absl::Status status;
+      if (draining) {
+        status = absl::UnavailableError("the router is shutting down");
+      } else {
+        auto [it, added] = has_worker.try_emplace(a.model, false);
+        if (added) it->second = HasDecodeWorker(a.model);
+        if (!it->second) {
+          if (a.deadline_s > now) {
+            kept.push_back(std::move(a));
+            continue;
+          }
+          status = no_worker;
+        }
+      }
+      taken.emplace_back(std::move(a), std::move(status));
+    }
+    awaiting_ = std::move(kept);
     awaiting_count_.store(int(awaiting_.size()), std::memory_order_relaxed);
     if (metrics_.awaiting) metrics_.awaiting->Set(double(awaiting_.size()));
   }
-  if (!status.ok() && metrics_.rejections && !taken.empty()) {
-    metrics_.rejections->WithLabels({absl::StatusCodeToString(status.code())})
-        ->Increment(double(taken.size()));
+  for (auto& [a, status] : taken) {
+    if (!status.ok() && metrics_.rejections) {
+      metrics_.rejections->WithLabels({absl::StatusCodeToString(status.code())})->Increment();
+    }
+    a.resume(status);
   }
-  for (Awaiting& a : taken) a.resume(status);
 }
 
 double ClusterBackend::Now() {
@@ -860,23 +882,26 @@ double ClusterBackend::Now() {
       .count();
 }
 
-bool ClusterBackend::Ready() const { return !draining_ && HasDecodeWorker(); }
+bool ClusterBackend::Ready() const { return !draining_ && HasDecodeWorker(std::nullopt); }
 
 openai::BackendLoad ClusterBackend::Load() const {
   openai::BackendLoad load;
-  const int64_t block_size = pool_->block_size();
-  for (const auto& w : pool_->Snapshot()) {
-    load.running += w.load.running;
-    load.waiting += w.load.waiting;
-    load.tokens += w.load.decode_context_tokens + w.load.queued_prefill_tokens;
-    load.kv_capacity_tokens += int64_t{w.load.total_kv_blocks} * block_size;
+  for (const std::string& model : pool_->ServedModels()) {
+    const int64_t block_size = pool_->block_size(model);
+    for (const auto& w : pool_->SnapshotModel(model)) {
+      if (w.role == WorkerRole::kKvstore) continue;
+      load.running += w.load.running;
+      load.waiting += w.load.waiting;
+      load.tokens += w.load.decode_context_tokens + w.load.queued_prefill_tokens;
+      load.kv_capacity_tokens += int64_t{w.load.total_kv_blocks} * block_size;
+    }
   }
   if (queue_ != nullptr) load.waiting += queue_->size();  // waiting here for capacity
   return load;
 }
 
-bool ClusterBackend::HasDecodeWorker() const {
-  for (const auto& w : pool_->Snapshot()) {
+bool ClusterBackend::HasDecodeWorker(const std::optional<std::string>& model) const {
+  for (const auto& w : model ? pool_->SnapshotModel(*model) : pool_->Snapshot()) {
     if (w.role == WorkerRole::kDecode || w.role == WorkerRole::kMixed) return true;
   }
   return false;

@@ -17,6 +17,8 @@
 // holds it for the next retry.
 #include <atomic>
 #include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -88,10 +90,11 @@ class ClusterBackend final : public openai::Backend {
   // 503 when their grace is over).
   void WakeQueue();
   // Within the worker grace (from the router's start, or from `failed_at_s` >= 0, when the
-  // request's worker failed): keeps `resume` until a decode worker registers (called with OK)
-  // or the grace ends or the router drains (called with the error) and returns true; false
-  // (nothing kept) after the grace, while draining, or when too many wait already.
-  bool AwaitDecodeWorker(double failed_at_s, std::function<void(const absl::Status&)> resume);
+  // request's worker failed): keeps `resume` until a decode worker of `model` registers (called
+  // with OK) or the grace ends or the router drains (called with the error) and returns true;
+  // false (nothing kept) after the grace, while draining, or when too many wait already.
+  bool AwaitDecodeWorker(std::string model, double failed_at_s,
+                         std::function<void(const absl::Status&)> resume);
 
   // Used by the call when it must place again (engine-independent, so public for the call).
   WorkerPool* pool() const { return pool_; }
@@ -109,7 +112,8 @@ class ClusterBackend final : public openai::Backend {
 
  private:
   static constexpr size_t kMaxAwaiting = 4096;
-  bool HasDecodeWorker() const;
+  // A decode-capable worker of `model` (of any model for nullopt) is registered.
+  bool HasDecodeWorker(const std::optional<std::string>& model) const;
   void ResumeAwaiting();
 
   WorkerPool* pool_;
@@ -122,6 +126,7 @@ class ClusterBackend final : public openai::Backend {
   const double started_s_;
   struct Awaiting {
     double deadline_s;
+    std::string model;
     std::function<void(const absl::Status&)> resume;
   };
   absl::Mutex await_mu_;

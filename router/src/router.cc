@@ -1,5 +1,6 @@
 #include "strata/router/router.h"
 
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -37,11 +38,39 @@ class AdmissionMetrics final : public AdmissionObserver {
   metrics::CounterFamily* rejections_;
 };
 
+// The served models: model_dir's first, then more_models, each with its name resolved.
+std::vector<RouterModel> ServedModels(const RouterOptions& o) {
+  std::vector<RouterModel> out;
+  out.push_back({o.model_name.empty() ? std::filesystem::path(o.model_dir).filename().string()
+                                      : o.model_name,
+                 o.model_dir, o.model_profile_path});
+  for (const RouterModel& m : o.more_models) {
+    out.push_back(m);
+    if (out.back().name.empty()) {
+      out.back().name = std::filesystem::path(m.model_dir).filename().string();
+    }
+  }
+  return out;
+}
+
+// Loads the profiles at `path`, warning about links they price without measurements.
+absl::StatusOr<std::vector<WorkerProfile>> LoadProfilesWarning(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> profiles, LoadProfiles(path));
+  for (const WorkerProfile& profile : profiles) {
+    if (const auto missing = profile.UnmeasuredLinks(); !missing.empty()) {
+      STRATA_LOG(Warning) << "profile '" << profile.name << "' has no measured "
+                          << absl::StrJoin(missing, ", ") << ": priced at 1 GB/s, no latency";
+    }
+  }
+  return profiles;
+}
+
 // Fills the placement options the router owns: its SLO targets, --slo-class specs, the
-// profiles (--profile FILE or DIR, else the shipped ones) and the pending-prefill ledger
-// (heartbeats lag a burst of requests). Under goodput every worker must match one of the
-// profiles at registration (`pool`); the policy's own profile, for a worker without one, is the
-// one for this router's model on the CPU, else the first.
+// profiles (--profile FILE or DIR, else the shipped ones; per model where a model has its own)
+// and the pending-prefill ledger (heartbeats lag a burst of requests). Under goodput every
+// worker must match one of its model's profiles at registration (`pool`); the policy's own
+// profile, for a worker without one, is the one for the first model on the CPU, else the
+// first.
 absl::Status ResolvePlacementOptions(RouterOptions& o, WorkerPool& pool) {
   PlacementOptions& p = o.placement;
   p.slo = {o.slo_ttft_s, o.slo_tpot_s};
@@ -63,19 +92,16 @@ absl::Status ResolvePlacementOptions(RouterOptions& o, WorkerPool& pool) {
     return absl::InvalidArgumentError(
         "the goodput policy needs a worker profile: pass --profile FILE|DIR (see strata profile)");
   }
-  STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> profiles, LoadProfiles(path));
-  for (const WorkerProfile& profile : profiles) {
-    if (const auto missing = profile.UnmeasuredLinks(); !missing.empty()) {
-      STRATA_LOG(Warning) << "profile '" << profile.name << "' has no measured "
-                          << absl::StrJoin(missing, ", ") << ": priced at 1 GB/s, no latency";
-    }
-  }
-  const std::string served = !o.model_name.empty()
-                                 ? o.model_name
-                                 : std::filesystem::path(o.model_dir).filename().string();
-  absl::StatusOr<const WorkerProfile*> own = ChooseProfile(profiles, served, "cpu");
+  STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> profiles, LoadProfilesWarning(path));
+  const std::vector<RouterModel> served = ServedModels(o);
+  absl::StatusOr<const WorkerProfile*> own = ChooseProfile(profiles, served.front().name, "cpu");
   p.profile = own.ok() ? **own : profiles.front();
   pool.RequireProfiles(std::move(profiles));
+  for (const RouterModel& m : served) {
+    if (m.profile_path.empty()) continue;
+    STRATA_ASSIGN_OR_RETURN(std::vector<WorkerProfile> its, LoadProfilesWarning(m.profile_path));
+    pool.RequireProfiles(std::move(its), m.name);
+  }
   return absl::OkStatus();
 }
 
@@ -87,18 +113,44 @@ class RouterImpl final : public Router {
         service_(&pool_, [this] { WakeQueue(); }) {}
   ~RouterImpl() override { Shutdown(absl::ZeroDuration()); }
 
+  // Loads a served model's tokenizer, chat template and limits.
+  absl::StatusOr<openai::ServedModel> LoadModel(const RouterModel& rm) {
+    STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(rm.model_dir));
+    LoadedModel& loaded = loaded_.emplace_back();
+    STRATA_ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::FromFile(rm.model_dir + "/tokenizer.json"));
+    auto tmpl = ChatTemplate::FromModelDir(rm.model_dir);
+    if (tmpl.ok()) loaded.chat_template = std::make_unique<ChatTemplate>(std::move(*tmpl));
+    openai::ServedModel m;
+    m.name = rm.name;
+    m.tokenizer = loaded.tokenizer.get();
+    m.chat_template = loaded.chat_template.get();
+    m.max_model_len = options_.max_model_len > 0             ? options_.max_model_len
+                      : config.max_position_embeddings > 0 ? config.max_position_embeddings
+                                                           : 4096;
+    m.vocab_size = config.vocab_size;
+    m.model_path = rm.model_dir;
+    return m;
+  }
+
   absl::Status Init() {
+    const std::vector<RouterModel> served = ServedModels(options_);
+    if (served.size() > 1) {
+      std::vector<std::string> names;
+      for (const RouterModel& m : served) names.push_back(m.name);
+      STRATA_RETURN_IF_ERROR(pool_.ServeModels(names));
+    }
     STRATA_RETURN_IF_ERROR(ResolvePlacementOptions(options_, pool_));
     STRATA_ASSIGN_OR_RETURN(placer_, Placer::Create(options_.placement));
-    STRATA_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(options_.model_dir));
-    STRATA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(options_.model_dir + "/tokenizer.json"));
-    auto tmpl = ChatTemplate::FromModelDir(options_.model_dir);
-    if (tmpl.ok()) chat_template_ = std::make_unique<ChatTemplate>(std::move(*tmpl));
+    std::vector<openai::ServedModel> models;
+    for (const RouterModel& rm : served) {
+      STRATA_ASSIGN_OR_RETURN(openai::ServedModel m, LoadModel(rm));
+      models.push_back(std::move(m));
+    }
     InitMetrics();
     if (!options_.record_trace.empty()) {
       STRATA_ASSIGN_OR_RETURN(recorder_, TrafficRecorder::Open(options_.record_trace,
                                                                options_.record_prompts,
-                                                               tokenizer_.get()));
+                                                               loaded_.front().tokenizer.get()));
     }
     if (options_.admission.capacity > 0) {
       queue_ = std::make_unique<AdmissionQueue>(options_.admission, admission_metrics_.get());
@@ -116,17 +168,6 @@ class RouterImpl final : public Router {
     http_->Route("GET", "/metrics", [this](const http::Request&, auto w) {
       w->Respond(200, std::string(metrics::kContentType), registry_.Serialize());
     });
-    openai::ServedModel m;
-    m.name = options_.model_name.empty()
-                 ? std::filesystem::path(options_.model_dir).filename().string()
-                 : options_.model_name;
-    m.tokenizer = tokenizer_.get();
-    m.chat_template = chat_template_.get();
-    m.max_model_len = options_.max_model_len > 0             ? options_.max_model_len
-                      : config.max_position_embeddings > 0 ? config.max_position_embeddings
-                                                           : 4096;
-    m.vocab_size = config.vocab_size;
-    m.model_path = options_.model_dir;
     openai::FrontendOptions fo;
     fo.api_keys = options_.api_keys;
     fo.unknown_params = options_.unknown_params;
@@ -138,7 +179,8 @@ class RouterImpl final : public Router {
     fo.api_key_rate_limits = options_.api_key_rate_limits;
     fo.max_memory_bytes = options_.max_memory_bytes;
     fo.observer = api_metrics_.get();
-    STRATA_ASSIGN_OR_RETURN(frontend_, openai::Frontend::Create(backend_.get(), m, fo));
+    STRATA_ASSIGN_OR_RETURN(frontend_,
+                            openai::Frontend::Create(backend_.get(), std::move(models), fo));
     frontend_->Install(*http_);
     return absl::OkStatus();
   }
@@ -212,7 +254,21 @@ class RouterImpl final : public Router {
     }
     callbacks_.push_back(
         registry_.GaugeOrDie("strata_router_kv_index_blocks", "Distinct blocks in the KV index")
-            .AddCallback({}, [this] { return double(pool_.index().num_blocks()); }));
+            .AddCallback({}, [this] { return double(pool_.num_index_blocks()); }));
+    if (pool_.ServedModels().size() > 1) {
+      auto& by_model = registry_.GaugeOrDie(
+          "strata_router_model_workers", "Registered workers by served model and role",
+          {"model", "role"});
+      for (const std::string& model : pool_.ServedModels()) {
+        for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_MIXED}) {
+          callbacks_.push_back(by_model.AddCallback({model, RoleName(role)}, [this, model, role] {
+            int n = 0;
+            for (const auto& w : pool_.SnapshotModel(model)) n += w.role == RoleFromProto(role);
+            return double(n);
+          }));
+        }
+      }
+    }
     callbacks_.push_back(
         registry_.GaugeOrDie("strata_router_slo_ttft_seconds", "Configured TTFT objective")
             .AddCallback({}, [this] { return options_.slo_ttft_s; }));
@@ -283,8 +339,12 @@ class RouterImpl final : public Router {
   WorkerPool pool_;
   RegistryService service_;
   std::unique_ptr<Placer> placer_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ChatTemplate> chat_template_;
+  // Each served model's tokenizer and chat template (the front end points at them).
+  struct LoadedModel {
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<ChatTemplate> chat_template;
+  };
+  std::deque<LoadedModel> loaded_;
   metrics::Registry registry_;
   std::unique_ptr<openai::ApiMetrics> api_metrics_;
   ClusterBackendMetrics backend_metrics_;

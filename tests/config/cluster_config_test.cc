@@ -193,6 +193,55 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->tls.mode, d->tls.mode);
 }
 
+TEST(ClusterConfigTest, ModelsListGivesEachModelItsPoolsAndPlugin) {
+  auto c = ParseClusterConfig(
+      "engine: {plugin: cpu, block_size: 32}\n"
+      "models:\n"
+      "  - name: llama\n"
+      "    model: preset:tiny-llama\n"
+      "    prefill: {count: 1}\n"
+      "    decode: {count: 2, kv_cache_mb: 64}\n"
+      "  - name: moe\n"
+      "    model: /models/moe\n"
+      "    plugin: /opt/libother.so\n"
+      "    plugin_config: '{\"threads\": 1}'\n"
+      "    profile: /profiles/moe\n"
+      "    mixed: {count: 1}\n"
+      "    decode: {count: 0}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->models.size(), 2u);
+  EXPECT_EQ(c->models[0].name, "llama");
+  EXPECT_EQ(c->models[0].prefill.count, 1);
+  EXPECT_EQ(c->models[0].decode.count, 2);
+  EXPECT_EQ(c->models[0].decode.kv_cache_mb, 64);
+  EXPECT_EQ(c->models[0].mixed.count, 0);
+  EXPECT_EQ(c->models[1].profile, "/profiles/moe");
+  const std::vector<ClusterConfig> each = ModelPoolConfigs(*c);
+  ASSERT_EQ(each.size(), 2u);
+  EXPECT_EQ(each[0].model, "preset:tiny-llama");
+  EXPECT_EQ(each[0].engine.plugin, "cpu");
+  EXPECT_EQ(each[0].decode.count, 2);
+  EXPECT_EQ(each[1].model, "/models/moe");
+  EXPECT_EQ(each[1].engine.plugin, "/opt/libother.so");
+  EXPECT_EQ(each[1].engine.plugin_config, "{\"threads\": 1}");
+  EXPECT_EQ(each[1].engine.block_size, 32);  // the shared engine keys stay
+  EXPECT_EQ(each[1].prefill.count, 0);  // an entry's pools default to one decode worker
+  EXPECT_EQ(each[1].decode.count, 0);
+  EXPECT_EQ(each[1].mixed.count, 1);
+  EXPECT_TRUE(each[1].models.empty());
+  // The shipped example: two models on the CPU.
+  auto shipped = LoadClusterConfig(STRATA_SOURCE_DIR "/docs/examples/cluster-models.yaml");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  ASSERT_EQ(shipped->models.size(), 2u);
+  EXPECT_EQ(shipped->models[1].name, "moe");
+  EXPECT_EQ(shipped->models[1].mixed.count, 1);
+  // Without a list, the config is its one model.
+  auto one = ParseClusterConfig("decode: {count: 3}\n");
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(ModelPoolConfigs(*one).size(), 1u);
+  EXPECT_EQ(ModelPoolConfigs(*one)[0].decode.count, 3);
+}
+
 TEST(ClusterConfigTest, TlsParses) {
   auto d = ParseClusterConfig("");
   ASSERT_TRUE(d.ok());
@@ -353,7 +402,29 @@ INSTANTIATE_TEST_SUITE_P(
             "cluster.yaml:2: modle: unknown key (known keys: model, host, router, prefill, "
             "decode, mixed, engine, slo, kv_tiers, restart, log_dir, api_keys, rate_limit, "
             "max_memory_mb, hide_cached_tokens, kv_hash_key_file, unknown_params, get_load_format, "
-            "tool_call_parser, policy, tls)"},
+            "tool_call_parser, policy, tls, models)"},
+        BadCase{"decode: {count: 2}\nmodels:\n  - {name: a, model: preset:tiny-llama}\n",
+                "cluster.yaml:1: decode: with a models list, each model and its workers are set "
+                "in its entry"},
+        BadCase{"models:\n  - {model: preset:tiny-llama}\n",
+                "cluster.yaml:1: models: entry 0: name: every model needs the name clients send"},
+        BadCase{"models:\n  - {name: a}\n  - {name: a}\n",
+                "cluster.yaml:1: models: model a is named twice"},
+        BadCase{"models:\n  - {name: a, modle: x}\n",
+                "cluster.yaml:1: models: entry 0: unknown key 'modle' (known keys: name, model, "
+                "plugin, plugin_config, profile, prefill, decode, mixed)"},
+        BadCase{"models:\n  - {name: a, decode: {count: -1}}\n",
+                "cluster.yaml:1: models: entry 0: decode.count: must be in 0..1024, got -1"},
+        BadCase{"models:\n  - {name: a}\n  - {name: b, decode: {count: 0}}\n",
+                "cluster.yaml:1: models: entry 1 (b): at least one decode or mixed worker is "
+                "required (decode.count + mixed.count >= 1)"},
+        BadCase{"models:\n  - {name: router-x}\n",
+                "cluster.yaml:1: models: model router-x: a name may not start with 'router'"},
+        BadCase{"models:\n  - {name: org/m}\n  - {name: org-m}\n",
+                "cluster.yaml:1: models: model org-m gives the same worker ids (org-m-...) as "
+                "another model: rename one"},
+        BadCase{"models: {name: a}\n",
+                "cluster.yaml:1: models: expected a list of models ({name, model, ...})"},
         BadCase{"tls: yes\n",
                 "cluster.yaml:1: tls: must be off, auto or a mapping {ca, cert, key}, got 'yes'"},
         BadCase{"tls:\n  ca: /a\n  cert: /b\n",

@@ -390,6 +390,55 @@ TEST(ClusterPlanTest, BuildsRouterAndWorkerCommands) {
 
 // The index of `flag` followed by `value` in argv, or -1.
 int FlagAt(const std::vector<std::string>& argv, const std::string& flag,
+           const std::string& value);
+
+// Two models: the router serves both (the first with --model, the other with --serve-model),
+// each model's workers carry its name, directory and plugin, and their ids name the model.
+TEST(ClusterPlanTest, SeveralModelsGiveTheRouterEachModelAndEachWorkerItsOwn) {
+  ClusterConfig c;
+  c.router.http_port = 8000;
+  c.router.grpc_port = 9000;
+  ClusterConfig::ModelPool a;
+  a.name = "org/llama";  // a name with '/' gives ids with '-'
+  a.model = "/models/llama";
+  a.prefill.count = 1;
+  ClusterConfig::ModelPool b;
+  b.name = "moe";
+  b.model = "/models/moe";
+  b.plugin = "/opt/libother.so";
+  b.profile = "/profiles/moe";
+  b.decode.count = 0;
+  b.mixed.count = 1;
+  c.models = {a, b};
+  ASSERT_TRUE(ValidateClusterConfig(c).ok()) << ValidateClusterConfig(c);
+  auto planned = PlanCluster(c, "/bin/strata", "/models/llama", "/logs",
+                             {{8101, 9101}, {8102, 9102}, {8103, 9103}});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ClusterPlan& plan = *planned;
+  const auto& router = plan.router[0].argv;
+  EXPECT_GE(FlagAt(router, "--model", "/models/llama"), 0);
+  EXPECT_GE(FlagAt(router, "--served-model-name", "org/llama"), 0);
+  EXPECT_GE(FlagAt(router, "--serve-model", "moe=/models/moe"), 0);
+  EXPECT_GE(FlagAt(router, "--model-profile", "moe=/profiles/moe"), 0);
+  EXPECT_EQ(FlagAt(router, "--serve-model", "org/llama=/models/llama"), -1);
+  ASSERT_EQ(plan.workers.size(), 3u);
+  EXPECT_EQ(plan.workers[0].name, "org-llama-prefill-0");
+  EXPECT_EQ(plan.workers[1].name, "org-llama-decode-0");
+  EXPECT_EQ(plan.workers[1].log_path, "/logs/org-llama-decode-0.log");
+  EXPECT_EQ(plan.workers[2].name, "moe-mixed-0");
+  EXPECT_EQ(plan.workers[2].log_path, "/logs/moe-mixed-0.log");
+  const auto& moe = plan.workers[2].argv;
+  EXPECT_GE(FlagAt(moe, "--id", "moe-mixed-0"), 0);
+  EXPECT_GE(FlagAt(moe, "--model", "/models/moe"), 0);
+  EXPECT_GE(FlagAt(moe, "--served-model-name", "moe"), 0);
+  EXPECT_GE(FlagAt(moe, "--plugin", "/opt/libother.so"), 0);
+  EXPECT_GE(FlagAt(moe, "--http-port", "8103"), 0);
+  const auto& llama = plan.workers[1].argv;
+  EXPECT_GE(FlagAt(llama, "--served-model-name", "org/llama"), 0);
+  EXPECT_GE(FlagAt(llama, "--plugin", "cpu"), 0);
+}
+
+int FlagAt(const std::vector<std::string>& argv, const std::string& flag,
            const std::string& value) {
   for (size_t i = 0; i + 1 < argv.size(); ++i) {
     if (argv[i] == flag && argv[i + 1] == value) return static_cast<int>(i);

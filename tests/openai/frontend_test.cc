@@ -719,11 +719,17 @@ TEST_F(FrontendTest, InstallRegistersTheRoutes) {
   EXPECT_THAT(
       names, ElementsAre("GET /get_load", "GET /get_model_info", "GET /get_server_info",
                          "GET /health", "GET /health_generate", "GET /model_info", "GET /ready",
-                         "GET /server_info", "GET /v1/models", "POST /detokenize", "POST /tokenize",
-                         "POST /v1/chat/completions", "POST /v1/completions"));
+                         "GET /server_info", "GET /v1/models", "GET /v1/models/tiny",
+                         "POST /detokenize", "POST /tokenize", "POST /v1/chat/completions",
+                         "POST /v1/completions"));
   auto w = std::make_shared<FakeWriter>();
   server.routes["GET /health"](http::Request{}, w);
   EXPECT_EQ(w->status(), 200);
+  auto model = std::make_shared<FakeWriter>();
+  server.routes["GET /v1/models/tiny"](http::Request{}, model);
+  ASSERT_EQ(model->status(), 200);
+  EXPECT_EQ(model->json()["id"], "tiny");
+  EXPECT_EQ(model->json()["object"], "model");
 }
 
 // The limit sits between this process's resident memory now and after it touches 192 MiB

@@ -177,6 +177,148 @@ TEST(WorkerPoolTest, SilentWorkersExpire) {
   EXPECT_EQ(pool.num_workers(), 0);
 }
 
+v1::WorkerInfo ModelWorker(const std::string& id, v1::Role role, const std::string& model,
+                           const std::string& identity) {
+  v1::WorkerInfo w = Info(id, role, identity);
+  w.set_model(model);
+  return w;
+}
+
+// Two served models: each worker joins its model's pool, and a pool sees only its own workers
+// and its own KV index, even for blocks both pools hold under the same hash.
+TEST(WorkerPoolTest, SeveralModelsKeepSeparatePoolsAndIndices) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.ServeModels({"llama", "qwen"}).ok());
+  const uint64_t epoch = *pool.Register(ModelWorker("l-d0", v1::ROLE_DECODE, "llama", "id-l"));
+  ASSERT_TRUE(pool.Register(ModelWorker("l-p0", v1::ROLE_PREFILL, "llama", "id-l")).ok());
+  v1::WorkerInfo q = ModelWorker("q-d0", v1::ROLE_DECODE, "qwen", "id-q");
+  q.set_block_size(32);  // another model's block size: its own pool's to fix
+  ASSERT_TRUE(pool.Register(q).ok());
+  auto ids = [](const std::vector<WorkerView>& views) {
+    std::vector<std::string> out;
+    for (const WorkerView& v : views) out.push_back(v.id);
+    return out;
+  };
+  EXPECT_THAT(ids(pool.SnapshotModel("llama")), ::testing::ElementsAre("l-d0", "l-p0"));
+  EXPECT_THAT(ids(pool.SnapshotModel("qwen")), ::testing::ElementsAre("q-d0"));
+  EXPECT_TRUE(pool.SnapshotModel("mistral").empty());
+  EXPECT_EQ(pool.Snapshot().size(), 3u);
+  EXPECT_EQ(pool.block_size("llama"), 16);
+  EXPECT_EQ(pool.block_size("qwen"), 32);
+  EXPECT_EQ(pool.model_identity("qwen"), "id-q");
+  EXPECT_TRUE(pool.Serves("qwen"));
+  EXPECT_FALSE(pool.Serves("mistral"));
+  // The same block hashes reported by both models' workers land in separate indices.
+  ASSERT_TRUE(pool.Heartbeat(Beat("l-d0", epoch, 0, {7, 8, 9})).ok());
+  ASSERT_TRUE(pool.Heartbeat(Beat("q-d0", epoch, 0, {7, 8})).ok());
+  const std::vector<BlockHash> chain = {7, 8, 9};
+  auto llama = pool.MatchPrefix(chain, "llama");
+  ASSERT_EQ(llama.size(), 1u);
+  EXPECT_EQ(llama[0].blocks, 3);
+  auto qwen = pool.MatchPrefix(chain, "qwen");
+  ASSERT_EQ(qwen.size(), 1u);
+  EXPECT_EQ(qwen[0].blocks, 2);
+  EXPECT_NE(llama[0].worker, qwen[0].worker);
+  EXPECT_TRUE(pool.MatchPrefix(chain, "mistral").empty());
+  EXPECT_EQ(pool.num_index_blocks("llama"), 3);
+  EXPECT_EQ(pool.num_index_blocks("qwen"), 2);
+  EXPECT_EQ(pool.num_index_blocks(), 5);
+  // Each model hashes prompts with its own identity's seed.
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  EXPECT_EQ(pool.Hasher("", "llama").Chain(prompt, 4),
+            HashBlockChain(BlockHashSeed("id-l"), prompt, 4));
+  EXPECT_EQ(pool.Hasher("", "qwen").Chain(prompt, 4),
+            HashBlockChain(BlockHashSeed("id-q"), prompt, 4));
+  // Removing a worker empties only its model's index.
+  pool.Remove("q-d0", "test");
+  EXPECT_TRUE(pool.MatchPrefix(chain, "qwen").empty());
+  EXPECT_EQ(pool.MatchPrefix(chain, "llama").size(), 1u);
+}
+
+TEST(WorkerPoolTest, SeveralModelsRefuseWorkersOfModelsNotServedOrOfAnotherIdentity) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.ServeModels({"llama", "qwen"}).ok());
+  auto unknown = pool.Register(ModelWorker("m-d0", v1::ROLE_DECODE, "mistral", "id-m"));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unknown.status().message(),
+              ::testing::HasSubstr("serves model 'mistral', which this router does not serve "
+                                   "(it serves llama, qwen)"));
+  ASSERT_TRUE(pool.Register(ModelWorker("l-d0", v1::ROLE_DECODE, "llama", "id-l")).ok());
+  // A worker naming llama with qwen's weights is refused: llama's identity is fixed.
+  EXPECT_EQ(pool.Register(ModelWorker("l-d1", v1::ROLE_DECODE, "llama", "id-q")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pool.Register(ModelWorker("q-d0", v1::ROLE_DECODE, "qwen", "id-q")).ok());
+  // A kvstore daemon without an identity serves every model; one with an identity only its.
+  ASSERT_TRUE(pool.Register(Info("kv-any", v1::ROLE_KVSTORE, "")).ok());
+  ASSERT_TRUE(pool.Register(Info("kv-q", v1::ROLE_KVSTORE, "id-q")).ok());
+  EXPECT_EQ(pool.Register(Info("kv-x", v1::ROLE_KVSTORE, "id-x")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto ids = [](const std::vector<WorkerView>& views) {
+    std::vector<std::string> out;
+    for (const WorkerView& v : views) out.push_back(v.id);
+    return out;
+  };
+  EXPECT_THAT(ids(pool.SnapshotModel("llama")), ::testing::ElementsAre("kv-any", "l-d0"));
+  EXPECT_THAT(ids(pool.SnapshotModel("qwen")), ::testing::ElementsAre("kv-any", "kv-q", "q-d0"));
+  // Served models are fixed before workers register.
+  EXPECT_EQ(pool.ServeModels({"other"}).code(), absl::StatusCode::kFailedPrecondition);
+  WorkerPool fresh;
+  EXPECT_EQ(fresh.ServeModels({"a", "a"}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Each model's workers are matched against that model's profiles when it has its own.
+TEST(WorkerPoolTest, SeveralModelsMatchWorkersWithTheirModelsProfiles) {
+  WorkerProfile shared;
+  shared.name = "shared";
+  WorkerProfile qwen_only;
+  qwen_only.name = "qwen-h100";
+  qwen_only.model = "qwen";
+  qwen_only.device = "cuda:NVIDIA H100";
+  WorkerPool pool;
+  ASSERT_TRUE(pool.ServeModels({"llama", "qwen"}).ok());
+  pool.RequireProfiles({shared});
+  pool.RequireProfiles({qwen_only}, "qwen");
+  v1::WorkerInfo l = ModelWorker("l-d0", v1::ROLE_DECODE, "llama", "id-l");
+  l.set_device("cpu:Intel Xeon");
+  ASSERT_TRUE(pool.Register(l).ok());
+  v1::WorkerInfo q_cpu = ModelWorker("q-d0", v1::ROLE_DECODE, "qwen", "id-q");
+  q_cpu.set_device("cpu:Intel Xeon");
+  EXPECT_EQ(pool.Register(q_cpu).status().code(), absl::StatusCode::kFailedPrecondition);
+  v1::WorkerInfo q_gpu = ModelWorker("q-d1", v1::ROLE_DECODE, "qwen", "id-q");
+  q_gpu.set_device("cuda:NVIDIA H100 80GB HBM3");
+  ASSERT_TRUE(pool.Register(q_gpu).ok());
+  std::map<std::string, std::string> got;
+  for (const WorkerView& v : pool.Snapshot()) got[v.id] = v.profile ? v.profile->name : "none";
+  EXPECT_EQ(got["l-d0"], "shared");
+  EXPECT_EQ(got["q-d1"], "qwen-h100");
+}
+
+// Placement over one model's snapshot and index never picks another model's worker, however
+// much lighter or better cached that worker is.
+TEST(WorkerPoolTest, PlacementOfAModelNeverPicksAnotherModelsWorker) {
+  WorkerPool pool;
+  ASSERT_TRUE(pool.ServeModels({"llama", "qwen"}).ok());
+  const uint64_t epoch = *pool.Register(ModelWorker("l-d0", v1::ROLE_DECODE, "llama", "id-l"));
+  ASSERT_TRUE(pool.Register(ModelWorker("q-d0", v1::ROLE_DECODE, "qwen", "id-q")).ok());
+  // llama's worker is busy; qwen's is idle and holds the whole prompt under the same hashes.
+  ASSERT_TRUE(pool.Heartbeat(Beat("l-d0", epoch, 50)).ok());
+  ASSERT_TRUE(pool.Heartbeat(Beat("q-d0", epoch, 0, {1, 2, 3, 4})).ok());
+  for (const std::string policy : {"kv-aware", "least-loaded", "round-robin", "kv-cost"}) {
+    PlacementOptions o;
+    o.policy = policy;
+    auto placer = Placer::Create(o);
+    ASSERT_TRUE(placer.ok()) << placer.status();
+    for (int i = 0; i < 4; ++i) {
+      const std::vector<BlockHash> chain = {1, 2, 3, 4};
+      auto placed = (*placer)->Place(pool.SnapshotModel("llama"), pool.MatchPrefix(chain, "llama"),
+                                     64, 16, {});
+      ASSERT_TRUE(placed.ok()) << policy << ": " << placed.status();
+      EXPECT_EQ(placed->decode_id, "l-d0") << policy;
+      EXPECT_TRUE(placed->prefill_id.empty() || placed->prefill_id.starts_with("l-")) << policy;
+    }
+  }
+}
+
 class PlacementTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -44,6 +44,22 @@ struct ClusterConfig {
   Pool decode{1};
   Pool mixed{0};  // workers that both prefill and decode
 
+  // Several models behind the one router (`models:`, a list). Empty: the cluster serves `model`
+  // with the pools above. Otherwise each entry is a model with workers of its own, and the
+  // top-level model, prefill, decode and mixed keys must not be written: a request is placed
+  // only on the workers of the model it names, each model with its own KV index and profiles.
+  struct ModelPool {
+    std::string name;   // the `model` clients send; required, unique
+    std::string model = "preset:tiny-llama";  // checkpoint directory or preset:NAME
+    std::string plugin;         // "" = engine.plugin
+    std::string plugin_config;  // "" = engine.plugin_config
+    std::string profile;        // goodput profiles of its workers; "" = the router's
+    Pool prefill{0};
+    Pool decode{1};
+    Pool mixed{0};
+  };
+  std::vector<ModelPool> models;
+
   struct Engine {
     std::string plugin = "cpu";
     std::string plugin_config;         // JSON object for the plugin's create() (CPU: {"threads": N})
@@ -124,6 +140,16 @@ struct ClusterConfig {
     std::string ca, cert, key;  // mode files: the paths; mode auto: filled in by `strata up`
   } tls;
 };
+
+// The config of each served model, in order: `config` itself when it has no `models` list,
+// else one per entry, with the entry's model, pools and engine plugin in the top-level keys and
+// `models` empty (what PlaceWorkers and the worker flags read).
+std::vector<ClusterConfig> ModelPoolConfigs(const ClusterConfig& config);
+
+// How a `models` entry's name starts its workers' ids and log files: the name with every
+// character outside [A-Za-z0-9._-] replaced by '-' (a served name may hold '/', e.g.
+// "meta-llama/Llama-3.1-8B").
+std::string ModelProcessPrefix(const std::string& name);
 
 // Parses YAML/JSON text. Errors are InvalidArgument, one line, naming the source, line and key:
 //   "cluster.yaml:7: engine.block_size: must be a power of two in 1..256, got 48".

@@ -1,10 +1,10 @@
 #pragma once
 // The OpenAI-compatible HTTP front end, shared by the router and by a standalone `mixed` worker:
-// POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /ready,
-// and what the vLLM and SGLang routers probe on a worker: GET /health_generate (one token
-// generated), /server_info, /get_server_info, /model_info, /get_model_info, /get_load, and
-// POST /tokenize, /detokenize. (/metrics is installed by the process.) See docs/openai_api.md
-// for the parameters and errors.
+// POST /v1/completions, POST /v1/chat/completions, GET /v1/models (and /v1/models/{id}),
+// GET /health, GET /ready, and what the vLLM and SGLang routers probe on a worker:
+// GET /health_generate (one token generated), /server_info, /get_server_info, /model_info,
+// /get_model_info, /get_load, and POST /tokenize, /detokenize. (/metrics is installed by the
+// process.) See docs/openai_api.md for the parameters and errors.
 //
 // Per request the Frontend authenticates, parses and validates the body, tokenizes (chat
 // template included), resolves max_tokens against the context window, then calls
@@ -149,6 +149,14 @@ class Frontend {
   // InvalidArgument when backend or tokenizer is null, or max_model_len / vocab_size <= 0.
   static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend, ServedModel model,
                                                           FrontendOptions options);
+  // Serves several models: each request's `model` picks its tokenizer, template and limits
+  // (404 model_not_found for a name not served); /v1/models lists them all, GET
+  // /v1/models/{name} each one. The probes of a single model (/health_generate, /server_info,
+  // /model_info) describe the first. InvalidArgument as above for any model, for none, and for
+  // a name given twice.
+  static absl::StatusOr<std::unique_ptr<Frontend>> Create(Backend* backend,
+                                                          std::vector<ServedModel> models,
+                                                          FrontendOptions options);
   ~Frontend();
 
   // Registers the routes. Call before server.Start().
@@ -170,12 +178,28 @@ class Frontend {
   void HandleTokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
   void HandleDetokenize(const http::Request& request, std::shared_ptr<http::ResponseWriter> writer);
 
-  const ServedModel& model() const { return model_; }
-  // The tool-call format in use (FrontendOptions::tool_call_parser, kAuto resolved).
-  ToolCallParser tool_call_parser() const { return tool_parser_; }
+  // The first served model.
+  const ServedModel& model() const { return models_.front().served; }
+  // The first model's tool-call format (FrontendOptions::tool_call_parser, kAuto resolved).
+  ToolCallParser tool_call_parser() const { return models_.front().tool_parser; }
 
  private:
-  Frontend(Backend* backend, ServedModel model, FrontendOptions options);
+  // A served model with its tool-call format resolved.
+  struct Model {
+    ServedModel served;
+    ToolCallParser tool_parser = ToolCallParser::kNone;
+  };
+
+  Frontend(Backend* backend, std::vector<ServedModel> models, FrontendOptions options);
+
+  // The model named `name`, or null.
+  const Model* FindModel(std::string_view name) const;
+  // The model a /tokenize or /detokenize request names; an empty name means the only one
+  // served (400 when there are several).
+  std::optional<ApiError> ModelForTokenize(const std::string& name, const Model** model) const;
+  // GET /v1/models/{name} of one model.
+  void HandleModel(const Model& model, const http::Request& request,
+                   std::shared_ptr<http::ResponseWriter> writer);
 
   // Each returns the error to answer with, or nullopt.
   // *key_index: the key's position in api_keys (-1 with auth off), when not null.
@@ -183,11 +207,13 @@ class Frontend {
                                     int* key_index = nullptr) const;
   // Gives a request without its own cache salt the default salt of API key `key_index`.
   void ApplyKeyCacheSalt(int key_index, SamplingParams* params) const;
-  std::optional<ApiError> PrepareCompletion(const CompletionRequest& request,
+  std::optional<ApiError> PrepareCompletion(const Model& m, const CompletionRequest& request,
                                             internal::JobSpec* spec) const;
-  std::optional<ApiError> PrepareChat(const ChatRequest& request, internal::JobSpec* spec) const;
+  std::optional<ApiError> PrepareChat(const Model& m, const ChatRequest& request,
+                                      internal::JobSpec* spec) const;
   // Checks prompt lengths, resolves each prompt's max_tokens and validates the sampling.
-  std::optional<ApiError> ResolveLimits(int default_max_tokens, internal::JobSpec* spec) const;
+  std::optional<ApiError> ResolveLimits(const Model& m, int default_max_tokens,
+                                        internal::JobSpec* spec) const;
   // Sends the error and reports the request to the observer (with RequestRecord::shed_reason).
   void Reject(const ApiError& error, const internal::JobSpec& spec, http::ResponseWriter& writer,
               std::string shed_reason = "") const;
@@ -201,9 +227,8 @@ class Frontend {
   ParseOptions parse_options() const { return {options_.unknown_params}; }
 
   Backend* backend_;
-  ServedModel model_;
+  std::vector<Model> models_;  // at least one
   FrontendOptions options_;
-  ToolCallParser tool_parser_;
   int64_t created_;  // Unix seconds, reported by /v1/models
   RateLimiter rate_limiter_;
   // Forwards every record to options_.observer after returning a request's unused token charge

@@ -15,12 +15,29 @@
 
 namespace strata::router {
 
+// A model the router serves besides RouterOptions::model_dir: its own workers (those that
+// register naming it), KV index and goodput profiles.
+struct RouterModel {
+  std::string name;       // the `model` clients send and its workers register with
+  std::string model_dir;  // tokenizer, chat template and context length (no weights)
+  // Goodput profiles (file or directory) of this model's workers; "" = the router's
+  // (PlacementOptions::profile_path or the shipped ones).
+  std::string profile_path;
+};
+
 struct RouterOptions {
   std::string host = "127.0.0.1";
   int http_port = 8000;  // 0: ephemeral
   int grpc_port = 0;     // registry; 0: ephemeral
   std::string model_dir;   // for the tokenizer, chat template and context length (no weights)
   std::string model_name;  // served name; default: the directory's base name
+  // Goodput profiles of model_dir's workers when other models are served too; "" = the
+  // router's (PlacementOptions::profile_path or the shipped ones).
+  std::string model_profile_path;
+  // More models behind this router. With any, each worker serves the model it names at
+  // registration, and a request is placed only on its model's workers (worker_pool.h); with
+  // none, every worker serves model_dir's model whatever name it registers with.
+  std::vector<RouterModel> more_models;
   std::vector<std::string> api_keys;
   // The OpenAI API's handling of unrecognized request fields, and GET /get_load's body
   // (frontend.h).
