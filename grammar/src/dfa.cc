@@ -8,6 +8,8 @@
 namespace strata::grammar {
 namespace {
 
+constexpr size_t kMaxDeterminizeWork = 20'000'000;
+
 // Epsilon closure of `seeds`, sorted: the canonical name of a DFA state.
 class Closure {
  public:
@@ -80,14 +82,19 @@ absl::StatusOr<std::shared_ptr<const Grammar>> Determinize(const NfaBuilder& nfa
   };
   intern(closure.Of({whole.in}));
   std::vector<std::vector<int32_t>> targets(num_classes);
+  // Bounds the construction's time as max_states bounds its size: each DFA state costs the
+  // NFA states it holds and the edges it follows.
+  size_t work = 0;
   for (size_t d = 0; d < sets.size(); ++d) {
-    if (sets.size() > max_states) {
+    work += sets[d].size();
+    if (sets.size() > max_states || work > kMaxDeterminizeWork) {
       return absl::InvalidArgumentError(
           absl::StrCat("the constraint is too complex: its automaton exceeds ", max_states,
                        " states (simplify the schema or pattern)"));
     }
     for (auto& t : targets) t.clear();
     for (int32_t s : sets[d]) {
+      work += states[s].edges.size();
       for (const NfaEdge& e : states[s].edges) {
         for (int c = byte_class[e.lo]; c <= byte_class[e.hi]; ++c) targets[c].push_back(e.to);
       }
