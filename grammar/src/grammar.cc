@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "src/dfa.h"
+#include "src/ebnf.h"
 #include "src/json_schema.h"
 #include "src/nfa.h"
 #include "src/regex.h"
@@ -54,7 +55,7 @@ absl::StatusOr<Frag> CompileSpec(const GuidedDecoding& spec, const Limits& limit
     case GuidedDecoding::Kind::kChoice:
       return CompileChoice(spec.spec, nfa);
     case GuidedDecoding::Kind::kGrammar:
-      return absl::InvalidArgumentError("grammar constraints are not supported");
+      return CompileEbnf(spec.spec, limits, nfa);
     case GuidedDecoding::Kind::kNone:
       break;
   }

@@ -9,9 +9,9 @@ namespace {
 using Ordered = nlohmann::ordered_json;
 
 // OpenAI's, vLLM's (guided_*, structured_outputs) and SGLang's (regex, json_schema) names.
-constexpr const char* kFields[] = {"response_format", "guided_json",        "guided_regex",
-                                   "guided_choice",   "structured_outputs", "regex",
-                                   "json_schema"};
+constexpr const char* kFields[] = {"response_format", "guided_json", "guided_regex",
+                                   "guided_choice", "guided_grammar", "structured_outputs",
+                                   "regex", "json_schema", "ebnf"};
 
 ApiError Bad(std::string message, std::string param) {
   return ApiError::BadRequest(std::move(message), std::move(param));
@@ -108,17 +108,19 @@ std::optional<ApiError> StructuredOutputs(const Ordered& v, GuidedDecoding* g) {
       e = StringField(value, sub, GuidedDecoding::Kind::kRegex, g);
     } else if (key == "choice") {
       e = ChoiceField(value, sub, g);
+    } else if (key == "grammar") {
+      e = StringField(value, sub, GuidedDecoding::Kind::kGrammar, g);
     } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
                key == "disable_additional_properties" || key == "whitespace_pattern") {
       continue;  // backend tuning strata has no use for
     } else {
-      return Bad(absl::StrCat(sub, " is not supported (json, json_object, regex, choice are)"),
+      return Bad(absl::StrCat(sub, " is not supported (json, json_object, regex, choice, grammar are)"),
                  sub);
     }
     if (e) return e;
     ++set;
   }
-  if (set > 1) return Bad("structured_outputs may set only one of json, regex, choice", param);
+  if (set > 1) return Bad("structured_outputs may set only one of json, json_object, regex, choice, grammar", param);
   return std::nullopt;
 }
 
@@ -153,6 +155,8 @@ std::optional<ApiError> ParseGuidedFields(std::string_view body, const nlohmann:
     e = StringField(v, param, GuidedDecoding::Kind::kRegex, &g);
   } else if (param == "guided_choice") {
     e = ChoiceField(v, param, &g);
+  } else if (param == "guided_grammar" || param == "ebnf") {
+    e = StringField(v, param, GuidedDecoding::Kind::kGrammar, &g);
   } else {
     e = StructuredOutputs(v, &g);
   }

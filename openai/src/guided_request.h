@@ -1,6 +1,7 @@
 #pragma once
-// The structured-output fields of a request: OpenAI's `response_format` and vLLM's
-// `guided_json` / `guided_regex` / `guided_choice` and `structured_outputs`. Internal to
+// The structured-output fields of a request: OpenAI's `response_format`, vLLM's `guided_json` /
+// `guided_regex` / `guided_choice` / `guided_grammar` and `structured_outputs`, SGLang's `regex`
+// / `json_schema` / `ebnf`. Internal to
 // strata::openai (used by the request parsers in protocol.cc).
 #include <optional>
 #include <string_view>

@@ -593,15 +593,16 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       "spaces_between_special_tokens", "return_hidden_states", "use_beam_search",
       "separate_reasoning", "stream_reasoning", "include_reasoning",
       // structured output (parsed in ParseGuidedFields); the backend choice is strata's own
-      "response_format", "guided_json", "guided_regex", "guided_choice", "structured_outputs",
-      "regex", "json_schema", "guided_decoding_backend", "guided_whitespace_pattern",
+      "response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "structured_outputs", "regex", "json_schema", "ebnf", "guided_decoding_backend",
+      "guided_whitespace_pattern",
       // informational, no effect on generation
       "user", "store", "metadata", "service_tier", "parallel_tool_calls"};
   static constexpr std::string_view kUnsupported[] = {
       "tools", "tool_choice", "functions", "function_call", "audio",
       "modalities", "prediction", "reasoning_effort", "web_search_options",
       // vLLM and SGLang features strata does not implement
-      "guided_grammar", "ebnf", "logits_processors",
+      "logits_processors",
       "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens",
       "length_penalty", "lora_path", "lora_request", "chat_template", "documents"};
   for (const auto& [key, value] : body.items()) {

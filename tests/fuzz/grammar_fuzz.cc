@@ -1,4 +1,4 @@
-// Fuzzes the structured-output compilers (JSON schema, regex, choice list). The first byte picks
+// Fuzzes the structured-output compilers (JSON schema, regex, choice list, EBNF). The first byte picks
 // the kind; the rest is the constraint's text, as a client sends it. Compiling must not crash,
 // hang or exceed its limits, and a compiled grammar must keep its contract: every state reaches
 // acceptance, and the token mask from the trie walk equals the brute-force one. A broken
@@ -38,9 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static constexpr GuidedDecoding::Kind kKinds[] = {
       GuidedDecoding::Kind::kJsonSchema, GuidedDecoding::Kind::kRegex,
-      GuidedDecoding::Kind::kChoice, GuidedDecoding::Kind::kJsonObject};
+      GuidedDecoding::Kind::kChoice, GuidedDecoding::Kind::kJsonObject,
+      GuidedDecoding::Kind::kGrammar};
   GuidedDecoding spec;
-  spec.kind = kKinds[data[0] % 4];
+  spec.kind = kKinds[data[0] % 5];
   spec.spec.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   // Smaller automata than the server allows, so each input runs in milliseconds.
   strata::grammar::Limits limits;

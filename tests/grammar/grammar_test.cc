@@ -78,6 +78,40 @@ TEST(ChoiceTest, OneOfTheStrings) {
   EXPECT_FALSE(CompileError(GuidedDecoding::Kind::kChoice, "{").ok());
 }
 
+TEST(EbnfTest, RulesAlternativesQuantifiersAndComments) {
+  auto g = MustCompile(GuidedDecoding::Kind::kGrammar, R"(
+    # a list of key-value pairs
+    root ::= "{" pair ("," pair){0,2} "}"
+    pair ::= key ":" value
+    key  ::= [a-z]+
+    value ::= "yes" | "no" | num
+    num ::= "-"? [0-9]{1,3} ("." [0-9]+)?
+  )");
+  for (const char* yes : {"{a:yes}", "{ab:no,c:-12.5,d:7}"}) EXPECT_TRUE(Matches(*g, yes)) << yes;
+  for (const char* no : {"{}", "{a:maybe}", "{a:1,b:2,c:3,d:4}", "{A:yes}", "{a:1234}"}) {
+    EXPECT_FALSE(Matches(*g, no)) << no;
+  }
+}
+
+TEST(EbnfTest, RecursionIsUnrolledToABoundedDepth) {
+  auto g = MustCompile(GuidedDecoding::Kind::kGrammar,
+                       "root ::= list\nlist ::= \"[\" (item (\",\" item)*)? \"]\"\n"
+                       "item ::= [0-9] | list");
+  EXPECT_TRUE(Matches(*g, "[1,[2,[]],3]"));
+  EXPECT_TRUE(Matches(*g, "[[[[]]]]"));         // root's list and 3 more: 4 levels
+  EXPECT_FALSE(Matches(*g, "[[[[[]]]]]"));      // a fifth is past the unrolling
+  EXPECT_FALSE(Matches(*g, "[1,]"));
+}
+
+TEST(EbnfTest, RefusesBadGrammars) {
+  for (const char* bad : {"", "start: \"a\"", "root ::= missing", "root ::= \"a",
+                          "root ::= (\"a\"", "root ::= \"a\"\nroot ::= \"b\"",
+                          "root ::= [a-", "root ::= root \"a\"", "root ::= @"}) {
+    absl::Status s = CompileError(GuidedDecoding::Kind::kGrammar, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(JsonSchemaTest, ObjectWithRequiredAndOptionalProperties) {
   auto g = Schema({{"type", "object"},
                    {"properties",

@@ -470,8 +470,7 @@ TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
       {Completion(R"("use_beam_search":true)"), "use_beam_search", "not supported"},
       {Completion(R"("separate_reasoning":"x")"), "separate_reasoning", "boolean"},
       {Completion(R"("add_special_tokens":0)"), "add_special_tokens", "boolean"},
-      {Completion(R"("guided_grammar":"root ::= \"a\"")"), "guided_grammar", "not supported"},
-      {Completion(R"("ebnf":"root ::= \"a\"")"), "ebnf", "not supported"},
+      {Completion(R"("logits_processors":["x"])"), "logits_processors", "not supported"},
       {Chat(R"("continue_final_message":true)"), "continue_final_message",
        "cannot both be true"},
       {Chat(R"("continue_final_message":true,"add_generation_prompt":false)"), "messages",
@@ -523,6 +522,13 @@ TEST(GuidedParseTest, EveryFormOfConstraintIsRead) {
     EXPECT_EQ(r.common.sampling.guided.kind, GuidedDecoding::Kind::kJsonSchema) << field;
     EXPECT_EQ(r.common.sampling.guided.spec, R"({"type":"integer"})") << field;
   }
+  for (const char* field : {R"("guided_grammar":"root ::= [a-z]+ \"!\"")",
+                            R"("ebnf":"root ::= [a-z]+ \"!\"")",
+                            R"("structured_outputs":{"grammar":"root ::= [a-z]+ \"!\""})"}) {
+    const CompletionRequest r = ParseCompletionOk(Completion(field));
+    EXPECT_EQ(r.common.sampling.guided.kind, GuidedDecoding::Kind::kGrammar) << field;
+    EXPECT_EQ(r.common.sampling.guided.spec, R"(root ::= [a-z]+ "!")") << field;
+  }
   EXPECT_EQ(ParseCompletionOk(Completion(R"("regex":"a+","guided_decoding_backend":"xgrammar")"))
                 .common.sampling.guided.kind,
             GuidedDecoding::Kind::kRegex);
@@ -547,8 +553,11 @@ TEST(GuidedParseTest, BadConstraintsAreRefusedNamingTheField) {
       {Completion(R"("guided_json":{"$ref":"#"})"), "guided_json", "recursive"},
       {Completion(R"("guided_regex":"a","guided_choice":["a"])"), "guided_choice",
        "cannot both be given"},
-      {Completion(R"("structured_outputs":{"grammar":"x"})"), "structured_outputs.grammar",
+      {Completion(R"("structured_outputs":{"whatever":"x"})"), "structured_outputs.whatever",
        "not supported"},
+      {Completion(R"("guided_grammar":"start: \"a\"")"), "guided_grammar", "grammar:"},
+      {Completion(R"("ebnf":"root ::= item\nitem ::= \"(\" item \")\"")"), "ebnf",
+       "admits no output"},
       {Completion(R"("guided_decoding_backend":1)"), "guided_decoding_backend", "string"},
   };
   for (const BadCase& c : cases) {
