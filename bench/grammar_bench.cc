@@ -5,10 +5,14 @@
 // (masks computed as states are met) and warm (all cached). Tokens are drawn uniformly from
 // each mask, restarting at completion, so the walk visits the states a model could.
 //
-// Usage: grammar_bench TOKENIZER_JSON CASES_JSON [TOKENS] (scripts/bench_grammar.py writes the
-// cases and runs xgrammar on the same ones). Prints a markdown table.
+// Usage: grammar_bench TOKENIZER_JSON|preset:NAME CASES_JSON [TOKENS [PRESET_DIR]]
+// (scripts/bench_grammar.py writes the cases and runs xgrammar on the same ones; with
+// PRESET_DIR the preset is written there and kept). Prints a markdown table.
 #include <chrono>
 #include <cstdio>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "strata/engine/presets.h"
 #include "strata/grammar/grammar.h"
 #include "strata/grammar/token_mask.h"
 #include "strata/text/tokenizer.h"
@@ -119,10 +124,23 @@ void Run(const Case& c, const std::shared_ptr<const TokenVocabulary>& vocab, int
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: grammar_bench TOKENIZER_JSON CASES_JSON [TOKENS]\n");
+    std::fprintf(stderr, "usage: grammar_bench TOKENIZER_JSON|preset:NAME CASES_JSON [TOKENS]\n");
     return 2;
   }
-  const std::string path = argv[1];
+  // "preset:NAME": that preset's tokenizer.json, written to a temporary directory.
+  std::string path = argv[1];
+  std::string tmp;
+  if (path.rfind("preset:", 0) == 0) {
+    // A fifth argument keeps the preset there (for a side-by-side run on the same file).
+    tmp = argc > 4 ? argv[4]
+                   : std::filesystem::temp_directory_path().string() + "/grammar_bench_" +
+                         std::to_string(::getpid());
+    if (auto s = strata::WritePreset(path.substr(7), tmp); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    path = tmp + "/tokenizer.json";
+  }
   const auto cases = strata::grammar::ReadCases(argv[2]);
   const int tokens = argc > 3 ? std::atoi(argv[3]) : 2000;
   if (cases.empty() || tokens <= 0) {
@@ -150,5 +168,6 @@ int main(int argc, char** argv) {
       "force, µs/state | mask + advance per token, cold, µs | warm, µs | mask applied to a "
       "logits row, µs |\n|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : cases) strata::grammar::Run(c, vocab, tokens);
+  if (!tmp.empty() && argc <= 4) std::filesystem::remove_all(tmp);
   return 0;
 }

@@ -56,10 +56,11 @@ CASES = [
 ]
 
 
-def strata_table(build, tokenizer, cases_path, tokens):
-    out = subprocess.run([os.path.join(build, "bin", "grammar_bench"), tokenizer, cases_path,
-                          str(tokens)], check=True, capture_output=True, text=True).stdout
-    return out
+def strata_table(build, tokenizer, cases_path, tokens, keep_dir=None):
+    argv = [os.path.join(build, "bin", "grammar_bench"), tokenizer, cases_path, str(tokens)]
+    if keep_dir:
+        argv.append(keep_dir)
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
 
 def xgrammar_rows(tokenizer, tokens):
@@ -125,18 +126,19 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_grammar_")
-    tokenizer = args.tokenizer
-    if tokenizer is None:
-        model = os.path.join(tmp, "model")
-        subprocess.run([os.path.join(args.build, "bin", "strata"), "model", "init", "--preset",
-                        "llama-3.1-8b-shape", "--out", model], check=True,
-                       stdout=subprocess.DEVNULL)
-        tokenizer = os.path.join(model, "tokenizer.json")
     cases_path = os.path.join(tmp, "cases.json")
     with open(cases_path, "w", encoding="utf-8") as f:
         json.dump(CASES, f)
     print("## strata\n")
-    print(strata_table(args.build, tokenizer, cases_path, args.tokens))
+    if args.tokenizer:
+        tokenizer = args.tokenizer
+        print(strata_table(args.build, tokenizer, cases_path, args.tokens))
+    else:
+        # grammar_bench writes the preset (and keeps it for xgrammar's run).
+        model = os.path.join(tmp, "model")
+        print(strata_table(args.build, "preset:llama-3.1-8b-shape", cases_path, args.tokens,
+                           model))
+        tokenizer = os.path.join(model, "tokenizer.json")
     try:
         version, rows = xgrammar_rows(tokenizer, args.tokens)
     except ImportError as e:
