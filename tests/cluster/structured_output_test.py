@@ -116,7 +116,8 @@ class StructuredOutputTest(unittest.TestCase):
     def chat(self, port, stream, seed, **kwargs):
         """The answer's text and finish reason, streamed or not."""
         args = dict(model=MODEL, messages=[{"role": "user", "content": "Answer in JSON."}],
-                    max_tokens=400, temperature=1.0, seed=seed, **kwargs)
+                    max_tokens=400, temperature=1.0, seed=seed)
+        args.update(kwargs)
         client = self.client(port)
         if not stream:
             r = client.chat.completions.create(**args)
