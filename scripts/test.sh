@@ -7,11 +7,11 @@ BUILD_DIR="${BUILD_DIR:-build}"
 # Test clients (the official `openai` package, and the vLLM and SGLang routers that
 # router_interop_test puts in front of strata workers) live in a venv beside the build, never in
 # the product. The routers are pinned: their probes and request fields change between releases.
-TEST_PY_MODULES="openai, kubernetes_validate, vllm_router, sglang_router"
+TEST_PY_MODULES="openai, kubernetes_validate, jsonschema, vllm_router, sglang_router"
 if [ ! -x "$BUILD_DIR/pyenv/bin/python" ] || ! "$BUILD_DIR/pyenv/bin/python" -c "import $TEST_PY_MODULES" 2>/dev/null; then
   python3 -m venv "$BUILD_DIR/pyenv"
   "$BUILD_DIR/pyenv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.40" \
-    "kubernetes-validate>=1.28" "vllm-router==0.1.17" "sglang-router==0.3.2"
+    "kubernetes-validate>=1.28" "jsonschema>=4" "vllm-router==0.1.17" "sglang-router==0.3.2"
 fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSTRATA_TEST_PYTHON="$PWD/$BUILD_DIR/pyenv/bin/python"

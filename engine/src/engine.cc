@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Request>> Engine::NewRequest(const std::string& r
   r->rng = std::make_unique<Rng>(params.seed.value_or(options_.default_seed + r->arrival));
   r->detok = std::make_unique<StreamDecoder>(tokenizer_.get(), params.skip_special_tokens);
   for (const auto& s : params.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+  if (params.guided.active()) STRATA_RETURN_IF_ERROR(AttachGrammar(*r));
   return r;
 }
 
@@ -177,6 +178,13 @@ absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {
                                                    ContextLimit() - 1));
   }
   for (int32_t t : resumed.tokens) {
+    if (r.grammar != nullptr) {
+      AdvanceGrammar(r, t);
+      if (r.grammar_state == grammar::Grammar::kDead) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("resumed token ", t, " does not follow the request's constraint"));
+      }
+    }
     r.tokens.push_back(t);
     r.text += r.detok->Push(t);
     // The generator advances as it did for these tokens where they were drawn.

@@ -108,11 +108,22 @@ void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
 
 void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {
   if (BelowMinTokens(*r)) MaskStopTokens(*r, logits);
+  if (r->grammar != nullptr && !MaskGrammar(*r, logits)) {
+    // No token continues the constrained output (a vocabulary that cannot spell what the
+    // constraint needs next): end it rather than sample outside the constraint.
+    r->text += r->detok->Flush();
+    r->stop_reason = "constraint";
+    Finish(r, FinishReason::kStop);
+    out.request_id = r->id;
+    EmitText(r, out);
+    return;
+  }
   ApplySample(r, Sample(logits, r->params, r->prompt(), r->output(), *r->rng), out);
 }
 
 // Appends a sampled token and applies the stop conditions and detokenization.
 void Engine::ApplySample(Request* r, const SampleResult& s, RequestOutput& out) {
+  if (r->grammar != nullptr) AdvanceGrammar(*r, s.token);
   r->tokens.push_back(s.token);
   ++stats_.generated_tokens;
   out.request_id = r->id;
@@ -132,6 +143,9 @@ void Engine::ApplySample(Request* r, const SampleResult& s, RequestOutput& out) 
   } else {
     r->text += r->detok->Push(s.token);
     if (may_stop && CheckStopStrings(r)) {
+      Finish(r, FinishReason::kStop);
+    } else if (GrammarComplete(*r)) {
+      r->text += r->detok->Flush();
       Finish(r, FinishReason::kStop);
     } else if (r->num_tokens() >= r->max_total_tokens) {
       r->text += r->detok->Flush();

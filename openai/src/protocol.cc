@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/guided_request.h"
 #include "src/tool_request.h"
 #include "strata/common/json_limits.h"
 #include "strata/openai/backend.h"
@@ -325,7 +326,7 @@ std::optional<ApiError> ParseCommon(const Json& body, CommonRequest* c) {
   }
   // Informational: no effect on generation, but a value of the wrong type is still the
   // client's mistake, as OpenAI answers it.
-  for (const char* name : {"user", "service_tier"}) {
+  for (const char* name : {"user", "service_tier", "guided_decoding_backend"}) {
     const Json* v = f.Find(name);
     if (v != nullptr && !v->is_string()) return Fields::TypeError(name, "a string");
   }
@@ -591,14 +592,17 @@ std::optional<ApiError> CheckFieldNames(const Json& body,
       "min_tokens", "include_stop_str_in_output", "no_stop_trim", "add_special_tokens",
       "spaces_between_special_tokens", "return_hidden_states", "use_beam_search",
       "separate_reasoning", "stream_reasoning", "include_reasoning",
+      // structured output (parsed in ParseGuidedFields); the backend choice is strata's own
+      "response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "structured_outputs", "regex", "json_schema", "ebnf", "guided_decoding_backend",
+      "guided_whitespace_pattern",
       // informational, no effect on generation
       "user", "store", "metadata", "service_tier", "parallel_tool_calls"};
   static constexpr std::string_view kUnsupported[] = {
-      "tools", "tool_choice", "response_format", "functions", "function_call", "audio",
+      "tools", "tool_choice", "functions", "function_call", "audio",
       "modalities", "prediction", "reasoning_effort", "web_search_options",
       // vLLM and SGLang features strata does not implement
-      "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
-      "structured_outputs", "regex", "json_schema", "ebnf", "logits_processors",
+      "logits_processors",
       "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens",
       "length_penalty", "lora_path", "lora_request", "chat_template", "documents"};
   for (const auto& [key, value] : body.items()) {
@@ -670,6 +674,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   STRATA_RETURN_IF_API_ERROR(CheckFieldNames(json,
                                              {"prompt", "logprobs", "echo", "suffix", "best_of"},
                                              options, &out->common.unknown_params));
+  STRATA_RETURN_IF_API_ERROR(internal::ParseGuidedFields(body, json, &out->common.sampling));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParsePrompts(f, &out->prompts));
@@ -700,6 +705,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
       {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "chat_template_kwargs",
        "add_generation_prompt", "continue_final_message", "tools", "tool_choice"},
       options, &out->common.unknown_params));
+  STRATA_RETURN_IF_API_ERROR(internal::ParseGuidedFields(body, json, &out->common.sampling));
   const Fields f(json);
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_tokens", &out->common.sampling));
   STRATA_RETURN_IF_API_ERROR(ParseMaxTokens(f, "max_completion_tokens", &out->common.sampling));

@@ -69,6 +69,10 @@ void ToProto(const SamplingParams& p, v1::SamplingParams* out) {
     b->set_bias(bias);
   }
   out->set_cache_salt(p.cache_salt);
+  if (p.guided.active()) {
+    out->mutable_guided()->set_kind(static_cast<v1::Guided::Kind>(p.guided.kind));
+    out->mutable_guided()->set_spec(p.guided.spec);
+  }
 }
 
 SamplingParams FromProto(const v1::SamplingParams& m) {
@@ -91,6 +95,13 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   p.include_stop_str_in_output = m.include_stop_str_in_output();
   for (const v1::LogitBias& b : m.logit_bias()) p.logit_bias.emplace_back(b.token(), b.bias());
   p.cache_salt = m.cache_salt();
+  // An unknown kind (a newer peer's) is dropped to none here and refused nowhere: the
+  // protocol version check keeps mismatched peers apart.
+  if (m.has_guided() && m.guided().kind() > v1::Guided::NONE &&
+      m.guided().kind() <= v1::Guided::GRAMMAR) {
+    p.guided.kind = static_cast<GuidedDecoding::Kind>(m.guided().kind());
+    p.guided.spec = m.guided().spec();
+  }
   return p;
 }
 

@@ -470,8 +470,7 @@ TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
       {Completion(R"("use_beam_search":true)"), "use_beam_search", "not supported"},
       {Completion(R"("separate_reasoning":"x")"), "separate_reasoning", "boolean"},
       {Completion(R"("add_special_tokens":0)"), "add_special_tokens", "boolean"},
-      {Completion(R"("guided_json":{"type":"object"})"), "guided_json", "not supported"},
-      {Completion(R"("regex":"a+")"), "regex", "not supported"},
+      {Completion(R"("logits_processors":["x"])"), "logits_processors", "not supported"},
       {Chat(R"("continue_final_message":true)"), "continue_final_message",
        "cannot both be true"},
       {Chat(R"("continue_final_message":true,"add_generation_prompt":false)"), "messages",
@@ -487,6 +486,87 @@ TEST(ExtensionParseTest, ValuesStrataCannotHonourAreRefused) {
         c.body.find("messages") != std::string::npos
             ? ParseChatRequest(c.body, &chat, {UnknownParams::kIgnore})
             : ParseCompletionRequest(c.body, &completion, {UnknownParams::kIgnore});
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_THAT(e->message, HasSubstr(c.message));
+  }
+}
+
+TEST(GuidedParseTest, EveryFormOfConstraintIsRead) {
+  const ChatRequest schema = ParseChatOk(Chat(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+      R"("schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}},)"
+      R"("required":["z","a"],"additionalProperties":false}}})"));
+  EXPECT_EQ(schema.common.sampling.guided.kind, GuidedDecoding::Kind::kJsonSchema);
+  // The schema keeps the client's key order: properties are generated in it.
+  EXPECT_LT(schema.common.sampling.guided.spec.find("\"z\""),
+            schema.common.sampling.guided.spec.find("\"a\""));
+  EXPECT_EQ(ParseChatOk(Chat(R"("response_format":{"type":"json_object"})"))
+                .common.sampling.guided.kind,
+            GuidedDecoding::Kind::kJsonObject);
+  EXPECT_FALSE(ParseChatOk(Chat(R"("response_format":{"type":"text"})"))
+                   .common.sampling.guided.active());
+  const CompletionRequest regex = ParseCompletionOk(Completion(R"("guided_regex":"[ab]+")"));
+  EXPECT_EQ(regex.common.sampling.guided.kind, GuidedDecoding::Kind::kRegex);
+  EXPECT_EQ(regex.common.sampling.guided.spec, "[ab]+");
+  const CompletionRequest choice = ParseCompletionOk(Completion(R"("guided_choice":["x","y"])"));
+  EXPECT_EQ(choice.common.sampling.guided.kind, GuidedDecoding::Kind::kChoice);
+  EXPECT_EQ(choice.common.sampling.guided.spec, R"(["x","y"])");
+  // guided_json as an object or as a string holding one; SGLang's and vLLM's newer names.
+  for (const char* field : {R"("guided_json":{"type":"integer"})",
+                            R"("guided_json":"{\"type\":\"integer\"}")",
+                            R"("json_schema":"{\"type\":\"integer\"}")",
+                            R"("structured_outputs":{"json":{"type":"integer"}})"}) {
+    const CompletionRequest r = ParseCompletionOk(Completion(field));
+    EXPECT_EQ(r.common.sampling.guided.kind, GuidedDecoding::Kind::kJsonSchema) << field;
+    EXPECT_EQ(r.common.sampling.guided.spec, R"({"type":"integer"})") << field;
+  }
+  for (const char* field : {R"("guided_grammar":"root ::= [a-z]+ \"!\"")",
+                            R"("ebnf":"root ::= [a-z]+ \"!\"")",
+                            R"("structured_outputs":{"grammar":"root ::= [a-z]+ \"!\""})"}) {
+    const CompletionRequest r = ParseCompletionOk(Completion(field));
+    EXPECT_EQ(r.common.sampling.guided.kind, GuidedDecoding::Kind::kGrammar) << field;
+    EXPECT_EQ(r.common.sampling.guided.spec, R"(root ::= [a-z]+ "!")") << field;
+  }
+  EXPECT_EQ(ParseCompletionOk(Completion(R"("regex":"a+","guided_decoding_backend":"xgrammar")"))
+                .common.sampling.guided.kind,
+            GuidedDecoding::Kind::kRegex);
+}
+
+TEST(GuidedParseTest, BadConstraintsAreRefusedNamingTheField) {
+  const std::vector<BadCase> cases = {
+      {Chat(R"("response_format":{"type":"yaml"})"), "response_format.type", "not supported"},
+      {Chat(R"("response_format":{"type":"json_schema"})"), "response_format.json_schema",
+       "must be an object"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})"),
+       "response_format.json_schema.schema", "required"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+            R"("schema":{"type":"integer","minimum":0,"multipleOf":3}}})"),
+       "response_format", "unsupported keywords: minimum, multipleOf"},
+      {Chat(R"("response_format":"json")"), "response_format", "object"},
+      {Completion(R"("guided_regex":"(a")"), "guided_regex", "missing ')'"},
+      {Completion(R"("guided_regex":"a{1000}")"), "guided_regex", "repeat bound"},
+      {Completion(R"("guided_choice":[])"), "guided_choice", "non-empty"},
+      {Completion(R"("guided_choice":"a")"), "guided_choice", "array"},
+      {Completion(R"("guided_json":"{")"), "guided_json", "not valid JSON"},
+      {Completion(R"("guided_json":{"$ref":"#"})"), "guided_json", "recursive"},
+      {Completion(R"("guided_regex":"a","guided_choice":["a"])"), "guided_choice",
+       "cannot both be given"},
+      {Completion(R"("structured_outputs":{"whatever":"x"})"), "structured_outputs.whatever",
+       "not supported"},
+      {Completion(R"("guided_grammar":"start: \"a\"")"), "guided_grammar", "grammar:"},
+      {Completion(R"("ebnf":"root ::= item\nitem ::= \"(\" item \")\"")"), "ebnf",
+       "admits no output"},
+      {Completion(R"("guided_decoding_backend":1)"), "guided_decoding_backend", "string"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    CompletionRequest completion;
+    ChatRequest chat;
+    std::optional<ApiError> e = c.body.find("messages") != std::string::npos
+                                    ? ParseChatRequest(c.body, &chat)
+                                    : ParseCompletionRequest(c.body, &completion);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->http_status, 400);
     EXPECT_EQ(e->param, c.param);

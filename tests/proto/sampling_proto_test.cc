@@ -26,6 +26,7 @@ TEST(SamplingProtoTest, EveryFieldSurvivesTheRoundTrip) {
   p.logprobs = 2;
   p.skip_special_tokens = false;
   p.logit_bias = {{9, -100.0f}, {2, 0.5f}};
+  p.guided = {GuidedDecoding::Kind::kJsonSchema, R"({"type":"object"})"};
   v1::SamplingParams m;
   proto::ToProto(p, &m);
   const SamplingParams q = proto::FromProto(m);
@@ -46,6 +47,23 @@ TEST(SamplingProtoTest, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(q.logprobs, 2);
   EXPECT_FALSE(q.skip_special_tokens);
   EXPECT_EQ(q.logit_bias, p.logit_bias);
+  EXPECT_EQ(q.guided.kind, GuidedDecoding::Kind::kJsonSchema);
+  EXPECT_EQ(q.guided.spec, p.guided.spec);
+}
+
+TEST(SamplingProtoTest, EveryConstraintKindSurvivesTheRoundTrip) {
+  for (auto kind : {GuidedDecoding::Kind::kNone, GuidedDecoding::Kind::kJsonObject,
+                    GuidedDecoding::Kind::kJsonSchema, GuidedDecoding::Kind::kRegex,
+                    GuidedDecoding::Kind::kChoice, GuidedDecoding::Kind::kGrammar}) {
+    SamplingParams p;
+    p.guided.kind = kind;
+    if (kind != GuidedDecoding::Kind::kNone) p.guided.spec = GuidedKindName(kind);
+    v1::SamplingParams m;
+    proto::ToProto(p, &m);
+    const SamplingParams q = proto::FromProto(m);
+    EXPECT_EQ(q.guided.kind, kind) << GuidedKindName(kind);
+    EXPECT_EQ(q.guided.spec, p.guided.spec);
+  }
 }
 
 }  // namespace

@@ -257,6 +257,15 @@ class Engine {
   static bool BelowMinTokens(const Request& r);
   // Sets the logits of the tokens IsStopToken would stop on to -inf.
   void MaskStopTokens(const Request& r, std::span<float> logits) const;
+  // Structured output (engine_grammar.cc). Compiles (or finds) the request's constraint.
+  absl::Status AttachGrammar(Request& r);
+  // Sets the logits of the tokens the constraint does not allow next to -inf; stop tokens are
+  // allowed only where the output is complete. False when no token is allowed at all.
+  bool MaskGrammar(const Request& r, std::span<float> logits) const;
+  // Moves the request's automaton over `token` (stop tokens leave it where it is).
+  void AdvanceGrammar(Request& r, int32_t token) const;
+  // The output is complete and nothing may follow: the request ends with "stop".
+  static bool GrammarComplete(const Request& r);
   // A resumed request whose output already ends with a stop token or holds a stop string.
   bool ResumedAtStop(Request* r);
   void Finish(Request* r, FinishReason reason);
@@ -303,6 +312,8 @@ class Engine {
   int64_t max_model_len_ = 0;
   std::string model_identity_;
   size_t max_stop_len_ = 0;
+  // Compiled constraints over this engine's vocabulary, built on the first guided request.
+  std::unique_ptr<grammar::MaskerCache> maskers_;
   EngineStats stats_;
 };
 

@@ -8,6 +8,7 @@
 #include "strata/common/block_hash.h"
 #include "strata/engine/block_manager.h"
 #include "strata/engine/sampling.h"
+#include "strata/grammar/token_mask.h"
 #include "strata/text/tokenizer.h"
 #include "strata/types/finish_reason.h"
 
@@ -35,6 +36,11 @@ struct Request {
   BlockHasher hasher;  // the scheduler's, salted with params.cache_salt (set when added)
   int num_preemptions = 0;
   bool hold_blocks = false;  // prefill-only: keep the blocks referenced after finishing
+
+  // Structured output (params.guided): the constraint's masks and the automaton's state after
+  // the output so far.
+  std::shared_ptr<grammar::TokenMasker> grammar;
+  int32_t grammar_state = 0;
 
   // Detokenization and stop strings.
   std::unique_ptr<StreamDecoder> detok;

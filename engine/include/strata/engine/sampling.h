@@ -34,7 +34,8 @@ class Rng {
 strata_sample_params ToSampleParams(const SamplingParams& params);
 // Penalties need the request's token history and logit_bias a per-token table, which only the
 // host sampler applies (the plugin ABI's `sample` op takes neither): such a request's logits
-// must come back to the host.
+// must come back to the host. So do those of a structured-output request (params.guided), whose
+// token mask the engine applies on the host.
 bool NeedsHostSampling(const SamplingParams& params);
 
 // Samples one token from `logits` (modified in place as scratch). `prompt` and `output` are

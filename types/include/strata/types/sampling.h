@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "strata/types/guided.h"
 
 namespace strata {
 
@@ -36,6 +37,8 @@ struct SamplingParams {
   // before temperature and sampling. Logprobs stay those of the unbiased distribution.
   std::vector<std::pair<int32_t, float>> logit_bias;
   bool skip_special_tokens = true;
+  // Structured output: the output follows this constraint (token masks from its grammar).
+  GuidedDecoding guided;
   // Not a sampling parameter, but it travels with them to every worker of the request: mixed
   // into the request's block hashes, so only requests with the same salt share cached KV
   // (strata/common/block_hash.h). Empty: no salt. At most kMaxCacheSaltBytes.

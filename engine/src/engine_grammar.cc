@@ -1,0 +1,70 @@
+// Structured output in the engine: each guided request carries its constraint's automaton;
+// before sampling, the logits of the tokens it does not allow are set to -inf (the token mask,
+// cached per automaton state), and each appended token moves the automaton on.
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "strata/engine/engine.h"
+
+namespace strata {
+
+absl::Status Engine::AttachGrammar(Request& r) {
+  if (maskers_ == nullptr) {
+    // The vocabulary as the model sees it: ids past the tokenizer's (padding rows of the
+    // embedding) and special tokens are never allowed.
+    const int32_t vocab = config().vocab_size;
+    std::vector<std::string> bytes(static_cast<size_t>(vocab));
+    std::vector<bool> usable(static_cast<size_t>(vocab), false);
+    for (int32_t id = 0; id < vocab && id < tokenizer_->vocab_size(); ++id) {
+      if (tokenizer_->IsSpecial(id)) continue;
+      bytes[id] = tokenizer_->TokenBytes(id);
+      usable[id] = true;
+    }
+    maskers_ = std::make_unique<grammar::MaskerCache>(
+        grammar::TokenVocabulary::Create(std::move(bytes), usable));
+  }
+  auto masker = maskers_->Get(r.params.guided);
+  if (!masker.ok()) return masker.status();
+  r.grammar = *std::move(masker);
+  r.grammar_state = r.grammar->grammar().start();
+  return absl::OkStatus();
+}
+
+bool Engine::MaskGrammar(const Request& r, std::span<float> logits) const {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const auto mask = r.grammar->Mask(r.grammar_state);
+  const bool accepting = r.grammar->grammar().IsAccepting(r.grammar_state);
+  const size_t n = std::min(logits.size(), mask->size() * 32);
+  bool any = false;
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t word = (*mask)[w];
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t t = w * 32; t < end; ++t) {
+      if ((word >> (t & 31)) & 1u) {
+        any = any || logits[t] != kNegInf;
+      } else if (!accepting || !IsStopToken(r, static_cast<int32_t>(t))) {
+        logits[t] = kNegInf;
+      } else {
+        any = any || logits[t] != kNegInf;
+      }
+    }
+  }
+  for (size_t t = n; t < logits.size(); ++t) logits[t] = kNegInf;
+  return any;
+}
+
+void Engine::AdvanceGrammar(Request& r, int32_t token) const {
+  if (r.grammar_state == grammar::Grammar::kDead || IsStopToken(r, token)) return;
+  r.grammar_state = r.grammar->Advance(r.grammar_state, token);
+}
+
+bool Engine::GrammarComplete(const Request& r) {
+  if (r.grammar == nullptr) return false;
+  // A dead state cannot arise from masked sampling; if a token from elsewhere (a resumed or
+  // prefilled one) broke the constraint, the output ends where it is.
+  if (r.grammar_state == grammar::Grammar::kDead) return true;
+  const grammar::Grammar& g = r.grammar->grammar();
+  return g.IsAccepting(r.grammar_state) && !g.CanContinue(r.grammar_state);
+}
+
+}  // namespace strata
