@@ -186,7 +186,8 @@ absl::StatusOr<uint64_t> WorkerPool::Register(const v1::WorkerInfo& info, const 
   }
   workers_[info.id()] = std::move(e);
   STRATA_LOG(Info) << "worker " << info.id() << " registered (" << v1::Role_Name(info.role())
-                   << " of model '" << info.model() << "' at " << info.grpc_address() << ")";
+                   << " at " << info.grpc_address() << ") serving model '" << info.model()
+                   << "'";
   return epoch_;
 }
 
