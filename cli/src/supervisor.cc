@@ -569,6 +569,10 @@ ProcessSpec WorkerSpec(const ClusterConfig& c, const std::string& exe, const std
   if (c.engine.stall_timeout_s != ClusterConfig::Engine{}.stall_timeout_s) {
     argv.insert(argv.end(), {"--engine-stall-timeout-s", absl::StrCat(c.engine.stall_timeout_s)});
   }
+  if (c.engine.detached_request_grace_s != ClusterConfig::Engine{}.detached_request_grace_s) {
+    argv.insert(argv.end(), {"--detached-request-grace-s",
+                             absl::StrCat(c.engine.detached_request_grace_s)});
+  }
   AppendKvTierFlags(c, id, kvstores, argv);
   AppendTlsFlags(c, argv);
   return ProcessSpec{id, std::move(argv),
@@ -625,6 +629,9 @@ ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std
   if (c.router.max_inflight_per_worker != ClusterConfig::Router{}.max_inflight_per_worker) {
     argv.insert(argv.end(), {"--max-inflight-per-worker",
                              absl::StrCat(c.router.max_inflight_per_worker)});
+  }
+  if (c.router.resume_settle_s != ClusterConfig::Router{}.resume_settle_s) {
+    argv.insert(argv.end(), {"--resume-settle-s", absl::StrCat(c.router.resume_settle_s)});
   }
   const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", http_port);
   return ProcessSpec{name, std::move(argv), http + "/ready", absl::StrCat(log_dir, "/", name, ".log")};

@@ -77,6 +77,14 @@ std::string CheckNonNegativeSeconds(const double& v) {
   return absl::StrCat("must be a number of seconds >= 0", Got(v));
 }
 
+// Seconds in [0, max].
+auto SecondsUpTo(double max) {
+  return [max](const double& v) -> std::string {
+    if (std::isfinite(v) && v >= 0 && v <= max) return "";
+    return absl::StrCat("must be a number of seconds in [0, ", max, "]", Got(v));
+  };
+}
+
 std::string CheckNonEmpty(const std::string& v) { return v.empty() ? "must not be empty" : ""; }
 
 // Empty (the plugin's defaults) or a JSON object, as a plugin's create() expects.
@@ -448,6 +456,9 @@ std::vector<FieldSpec> HeadFields() {
           "router.max_inflight_per_worker", "an integer",
           [](auto& c) -> auto& { return c.router.max_inflight_per_worker; },
           IntRange(1, 1 << 20)),
+      Scalar<double>(
+          "router.resume_settle_s", "a number",
+          [](auto& c) -> auto& { return c.router.resume_settle_s; }, SecondsUpTo(600)),
   };
 }
 
@@ -478,6 +489,9 @@ std::vector<FieldSpec> TailFields() {
       Scalar<double>(
           "engine.stall_timeout_s", "a number",
           [](auto& c) -> auto& { return c.engine.stall_timeout_s; }, CheckNonNegativeSeconds),
+      Scalar<double>(
+          "engine.detached_request_grace_s", "a number",
+          [](auto& c) -> auto& { return c.engine.detached_request_grace_s; }, SecondsUpTo(3600)),
       Scalar<int64_t>(
           "engine.max_model_len", "an integer",
           [](auto& c) -> auto& { return c.engine.max_model_len; },

@@ -460,7 +460,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.yaml: kv_tiers.disk_mb needs kv_tiers.disk_path"},
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
-                "grpc_port, replicas, worker_stream_idle_timeout_s, max_inflight_per_worker)"},
+                "grpc_port, replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, "
+                "resume_settle_s)"},
+        BadCase{"router:\n  resume_settle_s: 601\n",
+                "cluster.yaml:2: router.resume_settle_s: must be a number of seconds in [0, 600], "
+                "got 601"},
+        BadCase{"engine:\n  detached_request_grace_s: -1\n",
+                "cluster.yaml:2: engine.detached_request_grace_s: must be a number of seconds in "
+                "[0, 3600], got -1"},
         BadCase{"router:\n  replicas: 0\n",
                 "cluster.yaml:2: router.replicas: must be in 1..16, got 0"},
         BadCase{"router:\n  http_port: 70000\n",
@@ -530,7 +537,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker"},
+                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, resume_settle_s"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},

@@ -487,12 +487,16 @@ TEST(ClusterPlanTest, StallAndStreamIdleTimeoutsReachTheirProcessesWhenSet) {
   c.prefill.count = 0;
   c.decode.count = 0;
   c.router.worker_stream_idle_timeout_s = 2.5;
+  c.router.resume_settle_s = 4;
   c.engine.stall_timeout_s = 0;
+  c.engine.detached_request_grace_s = 120;
   auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", {{8101, 9101}});
   ASSERT_TRUE(planned.ok()) << planned.status();
   EXPECT_GE(FlagAt(planned->router[0].argv, "--worker-stream-idle-timeout-s", "2.5"), 0);
+  EXPECT_GE(FlagAt(planned->router[0].argv, "--resume-settle-s", "4"), 0);
   ASSERT_EQ(planned->workers.size(), 1u);
   EXPECT_GE(FlagAt(planned->workers[0].argv, "--engine-stall-timeout-s", "0"), 0);
+  EXPECT_GE(FlagAt(planned->workers[0].argv, "--detached-request-grace-s", "120"), 0);
   // At their defaults the processes' own defaults apply: no flag.
   ClusterConfig plain;
   plain.mixed.count = 1;
@@ -504,6 +508,9 @@ TEST(ClusterPlanTest, StallAndStreamIdleTimeoutsReachTheirProcessesWhenSet) {
               testing::Not(testing::Contains("--worker-stream-idle-timeout-s")));
   EXPECT_THAT(planned->workers[0].argv,
               testing::Not(testing::Contains("--engine-stall-timeout-s")));
+  EXPECT_THAT(planned->router[0].argv, testing::Not(testing::Contains("--resume-settle-s")));
+  EXPECT_THAT(planned->workers[0].argv,
+              testing::Not(testing::Contains("--detached-request-grace-s")));
 }
 
 TEST(ClusterPlanTest, TenantIsolationFlagsReachTheRouterAndEveryWorker) {

@@ -29,6 +29,9 @@ struct ClusterConfig {
     // Requests outstanding on one worker before the router answers 429 (when every candidate
     // has this many): the router's --max-inflight-per-worker.
     int max_inflight_per_worker = 256;
+    // A request with an Idempotency-Key arriving this soon after the router's start asks the
+    // workers for its held generation only then (the router's --resume-settle-s).
+    double resume_settle_s = 2.5;
   } router;
 
   // A pool of workers of one role. Worker i runs on device gpus[i % gpus.size()] (the plugin's
@@ -74,6 +77,10 @@ struct ClusterConfig {
     // A worker whose engine has work and completes no step for this long reports itself stalled
     // (the workers' --engine-stall-timeout-s); 0 = never.
     double stall_timeout_s = 30;
+    // How long a request with an Idempotency-Key keeps running after its router's stream broke,
+    // for a retry through another router to attach to (the workers'
+    // --detached-request-grace-s); 0 = off.
+    double detached_request_grace_s = 30;
   } engine;
 
   struct Slo {
