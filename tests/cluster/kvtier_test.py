@@ -63,6 +63,21 @@ def wait_settled(port, tier, at_least, timeout=60):
 class KvTierTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # tearDownClass does not run when this fails: whatever started is stopped here, so no
+        # process outlives the test (other tests look processes up by their ids).
+        cls.decode, cls.started, cls.kvstore, cls.router, cls.tmp = [], [], None, None, None
+        try:
+            cls.start_cluster()
+        except BaseException:
+            for p in cls.decode + cls.started + [cls.kvstore, cls.router]:
+                if p is not None and p.p.poll() is None:
+                    p.stop(signal.SIGKILL)
+            if cls.tmp is not None:
+                shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def start_cluster(cls):
         cls.tmp = tempfile.mkdtemp(prefix="strata_kvtier_test_")
         cls.model = os.path.join(cls.tmp, "model")
         subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", cls.model],
@@ -81,9 +96,9 @@ class KvTierTest(unittest.TestCase):
                               r"kvstore kvstore-0: grpc 127\.0\.0\.1:(\d+), http 127\.0\.0\.1:(\d+)")
         cls.kv_grpc = cls.kvstore.match.group(1)
         cls.kv_http = int(cls.kvstore.match.group(2))
-        cls.decode = [cu.start_worker(STRATA, cls.model, cls.tmp, "decode", f"decode-{i}",
-                                      cls.grpc, cls.name) for i in range(2)]
-        cls.started = []
+        for i in range(2):
+            cls.decode.append(cu.start_worker(STRATA, cls.model, cls.tmp, "decode", f"decode-{i}",
+                                              cls.grpc, cls.name))
         cls.prefill = cls.start_prefill("prefill-0")
         assert cu.wait_until(lambda: cu.metric(cls.http, "strata_router_workers",
                                                {"role": "decode"}) == 2, timeout=30)

@@ -57,6 +57,10 @@ KvTiering::~KvTiering() {
   if (store_ == nullptr) return;
   const Engine::OffloadOn on = OffloadPoint(*store_);
   loop_->RunOnEngine([on](Engine& e) { e.SetBlockOffload(on, nullptr); });
+  // The store's threads (demotions to the disk tier) report to OnTierEvent until the store is
+  // gone, so it goes now, before the members that method uses: declared after store_, they
+  // would otherwise be destroyed first.
+  store_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<KvTiering>> KvTiering::Build(const KvTierOptions& t,
