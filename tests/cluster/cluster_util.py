@@ -78,6 +78,26 @@ def start_worker(strata, model, log_dir, role, wid, router_grpc=None, extra=()):
     return Proc(argv, os.path.join(log_dir, wid + ".log"), r"http 127\.0\.0\.1:(\d+), grpc")
 
 
+def init_model(strata, tmp, preset="tiny-llama"):
+    """Writes the built-in `preset`'s weights and tokenizer to tmp/model; returns that path."""
+    model = os.path.join(tmp, "model")
+    subprocess.run([strata, "model", "init", "--preset", preset, "--out", model], check=True,
+                   stdout=subprocess.DEVNULL)
+    return model
+
+
+def start_router_and_mixed(strata, model, log_dir, extra=()):
+    """A router and one mixed worker (mixed-0) registered with it, both given `extra`; returns
+    (router, worker) once the router is ready. Their HTTP ports: .http on each."""
+    router = start_router(strata, model, log_dir, extra)
+    router.http = int(router.match.group(1))
+    worker = start_worker(strata, model, log_dir, "mixed", "mixed-0", router.match.group(2),
+                          extra)
+    worker.http = int(worker.match.group(1))
+    assert wait_until(lambda: request(router.http, "GET", "/ready")[0] == 200, timeout=30)
+    return router, worker
+
+
 def start_up(strata, tmp, config, timeout=120):
     """`strata up --config` with `config` (YAML text; its logs under tmp/logs) written to
     tmp/cluster.yaml; returns the Proc once it serves, with .http the router's HTTP port and

@@ -49,9 +49,7 @@ class MemoryShedTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="strata_memory_shed_test_")
         self.procs = []
-        self.model = os.path.join(self.tmp, "model")
-        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", self.model],
-                       check=True, stdout=subprocess.DEVNULL)
+        self.model = cu.init_model(STRATA, self.tmp)
 
     def tearDown(self):
         for p in reversed(self.procs):

@@ -15,7 +15,6 @@ Usage: tools_test.py STRATA_BINARY   (ctest passes it)
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -40,18 +39,12 @@ class ToolsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="strata_tools_test_")
-        model = os.path.join(cls.tmp, "model")
-        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", model],
-                       check=True, stdout=subprocess.DEVNULL)
+        model = cu.init_model(STRATA, cls.tmp)
         shutil.copy(os.path.join(FAMILY, "template.jinja"),
                     os.path.join(model, "chat_template.jinja"))
-        name = ["--served-model-name", MODEL]
-        cls.router = cu.start_router(STRATA, model, cls.tmp, name)
-        cls.http = int(cls.router.match.group(1))
-        cls.worker = cu.start_worker(STRATA, model, cls.tmp, "mixed", "mixed-0",
-                                     cls.router.match.group(2), name)
-        cls.mixed_http = int(cls.worker.match.group(1))
-        assert cu.wait_until(lambda: cu.request(cls.http, "GET", "/ready")[0] == 200, timeout=30)
+        cls.router, cls.worker = cu.start_router_and_mixed(STRATA, model, cls.tmp,
+                                                           ["--served-model-name", MODEL])
+        cls.http, cls.mixed_http = cls.router.http, cls.worker.http
         cls.ports = {"router": cls.http, "mixed": cls.mixed_http}
 
     @classmethod

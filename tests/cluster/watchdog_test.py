@@ -8,7 +8,6 @@ Usage: watchdog_test.py STRATA_BINARY   (ctest passes it)
 import concurrent.futures
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,9 +44,7 @@ class WatchdogTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="strata_watchdog_test_")
         self.procs = []
-        self.model = os.path.join(self.tmp, "model")
-        subprocess.run([STRATA, "model", "init", "--preset", "tiny-llama", "--out", self.model],
-                       check=True, stdout=subprocess.DEVNULL)
+        self.model = cu.init_model(STRATA, self.tmp)
 
     def tearDown(self):
         for p in reversed(self.procs):
