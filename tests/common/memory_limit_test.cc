@@ -1,11 +1,13 @@
 #include "strata/common/memory_limit.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -35,13 +37,16 @@ TEST(ReadResidentBytes, GrowsWithTouchedMemoryAndFallsWhenItIsUnmapped) {
 class CgroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::path(::testing::TempDir()) / "cgroup_root";
+    // One directory per process: ctest runs the cases of this suite in parallel.
+    root_ = std::filesystem::path(::testing::TempDir()) /
+            ("cgroup_root_" + std::to_string(::getpid()));
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_ / "pod" / "app");
   }
   void Write(const std::string& rel, const std::string& text) {
     std::ofstream(root_ / rel) << text;
   }
+  void TearDown() override { std::filesystem::remove_all(root_); }
   std::filesystem::path root_;
 };
 
