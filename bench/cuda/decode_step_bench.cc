@@ -33,7 +33,7 @@
 //
 //     decode_step_bench [--quick] [--steps N] [--model llama3.1-8b|qwen3-30b-a3b]
 //                       [--plugin PATH] [--batches 1,8,64] [--no-prefill] [--cuda-profile]
-//                       [--chain-costs] [--without ENTRY,...]
+//                       [--chain-costs] [--without ENTRY,...] [--masks]
 // --without hides optional fused entries of the plugin (attention_prologue, gemm_silu_mul,
 // moe_route_experts), so the engine runs the ops they stand for: a fused entry's effect on the
 // served step, side by side with the same plugin.
@@ -42,6 +42,9 @@
 // `ncu --profile-from-start off`: a kernel-level view of the step as served.
 // --chain-costs times the graph-replayed step again without each per-layer op call in turn
 // (ChainCosts): what each op costs the step where it sits in the kernel chain.
+// --masks times constrained decoding (ReportMasked): the sampled step with a JSON schema's token
+// mask on every row (computed on the host from the preset tokenizer's vocabulary while the
+// device runs the step, applied by the plugin's mask_logits) against the same step without.
 // prints one line per point and "CSV,..." lines for scripts/bench_cuda.sh.
 #include <cuda_profiler_api.h>
 
@@ -64,6 +67,8 @@
 #include "strata/engine/presets.h"
 #include "strata/engine/sampling.h"
 #include "strata/engine/weight_source.h"
+#include "strata/grammar/token_mask.h"
+#include "strata/text/tokenizer.h"
 
 namespace strata {
 namespace {
@@ -93,10 +98,13 @@ struct Options {
   bool cuda_profile = false;
   bool chain_costs = false;
   std::vector<std::string> without;  // optional entries hidden from the engine
+  bool masks = false;                 // --masks
 };
 
 bool g_cuda_profile = false;  // --cuda-profile
 bool g_chain_costs = false;   // --chain-costs
+bool g_masks = false;         // --masks
+const char* g_preset = "";    // the model being run's preset (--masks reads its tokenizer)
 
 [[noreturn]] void Die(const std::string& what, const absl::Status& st) {
   std::fprintf(stderr, "decode_step_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -515,6 +523,137 @@ double TimeSampledDecode(Setup& s, int batch, int steps, strata_sample_params pa
   return Summarize(ms).median;
 }
 
+// --- Constrained decoding (--masks) ---------------------------------------------------------------
+// A JSON schema with nested objects, arrays and enums, long enough that a row spends many steps
+// inside it (each row restarts the schema when it completes).
+constexpr char kMaskSchema[] = R"({"type":"object","properties":{
+  "name":{"type":"string","maxLength":24},
+  "age":{"type":"integer"},
+  "address":{"type":"object","properties":{"street":{"type":"string","maxLength":32},
+    "zip":{"type":"string","pattern":"[0-9]{5}"}},"required":["street","zip"]},
+  "tags":{"type":"array","items":{"enum":["red","green","blue","cyan"]},"maxItems":6},
+  "scores":{"type":"array","items":{"type":"number"},"maxItems":8},
+  "ok":{"type":"boolean"}},
+  "required":["name","age","address","tags","scores","ok"],"additionalProperties":false})";
+
+// The schema's token masker over the model preset's own tokenizer (the vocabulary the engine
+// would mask: ids past the tokenizer's and special tokens never allowed), as Engine builds it.
+// A fresh masker each call (no state's mask computed yet); the vocabulary is built once.
+std::shared_ptr<grammar::TokenMasker> SchemaMasker(const char* preset, const ModelConfig& c) {
+  static std::string built_for;
+  static std::shared_ptr<const grammar::TokenVocabulary> vocab;
+  if (built_for != preset) {
+    const std::string dir = "/tmp/decode_step_bench_" + std::string(preset);
+    if (auto st = WritePreset(preset, dir); !st.ok()) Die("writing the preset's tokenizer", st);
+    auto tok = OrDie(Tokenizer::FromFile(dir + "/tokenizer.json"), "tokenizer");
+    std::vector<std::string> bytes(static_cast<size_t>(c.vocab_size));
+    std::vector<bool> usable(static_cast<size_t>(c.vocab_size), false);
+    for (int32_t id = 0; id < c.vocab_size && id < tok->vocab_size(); ++id) {
+      if (tok->IsSpecial(id)) continue;
+      bytes[id] = tok->TokenBytes(id);
+      usable[id] = true;
+    }
+    vocab = grammar::TokenVocabulary::Create(std::move(bytes), usable);
+    built_for = preset;
+  }
+  grammar::MaskerCache cache(vocab);
+  return OrDie(cache.Get({GuidedDecoding::Kind::kJsonSchema, kMaskSchema}), "schema");
+}
+
+// Sampled decode steps (graph replay when the plugin has it, as the engine runs them) with every
+// row constrained by `masker`: each step fills the rows' masks from their automata (what
+// Engine::DeviceMask does: the cached mask of the state, EOS allowed where complete) while the
+// device runs the forward pass, masks and samples on the device, and moves each automaton over
+// its drawn id (back to the start when complete). Returns per-step ms: the first `cold` steps
+// (masks met for the first time) and the `steps` after them.
+struct MaskedTimes {
+  std::vector<double> cold, warm;
+  int64_t outside = 0;  // drawn ids the masks did not allow (must stay 0)
+};
+MaskedTimes TimeMaskedDecode(Setup& s, int batch, int cold, int steps, strata_sample_params params,
+                             const std::shared_ptr<grammar::TokenMasker>& masker) {
+  const std::vector<ForwardSeq> seqs = DecodeSeqs(s, batch);
+  std::vector<strata_sample_params> rows(batch, params);
+  const grammar::Grammar& g = masker->grammar();
+  std::vector<int32_t> state(batch, g.start());
+  const size_t words = grammar::MaskWords(s.config.vocab_size);
+  StepMasks masks;
+  for (int q = 0; q < batch; ++q) masks.rows.push_back(q);
+  std::vector<uint32_t> last(static_cast<size_t>(batch) * words);  // the step's masks, to check
+  masks.fill = [&](uint32_t* out) {
+    for (int q = 0; q < batch; ++q) {
+      const auto m = masker->Mask(state[q]);
+      uint32_t* w = out + size_t(q) * words;
+      std::copy(m->begin(), m->end(), w);
+      if (g.IsAccepting(state[q])) {
+        for (int32_t e : s.config.eos_token_ids) w[e >> 5] |= 1u << (e & 31);
+      }
+    }
+    std::copy_n(out, last.size(), last.begin());
+  };
+  Rng rng(11);
+  MaskedTimes t;
+  for (int i = 0; i < cold + steps; ++i) {
+    for (auto& r : rows) r.uniform = params.temperature > 0 ? rng.Uniform() : 0.0;
+    const auto t0 = Clock::now();
+    const auto ids = OrDie(s.runner->ForwardSampled(seqs, rows, {}, nullptr, &masks), "masked");
+    // The automata move on as the engine's do after a step (counted in the step's time).
+    for (int q = 0; q < batch; ++q) {
+      const int32_t id = ids[q].token;
+      t.outside += ((last[size_t(q) * words + (id >> 5)] >> (id & 31)) & 1u) == 0;
+      const bool eos = std::find(s.config.eos_token_ids.begin(), s.config.eos_token_ids.end(),
+                                 id) != s.config.eos_token_ids.end();
+      const int32_t next = eos ? grammar::Grammar::kDead : masker->Advance(state[q], id);
+      state[q] = next == grammar::Grammar::kDead || (g.IsAccepting(next) && !g.CanContinue(next))
+                     ? g.start()
+                     : next;
+    }
+    (i < cold ? t.cold : t.warm).push_back(Seconds(t0) * 1e3);
+  }
+  return t;
+}
+
+// The masked step against the same step without masks, in alternating rounds (graph replay on
+// when the plugin has it): greedy and temperature 0.7 + top-p 0.9.
+void ReportMasked(const char* name, const char* preset, Setup& s, int batch, int steps) {
+  if (!s.runner->can_mask()) {
+    std::printf("%-14s masks: the plugin has no mask_logits entry\n", name);
+    return;
+  }
+  if (s.runner->backend().plugin().has_graphs()) {
+    s.runner->set_graph_batches(RunnerOptions{}.graph_batches);
+  }
+  strata_sample_params g{}, t{};
+  g.top_p = 1.0f, g.num_logprobs = -1;
+  t = g, t.temperature = 0.7f, t.top_p = 0.9f;
+  for (const auto& [label, params] : {std::pair{"greedy", g}, std::pair{"top-p 0.9", t}}) {
+    std::vector<double> plain, cold, warm;
+    int64_t outside = 0;
+    for (int round = 0; round < 3; ++round) {
+      // A fresh masker each round: its first steps meet states for the first time.
+      const auto masker = SchemaMasker(preset, s.config);
+      const double p = TimeSampledDecode(s, batch, steps, params);
+      const MaskedTimes m = TimeMaskedDecode(s, batch, 5, steps, params, masker);
+      plain.push_back(p);
+      cold.insert(cold.end(), m.cold.begin(), m.cold.end());
+      warm.push_back(Summarize(m.warm).median);
+      outside += m.outside;
+    }
+    const double pm = Summarize(plain).median, wm = Summarize(warm).median;
+    double cm = 0;
+    for (double v : cold) cm += v / cold.size();
+    std::printf(
+        "%-14s decode b %2d %s: step %7.3f ms, with a JSON-schema mask on every row %7.3f ms "
+        "(+%.1f%%); first 5 steps of a fresh schema (masks computed) %7.3f ms (+%.1f%%); "
+        "ids outside their mask: %lld\n",
+        name, batch, label, pm, wm, (wm / pm - 1) * 100, cm, (cm / pm - 1) * 100,
+        static_cast<long long>(outside));
+    std::printf("CSV,masked,%s,%d,%s,%.4f,%.4f,%.4f,%lld\n", name, batch, label, pm, wm, cm,
+                static_cast<long long>(outside));
+    std::fflush(stdout);
+  }
+}
+
 // In-chain cost of each op of the graph-replayed greedy step (--chain-costs; see ChainSkip): the
 // step's median without some of an op's calls (one call of each layer, the head's calls, the
 // sampler, the input and output copies) against the whole step timed before and after. Ops the
@@ -721,6 +860,7 @@ void ReportDecode(const char* name, Setup& s, int batch, int steps, double copy_
                   long(stats.fallbacks));
       if (g_chain_costs) ChainCosts(name, s, batch, steps);
     }
+    if (g_masks) ReportMasked(name, g_preset, s, batch, steps);
     std::fflush(stdout);
   }
   ProfileDecode(name, s, batch, r.bytes.gemm, r.step_ms.median);
@@ -750,6 +890,7 @@ void ReportPrefill(const char* name, Setup& s, int tokens, int reps) {
 void RunModel(const ModelShape& m, const Options& o, const std::shared_ptr<Plugin>& plugin,
               double copy_gbs) {
   Setup s = Prepare(m, plugin);
+  g_preset = m.preset;
   const StepBytes all =
       CountBytes(s.config, 0, kContext, s.config.num_experts, WeightSize(s), KvSize(s));
   std::printf(
@@ -802,6 +943,8 @@ Options ParseArgs(int argc, char** argv) {
         o.batches.push_back(static_cast<int>(b));
         p = *end == ',' ? end + 1 : end;
       }
+    } else if (a == "--masks") {
+      o.masks = true;
     } else if (a == "--no-prefill") {
       o.prefill = false;
     } else if (a == "--cuda-profile") {
@@ -827,7 +970,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: decode_step_bench [--quick] [--steps N] [--model NAME] [--plugin P] "
                    "[--batches 1,8,64] [--no-prefill] [--cuda-profile] [--chain-costs] "
-                   "[--without ENTRY,...]\n");
+                   "[--without ENTRY,...] [--masks]\n");
       std::exit(2);
     }
   }
@@ -842,6 +985,7 @@ int main(int argc, char** argv) {
   const Options o = ParseArgs(argc, argv);
   g_cuda_profile = o.cuda_profile;
   g_chain_costs = o.chain_costs;
+  g_masks = o.masks;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -1,6 +1,8 @@
 // Structured output in the engine: each guided request carries its constraint's automaton;
 // before sampling, the logits of the tokens it does not allow are set to -inf (the token mask,
-// cached per automaton state), and each appended token moves the automaton on.
+// cached per automaton state) on the host, or on the device when the plugin samples and has
+// mask_logits; each appended token moves the automaton on.
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +53,43 @@ bool Engine::MaskGrammar(const Request& r, std::span<float> logits) const {
   }
   for (size_t t = n; t < logits.size(); ++t) logits[t] = kNegInf;
   return any;
+}
+
+bool Engine::DeviceMask(const Request& r, uint32_t* words) const {
+  const size_t n = grammar::MaskWords(config().vocab_size);
+  auto set_stops = [&](bool allowed) {
+    auto set = [&](int32_t t) {
+      if (t < 0 || t >= config().vocab_size) return;
+      if (allowed) {
+        words[t >> 5] |= 1u << (t & 31);
+      } else {
+        words[t >> 5] &= ~(1u << (t & 31));
+      }
+    };
+    if (!r.params.ignore_eos) {
+      for (int32_t t : config().eos_token_ids) set(t);
+    }
+    for (int32_t t : r.params.stop_token_ids) set(t);
+  };
+  if (r.grammar != nullptr) {
+    const auto mask = r.grammar->Mask(r.grammar_state);
+    std::copy_n(mask->begin(), std::min(n, mask->size()), words);
+    if (r.grammar->grammar().IsAccepting(r.grammar_state)) set_stops(true);
+  } else {
+    std::fill_n(words, n, ~0u);
+  }
+  if (BelowMinTokens(r)) set_stops(false);
+  // Bits past the vocabulary are ignored by the device; they must not count as allowed here.
+  if (const int tail = config().vocab_size & 31; tail != 0) words[n - 1] &= (1u << tail) - 1;
+  return std::any_of(words, words + n, [](uint32_t w) { return w != 0; });
+}
+
+void Engine::EndUnspellable(Request* r, RequestOutput& out) {
+  r->text += r->detok->Flush();
+  r->stop_reason = "constraint";
+  Finish(r, FinishReason::kStop);
+  out.request_id = r->id;
+  EmitText(r, out);
 }
 
 void Engine::AdvanceGrammar(Request& r, int32_t token) const {

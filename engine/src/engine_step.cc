@@ -26,26 +26,45 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
   // On the device when the plugin samples; each sampled row draws from its request's
   // generator exactly as the host sampler would. Rows whose request needs the host sampler
   // (penalties) come back as logits and are sampled here, the rest as ids.
+  // Rows with a token mask (a constraint, or min_tokens' ban on stop tokens) are masked on the
+  // device when the plugin can; their masks are computed while the device runs the step.
   const bool on_device = options_.device_sampling && runner_->can_sample();
+  const bool device_masks = on_device && runner_->can_mask();
   std::vector<strata_sample_params> params;
   std::vector<int32_t> host_rows;
   std::vector<float> logits;  // all rows (host path) or the host_rows (device path)
   std::vector<SampleResult> sampled;
+  StepMasks masks;
+  std::vector<const Request*> masked;    // masks.rows' requests
+  std::vector<uint8_t> unspellable;      // per masks.rows entry: its mask allows nothing
   if (!seqs.empty()) {
     if (on_device) {
       for (size_t i = 0; i < sched.seqs.size(); ++i) {
         if (seqs[i].logits != ForwardSeq::Logits::kLast) continue;
         const Request* r = sched.seqs[i].request;
         strata_sample_params p = ToSampleParams(r->params);
-        if (NeedsHostSampling(r->params) || BelowMinTokens(*r)) {
-          host_rows.push_back(static_cast<int32_t>(params.size()));
-        } else if (r->params.temperature != 0.0f) {
-          p.uniform = r->rng->Uniform();
+        const bool needs_mask = r->grammar != nullptr || BelowMinTokens(*r);
+        const int32_t row = static_cast<int32_t>(params.size());
+        if (NeedsHostSampling(r->params) || (needs_mask && !device_masks)) {
+          host_rows.push_back(row);
+        } else {
+          if (needs_mask) {
+            masks.rows.push_back(row);
+            masked.push_back(r);
+          }
+          if (r->params.temperature != 0.0f) p.uniform = r->rng->Uniform();
         }
         params.push_back(p);
       }
-      STRATA_ASSIGN_OR_RETURN(sampled,
-                              runner_->ForwardSampled(seqs, params, host_rows, &logits));
+      unspellable.assign(masked.size(), 0);
+      const size_t words = grammar::MaskWords(config().vocab_size);
+      masks.fill = [&](uint32_t* out) {
+        for (size_t m = 0; m < masked.size(); ++m) {
+          unspellable[m] = !DeviceMask(*masked[m], out + m * words);
+        }
+      };
+      STRATA_ASSIGN_OR_RETURN(
+          sampled, runner_->ForwardSampled(seqs, params, host_rows, &logits, &masks));
     } else {
       STRATA_ASSIGN_OR_RETURN(logits, runner_->Forward(seqs));
     }
@@ -55,7 +74,7 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   const size_t vocab = static_cast<size_t>(config().vocab_size);
-  size_t row = 0, next_host = 0;
+  size_t row = 0, next_host = 0, next_masked = 0;
   for (size_t i = 0; i < sched.seqs.size(); ++i) {
     Request* r = sched.seqs[i].request;
     if (r->num_computed <= r->prompt_len) {
@@ -68,6 +87,10 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
     } else if (next_host < host_rows.size() && host_rows[next_host] == static_cast<int32_t>(row)) {
       ProcessSample(r, std::span<float>(logits.data() + next_host * vocab, vocab), out);
       ++next_host;
+    } else if (next_masked < masks.rows.size() &&
+               masks.rows[next_masked] == static_cast<int32_t>(row) &&
+               unspellable[next_masked++]) {
+      EndUnspellable(r, out);
     } else {
       ApplySample(r, sampled[row], out);
     }
@@ -109,13 +132,8 @@ void Engine::ReportFinished(std::vector<RequestOutput>& outputs) {
 void Engine::ProcessSample(Request* r, std::span<float> logits, RequestOutput& out) {
   if (BelowMinTokens(*r)) MaskStopTokens(*r, logits);
   if (r->grammar != nullptr && !MaskGrammar(*r, logits)) {
-    // No token continues the constrained output (a vocabulary that cannot spell what the
-    // constraint needs next): end it rather than sample outside the constraint.
-    r->text += r->detok->Flush();
-    r->stop_reason = "constraint";
-    Finish(r, FinishReason::kStop);
-    out.request_id = r->id;
-    EmitText(r, out);
+    // No token continues the constrained output: end it rather than sample outside it.
+    EndUnspellable(r, out);
     return;
   }
   ApplySample(r, Sample(logits, r->params, r->prompt(), r->output(), *r->rng), out);

@@ -18,7 +18,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Forward(std::span<const ForwardS
 
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
     std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params,
-    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits, const StepMasks* masks) {
   if (!can_sample()) {
     return absl::FailedPreconditionError(
         absl::StrCat(backend_->plugin().origin(), ": plugin has no sample entry"));
@@ -39,8 +39,25 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
   if (!host_rows.empty() && host_logits == nullptr) {
     return absl::InvalidArgumentError("host_rows given without host_logits");
   }
+  if (masks != nullptr && !masks->rows.empty()) {
+    if (!can_mask()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(backend_->plugin().origin(), ": plugin has no mask_logits entry"));
+    }
+    for (size_t i = 0; i < masks->rows.size(); ++i) {
+      const int32_t r = masks->rows[i];
+      if (r < 0 || static_cast<size_t>(r) >= params.size() ||
+          (i > 0 && r <= masks->rows[i - 1]) ||
+          std::binary_search(host_rows.begin(), host_rows.end(), r)) {
+        return absl::InvalidArgumentError(
+            "masked rows must be ascending logits-row indices, none of them a host row");
+      }
+    }
+  } else {
+    masks = nullptr;
+  }
   if (in.num_tokens == 0) return std::vector<SampleResult>();
-  if (GraphEligible(in)) return ForwardSampledGraph(in, params, host_rows, host_logits);
+  if (GraphEligible(in)) return ForwardSampledGraph(in, params, host_rows, host_logits, masks);
   STRATA_RETURN_IF_ERROR(PrepareStep(in));
   STRATA_RETURN_IF_ERROR(EnqueueBody(in));
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
@@ -48,7 +65,7 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampled(
     STRATA_RETURN_IF_ERROR(backend_->Synchronize());
     return std::vector<SampleResult>();
   }
-  return SampleLogits(in, params, host_rows, host_logits);
+  return SampleLogits(in, params, host_rows, host_logits, masks);
 }
 
 // Everything up to the final norm's input: inputs uploaded, embedding, every layer.
@@ -350,10 +367,12 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunHead(const StepInputs& in) {
 // the logprobs only when a row asks for them).
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::SampleLogits(
     const StepInputs& in, std::span<const strata_sample_params> requested,
-    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits, const StepMasks* masks) {
   const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
   std::vector<strata_sample_params> params = DeviceParams(requested, host_rows, rows);
   const bool logprobs = AnyLogprobs(params);
+  // The masks first: their host work overlaps the forward pass enqueued before.
+  if (masks != nullptr) STRATA_RETURN_IF_ERROR(EnqueueMasks(*masks));
   STRATA_RETURN_IF_ERROR(PrepareSample(params, logprobs));
   STRATA_RETURN_IF_ERROR(EnqueueSample(rows, logprobs));
   return FinishSample(params, rows, logprobs, host_rows, host_logits);
@@ -394,6 +413,35 @@ absl::Status ModelRunner::PrepareSample(std::span<const strata_sample_params> pa
   }
   return backend_->CopyToDevice(sc.sample_params.data(), params.data(),
                                 rows * sizeof(strata_sample_params));
+}
+
+absl::Status ModelRunner::EnqueueMasks(const StepMasks& masks) {
+  Scratch& sc = *scratch_;
+  const int64_t n = static_cast<int64_t>(masks.rows.size());
+  const int64_t vocab = config().vocab_size, words = (vocab + 31) / 32;
+  sc.mask_staging.assign(static_cast<size_t>(n * words), 0u);
+  masks.fill(sc.mask_staging.data());
+  // Not in any recorded graph: growing these leaves the graphs valid.
+  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
+    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+    buf.Reset();
+    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), std::max(bytes, 2 * buf.size())));
+    return absl::OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(grow(sc.mask_rows, n * sizeof(int32_t)));
+  STRATA_RETURN_IF_ERROR(grow(sc.mask_words, n * words * sizeof(uint32_t)));
+  STRATA_RETURN_IF_ERROR(
+      backend_->CopyToDevice(sc.mask_rows.data(), masks.rows.data(), n * sizeof(int32_t)));
+  STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(sc.mask_words.data(), sc.mask_staging.data(),
+                                                n * words * sizeof(uint32_t)));
+  const strata_dtype act = backend_->info().act_dtype;
+  const int64_t rows = static_cast<int64_t>(sc.rows);
+  strata_tensor logits = MakeTensor(sc.logits.data(), act, {rows, vocab});
+  strata_tensor row_ids = MakeTensor(sc.mask_rows.data(), STRATA_DTYPE_I32, {n});
+  strata_tensor mask_words = MakeTensor(sc.mask_words.data(), STRATA_DTYPE_I32, {n, words});
+  return backend_->Check(backend_->api().mask_logits(backend_->handle(), backend_->stream(),
+                                                     &logits, &row_ids, &mask_words),
+                         "mask_logits");
 }
 
 // The `sample` op over the first `rows` logits rows (device work only).

@@ -9,6 +9,8 @@
 // ops need); the second records the ops (embedding, layers, head, sampler) as a graph; later
 // ones upload their inputs in place and launch it. A graph is dropped when the runner's scratch
 // was reallocated since it was recorded, or when the plugin says it can no longer be replayed.
+// A step with token masks records its own graphs without the sampler: the masks are computed on
+// the host while the graph runs, then uploaded, applied and sampled op by op.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -22,7 +24,9 @@
 namespace strata {
 
 struct ModelRunner::Graphs {
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool>;  // batch, context, table width, lp
+  // batch, context, table width, logprobs, sampler recorded (false: a masked step's sampler
+  // runs after the graph, behind its masks)
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
   struct Entry {
     strata_graph graph = nullptr;
     int64_t generation = 0;
@@ -92,16 +96,18 @@ bool ModelRunner::GraphEligible(const StepInputs& in) const {
   return in.num_seqs <= *std::max_element(graph_batches_.begin(), graph_batches_.end());
 }
 
-// The step's device work: embedding, layers, head, and the sampler over `rows` rows.
-absl::Status ModelRunner::EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs) {
+// The step's device work: embedding, layers, head, and (with `sample`) the sampler over
+// `rows` rows.
+absl::Status ModelRunner::EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs,
+                                      bool sample) {
   STRATA_RETURN_IF_ERROR(EnqueueBody(in));
   STRATA_RETURN_IF_ERROR(ComputeLogits(in));
-  return EnqueueSample(rows, logprobs);
+  return sample ? EnqueueSample(rows, logprobs) : absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampledGraph(
     StepInputs& in, std::span<const strata_sample_params> requested,
-    std::span<const int32_t> host_rows, std::vector<float>* host_logits) {
+    std::span<const int32_t> host_rows, std::vector<float>* host_logits, const StepMasks* masks) {
   if (graphs_ == nullptr) {
     graphs_ = std::make_unique<Graphs>();
     graphs_->backend = backend_.get();
@@ -119,17 +125,21 @@ absl::StatusOr<std::vector<SampleResult>> ModelRunner::ForwardSampledGraph(
   const bool logprobs = AnyLogprobs(params);
   STRATA_RETURN_IF_ERROR(PrepareSample(params, logprobs));
 
-  STRATA_RETURN_IF_ERROR(RunBucket({batch, context, width, logprobs}, in));
+  STRATA_RETURN_IF_ERROR(RunBucket({batch, context, width, logprobs, masks == nullptr}, in));
+  if (masks != nullptr) {  // filled while the graph runs; then masked and sampled op by op
+    STRATA_RETURN_IF_ERROR(EnqueueMasks(*masks));
+    STRATA_RETURN_IF_ERROR(EnqueueSample(batch, logprobs));
+  }
   // Only the real rows come back (and the host rows' logits).
   return FinishSample(params, n, logprobs, host_rows, host_logits);
 }
 
 // Runs a padded step of bucket `key` (batch, context, width, logprobs): replays its graph, or
 // records one if the bucket ran once before, or runs it op by op (and marks it warm).
-absl::Status ModelRunner::RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+absl::Status ModelRunner::RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool, bool>& key,
                                     const StepInputs& in) {
   Graphs& g = *graphs_;
-  const auto [batch, context, width, logprobs] = key;
+  const auto [batch, context, width, logprobs, sample] = key;
   const auto& api = backend_->api();
   auto* b = backend_->handle();
   auto* s = backend_->stream();
@@ -146,7 +156,7 @@ absl::Status ModelRunner::RunBucket(const std::tuple<int64_t, int64_t, int64_t, 
   }
   if (g.warmed.count(key) != 0) {
     STRATA_RETURN_IF_ERROR(backend_->Check(api.graph_capture_begin(b, s), "graph_capture_begin"));
-    const absl::Status recorded = EnqueueStep(in, batch, logprobs);
+    const absl::Status recorded = EnqueueStep(in, batch, logprobs, sample);
     strata_graph graph = nullptr;
     const strata_status ended = api.graph_capture_end(b, s, &graph);
     if (recorded.ok() && ended == STRATA_OK) {
@@ -164,7 +174,7 @@ absl::Status ModelRunner::RunBucket(const std::tuple<int64_t, int64_t, int64_t, 
                         << "); running it op by op";
     g.warmed.erase(key);  // warm it again: a workspace may have had to grow
   }
-  STRATA_RETURN_IF_ERROR(EnqueueStep(in, batch, logprobs));
+  STRATA_RETURN_IF_ERROR(EnqueueStep(in, batch, logprobs, sample));
   g.warmed.insert(key);
   return absl::OkStatus();
 }

@@ -23,6 +23,8 @@ struct ModelRunner::Scratch {
           *kv_len = nullptr, *block_tables = nullptr, *logit_rows = nullptr;
   DeviceBuffer head_in, logits;
   DeviceBuffer sample_params, sample_tokens, sample_logprobs, sample_top;  // ForwardSampled
+  DeviceBuffer mask_rows, mask_words;  // StepMasks, uploaded from mask_staging
+  std::vector<uint32_t> mask_staging;
   // Bumped whenever a buffer above is reallocated: a recorded graph points into them.
   int64_t generation = 0;
 };

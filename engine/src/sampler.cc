@@ -104,7 +104,7 @@ strata_sample_params ToSampleParams(const SamplingParams& params) {
 
 bool NeedsHostSampling(const SamplingParams& params) {
   return params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
-         params.presence_penalty != 0.0f || !params.logit_bias.empty() || params.guided.active();
+         params.presence_penalty != 0.0f || !params.logit_bias.empty();
 }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "strata/engine/engine.h"
 #include "strata/engine/presets.h"
@@ -77,6 +78,41 @@ TEST_F(EngineGrammarTest, JsonSchemaOutputParsesAndFinishesWithStop) {
         EXPECT_TRUE(j["tags"].is_array() && j["tags"].size() <= 3);
         EXPECT_TRUE(j["ok"].is_boolean());
         EXPECT_EQ(j.size(), 4u);
+      }
+    }
+  }
+}
+
+// The device route (masks applied by the plugin's mask_logits, sampled by its `sample`) and the
+// host route (masks and sampling on the host) draw the same tokens from the same seeds: the
+// same rule, the same draws. Also with min_tokens, whose ban on stop tokens is a mask too.
+TEST_F(EngineGrammarTest, DeviceMasksDrawWhatTheHostRouteDraws) {
+  auto device = Make(/*device_sampling=*/true);
+  auto host = Make(/*device_sampling=*/false);
+  ASSERT_TRUE(device && host);
+  ASSERT_TRUE(device->runner().can_mask());
+  const std::vector<std::string> prompts = {"Describe a person.", "JSON please:", "x"};
+  for (float temperature : {0.0f, 0.8f}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      SamplingParams p =
+          kind == 0 ? Guided(GuidedDecoding::Kind::kJsonSchema, kSchema, temperature)
+          : kind == 1 ? Guided(GuidedDecoding::Kind::kRegex, R"([a-z]{1,6}( [a-z]{1,6}){0,5})",
+                               temperature)
+                      : SamplingParams{};
+      if (kind == 2) {  // no constraint: min_tokens alone
+        p.temperature = temperature;
+        p.seed = 5;
+        p.max_tokens = 24;
+        p.min_tokens = 12;
+      }
+      SCOPED_TRACE(absl::StrCat("temperature ", temperature, " kind ", kind));
+      auto a = device->Generate(prompts, p);
+      auto b = host->Generate(prompts, p);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ((*a)[i].tokens, (*b)[i].tokens) << (*a)[i].text << " / " << (*b)[i].text;
+        EXPECT_EQ((*a)[i].finish_reason, (*b)[i].finish_reason);
+        if (kind == 2) EXPECT_GE((*a)[i].tokens.size(), 12u);
       }
     }
   }

@@ -222,8 +222,12 @@ std::unique_ptr<ModelRunner> Runner(std::shared_ptr<Plugin> plugin, const ModelC
 
 // Sequences of different prompt lengths decode side by side; sequence 2 stops after 5 steps
 // (the batch drops from 3 to 2: another bucket), and sequence 0 crosses 512 tokens of context
-// (another context bucket). Returns every step's ids and their log-probabilities.
-std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab) {
+// (another context bucket). Returns every step's ids and their log-probabilities. With
+// `masked`, sequences 0 and 1 may only draw the ids t with (t + step + s) % 3 == 0 (token masks
+// applied on the device; sequence 2 stays unmasked), which every drawn id must satisfy.
+bool Allowed(int32_t t, int step, int s) { return (t + step + s) % 3 == 0; }
+
+std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab, bool masked = false) {
   const std::vector<int> prompt_len = {500, 40, 130};
   const int kSteps = 20;
   std::vector<std::vector<int32_t>> tokens(3);
@@ -250,10 +254,25 @@ std::vector<std::vector<double>> Decode(ModelRunner& r, int vocab) {
       p.num_logprobs = s == 2 ? 2 : 0;
       params.push_back(p);
     }
-    auto ids = r.ForwardSampled(seqs, params);
+    StepMasks masks;
+    if (masked) {
+      masks.rows = {0, 1};
+      masks.fill = [&](uint32_t* words) {
+        const int n = (vocab + 31) / 32;
+        for (int s = 0; s < 2; ++s) {
+          for (int32_t t = 0; t < vocab; ++t) {
+            if (Allowed(t, step, s)) words[s * n + t / 32] |= 1u << (t % 32);
+          }
+        }
+      };
+    }
+    auto ids = r.ForwardSampled(seqs, params, {}, nullptr, masked ? &masks : nullptr);
     EXPECT_TRUE(ids.ok()) << ids.status();
     if (!ids.ok()) break;
     out.emplace_back();
+    for (int s = 0; masked && s < 2; ++s) {
+      EXPECT_TRUE(Allowed((*ids)[s].token, step, s)) << "step " << step << " row " << s;
+    }
     for (int s = 0; s < live; ++s) {
       out.back().push_back((*ids)[s].token);
       out.back().push_back((*ids)[s].logprob);
@@ -305,6 +324,29 @@ TEST_P(GraphReplayTest, ReplayedDecodeStepsSampleWhatOpByOpStepsSample) {
   EXPECT_GE(stats.recordings, 3);
   EXPECT_GE(stats.launches, 10);
   EXPECT_EQ(stats.launches, g_launches);
+  EXPECT_EQ(stats.fallbacks, 0);
+}
+
+// Steps with token masks: the replaying runner records graphs without the sampler and masks
+// and samples after them; both runners draw the same ids, all inside the masks, and the masked
+// rows' draws differ from the unmasked run's (the masks do something).
+TEST_P(GraphReplayTest, MaskedStepsReplayAndDrawOnlyAllowedIds) {
+  auto cpu = LoadPlugin("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const auto [config, fused] = GetParam();
+  const ModelConfig c = Config(config);
+  auto plain = Runner(PlainPlugin(*cpu, fused), c, /*graphs=*/false);
+  auto replaying = Runner(RecordingPlugin(*cpu, fused), c, /*graphs=*/true);
+  ASSERT_TRUE(plain && replaying);
+  ASSERT_TRUE(plain->can_mask() && replaying->can_mask());
+  g_launches = 0;
+  const auto expected = Decode(*plain, c.vocab_size, /*masked=*/true);
+  const auto got = Decode(*replaying, c.vocab_size, /*masked=*/true);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(Decode(*plain, c.vocab_size), expected);
+  const auto stats = replaying->graph_stats();
+  EXPECT_GE(stats.recordings, 3);
+  EXPECT_GE(stats.launches, 10);
   EXPECT_EQ(stats.fallbacks, 0);
 }
 

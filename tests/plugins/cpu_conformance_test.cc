@@ -56,6 +56,16 @@ TEST(CpuConformanceTest, EveryCasePassesAgainstTheNaiveReference) {
     EXPECT_TRUE(c.passed || (c.skipped && lacks_entry)) << Describe(c);
   }
   EXPECT_EQ(report.num_failed(), 0);
+  // The token-mask cases ran (the CPU plugin has the entry), the masked sampling among them.
+  int masks = 0, masked_sampling = 0;
+  for (const CaseResult& c : report.cases) {
+    if (c.op != "mask_logits") continue;
+    EXPECT_TRUE(c.passed) << Describe(c);
+    ++masks;
+    masked_sampling += c.name.starts_with("then sample") ? 1 : 0;
+  }
+  EXPECT_GE(masks, 7);
+  EXPECT_GE(masked_sampling, 3);
 }
 
 TEST(ConformanceSuiteTest, NaiveMatchesItselfExactly) {
@@ -229,6 +239,39 @@ strata_status CopyRunsDroppingTheLast(strata_backend b, strata_stream s, void* d
   return Naive().copy_runs(b, s, dst, src, runs, n > 1 ? n - 1 : n);
 }
 
+// Applies only the last mask listed for a row (a row listed twice should keep what both allow).
+strata_status MaskLogitsLastWins(strata_backend b, strata_stream s, strata_tensor* logits,
+                                 const strata_tensor* rows, const strata_tensor* masks) {
+  const auto* ids = static_cast<const int32_t*>(rows->data);
+  const int64_t n = rows->shape[0], words = masks->shape[1];
+  for (int64_t i = 0; i < n; ++i) {
+    bool later = false;
+    for (int64_t j = i + 1; j < n; ++j) later = later || ids[j] == ids[i];
+    if (later) continue;
+    strata_tensor one_row = MakeTensor(const_cast<int32_t*>(ids + i), STRATA_DTYPE_I32, {1});
+    strata_tensor one_mask = MakeTensor(static_cast<int32_t*>(masks->data) + i * words,
+                                        STRATA_DTYPE_I32, {1, words});
+    const strata_status st = Naive().mask_logits(b, s, logits, &one_row, &one_mask);
+    if (st != STRATA_OK) return st;
+  }
+  return STRATA_OK;
+}
+
+// Masks the bits of each word in the wrong order (bit 31 - v % 32 for token v).
+strata_status MaskLogitsBitsReversed(strata_backend b, strata_stream s, strata_tensor* logits,
+                                     const strata_tensor* rows, const strata_tensor* masks) {
+  std::vector<int32_t> reversed(static_cast<int32_t*>(masks->data),
+                                static_cast<int32_t*>(masks->data) + masks->shape[0] * masks->shape[1]);
+  for (int32_t& w : reversed) {
+    uint32_t v = static_cast<uint32_t>(w), r = 0;
+    for (int bit = 0; bit < 32; ++bit) r |= ((v >> bit) & 1u) << (31 - bit);
+    w = static_cast<int32_t>(r);
+  }
+  strata_tensor m = *masks;
+  m.data = reversed.data();
+  return Naive().mask_logits(b, s, logits, rows, &m);
+}
+
 class BrokenPluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -363,6 +406,26 @@ TEST_F(BrokenPluginTest, ADroppedRunFailsEveryCaseWithSeveralRuns) {
     }
   }
   EXPECT_GE(failed, 10);
+}
+
+TEST_F(BrokenPluginTest, AMaskThatReplacesAnotherFailsTheRepeatedRowCases) {
+  table_.mask_logits = MaskLogitsLastWins;
+  const ConformanceReport report = RunBroken({"mask_logits"});
+  ASSERT_FALSE(report.cases.empty());
+  for (const CaseResult& c : report.cases) {
+    // Only the mask-alone cases list a row twice.
+    const bool repeats = !c.name.starts_with("then sample") && !c.name.starts_with("rejects");
+    EXPECT_EQ(c.passed, !repeats) << Describe(c);
+  }
+}
+
+TEST_F(BrokenPluginTest, MaskBitsInTheWrongOrderFailEveryMaskCase) {
+  table_.mask_logits = MaskLogitsBitsReversed;
+  const ConformanceReport report = RunBroken({"mask_logits"});
+  ASSERT_FALSE(report.cases.empty());
+  for (const CaseResult& c : report.cases) {
+    EXPECT_EQ(c.passed, c.name.starts_with("rejects")) << Describe(c);
+  }
 }
 
 TEST_F(BrokenPluginTest, TheSameSeedGivesTheSameData) {

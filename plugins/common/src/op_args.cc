@@ -64,6 +64,25 @@ Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
   return ExpectDim(kOp, "top_ids", a->top_ids, 1, STRATA_MAX_LOGPROBS);
 }
 
+Status CheckMaskLogits(strata_dtype act_dtype, const strata_tensor* logits,
+                       const strata_tensor* rows, const strata_tensor* masks, MaskLogitsArgs* a) {
+  constexpr const char* kOp = "mask_logits";
+  const strata_dtype ldt =
+      logits != nullptr && logits->dtype == STRATA_DTYPE_F32 ? STRATA_DTYPE_F32 : act_dtype;
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "logits", logits, ldt, 2, 2, &a->logits));
+  if (a->logits.cols > INT32_MAX) return InvalidArgument(kOp, "logits has over 2^31 columns");
+  STRATA_PLUGIN_RETURN_IF_ERROR(ViewTensor(kOp, "rows", rows, STRATA_DTYPE_I32, 1, 1, &a->rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      ViewTensor(kOp, "masks", masks, STRATA_DTYPE_I32, 2, 2, &a->masks));
+  a->words = (a->logits.cols + 31) / 32;
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "masks", a->masks, 0, a->rows.rows));
+  STRATA_PLUGIN_RETURN_IF_ERROR(ExpectDim(kOp, "masks", a->masks, 1, a->words));
+  if (Overlaps(a->masks, a->logits) || Overlaps(a->rows, a->logits)) {
+    return InvalidArgument(kOp, "rows and masks may not overlap logits");
+  }
+  return Status();
+}
+
 Status CheckSampleParams(const strata_sample_params& p, int64_t row) {
   constexpr const char* kOp = "sample";
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {

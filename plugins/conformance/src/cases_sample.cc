@@ -1,5 +1,6 @@
-// Conformance cases for the optional `sample` entry (skipped when either backend leaves it
-// NULL): the sampled ids must match the reference exactly, the logprobs within tolerance.
+// Conformance cases for the optional `sample` and `mask_logits` entries (skipped when either
+// backend leaves one NULL): the sampled ids must match the reference exactly, the logprobs and
+// the masked logits within tolerance (masked entries are -inf on both sides).
 // Logits are in the act dtype, as the engine passes them; inputs are rounded to the coarser of
 // the two backends' dtypes, so both sample the same numbers (and bf16 makes ties common).
 #include <cstring>
@@ -114,7 +115,126 @@ void AddSampleNegative(uint64_t seed, CaseList* out) {
   out->push_back(std::move(c));
 }
 
+// Mask words for `entries` list entries over `vocab` ids: each id allowed with probability
+// `density`; entry 0 also gets one all-zero and one all-one word where the row is wide enough.
+std::vector<int32_t> Masks(Rng& rng, int64_t entries, int64_t vocab, double density) {
+  const int64_t words = (vocab + 31) / 32;
+  std::vector<int32_t> out(static_cast<size_t>(entries * words));
+  for (int64_t i = 0; i < entries; ++i) {
+    for (int64_t w = 0; w < words; ++w) {
+      uint32_t word = 0;
+      for (int b = 0; b < 32; ++b) {
+        if (rng.Uniform(0, 1) < density) word |= 1u << b;
+      }
+      out[i * words + w] = static_cast<int32_t>(word);
+    }
+  }
+  if (words >= 3) out[0] = 0, out[1] = -1;
+  return out;
+}
+
+// mask_logits alone: `rows` lists each logits row in a shuffled order, then a row again (both
+// masks apply), then places that do nothing (-1 and one past the last row).
+void AddMaskLogits(uint64_t seed, int64_t n_rows, int64_t vocab, double density, CaseList* out) {
+  CaseBuilder cb(seed, "mask_logits",
+                 absl::StrFormat("N=%d V=%d density %.3g", n_rows, vocab, density));
+  const int logits = cb.Output(cb.Uniform("logits", Role::kAct, n_rows * vocab, -4, 4));
+  std::vector<int32_t> rows;
+  for (int64_t r = n_rows - 1; r >= 0; r -= 2) rows.push_back(static_cast<int32_t>(r));
+  for (int64_t r = n_rows - 2; r >= 0; r -= 2) rows.push_back(static_cast<int32_t>(r));
+  rows.push_back(0);
+  rows.push_back(-1);
+  rows.push_back(static_cast<int32_t>(n_rows));
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t words = (vocab + 31) / 32;
+  const int masks = cb.Ints("masks", Masks(cb.rng(), n, vocab, density));
+  const int row_ids = cb.Ints("rows", rows);
+  TestCase c = cb.Build([=](OpContext& ctx) {
+    strata_tensor lt = ctx.Tensor(logits, {n_rows, vocab});
+    strata_tensor rt = ctx.Tensor(row_ids, {n});
+    strata_tensor mt = ctx.Tensor(masks, {n, words});
+    return ctx.Check(ctx.api().mask_logits(ctx.backend(), ctx.stream(), &lt, &rt, &mt),
+                     "mask_logits");
+  });
+  c.needs_entry = "mask_logits";
+  out->push_back(std::move(c));
+}
+
+// mask_logits then sample, as the engine runs a constrained step: the ids must match exactly
+// and never be a masked one (the reference guarantees the latter by construction).
+void AddMaskThenSample(uint64_t seed, int64_t n_rows, int64_t vocab, double density,
+                       CaseList* out) {
+  CaseBuilder cb(seed, "mask_logits",
+                 absl::StrFormat("then sample: N=%d V=%d density %.3g", n_rows, vocab, density));
+  const int logits = cb.Values("logits", Role::kAct,
+                               Logits(cb.rng(), n_rows, vocab, Shape::kPeaked));
+  std::vector<strata_sample_params> params;
+  for (int64_t r = 0; r < n_rows; ++r) params.push_back(Params(cb.rng(), r, vocab, true));
+  const int par = cb.Ints("params", AsInts(params));
+  std::vector<int32_t> rows;
+  for (int64_t r = 0; r < n_rows; ++r) rows.push_back(static_cast<int32_t>(r));
+  const int64_t words = (vocab + 31) / 32;
+  std::vector<int32_t> mask_words = Masks(cb.rng(), n_rows, vocab, density);
+  // Every row keeps at least one id (a row with none allowed is never sampled by the engine).
+  for (int64_t r = 0; r < n_rows; ++r) mask_words[r * words + words - 1] |= 1;
+  const int masks = cb.Ints("masks", std::move(mask_words));
+  const int row_ids = cb.Ints("rows", rows);
+  const int tokens = cb.Output(cb.Ints("tokens", std::vector<int32_t>(n_rows, -1)));
+  const int lp_cols = 1 + STRATA_MAX_LOGPROBS;
+  const int lp = cb.Output(
+      cb.Values("logprobs", Role::kF32, std::vector<float>(n_rows * lp_cols, 7.0f)));
+  const int ti =
+      cb.Output(cb.Ints("top_ids", std::vector<int32_t>(n_rows * STRATA_MAX_LOGPROBS, -1)));
+  TestCase c = cb.Build([=](OpContext& ctx) {
+    strata_tensor lt = ctx.Tensor(logits, {n_rows, vocab});
+    strata_tensor rt = ctx.Tensor(row_ids, {n_rows});
+    strata_tensor mt = ctx.Tensor(masks, {n_rows, words});
+    absl::Status st = ctx.Check(
+        ctx.api().mask_logits(ctx.backend(), ctx.stream(), &lt, &rt, &mt), "mask_logits");
+    if (!st.ok()) return st;
+    strata_tensor tt = ctx.Tensor(tokens, {n_rows});
+    strata_tensor lpt = ctx.Tensor(lp, {n_rows, lp_cols});
+    strata_tensor tit = ctx.Tensor(ti, {n_rows, STRATA_MAX_LOGPROBS});
+    const auto* p = static_cast<const strata_sample_params*>(ctx.Ptr(par));
+    return ctx.Check(ctx.api().sample(ctx.backend(), ctx.stream(), &lt, p, &tt, &lpt, &tit),
+                     "sample");
+  });
+  c.needs_sample = true;
+  c.needs_entry = "mask_logits";
+  out->push_back(std::move(c));
+}
+
+// masks one word too narrow for the vocabulary: the op must refuse and leave logits alone.
+void AddMaskLogitsNegative(uint64_t seed, CaseList* out) {
+  CaseBuilder cb(seed, "mask_logits", "rejects masks narrower than the vocabulary");
+  const int64_t n_rows = 2, vocab = 100, words = (vocab + 31) / 32;
+  const int logits = cb.Output(cb.Uniform("logits", Role::kAct, n_rows * vocab));
+  const int masks = cb.Ints("masks", std::vector<int32_t>(n_rows * words, 0));
+  const int row_ids = cb.Ints("rows", {0, 1});
+  TestCase c = cb.BuildNegative(
+      [=](OpContext& ctx) {
+        strata_tensor lt = ctx.Tensor(logits, {n_rows, vocab});
+        strata_tensor rt = ctx.Tensor(row_ids, {n_rows});
+        strata_tensor mt = ctx.Tensor(masks, {n_rows, words - 1});
+        return ctx.Check(ctx.api().mask_logits(ctx.backend(), ctx.stream(), &lt, &rt, &mt),
+                         "mask_logits");
+      },
+      STRATA_ERR_INVALID_ARGUMENT);
+  c.needs_entry = "mask_logits";
+  out->push_back(std::move(c));
+}
+
 }  // namespace
+
+void AddMaskLogitsCases(uint64_t seed, CaseList* out) {
+  AddMaskLogits(seed, 3, 33, 0.5, out);
+  AddMaskLogits(seed, 6, 1000, 0.9, out);
+  AddMaskLogits(seed, 5, 128256, 0.01, out);
+  AddMaskThenSample(seed, 14, 1000, 0.05, out);
+  AddMaskThenSample(seed, 7, 151936, 0.001, out);
+  AddMaskThenSample(seed, 64, 32000, 0.3, out);
+  AddMaskLogitsNegative(seed, out);
+}
 
 void AddSampleCases(uint64_t seed, CaseList* out) {
   AddSample(seed, 7, 1000, Shape::kPeaked, true, out);

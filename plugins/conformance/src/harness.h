@@ -145,5 +145,6 @@ void AddSampleCases(uint64_t seed, CaseList* out);
 void AddAttentionPrologueCases(uint64_t seed, CaseList* out);
 void AddGemmSiluMulCases(uint64_t seed, CaseList* out);
 void AddCopyRunsCases(uint64_t seed, CaseList* out);
+void AddMaskLogitsCases(uint64_t seed, CaseList* out);
 
 }  // namespace strata::conformance

@@ -98,5 +98,7 @@ strata_status MoeRouteExperts(strata_backend b, strata_stream s, const strata_te
 strata_status Sample(strata_backend b, strata_stream s, const strata_tensor* logits,
                      const strata_sample_params* params, strata_tensor* tokens,
                      strata_tensor* logprobs, strata_tensor* top_ids);
+strata_status MaskLogits(strata_backend b, strata_stream s, strata_tensor* logits,
+                         const strata_tensor* rows, const strata_tensor* masks);
 
 }  // namespace strata::naive

@@ -466,6 +466,7 @@ strata_plugin_api_v1 MakeTable() {
   t.host_register = HostRegister;
   t.host_unregister = HostUnregister;
   t.copy_runs = CopyRuns;
+  t.mask_logits = MaskLogits;
   return t;
 }
 

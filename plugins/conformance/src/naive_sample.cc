@@ -104,4 +104,26 @@ strata_status Sample(strata_backend b, strata_stream, const strata_tensor* logit
   return STRATA_OK;
 }
 
+strata_status MaskLogits(strata_backend b, strata_stream, strata_tensor* logits,
+                         const strata_tensor* rows, const strata_tensor* masks) {
+  STRATA_NAIVE_CHECK(b, ExpectTensor(logits, "logits", {-1, -1}, Kind::kFloat));
+  const int64_t n_rows = logits->shape[0], vocab = logits->shape[1];
+  const int64_t words = (vocab + 31) / 32;
+  if (rows == nullptr || rows->ndim != 1 || rows->shape[0] < 0) return Invalid(b, "rows: bad");
+  const int64_t n = rows->shape[0];
+  if (n > 0) {
+    STRATA_NAIVE_CHECK(b, ExpectTensor(rows, "rows", {n}, Kind::kI32));
+    STRATA_NAIVE_CHECK(b, ExpectTensor(masks, "masks", {n, words}, Kind::kI32));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t row = IntAt(*rows, i);
+    if (row < 0 || row >= n_rows) continue;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const auto word = static_cast<uint32_t>(IntAt(*masks, i, v / 32));
+      if (((word >> (v % 32)) & 1u) == 0) Set(*logits, row, v, -INFINITY);
+    }
+  }
+  return STRATA_OK;
+}
+
 }  // namespace strata::naive

@@ -66,6 +66,8 @@ Status MoeRouteExperts(CpuBackend& be, const strata_tensor* x, const strata_tens
 // cpu_ops_sample.cc
 Status Sample(CpuBackend& be, const strata_tensor* logits, const strata_sample_params* params,
               strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);
+Status MaskLogits(CpuBackend& be, strata_tensor* logits, const strata_tensor* rows,
+                  const strata_tensor* masks);
 
 // Shared by gemm and the MoE experts: out[m, n] = x[m, :] . w[n, :] (+ bias[n])
 // (+ out[m, n] if accumulate). Small m reads w once through the pool; larger m calls OpenBLAS

@@ -1,4 +1,7 @@
-// sample: the ABI's sampling rule (plugin_common/sampling.h) row by row over the pool.
+// sample: the ABI's sampling rule (plugin_common/sampling.h) row by row over the pool;
+// mask_logits: a token mask per listed row.
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "cpu_ops.h"
@@ -34,6 +37,32 @@ Status Sample(CpuBackend& be, const strata_tensor* logits, const strata_sample_p
                                  a.top_ids.Row<int32_t>(r), lp + 1);
     }
   });
+  return Status();
+}
+
+Status MaskLogits(CpuBackend& be, strata_tensor* logits, const strata_tensor* rows,
+                  const strata_tensor* masks) {
+  plugin_common::MaskLogitsArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(plugin_common::CheckMaskLogits(kFloatDtype, logits, rows, masks, &a));
+  const int64_t n = a.rows.rows, vocab = a.logits.cols;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  // Rows are processed one list entry after another (a row listed twice sees both masks).
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t row = a.rows.IntRow(i)[0];
+    if (row < 0 || row >= a.logits.rows) continue;
+    float* out = a.logits.Row<float>(row);
+    const auto* words = reinterpret_cast<const uint32_t*>(a.masks.IntRow(i));
+    be.pool().ParallelFor(a.words, 256, [&](int64_t begin, int64_t end) {
+      for (int64_t w = begin; w < end; ++w) {
+        const uint32_t word = words[w];
+        if (word == 0xffffffffu) continue;
+        const int64_t last = std::min<int64_t>(vocab, w * 32 + 32);
+        for (int64_t v = w * 32; v < last; ++v) {
+          if (((word >> (v & 31)) & 1u) == 0) out[v] = kNegInf;
+        }
+      }
+    });
+  }
   return Status();
 }
 

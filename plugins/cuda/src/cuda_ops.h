@@ -55,6 +55,8 @@ Status MoeRouteExperts(Stream& s, const strata_tensor* x, const strata_tensor* r
 
 Status Sample(Stream& s, const strata_tensor* logits, const strata_sample_params* params,
               strata_tensor* tokens, strata_tensor* logprobs, strata_tensor* top_ids);
+Status MaskLogits(Stream& s, strata_tensor* logits, const strata_tensor* rows,
+                  const strata_tensor* masks);
 
 // Step replay (cuda_graphs.cc): abi.h graph_capture_begin / _end / graph_launch / destroy.
 Status GraphBegin(Stream& s);

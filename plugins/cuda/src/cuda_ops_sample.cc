@@ -1,8 +1,8 @@
 // sample: the ABI's sampling rule on the device (kernels_sample.cu: greedy rows on one block,
 // the others on a cluster of 8 blocks per row), so the engine copies back N token ids instead of
-// N x vocab logits. Parameter values live in
-// device memory and are not read back: the kernel clamps out-of-range values (the engine
-// validates them before they get here); the CPU plugin rejects them instead.
+// N x vocab logits. Parameter values live in device memory and are not read back: the kernel
+// clamps out-of-range values (the engine validates them before they get here); the CPU plugin
+// rejects them instead. mask_logits (kernels_mask.cu) runs before it for constrained rows.
 #include "cuda_ops.h"
 #include "strata/kernels/cuda_kernels.h"
 #include "strata/plugin_common/op_args.h"
@@ -25,6 +25,21 @@ Status Sample(Stream& s, const strata_tensor* logits, const strata_sample_params
                    a.logprobs.stride,
                    a.has_logprobs ? static_cast<int32_t*>(a.top_ids.data) : nullptr,
                    a.top_ids.stride, s.stream),
+      "kernel launch");
+}
+
+Status MaskLogits(Stream& s, strata_tensor* logits, const strata_tensor* rows,
+                  const strata_tensor* masks) {
+  constexpr const char* kOp = "mask_logits";
+  plugin_common::MaskLogitsArgs a;
+  STRATA_PLUGIN_RETURN_IF_ERROR(
+      plugin_common::CheckMaskLogits(kStorageDtype, logits, rows, masks, &a));
+  return CudaStatus(
+      kOp,
+      LaunchMaskLogits(a.logits.data, a.logits.dtype == STRATA_DTYPE_F32, a.logits.stride,
+                       a.logits.rows, a.logits.cols, a.rows.Ints(), a.rows.stride,
+                       static_cast<const uint32_t*>(a.masks.data), a.masks.stride, a.rows.rows,
+                       s.stream),
       "kernel launch");
 }
 

@@ -262,6 +262,12 @@ class Engine {
   // Sets the logits of the tokens the constraint does not allow next to -inf; stop tokens are
   // allowed only where the output is complete. False when no token is allowed at all.
   bool MaskGrammar(const Request& r, std::span<float> logits) const;
+  // The same rule (and min_tokens' ban on stop tokens) as a device mask: the allowed tokens'
+  // bits set in `words` (ceil(vocab / 32) of them). False when no token is allowed at all.
+  bool DeviceMask(const Request& r, uint32_t* words) const;
+  // A request no token can continue (a vocabulary that cannot spell what its constraint needs
+  // next) ends with "stop", stop_reason "constraint".
+  void EndUnspellable(Request* r, RequestOutput& out);
   // Moves the request's automaton over `token` (stop tokens leave it where it is).
   void AdvanceGrammar(Request& r, int32_t token) const;
   // The output is complete and nothing may follow: the request ends with "stop".

@@ -61,6 +61,16 @@ struct ForwardSeq {
   Logits logits = Logits::kLast;
 };
 
+// Token masks of one sampled step (constrained decoding): `rows` are ascending logits-row
+// indices, none of them a host row; `fill(words)` writes row rows[i]'s mask (bit t of word
+// t / 32 set: token t allowed; ceil(vocab / 32) words each) at words + i * ceil(vocab / 32).
+// The runner calls `fill` once, on the calling thread, after the step's forward pass is
+// enqueued and before its sampler, so computing masks on the host overlaps the device's work.
+struct StepMasks {
+  std::vector<int32_t> rows;
+  std::function<void(uint32_t* words)> fill;
+};
+
 class ModelRunner {
  public:
   // A runner over the checkpoint in `model_dir` (config.json + safetensors).
@@ -93,10 +103,15 @@ class ModelRunner {
   // logits come back as float into *host_logits (vocab_size each, in host_rows order) and
   // their results are left default, for the caller's host sampler (penalties need the
   // request's token history); their params are ignored.
+  // With `masks`, the rows it lists are masked on the device before they are sampled (see
+  // StepMasks); InvalidArgument unless can_mask().
   absl::StatusOr<std::vector<SampleResult>> ForwardSampled(
       std::span<const ForwardSeq> seqs, std::span<const strata_sample_params> params,
-      std::span<const int32_t> host_rows = {}, std::vector<float>* host_logits = nullptr);
+      std::span<const int32_t> host_rows = {}, std::vector<float>* host_logits = nullptr,
+      const StepMasks* masks = nullptr);
   bool can_sample() const { return backend_->plugin().has_sample(); }
+  // Token masks applied on the device (the plugin's mask_logits entry) before sampling.
+  bool can_mask() const { return can_sample() && backend_->plugin().has_mask_logits(); }
   // Graph replay of decode steps (RunnerOptions::graphs), switchable at run time (benchmarks
   // time both); `batches` empty: off. Counts: graph launches, recordings, failed recordings.
   void set_graph_batches(std::vector<int> batches) { graph_batches_ = std::move(batches); }
@@ -125,7 +140,8 @@ class ModelRunner {
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
   absl::StatusOr<std::vector<SampleResult>> SampleLogits(
       const StepInputs& in, std::span<const strata_sample_params> params,
-      std::span<const int32_t> host_rows, std::vector<float>* host_logits);
+      std::span<const int32_t> host_rows, std::vector<float>* host_logits,
+      const StepMasks* masks);
   static std::vector<strata_sample_params> DeviceParams(
       std::span<const strata_sample_params> requested, std::span<const int32_t> host_rows,
       int64_t rows);
@@ -139,10 +155,13 @@ class ModelRunner {
   bool GraphEligible(const StepInputs& in) const;
   absl::StatusOr<std::vector<SampleResult>> ForwardSampledGraph(
       StepInputs& in, std::span<const strata_sample_params> params,
-      std::span<const int32_t> host_rows, std::vector<float>* host_logits);
-  absl::Status EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs);
-  absl::Status RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+      std::span<const int32_t> host_rows, std::vector<float>* host_logits,
+      const StepMasks* masks);
+  absl::Status EnqueueStep(const StepInputs& in, int64_t rows, bool logprobs, bool sample);
+  absl::Status RunBucket(const std::tuple<int64_t, int64_t, int64_t, bool, bool>& key,
                          const StepInputs& in);
+  // The masks' fill, their upload and mask_logits over the logits rows they list.
+  absl::Status EnqueueMasks(const StepMasks& masks);
   // Logits rows [first, first + count) of the last step, as float, appended to *out.
   absl::Status CopyLogitsRows(int64_t first, int64_t count, std::vector<float>* out);
 

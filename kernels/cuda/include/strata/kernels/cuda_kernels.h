@@ -352,4 +352,13 @@ cudaError_t LaunchSampleOneBlock(const void* logits, bool f32, int64_t stride, i
                                  float* logprobs, int64_t lp_stride, int32_t* top_ids,
                                  int64_t top_stride, cudaStream_t stream);
 
+// ---- token masks (kernels_mask.cu) ------------------------------------------------------------
+// abi.h `mask_logits` over logits [num_rows, vocab] (bf16, or f32 when `f32`; `stride` elements
+// between rows): for i < n, row rows[i * rows_stride] (skipped outside [0, num_rows)) gets -inf
+// wherever bit v of masks[i * mask_stride + v / 32] is clear.
+cudaError_t LaunchMaskLogits(void* logits, bool f32, int64_t stride, int64_t num_rows,
+                             int64_t vocab, const int32_t* rows, int64_t rows_stride,
+                             const uint32_t* masks, int64_t mask_stride, int64_t n,
+                             cudaStream_t stream);
+
 }  // namespace strata::cuda

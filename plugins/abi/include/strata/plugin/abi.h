@@ -365,6 +365,18 @@ typedef struct strata_plugin_api_v1 {
    * nothing. */
   strata_status (*copy_runs)(strata_backend b, strata_stream s, void* dst, const void* src,
                              const strata_copy_run* runs, int64_t n);
+
+  /* --- token masks (optional: NULL when absent; the host then samples masked rows itself) ----
+   * Constrained decoding: for each i < n, where rows int32 [n] and masks int32 [n, W] with
+   * W = ceil(V / 32): when 0 <= rows[i] < N, every entry v of row rows[i] of logits [N, V]
+   * (F32 or the backend's act dtype) whose bit (uint32_t(masks[i, v / 32]) >> (v % 32)) & 1
+   * is clear becomes -inf; entries whose bit is set keep their value. Entries i whose rows[i]
+   * lies outside [0, N) do nothing (a fixed-size list with unused places, e.g. in a recorded
+   * graph). A row listed twice keeps only what both masks allow. Bits past V are ignored.
+   * rows and masks are device arrays, read by the device, not by the host. A failing call
+   * writes nothing. */
+  strata_status (*mask_logits)(strata_backend b, strata_stream s, strata_tensor* logits,
+                               const strata_tensor* rows, const strata_tensor* masks);
 } strata_plugin_api_v1;
 
 typedef const strata_plugin_api_v1* (*strata_plugin_get_api_fn)(void);

@@ -97,7 +97,7 @@ const char* LastErrorEntry(strata_backend backend) noexcept {
 // and declares, in Context's namespace, one function per op taking Context& first (Embedding,
 // RmsNorm, Gemm, Rope, SiluMul, GatherRows, KvAppend, AttentionPrologue, GemmSiluMul,
 // Attention(ctx, decode, ...), KvCopyBlocks, KvGather, KvScatter, MoeRoute, MoeExperts,
-// MoeRouteExperts, Sample): the entries find them by argument-dependent lookup.
+// MoeRouteExperts, Sample, MaskLogits): the entries find them by argument-dependent lookup.
 template <typename Plugin>
 struct OpEntries {
   using Ctx = typename Plugin::Context;
@@ -245,6 +245,13 @@ struct OpEntries {
       return Sample(c, logits, params, tokens, logprobs, top_ids);
     });
   }
+
+  static strata_status MaskLogitsEntry(strata_backend b, strata_stream st, strata_tensor* logits,
+                                       const strata_tensor* rows,
+                                       const strata_tensor* masks) noexcept {
+    return Plugin::RunOp(b, st, "mask_logits",
+                         [&](Ctx& c) { return MaskLogits(c, logits, rows, masks); });
+  }
 };
 
 // An entry table with the version fields, the lifecycle entries of Plugin::Backend and every
@@ -279,6 +286,7 @@ constexpr strata_plugin_api_v1 CommonApi(const char* plugin_name) {
   api.attention_prologue = Ops::AttentionPrologueEntry;
   api.gemm_silu_mul = Ops::GemmSiluMulEntry;
   api.moe_route_experts = Ops::MoeRouteExpertsEntry;
+  api.mask_logits = Ops::MaskLogitsEntry;
   return api;
 }
 

@@ -86,6 +86,15 @@ Status CheckSample(strata_dtype act_dtype, const strata_tensor* logits,
 // One row's parameters (host-addressable memory only), in the ranges abi.h gives.
 Status CheckSampleParams(const strata_sample_params& p, int64_t row);
 
+// mask_logits: logits [N, V] in F32 or `act_dtype`, rows I32 [n] (dense), masks I32 [n, W]
+// with W = ceil(V / 32); masks overlap neither logits nor rows. Values are not read.
+struct MaskLogitsArgs {
+  TensorView logits, rows, masks;
+  int64_t words = 0;  // W
+};
+Status CheckMaskLogits(strata_dtype act_dtype, const strata_tensor* logits,
+                       const strata_tensor* rows, const strata_tensor* masks, MaskLogitsArgs* args);
+
 // A 1-D I32 list of block ids (kv_copy_blocks, kv_gather, kv_scatter).
 Status ViewBlockList(const char* op, const char* name, const strata_tensor* t, TensorView* view);
 

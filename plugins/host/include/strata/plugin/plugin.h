@@ -46,6 +46,7 @@ class Plugin {
     return api_.ipc_export != nullptr && api_.ipc_open != nullptr && api_.ipc_close != nullptr;
   }
   bool has_copy_runs() const { return api_.copy_runs != nullptr; }
+  bool has_mask_logits() const { return api_.mask_logits != nullptr; }
   bool has_graphs() const {
     return api_.graph_capture_begin != nullptr && api_.graph_capture_end != nullptr &&
            api_.graph_launch != nullptr && api_.graph_destroy != nullptr;
