@@ -247,6 +247,43 @@ def fixture_checks(strata, plugin, fixture, model, cases, disagg, mixed):
         expect(text == whole.choices[0].message.content, f"{text!r} != {whole.choices[0]}")
     check(f"{fixture}: the openai client's streaming chat (disaggregated == mixed)", openai_chat)
 
+    def structured_output():
+        import openai
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer"},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+            "ok": {"type": "boolean"}},
+            "required": ["name", "age", "tags", "ok"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema,
+                                                      "strict": True}}
+        msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+        texts = {}
+        for name, port in (("disaggregated", disagg.http), ("mixed", mixed.http)):
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+            for temperature, seed in ((0, 0), (0.8, 1), (0.8, 2)):
+                out = client.chat.completions.create(
+                    model=MODEL, messages=msgs, max_tokens=200, temperature=temperature,
+                    seed=seed, response_format=fmt)
+                text = out.choices[0].message.content
+                expect(out.choices[0].finish_reason == "stop", f"{name}: {out.choices[0]}")
+                obj = json.loads(text)
+                expect(set(obj) == {"name", "age", "tags", "ok"}, f"{name}: {text}")
+                expect(isinstance(obj["name"], str) and len(obj["name"]) <= 12, text)
+                expect(isinstance(obj["age"], int) and not isinstance(obj["age"], bool), text)
+                expect(isinstance(obj["ok"], bool), text)
+                expect(all(t in ("a", "b", "c") for t in obj["tags"]) and len(obj["tags"]) <= 3,
+                       text)
+                texts[(name, temperature, seed)] = text
+            regex = r"[0-9]{3}-[a-z]{2,4}"
+            out = complete(port, [5, 6, 7], max_tokens=20, guided_regex=regex, ignore_eos=False)
+            expect(re.fullmatch(regex, out["choices"][0]["text"]), f"{name}: {out}")
+        for temperature, seed in ((0, 0), (0.8, 1), (0.8, 2)):
+            a, b = texts[("disaggregated", temperature, seed)], texts[("mixed", temperature, seed)]
+            expect(a == b, f"disaggregated {a!r} != mixed {b!r}")
+    check(f"{fixture}: structured output (json_schema, regex) parses and validates "
+          "(disaggregated == mixed)", structured_output)
+
     def memory_after_cancels():
         pids = disagg.pids()
         ports = list(prefill_port.values()) + list(decode_ports.values())

@@ -23,6 +23,11 @@
 #   scripts/gpu_disagg.sh device-check [FIXTURE ...]
 #       Step 3 alone.
 #
+#   scripts/gpu_disagg.sh device-masks [decode_step_bench options]
+#       Constrained decoding's cost on the served decode step (decode_step_bench --masks): the
+#       sampled, graph-replayed step with a JSON schema's token mask on every row against the
+#       same step without, e.g. device-masks --model llama3.1-8b --batches 64.
+#
 #   scripts/gpu_disagg.sh device-sanitize
 #       The conformance suite and cuda_ipc_test under compute-sanitizer memcheck, the attention
 #       ops under racecheck (scripts/compute_sanitize.sh): any error fails the run (exit 1).
@@ -47,10 +52,11 @@ CARRY=$ROOT/out/gpu-disagg
 
 pack() {
   local build=${1:-$ROOT/build}
-  ninja -C "$build" strata strata_cuda strata_cpu kv_handoff_bench cuda_ipc_test cuda_plugin_test
+  ninja -C "$build" strata strata_cuda strata_cpu kv_handoff_bench cuda_ipc_test cuda_plugin_test \
+    decode_step_bench
   "$ROOT/scripts/pack_carry.sh" "$CARRY/carry.tar.xz" "$build/bin/strata" \
     "$build/bin/libstrata_cuda.so" "$build/bin/libstrata_cpu.so" "$build/bin/kv_handoff_bench" \
-    "$build/bin/cuda_ipc_test" "$build/bin/cuda_plugin_test"
+    "$build/bin/cuda_ipc_test" "$build/bin/cuda_plugin_test" "$build/bin/decode_step_bench"
 }
 
 # Unpacks the carried build (once) and sets the library paths and the Python client.
@@ -135,7 +141,9 @@ case ${1:-} in
     /tmp/gpu-disagg/bin "$@" ;;
   device-generate) shift; device_env; (cd /tmp/gpu-disagg/bin && time ./strata generate \
     --plugin ./libstrata_cuda.so "$@") ;;
+  device-masks) shift; device_env; (cd /tmp/gpu-disagg/bin && ./decode_step_bench --masks \
+    --no-prefill --plugin ./libstrata_cuda.so "$@") ;;
   device-check) shift; device_env; PYTHONUNBUFFERED=1 "$ROOT/scripts/gpu_cluster_check.sh" \
     /tmp/gpu-disagg/bin "$@" ;;
-  *) sed -n 2,43p "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac

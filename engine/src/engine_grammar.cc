@@ -10,8 +10,9 @@
 
 namespace strata {
 
-absl::Status Engine::AttachGrammar(Request& r) {
-  if (maskers_ == nullptr) {
+absl::StatusOr<std::shared_ptr<grammar::TokenMasker>> Engine::PrepareGrammar(
+    const GuidedDecoding& spec) const {
+  absl::call_once(maskers_once_, [this] {
     // The vocabulary as the model sees it: ids past the tokenizer's (padding rows of the
     // embedding) and special tokens are never allowed.
     const int32_t vocab = config().vocab_size;
@@ -24,8 +25,12 @@ absl::Status Engine::AttachGrammar(Request& r) {
     }
     maskers_ = std::make_unique<grammar::MaskerCache>(
         grammar::TokenVocabulary::Create(std::move(bytes), usable));
-  }
-  auto masker = maskers_->Get(r.params.guided);
+  });
+  return maskers_->Get(spec);
+}
+
+absl::Status Engine::AttachGrammar(Request& r) {
+  auto masker = PrepareGrammar(r.params.guided);
   if (!masker.ok()) return masker.status();
   r.grammar = *std::move(masker);
   r.grammar_state = r.grammar->grammar().start();

@@ -67,11 +67,23 @@ void EngineLoop::Submit(std::string id, std::vector<int32_t> prompt, SamplingPar
   if (stall_for_testing_.marker_token >= 0) {
     callback = WithStallForTesting(*shared_prompt, std::move(callback));
   }
+  // A constraint is compiled here, on the submitting thread, not on the engine thread (which
+  // then finds it in the engine's cache); `prepared` keeps it alive until the request is added.
+  std::shared_ptr<grammar::TokenMasker> prepared;
+  if (params.guided.active()) {
+    auto masker = engine_->PrepareGrammar(params.guided);
+    if (!masker.ok()) {
+      callback(masker.status(), RequestOutput{});
+      return;
+    }
+    prepared = *std::move(masker);
+  }
   const std::string key = id;
   const std::string salt = params.cache_salt;  // copied: `params` moves into the task
   PostForPrompt(key, resumed.tokens.empty() ? *shared_prompt : staged, salt,
                 [this, id = std::move(id), shared_prompt, params = std::move(params),
-                 callback = std::move(callback), resumed = std::move(resumed)](Engine& e) mutable {
+                 callback = std::move(callback), resumed = std::move(resumed),
+                 prepared = std::move(prepared)](Engine& e) mutable {
                   absl::Status s = e.AddRequest(id, std::move(*shared_prompt), params, resumed);
                   if (!s.ok()) {
                     callback(s, RequestOutput{});

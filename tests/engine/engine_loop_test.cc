@@ -118,6 +118,28 @@ TEST_F(EngineLoopTest, AbortReportsAbortAndBadRequestsReportErrors) {
   EXPECT_EQ(loop->load().free_kv_blocks, 64);
 }
 
+// Constraints are compiled on the submitting thread: a bad one is refused before Submit returns
+// (the engine thread never sees it); a good one is served and follows its constraint.
+TEST_F(EngineLoopTest, ConstraintsAreCompiledBeforeTheEngineThreadSeesThem) {
+  auto loop = Make();
+  Collected bad;
+  SamplingParams p = Greedy(40);
+  p.ignore_eos = false;
+  p.guided = {GuidedDecoding::Kind::kRegex, "(unclosed"};
+  loop->Submit("bad", std::vector<int32_t>(8, 5), p, CollectInto(&bad));
+  EXPECT_TRUE(bad.done.HasBeenNotified());
+  EXPECT_EQ(bad.status.code(), absl::StatusCode::kInvalidArgument) << bad.status;
+  Collected good;
+  p.guided = {GuidedDecoding::Kind::kChoice, R"(["yes","no"])"};
+  loop->Submit("good", std::vector<int32_t>(8, 5), p, CollectInto(&good));
+  ASSERT_TRUE(good.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(good.status.ok()) << good.status;
+  EXPECT_EQ(good.finish, FinishReason::kStop);
+  std::string text;
+  loop->RunOnEngine([&](Engine& e) { text = e.tokenizer().Decode(good.tokens); });
+  EXPECT_TRUE(text == "yes" || text == "no") << text;
+}
+
 TEST_F(EngineLoopTest, StopFailsOutstandingRequestsWithUnavailable) {
   auto loop = Make();
   Collected c;

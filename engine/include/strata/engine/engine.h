@@ -238,6 +238,12 @@ class Engine {
   // Runs prompts as one continuous batch to completion.
   absl::StatusOr<std::vector<Completion>> Generate(const std::vector<std::string>& prompts,
                                                    const SamplingParams& params);
+  // Compiles (or finds in the cache) a constraint over this engine's vocabulary, building the
+  // vocabulary's token trie on first use. Thread-safe and independent of the engine thread:
+  // callers that receive requests compile their constraints before handing them over, so the
+  // engine thread only finds them in the cache. InvalidArgument for a bad constraint.
+  absl::StatusOr<std::shared_ptr<grammar::TokenMasker>> PrepareGrammar(
+      const GuidedDecoding& spec) const;
   // Logits of every position of `tokens` (a fresh sequence, no caching): for tests/tools.
   absl::StatusOr<std::vector<float>> ComputeLogits(const std::vector<int32_t>& tokens);
 
@@ -319,7 +325,9 @@ class Engine {
   std::string model_identity_;
   size_t max_stop_len_ = 0;
   // Compiled constraints over this engine's vocabulary, built on the first guided request.
-  std::unique_ptr<grammar::MaskerCache> maskers_;
+  // Built on first use by PrepareGrammar, from any thread.
+  mutable absl::once_flag maskers_once_;
+  mutable std::unique_ptr<grammar::MaskerCache> maskers_;
   EngineStats stats_;
 };
 
