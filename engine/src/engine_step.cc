@@ -25,9 +25,9 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
   }
   // On the device when the plugin samples; each sampled row draws from its request's
   // generator exactly as the host sampler would. Rows whose request needs the host sampler
-  // (penalties) come back as logits and are sampled here, the rest as ids.
-  // Rows with a token mask (a constraint, or min_tokens' ban on stop tokens) are masked on the
-  // device when the plugin can; their masks are computed while the device runs the step.
+  // (penalties) come back as logits and are sampled here, the rest as ids. Rows with a token
+  // mask (a constraint, or min_tokens' ban on stop tokens) are masked on the device when the
+  // plugin can, with masks computed while the device runs the step; else on the host.
   const bool on_device = options_.device_sampling && runner_->can_sample();
   const bool device_masks = on_device && runner_->can_mask();
   std::vector<strata_sample_params> params;
@@ -35,8 +35,8 @@ absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
   std::vector<float> logits;  // all rows (host path) or the host_rows (device path)
   std::vector<SampleResult> sampled;
   StepMasks masks;
-  std::vector<const Request*> masked;    // masks.rows' requests
-  std::vector<uint8_t> unspellable;      // per masks.rows entry: its mask allows nothing
+  std::vector<const Request*> masked;  // masks.rows' requests
+  std::vector<uint8_t> unspellable;    // per masks.rows entry: its mask allows nothing
   if (!seqs.empty()) {
     if (on_device) {
       for (size_t i = 0; i < sched.seqs.size(); ++i) {
