@@ -448,6 +448,23 @@ std::optional<ApiError> Frontend::PrepareChat(const Model& m, const ChatRequest&
     spec->parallel_tool_calls = request.tools.parallel_tool_calls;
     // [TOOL_CALLS] is a special token: decoding must keep it for the parser to see it.
     if (m.tool_parser == ToolCallParser::kMistral) spec->params.skip_special_tokens = false;
+    if (request.tools.choice == ToolChoice::kRequired ||
+        request.tools.choice == ToolChoice::kFunction) {
+      if (spec->params.guided.active()) {
+        return ApiError::BadRequest(
+            "tool_choice \"required\" or a named function constrains the output to tool calls "
+            "and cannot be combined with response_format or another output constraint",
+            "tool_choice");
+      }
+      auto guided = ToolCallConstraint(request.tools, m.tool_parser);
+      if (!guided.ok()) {
+        return ApiError::BadRequest(
+            absl::StrCat("tools: the functions' parameters cannot constrain the output: ",
+                         guided.status().message()),
+            "tools");
+      }
+      spec->params.guided = *std::move(guided);
+    }
   }
   absl::StatusOr<std::string> prompt =
       RenderChat(*model.chat_template, request.messages, request.add_generation_prompt,

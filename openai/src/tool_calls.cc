@@ -6,6 +6,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "strata/common/json_limits.h"
+#include "strata/grammar/grammar.h"
 
 namespace strata::openai {
 namespace {
@@ -177,6 +178,46 @@ absl::Status ParseToolCallParser(std::string_view name, ToolCallParser* out) {
   return absl::InvalidArgumentError(
       absl::StrCat("tool-call-parser must be auto, none, llama3_json, hermes or mistral, got '",
                    std::string(name), "'"));
+}
+
+absl::StatusOr<GuidedDecoding> ToolCallConstraint(const ToolsSpec& tools, ToolCallParser parser) {
+  using Ordered = nlohmann::ordered_json;
+  // Llama 3's templates ask for "parameters", the others for "arguments" (the parsers take both).
+  const char* args_key = parser == ToolCallParser::kLlama3Json ? "parameters" : "arguments";
+  Ordered options = Ordered::array();
+  for (const Ordered& tool : tools.tools) {
+    const Ordered& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    if (tools.choice == ToolChoice::kFunction && name != tools.function_name) continue;
+    Ordered params = Ordered{{"type", "object"}};
+    if (auto it = fn.find("parameters"); it != fn.end() && it->is_object()) params = *it;
+    Ordered call = {{"type", "object"},
+                    {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
+                    {"required", {"name", args_key}},
+                    {"additionalProperties", false}};
+    options.push_back(std::move(call));
+  }
+  if (options.empty()) return absl::InvalidArgumentError("no function to call");
+  const Ordered call = options.size() == 1 ? options[0] : Ordered{{"anyOf", options}};
+  GuidedDecoding g;
+  g.kind = GuidedDecoding::Kind::kToolCalls;
+  absl::Status last;
+  for (int max_calls : {tools.parallel_tool_calls ? 4 : 1, tools.parallel_tool_calls ? 2 : 1, 1}) {
+    const Ordered spec = {{"format", std::string(ToolCallParserName(parser))},
+                          {"call", call},
+                          {"max_calls", max_calls}};
+    g.spec = spec.dump();
+    if (g.spec.size() > GuidedDecoding::kMaxSpecBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the tools' schemas take ", g.spec.size(),
+                                                     " bytes; at most ",
+                                                     GuidedDecoding::kMaxSpecBytes, " are accepted"));
+    }
+    auto compiled = grammar::Grammar::Compile(g);
+    if (compiled.ok()) return g;
+    last = compiled.status();
+    if (max_calls == 1) break;
+  }
+  return last;
 }
 
 std::string_view ToolCallParserName(ToolCallParser parser) {

@@ -98,7 +98,7 @@ SamplingParams FromProto(const v1::SamplingParams& m) {
   // An unknown kind (a newer peer's) is dropped to none here and refused nowhere: the
   // protocol version check keeps mismatched peers apart.
   if (m.has_guided() && m.guided().kind() > v1::Guided::NONE &&
-      m.guided().kind() <= v1::Guided::GRAMMAR) {
+      m.guided().kind() <= v1::Guided::TOOL_CALLS) {
     p.guided.kind = static_cast<GuidedDecoding::Kind>(m.guided().kind());
     p.guided.spec = m.guided().spec();
   }

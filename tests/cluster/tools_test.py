@@ -120,6 +120,53 @@ class ToolsTest(unittest.TestCase):
                     self.assertEqual(len(calls), len(message.tool_calls or []))
                     self.assertEqual(finish, done.choices[0].finish_reason)
 
+    def test_required_and_named_tool_choice_always_answer_with_valid_calls(self):
+        # Random weights never write a tool call by themselves: the calls here come from the
+        # output constraint alone, in the hermes syntax the Qwen2.5 template asks for.
+        import jsonschema
+        tools = [
+            {"type": "function", "function": {
+                "name": "get_weather", "description": "Weather in a city",
+                "parameters": {"type": "object", "properties": {
+                    "city": {"type": "string", "maxLength": 16},
+                    "days": {"type": "integer"},
+                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city", "unit"], "additionalProperties": False}}},
+            {"type": "function", "function": {
+                "name": "get_time", "parameters": {"type": "object", "properties": {
+                    "zone": {"type": "string", "maxLength": 8}}, "required": ["zone"]}}}]
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        for where, port in self.ports.items():
+            client = self.client(port)
+            for choice in ("required", named):
+                for temperature, seed in ((0, None), (1.0, 3), (1.0, 4)):
+                    with self.subTest(where=where, tool_choice=choice, temperature=temperature):
+                        kw = dict(model=MODEL, messages=messages, tools=tools, tool_choice=choice,
+                                  max_tokens=300, temperature=temperature, seed=seed)
+                        done = client.chat.completions.create(**kw)
+                        self.assertEqual(done.choices[0].finish_reason, "tool_calls", done)
+                        calls = done.choices[0].message.tool_calls
+                        self.assertTrue(calls)
+                        for call in calls:
+                            if choice is named:
+                                self.assertEqual(call.function.name, "get_weather")
+                            jsonschema.validate(json.loads(call.function.arguments),
+                                                schemas[call.function.name])
+                        streamed = {}
+                        for chunk in client.chat.completions.create(stream=True, **kw):
+                            for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                                streamed.setdefault(call.index, call)
+                        self.assertEqual([streamed[i].function.name for i in sorted(streamed)],
+                                         [c.function.name for c in calls])
+        # A constrained tool call and response_format at once: refused.
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client(self.http).chat.completions.create(
+                model=MODEL, messages=messages, tools=tools, tool_choice="required",
+                response_format={"type": "json_object"})
+        self.assertEqual(e.exception.body.get("param"), "tool_choice")
+
     def test_prompt_with_tools_differs_from_tool_choice_none(self):
         case = next(c for c in wire_cases() if c["name"] == "tools_auto")["request"]
         with_tools = self.tokenize(self.http, case)

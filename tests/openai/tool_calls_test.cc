@@ -3,11 +3,17 @@
 // the same content and calls as the whole output at once.
 #include "strata/openai/tool_calls.h"
 
+#include <algorithm>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "strata/grammar/grammar.h"
 
 namespace strata::openai {
 namespace {
@@ -333,6 +339,123 @@ TEST(ToolCallParserTest, IdsAreFreshAndShapedPerFamily) {
   EXPECT_NE(a, b);
   EXPECT_THAT(a, ::testing::MatchesRegex("call_[A-Za-z0-9]{24}"));
   EXPECT_THAT(NewToolCallId(ToolCallParser::kMistral), ::testing::MatchesRegex("[A-Za-z0-9]{9}"));
+}
+
+// --- tool_choice "required" / a named function: the output constraint -----------------------
+
+ToolsSpec WeatherAndTime(ToolChoice choice, bool parallel) {
+  ToolsSpec t;
+  t.tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 12},
+                     "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"],
+      "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "get_time"}}])");
+  t.choice = choice;
+  t.function_name = choice == ToolChoice::kFunction ? "get_weather" : "";
+  t.parallel_tool_calls = parallel;
+  return t;
+}
+
+// Random walks through the constraint's automaton (a byte drawn among those that keep it alive,
+// stopping where it may end, at random once it can): each finished output.
+std::vector<std::string> Walks(const grammar::Grammar& g, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string text;
+    int32_t state = g.start();
+    while (!(g.IsAccepting(state) && (!g.CanContinue(state) || rng() % 4 == 0))) {
+      std::vector<uint8_t> alive;
+      for (int b = 0; b < 256; ++b) {
+        if (g.Next(state, static_cast<uint8_t>(b)) != grammar::Grammar::kDead) alive.push_back(b);
+      }
+      if (alive.empty() || text.size() > 4000) break;
+      const uint8_t b = alive[rng() % alive.size()];
+      text.push_back(static_cast<char>(b));
+      state = g.Next(state, b);
+    }
+    out.push_back(text);
+  }
+  return out;
+}
+
+TEST(ToolCallConstraintTest, EveryOutputOfTheConstraintParsesIntoAllowedCalls) {
+  for (ToolCallParser parser :
+       {ToolCallParser::kLlama3Json, ToolCallParser::kHermes, ToolCallParser::kMistral}) {
+    for (ToolChoice choice : {ToolChoice::kRequired, ToolChoice::kFunction}) {
+      for (bool parallel : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(std::string(ToolCallParserName(parser)), " choice ", int(choice),
+                                  parallel ? " parallel" : ""));
+        auto g = ToolCallConstraint(WeatherAndTime(choice, parallel), parser);
+        ASSERT_TRUE(g.ok()) << g.status();
+        EXPECT_EQ(g->kind, GuidedDecoding::Kind::kToolCalls);
+        auto compiled = grammar::Grammar::Compile(*g);
+        ASSERT_TRUE(compiled.ok()) << compiled.status();
+        size_t most_calls = 0;
+        std::set<std::string> names;
+        for (const std::string& text : Walks(**compiled, 60, 7)) {
+          SCOPED_TRACE(text);
+          const ToolCallOutput parsed = ParseToolCalls(parser, text);
+          ASSERT_FALSE(parsed.calls.empty());
+          EXPECT_EQ(parsed.content, "");
+          most_calls = std::max(most_calls, parsed.calls.size());
+          for (const ToolCall& c : parsed.calls) {
+            names.insert(c.name);
+            const auto args = nlohmann::json::parse(c.arguments, nullptr, false);
+            ASSERT_TRUE(args.is_object());
+            if (c.name == "get_weather") {
+              ASSERT_EQ(args.size(), 2u);
+              ASSERT_TRUE(args["city"].is_string());
+              const std::string city = args["city"].get<std::string>();  // maxLength: code points
+              EXPECT_LE(std::count_if(city.begin(), city.end(),
+                                      [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }),
+                        12);
+              EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f");
+            } else {
+              EXPECT_EQ(c.name, "get_time");
+            }
+          }
+        }
+        const int max_calls = nlohmann::json::parse(g->spec)["max_calls"].get<int>();
+        EXPECT_LE(int(most_calls), max_calls);
+        if (!parallel) EXPECT_EQ(max_calls, 1);
+        if (max_calls > 1) EXPECT_GT(most_calls, 1u);
+        // One function's calls fit four to an automaton; both functions' at least two.
+        if (parallel) EXPECT_GE(max_calls, choice == ToolChoice::kFunction ? 4 : 2);
+        if (choice == ToolChoice::kFunction) {
+          EXPECT_EQ(names, std::set<std::string>{"get_weather"});
+        } else {
+          EXPECT_EQ(names, (std::set<std::string>{"get_time", "get_weather"}));
+        }
+      }
+    }
+  }
+}
+
+TEST(ToolCallConstraintTest, TextOutsideTheCallSyntaxIsRefused) {
+  auto g = ToolCallConstraint(WeatherAndTime(ToolChoice::kRequired, false), ToolCallParser::kHermes);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto compiled = grammar::Grammar::Compile(*g);
+  ASSERT_TRUE(compiled.ok());
+  const grammar::Grammar& gr = **compiled;
+  EXPECT_EQ(gr.Advance(gr.start(), "Sure, "), grammar::Grammar::kDead);
+  EXPECT_EQ(gr.Advance(gr.start(), R"(<tool_call>
+{"name":"get_weather","arguments":{"city":"Oslo","unit":"k"})"), grammar::Grammar::kDead);
+  const int32_t ok = gr.Advance(gr.start(), R"(<tool_call>
+{"name":"get_weather","arguments":{"city":"Oslo","unit":"c"}}
+</tool_call>)");
+  ASSERT_NE(ok, grammar::Grammar::kDead);
+  EXPECT_TRUE(gr.IsAccepting(ok));
+}
+
+TEST(ToolCallConstraintTest, AParametersSchemaTheGrammarCannotTakeIsRefused) {
+  ToolsSpec t = WeatherAndTime(ToolChoice::kRequired, true);
+  t.tools[0]["function"]["parameters"]["properties"]["city"]["multipleOf"] = 3;
+  auto g = ToolCallConstraint(t, ToolCallParser::kHermes);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(g.status().message()), ::testing::HasSubstr("multipleOf"));
 }
 
 }  // namespace

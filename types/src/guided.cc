@@ -16,6 +16,8 @@ const char* GuidedKindName(GuidedDecoding::Kind kind) {
       return "choice";
     case GuidedDecoding::Kind::kGrammar:
       return "grammar";
+    case GuidedDecoding::Kind::kToolCalls:
+      return "tool_calls";
   }
   return "";
 }

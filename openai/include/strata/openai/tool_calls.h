@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "strata/types/guided.h"
 
 namespace strata::openai {
 
@@ -56,6 +58,13 @@ struct ToolsSpec {
 // Which output format to parse. kAuto picks one from the model's chat template
 // (DetectToolCallParser); kNone parses nothing.
 enum class ToolCallParser { kAuto, kNone, kLlama3Json, kHermes, kMistral };
+
+// The output constraint of tool_choice "required" or a named function: one or more calls (up
+// to 4 with parallel_tool_calls, else 1) in `parser`'s syntax, each of a function tool_choice
+// allows, its arguments following that function's `parameters` schema. Compiled once here so a
+// schema the grammar cannot take is refused (InvalidArgument naming why); when 4 calls'
+// automaton would be too large, 2, then 1.
+absl::StatusOr<GuidedDecoding> ToolCallConstraint(const ToolsSpec& tools, ToolCallParser parser);
 
 // "auto", "none", "llama3_json", "hermes", "mistral"; InvalidArgument otherwise.
 absl::Status ParseToolCallParser(std::string_view name, ToolCallParser* out);

@@ -14,6 +14,10 @@ struct GuidedDecoding {
     kRegex,       // spec: the pattern; the whole output matches it
     kChoice,      // spec: a JSON array of strings; the output is one of them
     kGrammar,     // spec: an EBNF grammar (root rule `root`)
+    // spec: {"format": "llama3_json" | "hermes" | "mistral", "call": <JSON schema of one call
+    // object>, "max_calls": 1..4}: the output is 1..max_calls calls in that model family's
+    // tool-call syntax (tool_choice "required" or a named function).
+    kToolCalls,
   };
   Kind kind = Kind::kNone;
   std::string spec;
