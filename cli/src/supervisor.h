@@ -131,9 +131,10 @@ class Supervisor {
 };
 
 // The status code of GET `path` on host:port (any status; the body is ignored), or kUnavailable
-// if nothing answers within `timeout`.
+// if nothing answers within `timeout`. `tls`: over HTTPS, without checking the certificate (a
+// probe of a child this supervisor started, like a Kubernetes HTTPS probe).
 absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,
-                                  absl::Duration timeout);
+                                  absl::Duration timeout, bool tls = false);
 
 // `n` distinct ports free on `host` a moment ago (each bound to port 0 and read back; all held
 // until the last is picked, then closed).
@@ -170,5 +171,8 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& config, const std::
 
 // The address to connect to for a bind address: wildcards (0.0.0.0, ::, "") mean 127.0.0.1.
 std::string ConnectHost(const std::string& bind_host);
+
+// "https" when the config's router.http_tls is on, else "http".
+std::string RouterScheme(const ClusterConfig& config);
 
 }  // namespace strata::cli

@@ -6,6 +6,7 @@
 #include <boost/beast/http/read.hpp>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -94,6 +95,7 @@ void Session::OnHandshake(const boost::system::error_code& ec) {
                       << (stream_.tls_error().empty() ? ec.message() : stream_.tls_error());
     return Close();
   }
+  probes_only_ = !host_->options().tls.client_ca_file.empty() && !stream_.peer_certificate();
   ArmTimer(host_->options().idle_timeout);
   ReadRequest();
 }
@@ -219,6 +221,11 @@ void Session::Dispatch() {
   auto writer = BeginExchange(message.keep_alive(), message.version() >= 11);
   const Request request = ToRequest(std::move(message), remote_);
   StartWatch();
+  if (probes_only_ && !absl::c_linear_search(host_->options().tls.probe_paths, request.path)) {
+    RespondError(*writer, 403, "This server requires a TLS client certificate.",
+                 "permission_error");
+    return;
+  }
   host_->Dispatch(request, std::move(writer));
 }
 

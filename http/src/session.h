@@ -112,6 +112,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reading_ = false;    // a read (request or watch) is outstanding
   bool lingering_ = false;  // our side is shut down; reads are discarded until EOF or timeout
   bool closed_ = false;
+  // TLS with client certificates required and none presented: only probe paths are served.
+  bool probes_only_ = false;
 
   std::shared_ptr<Exchange> current_;  // the request in flight, if any
   bool response_complete_ = false;     // current_ handed over its last bytes

@@ -78,6 +78,12 @@ Stream::Want Stream::Step(Op op, void* data, size_t size, size_t* bytes,
   }
 }
 
+bool Stream::peer_certificate() const {
+  if (ssl_ == nullptr) return false;
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  return cert != nullptr && SSL_get_verify_result(ssl_) == X509_V_OK;
+}
+
 void Stream::SendCloseNotify() {
   if (ssl_ == nullptr || !socket_.is_open() || !SSL_is_init_finished(ssl_)) return;
   ERR_clear_error();

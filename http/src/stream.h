@@ -91,6 +91,10 @@ class Stream {
         TlsOp{this, Op::kWrite, data, size, std::move(copy)}, handler, socket_);
   }
 
+  // After the handshake: the client presented a certificate (verified, or the handshake would
+  // have failed).
+  bool peer_certificate() const;
+
   // Sends TLS close_notify if the socket takes it now (a graceful close; never waits).
   void SendCloseNotify();
 

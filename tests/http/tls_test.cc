@@ -99,6 +99,9 @@ class HttpTlsTest : public ::testing::Test {
     server_->Route("GET", "/hello", [](const Request& request, std::shared_ptr<ResponseWriter> w) {
       w->Respond(200, "text/plain", "hello " + request.remote.substr(0, 9));
     });
+    server_->Route("GET", "/ready", [](const Request&, std::shared_ptr<ResponseWriter> w) {
+      w->Respond(200, "text/plain", "ready");
+    });
     server_->Route("GET", "/stream", [](const Request&, std::shared_ptr<ResponseWriter> w) {
       w->StartStream(200, "text/event-stream");
       for (int i = 0; i < 20; ++i) w->Write(absl::StrCat("data: ", i, "\n\n"));
@@ -265,13 +268,33 @@ TEST_F(HttpTlsTest, ClientCertificatesWhenRequired) {
   ASSERT_TRUE(response.has_value());
   EXPECT_EQ(response->status, 200);
 
-  // Without a certificate: the handshake fails (with TLS 1.3 the client learns it on its first
-  // read), and no request is served.
+  // Without a certificate: 403 except on the probe paths.
   ClientContext without = TrustingClient();
-  auto refused = TestClient::ConnectTls(server_->port(), without.get(), "localhost", &error);
-  if (refused != nullptr) {
-    refused->Send(Get("/hello"));
-    EXPECT_FALSE(refused->ReadResponse().has_value());
+  auto anonymous = TestClient::ConnectTls(server_->port(), without.get(), "localhost", &error);
+  ASSERT_NE(anonymous, nullptr) << error;
+  ASSERT_TRUE(anonymous->Send(Get("/hello")));
+  auto refused = anonymous->ReadResponse();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 403);
+  EXPECT_NE(refused->body.find("client certificate"), std::string::npos) << refused->body;
+  ASSERT_TRUE(anonymous->Send(Get("/ready")));
+  auto probe = anonymous->ReadResponse();
+  ASSERT_TRUE(probe.has_value());
+  EXPECT_EQ(probe->status, 200);
+
+  // A certificate from another CA fails the handshake (with TLS 1.3 the client may learn it only
+  // on its first read): no request is served.
+  auto other = proto::MakeCertificateAuthority("another CA", absl::Hours(1));
+  ASSERT_TRUE(other.ok());
+  proto::LeafSpec spec;
+  auto foreign_leaf = proto::IssueLeafCertificate(*other, spec);
+  ASSERT_TRUE(foreign_leaf.ok());
+  ClientContext foreign = TrustingClient();
+  UseClientCertificate(foreign.get(), *foreign_leaf);
+  auto forged = TestClient::ConnectTls(server_->port(), foreign.get(), "localhost", &error);
+  if (forged != nullptr) {
+    forged->Send(Get("/hello"));
+    EXPECT_FALSE(forged->ReadResponse().has_value());
   }
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -70,8 +71,12 @@ using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWrite
 struct TlsOptions {
   std::string cert_file;       // PEM: the server's certificate, intermediates may follow
   std::string key_file;        // PEM: its private key
-  std::string client_ca_file;  // PEM CA certificate(s): when set, clients must present a
-                               // certificate that chains to one of them
+  // PEM CA certificate(s): when set, clients must present a certificate that chains to one of
+  // them. A client that presents none still completes the handshake but gets 403 on every
+  // path except `probe_paths` (a Kubernetes or supervisor probe has no certificate); one that
+  // presents a certificate the CA did not sign fails the handshake.
+  std::string client_ca_file;
+  std::vector<std::string> probe_paths = {"/health", "/ready"};
   absl::Duration handshake_timeout = absl::Seconds(10);
   absl::Duration reload_interval = absl::Seconds(5);
 
