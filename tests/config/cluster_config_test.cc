@@ -565,7 +565,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, resume_settle_s"},
+                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, resume_settle_s, "
+                "http_tls"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},
