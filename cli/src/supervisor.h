@@ -23,7 +23,7 @@ namespace strata::cli {
 struct ProcessSpec {
   std::string name;               // "router", "decode-0": used in messages
   std::vector<std::string> argv;  // argv[0] is the executable's path
-  std::string ready_url;          // "http://HOST:PORT/PATH"; "" = ready once spawned
+  std::string ready_url;          // "http[s]://HOST:PORT/PATH"; "" = ready once spawned
   std::string log_path;           // stdout and stderr, truncated at start
 };
 
@@ -151,7 +151,7 @@ struct ClusterPlan {
   std::vector<std::string> front_backends;
   std::vector<ProcessSpec> kvstores;  // remote KV store daemons (G4), started before workers
   std::vector<ProcessSpec> workers;  // prefill-0.., decode-0.., mixed-0..
-  std::string url;                   // http://HOST:PORT/v1
+  std::string url;                   // http[s]://HOST:PORT/v1
 };
 
 // `config` must have its router ports resolved (non-zero); with router.replicas above 1,
