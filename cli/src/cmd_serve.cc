@@ -271,7 +271,8 @@ int RunRouter(const Args& args) {
   if (!r.ok()) return Fail("router", std::string(r.status().message()), 1);
   if (auto s = (*r)->Start(); !s.ok()) return Fail("router", std::string(s.message()), 1);
   std::printf("router: serving the OpenAI API at %s://%s:%d/v1, registry at %s:%d\n",
-              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*r)->http_port(), o.host.c_str(), (*r)->grpc_port());
+              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*r)->http_port(),
+              o.host.c_str(), (*r)->grpc_port());
   std::fflush(stdout);
   const int sig = WaitForStopSignal(set);
   std::printf("router: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -467,7 +468,8 @@ int RunWorker(const Args& args) {
   if (!w.ok()) return Fail("worker", std::string(w.status().message()), 1);
   if (auto s = (*w)->Start(); !s.ok()) return Fail("worker", std::string(s.message()), 1);
   std::printf("worker %s (%s): %s %s:%d, grpc %s:%d\n", o.id.c_str(), role.c_str(),
-              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*w)->http_port(), o.host.c_str(), (*w)->grpc_port());
+              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*w)->http_port(),
+              o.host.c_str(), (*w)->grpc_port());
   std::fflush(stdout);
   WaitForStopSignal(set);
   std::printf("worker %s: draining\n", o.id.c_str());

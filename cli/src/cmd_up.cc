@@ -335,8 +335,8 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
   Supervisor sup(options);
   std::unique_ptr<TcpFront> front;
   if (plan.front_backends.empty()) {
-    Say(absl::StrCat("starting router on ", RouterScheme(c), "://", ConnectHost(c.host), ":", c.router.http_port,
-                     " (grpc ", c.router.grpc_port, ") ..."));
+    Say(absl::StrCat("starting router on ", RouterScheme(c), "://", ConnectHost(c.host), ":",
+                     c.router.http_port, " (grpc ", c.router.grpc_port, ") ..."));
   } else {
     // Bound before the routers start, so a taken port fails at once.
     TcpFrontOptions fo;

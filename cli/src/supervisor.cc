@@ -155,7 +155,8 @@ int ConnectWithDeadline(const std::string& host, int port, absl::Time deadline) 
 // status line ("" on failure). Blocking reads and writes, each bounded by the time left.
 std::string TlsExchange(int fd, const std::string& request, absl::Time deadline) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const int64_t left_us = std::max<int64_t>(1000, absl::ToInt64Microseconds(deadline - absl::Now()));
+  const int64_t left_us =
+      std::max<int64_t>(1000, absl::ToInt64Microseconds(deadline - absl::Now()));
   timeval tv{.tv_sec = left_us / 1000000, .tv_usec = left_us % 1000000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));

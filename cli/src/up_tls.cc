@@ -19,7 +19,8 @@ namespace {
 struct ThrowawayFiles {
   std::string ca, cert, key;
 };
-absl::StatusOr<ThrowawayFiles> WriteThrowawayTls(const ClusterConfig& c, const std::string& prefix) {
+absl::StatusOr<ThrowawayFiles> WriteThrowawayTls(const ClusterConfig& c,
+                                                 const std::string& prefix) {
   const std::string dir = c.log_dir + "/tls";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

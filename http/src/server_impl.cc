@@ -158,8 +158,8 @@ void ServerImpl::OnAccept(const boost::system::error_code& ec, tcp::socket socke
       ++from_client;
       admitted = true;
       socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-      session = std::make_shared<Session>(std::move(socket), tls_context.get(),
-                                          next_session_id_++, static_cast<SessionHost*>(this));
+      session = std::make_shared<Session>(std::move(socket), tls_context.get(), next_session_id_++,
+                                          static_cast<SessionHost*>(this));
       sessions_[session->id()] = SessionEntry{session, client};
       ++open_connections_;
     } else if (from_client == 0) {

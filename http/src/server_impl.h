@@ -19,8 +19,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "session.h"
-#include "tls_context.h"
 #include "strata/http/server.h"
+#include "tls_context.h"
 
 namespace strata::http::internal {
 

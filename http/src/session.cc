@@ -102,9 +102,9 @@ void Session::OnHandshake(const boost::system::error_code& ec) {
 
 void Session::RejectPlaintext() {
   static const std::string kResponse = [] {
-    const std::string body = ErrorJson(
-        "This port speaks HTTPS: the plain HTTP request was sent to an HTTPS port.",
-        "invalid_request_error");
+    const std::string body =
+        ErrorJson("This port speaks HTTPS: the plain HTTP request was sent to an HTTPS port.",
+                  "invalid_request_error");
     ResponseHead head;
     head.status = 400;
     head.content_type = "application/json";

@@ -17,8 +17,8 @@
 
 #include "absl/time/time.h"
 #include "exchange.h"
-#include "stream.h"
 #include "strata/http/server.h"
+#include "stream.h"
 
 namespace strata::http::internal {
 

@@ -65,9 +65,9 @@ Stream::Want Stream::Step(Op op, void* data, size_t size, size_t* bytes,
       return Want::kDone;
     default: {
       const unsigned long error = ERR_peek_last_error();
-      plaintext_http_ = ERR_GET_LIB(error) == ERR_LIB_SSL &&
-                        (ERR_GET_REASON(error) == SSL_R_HTTP_REQUEST ||
-                         ERR_GET_REASON(error) == SSL_R_HTTPS_PROXY_REQUEST);
+      plaintext_http_ =
+          ERR_GET_LIB(error) == ERR_LIB_SSL && (ERR_GET_REASON(error) == SSL_R_HTTP_REQUEST ||
+                                                ERR_GET_REASON(error) == SSL_R_HTTPS_PROXY_REQUEST);
       char text[256];
       ERR_error_string_n(error, text, sizeof(text));
       tls_error_ = text;

@@ -139,8 +139,7 @@ class Stream {
         case Want::kRead:
           return stream->socket_.async_wait(boost::asio::socket_base::wait_read, std::move(self));
         case Want::kWrite:
-          return stream->socket_.async_wait(boost::asio::socket_base::wait_write,
-                                            std::move(self));
+          return stream->socket_.async_wait(boost::asio::socket_base::wait_write, std::move(self));
       }
     }
   };

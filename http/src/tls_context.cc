@@ -84,7 +84,8 @@ absl::Status UseClientCa(SSL_CTX* ctx, const std::string& path) {
 
 absl::Status UseKey(SSL_CTX* ctx, X509* leaf, const TlsOptions& options) {
   BIO* bio = BIO_new_file(options.key_file.c_str(), "rb");
-  EVP_PKEY* key = bio != nullptr ? PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr) : nullptr;
+  EVP_PKEY* key =
+      bio != nullptr ? PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr) : nullptr;
   BIO_free(bio);
   if (key == nullptr) {
     return FileError("--http-tls-key", options.key_file,
@@ -166,7 +167,7 @@ std::vector<TlsContext::Stamp> TlsContext::StampFiles() const {
   for (const std::string* path :
        {&options_.cert_file, &options_.key_file, &options_.client_ca_file}) {
     Stamp stamp;
-    struct stat st{};
+    struct stat st {};
     // stat follows symbolic links: a Kubernetes Secret volume swaps the directory they point to.
     if (!path->empty() && ::stat(path->c_str(), &st) == 0) {
       stamp = Stamp{st.st_dev, st.st_ino, int64_t(st.st_size),
@@ -196,7 +197,8 @@ void TlsContext::MaybeReload() {
   stamps_ = std::move(stamps);
   failed_stamps_.clear();
   STRATA_LOG(Info) << "http: TLS certificate reloaded: " << current_.subject << ", expires "
-                   << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", current_.not_after, absl::UTCTimeZone());
+                   << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", current_.not_after,
+                                       absl::UTCTimeZone());
 }
 
 SslCtxPtr TlsContext::ForNewConnection() {

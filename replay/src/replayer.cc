@@ -69,8 +69,8 @@ absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url) {
                                              : std::string(authority.substr(colon + 1));
   int port = 0;
   if (out.host.empty() || !absl::SimpleAtoi(out.port, &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("bad --url (want http[s]://HOST:PORT[/v1]): ",
-                                                   std::string(url)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --url (want http[s]://HOST:PORT[/v1]): ", std::string(url)));
   }
   return out;
 }
@@ -126,8 +126,8 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(const ServerUrl& url, const 
   beast::error_code ec;
   tcp::resolver resolver(ioc);
   auto endpoints = resolver.resolve(url.host, url.port, ec);
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(timeout_s));
+  const auto timeout =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   http::request<http::empty_body> req{http::verb::get, path, 11};
   req.set(http::field::host, HostHeader(url));
   if (!api_key.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", api_key));

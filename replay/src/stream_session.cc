@@ -116,9 +116,8 @@ absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeClientTlsContext(
     context->load_verify_file(ca_file, ec);
   }
   if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ca ", ca_file.empty() ? "(the system's CAs)" : ca_file, ": ",
-                     ec.message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ca ", ca_file.empty() ? "(the system's CAs)" : ca_file, ": ", ec.message()));
   }
   return context;
 }
@@ -147,8 +146,7 @@ void ClientStream::Close() {
 std::string ClientStream::Describe(const beast::error_code& ec) const {
   std::string text = ec.message();
   if (tls_stream_ != nullptr) {
-    const long verify = SSL_get_verify_result(
-        const_cast<TlsStream&>(*tls_stream_).native_handle());
+    const long verify = SSL_get_verify_result(const_cast<TlsStream&>(*tls_stream_).native_handle());
     if (verify != X509_V_OK) {
       absl::StrAppend(&text, " (server certificate: ", X509_verify_cert_error_string(verify), ")");
     }
@@ -273,9 +271,8 @@ void StreamSession::ReadErrorBody() {
   parser_->get().body().data = chunk_;
   parser_->get().body().size = sizeof(chunk_);
   stream_.tcp().expires_at(deadline_);
-  stream_.With([&](auto& stream) {
-    http::async_read_some(stream, buffer_, *parser_, std::move(on_read));
-  });
+  stream_.With(
+      [&](auto& stream) { http::async_read_some(stream, buffer_, *parser_, std::move(on_read)); });
 }
 
 bool StreamSession::Retry(beast::error_code ec) {

@@ -2,13 +2,13 @@
 // One replayed request: connect, POST, read the SSE stream, fill a RequestResult.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <chrono>
 #include <functional>
@@ -91,8 +91,8 @@ class ClientStream {
     }
     NewTlsStream();
     tcp().expires_at(deadline);
-    tcp().async_connect(endpoints, [this, handler = std::move(handler)](
-                                       boost::beast::error_code ec, const auto&) mutable {
+    tcp().async_connect(endpoints, [this, handler = std::move(handler)](boost::beast::error_code ec,
+                                                                        const auto&) mutable {
       if (ec) return handler(ec);
       tls_stream_->async_handshake(boost::asio::ssl::stream_base::client, std::move(handler));
     });

@@ -613,7 +613,8 @@ TEST(ClusterPlanTest, HttpTlsReachesTheRoutersOnly) {
 }
 
 TEST(SupervisorHelpersTest, HttpGetStatusOverTls) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("supervisor_tls_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("supervisor_tls_" + std::to_string(getpid()));
   fs::create_directories(dir);
   auto ca = proto::MakeCertificateAuthority("supervisor test CA", absl::Hours(1));
   ASSERT_TRUE(ca.ok());
@@ -626,9 +627,8 @@ TEST(SupervisorHelpersTest, HttpGetStatusOverTls) {
   options.tls.key_file = (dir / "tls.key").string();
   auto server = http::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
-  (*server)->Route("GET", "/ready", [](const http::Request&, auto w) {
-    w->Respond(200, "text/plain", "ready");
-  });
+  (*server)->Route("GET", "/ready",
+                   [](const http::Request&, auto w) { w->Respond(200, "text/plain", "ready"); });
   ASSERT_TRUE((*server)->Start().ok());
   const int port = (*server)->port();
   auto tls = HttpGetStatus("127.0.0.1", port, "/ready", absl::Seconds(5), /*tls=*/true);

@@ -4,9 +4,9 @@
 // tests check the server's bytes on the wire, not another library's leniency. ConnectTls speaks
 // the same over TLS (OpenSSL, the caller's client context).
 #include <arpa/inet.h>
-#include <openssl/ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -200,8 +200,8 @@ class TestClient {
 
   bool Fill() {
     char data[16384];
-    const ssize_t n = ssl_ != nullptr ? SSL_read(ssl_, data, sizeof(data))
-                                      : ::recv(fd_, data, sizeof(data), 0);
+    const ssize_t n =
+        ssl_ != nullptr ? SSL_read(ssl_, data, sizeof(data)) : ::recv(fd_, data, sizeof(data), 0);
     if (n <= 0) return false;
     buffer_.append(data, static_cast<size_t>(n));
     return true;

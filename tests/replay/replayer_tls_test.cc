@@ -28,8 +28,8 @@ void WriteFile(const std::string& path, const std::string& text) {
 class ReplayerTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("replayer_tls_test_", getpid());
+    dir_ =
+        std::filesystem::path(::testing::TempDir()) / absl::StrCat("replayer_tls_test_", getpid());
     std::filesystem::create_directories(dir_);
     auto ca = proto::MakeCertificateAuthority("replay test CA", absl::Hours(1));
     ASSERT_TRUE(ca.ok());

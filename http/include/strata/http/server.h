@@ -69,8 +69,8 @@ using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWrite
 // until it does. A connection that has not finished its handshake within `handshake_timeout`
 // is closed; one that sends plaintext HTTP instead gets a 400 and is closed.
 struct TlsOptions {
-  std::string cert_file;       // PEM: the server's certificate, intermediates may follow
-  std::string key_file;        // PEM: its private key
+  std::string cert_file;  // PEM: the server's certificate, intermediates may follow
+  std::string key_file;   // PEM: its private key
   // PEM CA certificate(s): when set, clients must present a certificate that chains to one of
   // them. A client that presents none still completes the handshake but gets 403 on every
   // path except `probe_paths` (a Kubernetes or supervisor probe has no certificate); one that
