@@ -138,14 +138,15 @@ class HttpTlsTest : public ::testing::Test {
     EVP_PKEY_free(key);
   }
 
-  // Waits until the server has no open connection.
-  bool AwaitNoConnections(absl::Duration timeout) {
+  // Waits until the server has `n` open connections (at most).
+  bool AwaitConnections(int64_t n, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
-    while (server_->open_connections() > 0 && absl::Now() < deadline) {
+    while (server_->open_connections() > n && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
     }
-    return server_->open_connections() == 0;
+    return server_->open_connections() <= n;
   }
+  bool AwaitNoConnections(absl::Duration timeout) { return AwaitConnections(0, timeout); }
 
   std::filesystem::path dir_;
   proto::PemKeyPair ca_;
@@ -327,6 +328,52 @@ TEST_F(HttpTlsTest, SlowReaderIsCutOffOverTls) {
   if (producer.joinable()) producer.join();
   (*flood)->Shutdown(absl::Seconds(1));
   EXPECT_EQ((*flood)->open_connections(), 0);
+}
+
+TEST_F(HttpTlsTest, StalledWriteIsCutOffAtTheWriteTimeoutOverTls) {
+  ServerOptions options = TlsServerOptions();
+  options.max_queued_write_bytes = 64 << 20;  // not the bound that acts here
+  options.write_timeout = absl::Milliseconds(500);
+  absl::Notification closed;
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  (*server)->Route("GET", "/big", [&](const Request&, std::shared_ptr<ResponseWriter> w) {
+    w->OnClose([&] { closed.Notify(); });
+    w->Respond(200, "application/octet-stream", std::string(32 << 20, 'x'));
+  });
+  ASSERT_TRUE((*server)->Start().ok());
+  ClientContext ctx = TrustingClient();
+  std::string error;
+  auto client = TestClient::ConnectTls((*server)->port(), ctx.get(), "localhost", &error);
+  ASSERT_NE(client, nullptr) << error;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(client->Send(Get("/big")));
+  // The client reads nothing: the socket fills and the write stops making progress.
+  EXPECT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  (*server)->Shutdown(absl::Seconds(1));
+}
+
+TEST_F(HttpTlsTest, PerClientCapHoldsOverTls) {
+  ServerOptions options = TlsServerOptions();
+  options.max_connections_per_client = 2;
+  StartServer(options);
+  ClientContext ctx = TrustingClient();
+  std::string error;
+  auto first = TestClient::ConnectTls(server_->port(), ctx.get(), "localhost", &error);
+  auto second = TestClient::ConnectTls(server_->port(), ctx.get(), "localhost", &error);
+  ASSERT_NE(first, nullptr) << error;
+  ASSERT_NE(second, nullptr) << error;
+  // The third from the same address is closed before any handshake.
+  EXPECT_EQ(TestClient::ConnectTls(server_->port(), ctx.get(), "localhost", &error, 5), nullptr);
+  first.reset();
+  ASSERT_TRUE(AwaitConnections(1, absl::Seconds(5)));
+  auto again = TestClient::ConnectTls(server_->port(), ctx.get(), "localhost", &error);
+  ASSERT_NE(again, nullptr) << error;
+  ASSERT_TRUE(again->Send(Get("/hello")));
+  auto response = again->ReadResponse();
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->status, 200);
 }
 
 TEST_F(HttpTlsTest, RotatedCertificateServesNewConnections) {
