@@ -1,8 +1,9 @@
 """HTTPS on the OpenAI endpoint with real processes: `strata up` with `router.http_tls: auto`
 makes a throwaway CA and certificate and the router serves the API over TLS; the official
-`openai` client, trusting that CA (httpx verify=CA file), lists models and runs a completion and a
-streaming chat; a client that does not trust the CA is refused; plaintext HTTP to the port gets a
-400 that says why; a router given bad certificate files exits at once with a one-line reason.
+`openai` client, trusting that CA (its HTTP client's verify=an SSL context of the CA file), lists models and runs a completion and a
+streaming chat; `strata replay` replays a small trace against the https URL with --ca; a client
+that does not trust the CA is refused; plaintext HTTP to the port gets a 400 that says why; a
+router given bad certificate files exits at once with a one-line reason.
 
 Usage: https_test.py STRATA_BINARY   (ctest passes it)
 """
@@ -16,7 +17,6 @@ import sys
 import tempfile
 import unittest
 
-import httpx
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,9 +43,11 @@ class HttpsUpTest(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
         assert rc == 0, f"strata up exited {rc}"
 
-    def client(self, verify):
-        return openai.OpenAI(base_url=self.base, api_key="unused", max_retries=0,
-                             http_client=httpx.Client(verify=verify, timeout=60))
+    def client(self, cafile):
+        """An `openai` client whose HTTP client trusts `cafile` (None: the system's CAs)."""
+        verify = ssl.create_default_context(cafile=cafile)
+        return openai.OpenAI(base_url=self.base, api_key="unused", max_retries=0, timeout=60,
+                             http_client=openai.DefaultHttpxClient(verify=verify))
 
     def test_up_serves_https_and_says_so(self):
         self.assertEqual(self.up.match.group(0)[:len("strata is serving at https://")],
@@ -77,9 +79,30 @@ class HttpsUpTest(unittest.TestCase):
         self.assertEqual(finish, "length")
         self.assertGreater(len(pieces), 0)
 
+    def test_replay_over_https_with_the_ca(self):
+        trace = os.path.join(self.tmp, "trace.jsonl")
+        with open(trace, "w") as f:
+            for i in range(3):
+                f.write(json.dumps({"timestamp": 100 * i, "input_length": 40,
+                                    "output_length": 4, "hash_ids": [i]}) + "\n")
+        out = os.path.join(self.tmp, "replay")
+        argv = [STRATA, "replay", "--trace", trace, "--format", "mooncake", "--url", self.base,
+                "--max-output-tokens", "4", "--timeout", "60", "--out", out]
+        run = subprocess.run(argv + ["--ca", self.ca], capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["requests"], 3, summary)
+        self.assertEqual(summary["completed"], 3, summary)
+        # Without the CA the server cannot be verified: the replay stops before sending.
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("certificate", run.stderr)
+
     def test_client_without_the_ca_is_refused(self):
         with self.assertRaises(openai.APIConnectionError):
-            self.client(True).models.list()  # the system's CAs only
+            self.client(None).models.list()  # the system's CAs only
 
     def test_plain_http_to_the_https_port_gets_400(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.up.http, timeout=10)
