@@ -152,7 +152,8 @@ int ConnectWithDeadline(const std::string& host, int port, absl::Time deadline) 
 }
 
 // Sends `request` over TLS on the connected `fd` and returns what arrives up to the end of the
-// status line ("" on failure). Blocking reads and writes, each bounded by the time left.
+// status line ("" on failure). Blocking reads and writes, each bounded by the time left. OpenSSL
+// writes with write(2): the caller ignores SIGPIPE (`strata up` does).
 std::string TlsExchange(int fd, const std::string& request, absl::Time deadline) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const int64_t left_us =

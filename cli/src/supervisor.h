@@ -132,7 +132,8 @@ class Supervisor {
 
 // The status code of GET `path` on host:port (any status; the body is ignored), or kUnavailable
 // if nothing answers within `timeout`. `tls`: over HTTPS, without checking the certificate (a
-// probe of a child this supervisor started, like a Kubernetes HTTPS probe).
+// probe of a child this supervisor started, like a Kubernetes HTTPS probe; the process must
+// ignore SIGPIPE, as `strata up` does).
 absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,
                                   absl::Duration timeout, bool tls = false);
 
