@@ -35,7 +35,7 @@ if [[ $kind == asan ]]; then
 else
   BUILD_DIR="${BUILD_DIR:-build-tsan}"
   flags=(-DSTRATA_SANITIZE_THREAD=ON)
-  ci_targets=(http_server_test proto_test)
+  ci_targets=(http_server_test http_tls_test proto_test)
 fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug "${flags[@]}" \
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_CUDA=OFF >/dev/null
