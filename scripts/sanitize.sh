@@ -30,11 +30,12 @@ if [[ $kind == asan ]]; then
   flags=(-DSTRATA_SANITIZE=ON)
   ci_targets=(fuzz_openai_request fuzz_http_request fuzz_trace fuzz_chat_template fuzz_tokenizer
               fuzz_safetensors fuzz_cluster_config fuzz_tool_calls fuzz_grammar
-              http_server_test openai_test proto_test multi_router_test router_admission_test)
+              http_server_test http_tls_test openai_test proto_test multi_router_test
+              router_admission_test)
 else
   BUILD_DIR="${BUILD_DIR:-build-tsan}"
   flags=(-DSTRATA_SANITIZE_THREAD=ON)
-  ci_targets=(http_server_test proto_test)
+  ci_targets=(http_server_test http_tls_test proto_test)
 fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug "${flags[@]}" \
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_CUDA=OFF >/dev/null

@@ -34,7 +34,7 @@ using namespace strata::replay;  // NOLINT: this file is the replay command.
 constexpr int kFallbackVocab = 1024;
 
 struct ReplayFlags {
-  std::string trace, format = "auto", url, model, api_key, out, clip = "truncate";
+  std::string trace, format = "auto", url, ca, model, api_key, out, clip = "truncate";
   std::string prompt_source = "auto";
   double speedup = 1, start = 0, duration = 0, slo_ttft = 2.0, slo_tpot = 0.1;
   double timeout = 600, target = 0.9;
@@ -47,7 +47,9 @@ struct ReplayFlags {
 void AddFlags(ArgParser& p, ReplayFlags& f) {
   p.AddString("--trace", &f.trace, "trace file (required)");
   p.AddString("--format", &f.format, "mooncake | azure | burstgpt | strata | auto");
-  p.AddString("--url", &f.url, "server, http://HOST:PORT[/v1] (required)");
+  p.AddString("--url", &f.url, "server, http[s]://HOST:PORT[/v1] (required)");
+  p.AddString("--ca", &f.ca,
+              "https: CA certificate(s) (PEM) that verify the server; default: the system's");
   p.AddString("--model", &f.model, "served model name; default: the first of GET /v1/models");
   p.AddString("--api-key", &f.api_key, "sent as Authorization: Bearer KEY");
   p.AddDouble("--speedup", &f.speedup, "arrival-rate scale: 2 replays twice as fast");
@@ -132,6 +134,8 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
   ClipOutputs(plan.trace, f.max_output_tokens);
   absl::StatusOr<ServerUrl> url = ParseServerUrl(f.url);
   if (!url.ok()) return url.status();
+  if (!f.ca.empty() && !url->tls) return absl::InvalidArgumentError("--ca needs an https:// --url");
+  url->ca_file = f.ca;
   absl::StatusOr<ModelInfo> info = FetchModelInfo(*url, f.api_key);
   if (!info.ok()) return info.status();
   int vocab = f.vocab_size > 0 ? f.vocab_size : info->vocab_size;

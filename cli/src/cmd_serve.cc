@@ -205,6 +205,7 @@ int RunRouter(const Args& args) {
   AddTenantFlags(p, &tenant);
   proto::TlsFiles tls;
   AddTlsFlags(p, &tls);
+  AddHttpTlsFlags(p, &o.http_tls);
   p.AddDouble("--slo-ttft", &o.slo_ttft_s, "time-to-first-token objective, seconds");
   p.AddDouble("--slo-tpot", &o.slo_tpot_s, "time-per-output-token objective, seconds");
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running streams may finish");
@@ -253,6 +254,9 @@ int RunRouter(const Args& args) {
   o.rate_limit = tenant_settings->rate_limit;
   o.api_key_rate_limits = tenant_settings->api_key_rate_limits;
   if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("router", std::string(st.message()), 2);
+  if (auto st = CheckHttpTlsFlags(o.http_tls); !st.ok()) {
+    return Fail("router", std::string(st.message()), 2);
+  }
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("router", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -266,8 +270,9 @@ int RunRouter(const Args& args) {
   auto r = router::Router::Create(o);
   if (!r.ok()) return Fail("router", std::string(r.status().message()), 1);
   if (auto s = (*r)->Start(); !s.ok()) return Fail("router", std::string(s.message()), 1);
-  std::printf("router: serving the OpenAI API at http://%s:%d/v1, registry at %s:%d\n",
-              o.host.c_str(), (*r)->http_port(), o.host.c_str(), (*r)->grpc_port());
+  std::printf("router: serving the OpenAI API at %s://%s:%d/v1, registry at %s:%d\n",
+              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*r)->http_port(),
+              o.host.c_str(), (*r)->grpc_port());
   std::fflush(stdout);
   const int sig = WaitForStopSignal(set);
   std::printf("router: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -318,6 +323,7 @@ int RunWorker(const Args& args) {
   AddTenantFlags(p, &tenant);
   proto::TlsFiles tls;
   AddTlsFlags(p, &tls);
+  AddHttpTlsFlags(p, &o.http_tls);
   p.AddDouble("--drain-seconds", &drain_s, "on SIGTERM, how long running requests may finish");
   long long kv_host_mb = 0, kv_disk_mb = 0, kv_staging_mb = 64;
   bool no_demote_remote = false;
@@ -442,6 +448,9 @@ int RunWorker(const Args& args) {
     return Fail("worker", "--kv-remote-from-router needs --router or --router-service", 2);
   }
   if (auto st = ApplyTlsFlags(tls); !st.ok()) return Fail("worker", std::string(st.message()), 2);
+  if (auto st = CheckHttpTlsFlags(o.http_tls); !st.ok()) {
+    return Fail("worker", std::string(st.message()), 2);
+  }
   auto dir = ResolveModelPath(model);
   if (!dir.ok()) return Fail("worker", std::string(dir.status().message()), 1);
   o.model_dir = *dir;
@@ -458,8 +467,9 @@ int RunWorker(const Args& args) {
   auto w = worker::Worker::Create(o);
   if (!w.ok()) return Fail("worker", std::string(w.status().message()), 1);
   if (auto s = (*w)->Start(); !s.ok()) return Fail("worker", std::string(s.message()), 1);
-  std::printf("worker %s (%s): http %s:%d, grpc %s:%d\n", o.id.c_str(), role.c_str(),
-              o.host.c_str(), (*w)->http_port(), o.host.c_str(), (*w)->grpc_port());
+  std::printf("worker %s (%s): %s %s:%d, grpc %s:%d\n", o.id.c_str(), role.c_str(),
+              o.http_tls.enabled() ? "https" : "http", o.host.c_str(), (*w)->http_port(),
+              o.host.c_str(), (*w)->grpc_port());
   std::fflush(stdout);
   WaitForStopSignal(set);
   std::printf("worker %s: draining\n", o.id.c_str());

@@ -335,8 +335,8 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
   Supervisor sup(options);
   std::unique_ptr<TcpFront> front;
   if (plan.front_backends.empty()) {
-    Say(absl::StrCat("starting router on http://", ConnectHost(c.host), ":", c.router.http_port,
-                     " (grpc ", c.router.grpc_port, ") ..."));
+    Say(absl::StrCat("starting router on ", RouterScheme(c), "://", ConnectHost(c.host), ":",
+                     c.router.http_port, " (grpc ", c.router.grpc_port, ") ..."));
   } else {
     // Bound before the routers start, so a taken port fails at once.
     TcpFrontOptions fo;
@@ -346,7 +346,7 @@ int StartAndServe(const ClusterConfig& c, const ClusterPlan& plan, double grace,
     front = std::make_unique<TcpFront>(fo);
     if (auto st = front->Start(); !st.ok()) return Fail("up", std::string(st.message()), 1);
     Say(absl::StrCat("starting ", plan.router.size(), " routers (",
-                     absl::StrJoin(plan.front_backends, ", "), ") behind http://",
+                     absl::StrJoin(plan.front_backends, ", "), ") behind ", RouterScheme(c), "://",
                      ConnectHost(c.host), ":", c.router.http_port, " ..."));
   }
   if (auto st = sup.Start(plan.router); !st.ok()) return Fail("up", std::string(st.message()), 1);
@@ -427,6 +427,9 @@ int RunUp(const Args& args) {
     c.kv_hash_key_file = c.log_dir + "/kv_hash.key";
   }
   if (auto st = PrepareClusterTls(c); !st.ok()) return Fail("up", std::string(st.message()), 1);
+  if (auto st = PrepareRouterHttpTls(c); !st.ok()) {
+    return Fail("up", std::string(st.message()), 1);
+  }
   if (c.models.empty()) {
     Say(absl::StrCat("model: ", *model_dir));
   } else {
@@ -435,6 +438,11 @@ int RunUp(const Args& args) {
     }
   }
   if (c.tls.mode != "off") Say(absl::StrCat("cluster gRPC: mTLS, CA ", c.tls.ca));
+  if (c.router.http_tls.mode == "auto") {
+    Say(absl::StrCat("OpenAI API: HTTPS, clients trust the CA ", c.router.http_tls.ca));
+  } else if (c.router.http_tls.mode == "files") {
+    Say(absl::StrCat("OpenAI API: HTTPS, certificate ", c.router.http_tls.cert));
+  }
   Say(absl::StrCat("logs: ", c.log_dir));
   auto plan = PlanCluster(c, exe, *model_dir, c.log_dir, ports->workers, ports->routers);
   if (!plan.ok()) return Fail("up", std::string(plan.status().message()), 2);

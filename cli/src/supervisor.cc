@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -93,19 +95,21 @@ absl::StatusOr<pid_t> Spawn(const ProcessSpec& spec, const std::string& log_mark
 }
 
 struct Url {
+  bool tls = false;
   std::string host;
   int port = 0;
   std::string path;
 };
 
-// "http://host:port/path" only; enough for the URLs this file builds.
+// "http[s]://host:port/path" only; enough for the URLs this file builds.
 absl::StatusOr<Url> ParseUrl(const std::string& url) {
-  constexpr std::string_view kScheme = "http://";
-  if (!url.starts_with(kScheme)) return absl::InvalidArgumentError("not an http URL: " + url);
-  const std::string rest = url.substr(kScheme.size());
+  Url out;
+  out.tls = url.starts_with("https://");
+  const std::string_view scheme = out.tls ? "https://" : "http://";
+  if (!url.starts_with(scheme)) return absl::InvalidArgumentError("not an http URL: " + url);
+  const std::string rest = url.substr(scheme.size());
   const size_t slash = rest.find('/');
   const std::string authority = rest.substr(0, slash);
-  Url out;
   out.path = slash == std::string::npos ? "/" : rest.substr(slash);
   const size_t colon = authority.rfind(':');
   if (colon == std::string::npos || !absl::SimpleAtoi(authority.substr(colon + 1), &out.port)) {
@@ -147,16 +151,59 @@ int ConnectWithDeadline(const std::string& host, int port, absl::Time deadline) 
   return fd;
 }
 
+// Sends `request` over TLS on the connected `fd` and returns what arrives up to the end of the
+// status line ("" on failure). Blocking reads and writes, each bounded by the time left. OpenSSL
+// writes with write(2): the caller ignores SIGPIPE (`strata up` does).
+std::string TlsExchange(int fd, const std::string& request, absl::Time deadline) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const int64_t left_us =
+      std::max<int64_t>(1000, absl::ToInt64Microseconds(deadline - absl::Now()));
+  timeval tv{.tv_sec = left_us / 1000000, .tv_usec = left_us % 1000000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = ctx != nullptr ? SSL_new(ctx) : nullptr;
+  std::string response;
+  if (ssl != nullptr && SSL_set_fd(ssl, fd) == 1 && SSL_connect(ssl) == 1 &&
+      SSL_write(ssl, request.data(), int(request.size())) == int(request.size())) {
+    char buf[512];
+    int n = 0;
+    while (response.find("\r\n") == std::string::npos && absl::Now() < deadline &&
+           (n = SSL_read(ssl, buf, sizeof(buf))) > 0) {
+      response.append(buf, size_t(n));
+    }
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ERR_clear_error();
+  return response;
+}
+
+absl::StatusOr<int> StatusOfResponse(const std::string& response, const std::string& host,
+                                     int port) {
+  int status = 0;
+  if (!response.starts_with("HTTP/1.") || response.size() < 12 ||
+      !absl::SimpleAtoi(response.substr(9, 3), &status)) {
+    return absl::UnavailableError(absl::StrCat("no HTTP response from ", host, ":", port));
+  }
+  return status;
+}
+
 }  // namespace
 
 absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,
-                                  absl::Duration timeout) {
+                                  absl::Duration timeout, bool tls) {
   const absl::Time deadline = absl::Now() + timeout;
   const int fd = ConnectWithDeadline(host, port, deadline);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port));
   const std::string request = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
                                            "\r\nConnection: close\r\n\r\n");
   std::string response;
+  if (tls) {
+    response = TlsExchange(fd, request, deadline);
+    close(fd);
+    return StatusOfResponse(response, host, port);
+  }
   size_t sent = 0;
   bool failed = false;
   while (!failed && response.find("\r\n") == std::string::npos) {
@@ -171,12 +218,7 @@ absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::
     if (n > 0 && !sending) response.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  int status = 0;
-  if (!response.starts_with("HTTP/1.") || response.size() < 12 ||
-      !absl::SimpleAtoi(response.substr(9, 3), &status)) {
-    return absl::UnavailableError(absl::StrCat("no HTTP response from ", host, ":", port));
-  }
-  return status;
+  return StatusOfResponse(response, host, port);
 }
 
 absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int n) {
@@ -299,7 +341,7 @@ absl::Status Supervisor::Restart(const std::string& name) {
 absl::StatusOr<bool> Supervisor::CheckReady(Child& child, absl::Duration timeout) {
   auto url = ParseUrl(child.spec.ready_url);
   if (!url.ok()) return url.status();
-  auto code = HttpGetStatus(url->host, url->port, url->path, timeout);
+  auto code = HttpGetStatus(url->host, url->port, url->path, timeout, url->tls);
   child.ready = code.ok() && *code == 200;
   return child.ready;
 }
@@ -633,11 +675,21 @@ ProcessSpec RouterSpec(const ClusterConfig& c, const std::string& exe, const std
   if (c.router.resume_settle_s != ClusterConfig::Router{}.resume_settle_s) {
     argv.insert(argv.end(), {"--resume-settle-s", absl::StrCat(c.router.resume_settle_s)});
   }
-  const std::string http = absl::StrCat("http://", ConnectHost(c.host), ":", http_port);
+  const ClusterConfig::Router::HttpTls& tls = c.router.http_tls;
+  if (tls.mode != "off" && !tls.cert.empty()) {
+    argv.insert(argv.end(), {"--http-tls-cert", tls.cert, "--http-tls-key", tls.key});
+    if (!tls.client_ca.empty()) argv.insert(argv.end(), {"--http-tls-client-ca", tls.client_ca});
+  }
+  const std::string http =
+      absl::StrCat(RouterScheme(c), "://", ConnectHost(c.host), ":", http_port);
   return ProcessSpec{name, std::move(argv), http + "/ready", absl::StrCat(log_dir, "/", name, ".log")};
 }
 
 }  // namespace
+
+std::string RouterScheme(const ClusterConfig& config) {
+  return config.router.http_tls.mode == "off" ? "http" : "https";
+}
 
 absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::string& exe,
                                         const std::string& model_dir, const std::string& log_dir,
@@ -664,7 +716,7 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& c, const std::strin
       plan.front_backends.push_back(absl::StrCat(host, ":", http_port));
     }
   }
-  plan.url = absl::StrCat("http://", host, ":", c.router.http_port, "/v1");
+  plan.url = absl::StrCat(RouterScheme(c), "://", host, ":", c.router.http_port, "/v1");
   const std::string routers = absl::StrJoin(registries, ",");
   // Every model's workers: ids <role>-<i>, or <model>-<role>-<i> with a models list (the
   // model's ModelProcessPrefix).

@@ -23,7 +23,7 @@ namespace strata::cli {
 struct ProcessSpec {
   std::string name;               // "router", "decode-0": used in messages
   std::vector<std::string> argv;  // argv[0] is the executable's path
-  std::string ready_url;          // "http://HOST:PORT/PATH"; "" = ready once spawned
+  std::string ready_url;          // "http[s]://HOST:PORT/PATH"; "" = ready once spawned
   std::string log_path;           // stdout and stderr, truncated at start
 };
 
@@ -131,9 +131,11 @@ class Supervisor {
 };
 
 // The status code of GET `path` on host:port (any status; the body is ignored), or kUnavailable
-// if nothing answers within `timeout`.
+// if nothing answers within `timeout`. `tls`: over HTTPS, without checking the certificate (a
+// probe of a child this supervisor started, like a Kubernetes HTTPS probe; the process must
+// ignore SIGPIPE, as `strata up` does).
 absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,
-                                  absl::Duration timeout);
+                                  absl::Duration timeout, bool tls = false);
 
 // `n` distinct ports free on `host` a moment ago (each bound to port 0 and read back; all held
 // until the last is picked, then closed).
@@ -150,7 +152,7 @@ struct ClusterPlan {
   std::vector<std::string> front_backends;
   std::vector<ProcessSpec> kvstores;  // remote KV store daemons (G4), started before workers
   std::vector<ProcessSpec> workers;  // prefill-0.., decode-0.., mixed-0..
-  std::string url;                   // http://HOST:PORT/v1
+  std::string url;                   // http[s]://HOST:PORT/v1
 };
 
 // `config` must have its router ports resolved (non-zero); with router.replicas above 1,
@@ -170,5 +172,8 @@ absl::StatusOr<ClusterPlan> PlanCluster(const ClusterConfig& config, const std::
 
 // The address to connect to for a bind address: wildcards (0.0.0.0, ::, "") mean 127.0.0.1.
 std::string ConnectHost(const std::string& bind_host);
+
+// "https" when the config's router.http_tls is on, else "http".
+std::string RouterScheme(const ClusterConfig& config);
 
 }  // namespace strata::cli

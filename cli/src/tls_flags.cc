@@ -33,4 +33,25 @@ absl::Status ApplyTlsFlags(const proto::TlsFiles& files) {
   return absl::OkStatus();
 }
 
+void AddHttpTlsFlags(ArgParser& parser, http::TlsOptions* tls) {
+  parser.AddString(
+      "--http-tls-cert", &tls->cert_file,
+      "HTTPS on the HTTP port: the server certificate (PEM, intermediates may follow); "
+      "with --http-tls-key. Re-read when it changes (new connections get the new one)");
+  parser.AddString("--http-tls-key", &tls->key_file, "the HTTPS certificate's private key (PEM)");
+  parser.AddString("--http-tls-client-ca", &tls->client_ca_file,
+                   "with HTTPS: require client certificates signed by these CA(s) (PEM)");
+}
+
+absl::Status CheckHttpTlsFlags(const http::TlsOptions& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key go together");
+  }
+  if (!tls.client_ca_file.empty() && !tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "--http-tls-client-ca needs --http-tls-cert and --http-tls-key");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace strata::cli

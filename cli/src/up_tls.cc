@@ -12,9 +12,15 @@
 namespace strata::cli {
 namespace {
 
-// One run's certificates: valid for 30 days (a cluster left up that long keeps working), named
-// for this machine's loopback and the bind address. Peers check the chain, not these names.
-absl::Status WriteThrowawayTls(ClusterConfig& c) {
+// One run's certificates, written to <log_dir>/tls/<prefix>ca.crt, <prefix>tls.crt and
+// <prefix>tls.key: valid for 30 days (a cluster left up that long keeps working), named for this
+// machine's loopback and the bind address. Cluster peers check the chain, not these names;
+// HTTPS clients check the names too. The CA's key is not kept: nothing else can be issued.
+struct ThrowawayFiles {
+  std::string ca, cert, key;
+};
+absl::StatusOr<ThrowawayFiles> WriteThrowawayTls(const ClusterConfig& c,
+                                                 const std::string& prefix) {
   const std::string dir = c.log_dir + "/tls";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -34,16 +40,14 @@ absl::Status WriteThrowawayTls(ClusterConfig& c) {
   }
   auto leaf = proto::IssueLeafCertificate(*ca, spec);
   if (!leaf.ok()) return leaf.status();
-  c.tls.ca = dir + "/ca.crt";
-  c.tls.cert = dir + "/tls.crt";
-  c.tls.key = dir + "/tls.key";
-  // The CA's key is not kept: nothing else can be issued for this run.
-  for (const auto& [path, text, mode] : {std::tuple{c.tls.ca, ca->cert_pem, 0644},
-                                         {c.tls.cert, leaf->cert_pem, 0644},
-                                         {c.tls.key, leaf->key_pem, 0600}}) {
+  ThrowawayFiles files{dir + "/" + prefix + "ca.crt", dir + "/" + prefix + "tls.crt",
+                       dir + "/" + prefix + "tls.key"};
+  for (const auto& [path, text, mode] : {std::tuple{files.ca, ca->cert_pem, 0644},
+                                         {files.cert, leaf->cert_pem, 0644},
+                                         {files.key, leaf->key_pem, 0600}}) {
     if (auto s = proto::WritePrivateFile(path, text, mode); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return files;
 }
 
 absl::Status CheckGivenTls(const ClusterConfig& c) {
@@ -67,8 +71,31 @@ absl::Status CheckGivenTls(const ClusterConfig& c) {
 }  // namespace
 
 absl::Status PrepareClusterTls(ClusterConfig& c) {
-  if (c.tls.mode == "auto") return WriteThrowawayTls(c);
+  if (c.tls.mode == "auto") {
+    auto files = WriteThrowawayTls(c, "");
+    if (!files.ok()) return files.status();
+    c.tls.ca = files->ca;
+    c.tls.cert = files->cert;
+    c.tls.key = files->key;
+  }
   if (c.tls.mode == "files") return CheckGivenTls(c);
+  return absl::OkStatus();
+}
+
+absl::Status PrepareRouterHttpTls(ClusterConfig& c) {
+  ClusterConfig::Router::HttpTls& h = c.router.http_tls;
+  if (h.mode != "auto") return absl::OkStatus();
+  if (c.tls.mode == "auto" && !c.tls.cert.empty()) {
+    h.ca = c.tls.ca;
+    h.cert = c.tls.cert;
+    h.key = c.tls.key;
+    return absl::OkStatus();
+  }
+  auto files = WriteThrowawayTls(c, "http-");
+  if (!files.ok()) return files.status();
+  h.ca = files->ca;
+  h.cert = files->cert;
+  h.key = files->key;
   return absl::OkStatus();
 }
 

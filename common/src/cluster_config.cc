@@ -326,6 +326,53 @@ FieldSpec Tls() {
   return f;
 }
 
+// `router.http_tls`: off | auto, or a mapping {cert, key[, client_ca]} of PEM paths.
+FieldSpec HttpTls() {
+  FieldSpec f;
+  f.path = "router.http_tls";
+  f.parse = [](const YAML::Node& node, ClusterConfig& c) -> std::string {
+    auto& t = c.router.http_tls;
+    t = {};
+    if (node.IsNull()) return "";
+    if (node.IsScalar()) {
+      const std::string& v = node.Scalar();
+      if (v == "off" || v == "false") return "";
+      if (v == "auto") {
+        t.mode = "auto";
+        return "";
+      }
+      return absl::StrCat("must be off, auto or a mapping {cert, key, client_ca}, got '", v, "'");
+    }
+    if (!node.IsMap()) return "must be off, auto or a mapping {cert, key, client_ca}";
+    for (const auto& kv : node) {
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      std::string* out = name == "cert"        ? &t.cert
+                         : name == "key"       ? &t.key
+                         : name == "client_ca" ? &t.client_ca
+                                               : nullptr;
+      if (out == nullptr) {
+        return absl::StrCat("unknown key '", name, "' (known keys: cert, key, client_ca)");
+      }
+      if (!kv.second.IsScalar() || kv.second.Scalar().empty()) {
+        return absl::StrCat(name, " must be a file path");
+      }
+      *out = kv.second.Scalar();
+    }
+    t.mode = "files";
+    return "";
+  };
+  f.check = [](const ClusterConfig& c) -> std::string {
+    const auto& t = c.router.http_tls;
+    if (t.mode == "off" || t.mode == "auto") return "";
+    if (t.mode != "files") {
+      return absl::StrCat("mode must be off, auto or files, got '", t.mode, "'");
+    }
+    if (t.cert.empty() || t.key.empty()) return "needs cert and key (PEM file paths)";
+    return "";
+  };
+  return f;
+}
+
 const FieldSpec* FindField(const std::string& path);
 std::vector<std::string> KeysUnder(const std::string& prefix);
 
@@ -459,6 +506,7 @@ std::vector<FieldSpec> HeadFields() {
       Scalar<double>(
           "router.resume_settle_s", "a number",
           [](auto& c) -> auto& { return c.router.resume_settle_s; }, SecondsUpTo(600)),
+      HttpTls(),
   };
 }
 

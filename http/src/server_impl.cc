@@ -1,5 +1,8 @@
 #include "server_impl.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <boost/asio/post.hpp>
 #include <exception>
 #include <utility>
@@ -26,7 +29,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("http: bad port ", options.port));
   }
-  return std::make_unique<internal::ServerImpl>(options);
+  std::unique_ptr<internal::TlsContext> tls;
+  if (options.tls.enabled()) {
+    auto loaded = internal::TlsContext::Load(options.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls = *std::move(loaded);
+  }
+  return std::make_unique<internal::ServerImpl>(options, std::move(tls));
 }
 
 namespace internal {
@@ -41,8 +50,9 @@ constexpr absl::Duration kCloseWait = absl::Seconds(5);
 
 }  // namespace
 
-ServerImpl::ServerImpl(const ServerOptions& options)
+ServerImpl::ServerImpl(const ServerOptions& options, std::unique_ptr<TlsContext> tls)
     : options_(options),
+      tls_(std::move(tls)),
       accept_strand_(asio::make_strand(io_context_)),
       acceptor_(accept_strand_),
       accept_retry_(accept_strand_) {}
@@ -70,12 +80,22 @@ absl::Status ServerImpl::Start() {
   running_threads_ = options_.threads;
   for (int i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this] {
+      // OpenSSL writes TLS records to the socket with write(2): a peer that has gone away must
+      // give EPIPE on this thread, not a SIGPIPE that ends the process.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       io_context_.run();
       absl::MutexLock lock(&threads_mu_);
       --running_threads_;
     });
   }
   state_ = State::kRunning;
+  if (tls_ != nullptr) {
+    STRATA_LOG(Info) << "http: " << options_.host << ":" << port_.load() << " serves "
+                     << tls_->description();
+  }
   return absl::OkStatus();
 }
 
@@ -129,6 +149,8 @@ void ServerImpl::OnAccept(const boost::system::error_code& ec, tcp::socket socke
   const std::string client = ignored ? std::string() : peer.address().to_string();
   bool admitted = false;
   std::shared_ptr<Session> session;
+  // The TLS context in use now (the files are re-read here when the check is due).
+  const SslCtxPtr tls_context = tls_ != nullptr ? tls_->ForNewConnection() : nullptr;
   if (!draining_ && open_connections_.load() < options_.max_connections) {
     absl::MutexLock lock(&sessions_mu_);
     int& from_client = per_client_[client];
@@ -136,7 +158,7 @@ void ServerImpl::OnAccept(const boost::system::error_code& ec, tcp::socket socke
       ++from_client;
       admitted = true;
       socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-      session = std::make_shared<Session>(std::move(socket), next_session_id_++,
+      session = std::make_shared<Session>(std::move(socket), tls_context.get(), next_session_id_++,
                                           static_cast<SessionHost*>(this));
       sessions_[session->id()] = SessionEntry{session, client};
       ++open_connections_;

@@ -20,12 +20,14 @@
 #include "absl/synchronization/mutex.h"
 #include "session.h"
 #include "strata/http/server.h"
+#include "tls_context.h"
 
 namespace strata::http::internal {
 
 class ServerImpl final : public Server, private SessionHost {
  public:
-  explicit ServerImpl(const ServerOptions& options);
+  // `tls`: null for plaintext.
+  ServerImpl(const ServerOptions& options, std::unique_ptr<TlsContext> tls);
   ~ServerImpl() override;
 
   void Route(std::string method, std::string path, Handler handler) override;
@@ -33,6 +35,7 @@ class ServerImpl final : public Server, private SessionHost {
   int port() const override { return port_.load(); }
   void Shutdown(absl::Duration drain) override;
   int64_t open_connections() const override { return open_connections_.load(); }
+  std::string tls_description() const override { return tls_ ? tls_->description() : ""; }
 
  private:
   enum class State { kNew, kRunning, kStopped };
@@ -55,6 +58,7 @@ class ServerImpl final : public Server, private SessionHost {
   // First member: destroyed last, after every object whose handlers it still queues.
   boost::asio::io_context io_context_;
   const ServerOptions options_;
+  const std::unique_ptr<TlsContext> tls_;
   boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_retry_;  // after an accept error such as EMFILE

@@ -6,6 +6,7 @@
 #include <boost/beast/http/read.hpp>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -61,20 +62,74 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& message, std::string remo
   return request;
 }
 
-Session::Session(tcp::socket socket, uint64_t id, SessionHost* host)
+Session::Session(tcp::socket socket, SSL_CTX* tls_context, uint64_t id, SessionHost* host)
     : id_(id),
       host_(host),
       executor_(socket.get_executor()),
-      socket_(std::move(socket)),
+      stream_(tls_context != nullptr ? Stream(std::move(socket), tls_context)
+                                     : Stream(std::move(socket))),
       timer_(executor_),
-      remote_(RemoteString(socket_)),
+      remote_(RemoteString(stream_.socket())),
       write_timer_(executor_) {}
 
 void Session::Start() {
   asio::post(executor_, [self = shared_from_this()] {
-    self->ArmTimer(self->host_->options().idle_timeout);
-    self->ReadRequest();
+    if (!self->stream_.tls()) {
+      self->ArmTimer(self->host_->options().idle_timeout);
+      return self->ReadRequest();
+    }
+    // A client that does not finish the handshake in time is closed by the timer.
+    self->ArmTimer(self->host_->options().tls.handshake_timeout);
+    self->stream_.async_handshake(
+        [self](const boost::system::error_code& ec, size_t) { self->OnHandshake(ec); });
   });
+}
+
+// ---- TLS handshake -------------------------------------------------------------------------
+
+void Session::OnHandshake(const boost::system::error_code& ec) {
+  if (closed_) return;
+  if (ec) {
+    if (stream_.plaintext_http_seen()) return RejectPlaintext();
+    STRATA_LOG(Debug) << "http: TLS handshake with " << remote_ << " failed: "
+                      << (stream_.tls_error().empty() ? ec.message() : stream_.tls_error());
+    return Close();
+  }
+  probes_only_ = !host_->options().tls.client_ca_file.empty() && !stream_.peer_certificate();
+  ArmTimer(host_->options().idle_timeout);
+  ReadRequest();
+}
+
+void Session::RejectPlaintext() {
+  static const std::string kResponse = [] {
+    const std::string body =
+        ErrorJson("This port speaks HTTPS: the plain HTTP request was sent to an HTTPS port.",
+                  "invalid_request_error");
+    ResponseHead head;
+    head.status = 400;
+    head.content_type = "application/json";
+    head.content_length = body.size();
+    head.keep_alive = false;
+    return FormatHead(head) + body;
+  }();
+  ArmTimer(kLingerTimeout);
+  asio::async_write(stream_.socket(), asio::buffer(kResponse),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (self->closed_) return;
+                      if (ec) return self->Close();
+                      beast::error_code ignored;
+                      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                      self->DrainUntilClose();
+                    });
+}
+
+void Session::DrainUntilClose() {
+  stream_.socket().async_read_some(buffer_.prepare(kWatchReadSize),
+                                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                                     if (self->closed_) return;
+                                     if (ec) return self->Close();
+                                     self->DrainUntilClose();  // nothing was committed
+                                   });
 }
 
 void Session::BeginDrain() {
@@ -103,7 +158,7 @@ void Session::ReadRequest() {
   parser_->body_limit(host_->options().max_body_bytes);
   reading_ = true;
   bhttp::async_read_header(
-      socket_, buffer_, *parser_,
+      stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
 }
 
@@ -114,7 +169,7 @@ void Session::OnHeader(const beast::error_code& ec) {
   if (parser_->is_done()) return Dispatch();
   // curl and others wait (about a second) for this before sending a large body.
   if (absl::EqualsIgnoreCase(Absl(parser_->get()[bhttp::field::expect]), "100-continue")) {
-    asio::async_write(socket_, asio::buffer(kContinue),
+    asio::async_write(stream_, asio::buffer(kContinue),
                       [self = shared_from_this()](beast::error_code ec, size_t) {
                         if (self->closed_) return;
                         if (ec) return self->Close();
@@ -128,7 +183,7 @@ void Session::OnHeader(const beast::error_code& ec) {
 void Session::ReadBody() {
   reading_ = true;
   bhttp::async_read(
-      socket_, buffer_, *parser_,
+      stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
 }
 
@@ -166,6 +221,11 @@ void Session::Dispatch() {
   auto writer = BeginExchange(message.keep_alive(), message.version() >= 11);
   const Request request = ToRequest(std::move(message), remote_);
   StartWatch();
+  if (probes_only_ && !absl::c_linear_search(host_->options().tls.probe_paths, request.path)) {
+    RespondError(*writer, 403, "This server requires a TLS client certificate.",
+                 "permission_error");
+    return;
+  }
   host_->Dispatch(request, std::move(writer));
 }
 
@@ -185,7 +245,7 @@ void Session::StartWatch() {
   if (reading_ || closed_) return;
   if (buffer_.size() > 0) return;
   reading_ = true;
-  socket_.async_read_some(buffer_.prepare(kWatchReadSize),
+  stream_.async_read_some(buffer_.prepare(kWatchReadSize),
                           [self = shared_from_this()](beast::error_code ec, size_t bytes) {
                             self->OnWatch(ec, bytes);
                           });
@@ -248,7 +308,7 @@ void Session::MaybeWrite() {
           self->Close();
         });
   }
-  asio::async_write(socket_, buffers_, [self = shared_from_this()](beast::error_code ec, size_t) {
+  asio::async_write(stream_, buffers_, [self = shared_from_this()](beast::error_code ec, size_t) {
     self->OnWrite(ec);
   });
 }
@@ -281,8 +341,9 @@ void Session::OnResponseDone() {
 void Session::Linger() {
   lingering_ = true;
   buffer_.consume(buffer_.size());
+  stream_.SendCloseNotify();
   beast::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   ArmTimer(kLingerTimeout);
   StartWatch();
 }
@@ -308,8 +369,8 @@ void Session::Close() {
   closed_ = true;
   DisarmTimer();
   beast::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
   ++write_generation_;
   write_timer_.cancel();
   for (const std::string& bytes : write_queue_) queued_bytes_ -= bytes.size();

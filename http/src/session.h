@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "exchange.h"
 #include "strata/http/server.h"
+#include "stream.h"
 
 namespace strata::http::internal {
 
@@ -50,10 +51,16 @@ class SessionHost {
 //
 // Writes: the exchange's bytes are moved into `write_queue_` and gather-written, one
 // async_write at a time, in order.
+//
+// TLS: the handshake runs first, under handshake_timeout; then the same reads and writes go
+// through the Stream, so every limit (idle and write timeouts, the queue bound) holds as it
+// does in plaintext.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  // `socket` must have a strand as its executor.
-  Session(boost::asio::ip::tcp::socket socket, uint64_t id, SessionHost* host);
+  // `socket` must have a strand as its executor. `tls_context`: null for plaintext, else the
+  // TLS context the connection's handshake uses (the session keeps its own reference).
+  Session(boost::asio::ip::tcp::socket socket, SSL_CTX* tls_context, uint64_t id,
+          SessionHost* host);
 
   uint64_t id() const { return id_; }
   void Start();
@@ -66,6 +73,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void PostFlush(std::shared_ptr<Exchange> exchange);
 
  private:
+  void OnHandshake(const boost::system::error_code& ec);
+  // A plaintext HTTP request on the TLS port: a plaintext 400 saying so, then close.
+  void RejectPlaintext();
+  void DrainUntilClose();  // reads and drops bytes until EOF or the timer closes the socket
   void ReadRequest();
   void OnHeader(const boost::beast::error_code& ec);
   void ReadBody();
@@ -91,7 +102,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const uint64_t id_;
   SessionHost* const host_;
   const boost::asio::any_io_executor executor_;  // the strand
-  boost::asio::ip::tcp::socket socket_;
+  Stream stream_;
   boost::asio::steady_timer timer_;  // idle timeout between requests; linger before close
   uint64_t timer_generation_ = 0;    // a timer completion from an older arming is ignored
   std::string remote_;
@@ -101,6 +112,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reading_ = false;    // a read (request or watch) is outstanding
   bool lingering_ = false;  // our side is shut down; reads are discarded until EOF or timeout
   bool closed_ = false;
+  // TLS with client certificates required and none presented: only probe paths are served.
+  bool probes_only_ = false;
 
   std::shared_ptr<Exchange> current_;  // the request in flight, if any
   bool response_complete_ = false;     // current_ handed over its last bytes

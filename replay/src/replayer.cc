@@ -52,12 +52,12 @@ const char* ErrorKindName(ErrorKind kind) {
 
 absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url) {
   std::string_view rest = url;
-  if (!ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--url must start with http:// (https is not supported): ",
-                     std::string(url)));
-  }
   ServerUrl out;
+  out.tls = ConsumePrefix(&rest, "https://");
+  if (!out.tls && !ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--url must start with http:// or https://: ", std::string(url)));
+  }
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
@@ -65,11 +65,12 @@ absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url) {
   out.base_path = path.empty() ? "/v1" : std::string(path);
   const size_t colon = authority.rfind(':');
   out.host = std::string(authority.substr(0, colon));
-  out.port = colon == std::string_view::npos ? "80" : std::string(authority.substr(colon + 1));
+  out.port = colon == std::string_view::npos ? (out.tls ? "443" : "80")
+                                             : std::string(authority.substr(colon + 1));
   int port = 0;
   if (out.host.empty() || !absl::SimpleAtoi(out.port, &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("bad --url (want http://HOST:PORT[/v1]): ",
-                                                   std::string(url)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --url (want http[s]://HOST:PORT[/v1]): ", std::string(url)));
   }
   return out;
 }
@@ -77,6 +78,8 @@ absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url) {
 namespace {
 
 std::string HostHeader(const ServerUrl& url) { return absl::StrCat(url.host, ":", url.port); }
+
+std::string Scheme(const ServerUrl& url) { return url.tls ? "https://" : "http://"; }
 
 absl::StatusOr<ModelInfo> ParseModels(int status, const std::string& body) {
   if (status != 200) {
@@ -111,16 +114,20 @@ void RaiseOpenFileLimit() {
 }
 
 // GET <base><path> with a deadline: (status, body); Unavailable when the server cannot be
-// reached or answers too much (over 1 MiB) or too late.
+// reached (or, over https, not verified) or answers too much (over 1 MiB) or too late.
 absl::StatusOr<std::pair<int, std::string>> HttpGet(const ServerUrl& url, const std::string& path,
                                                     const std::string& api_key, double timeout_s) {
+  std::shared_ptr<asio::ssl::context> tls;
+  if (url.tls) {
+    STRATA_ASSIGN_OR_RETURN(tls, internal::MakeClientTlsContext(url.ca_file));
+  }
   asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
+  internal::ClientStream stream(ioc.get_executor(), tls.get(), url.host);
   beast::error_code ec;
   tcp::resolver resolver(ioc);
   auto endpoints = resolver.resolve(url.host, url.port, ec);
-  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(timeout_s));
+  const auto timeout =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   http::request<http::empty_body> req{http::verb::get, path, 11};
   req.set(http::field::host, HostHeader(url));
   if (!api_key.empty()) req.set(http::field::authorization, absl::StrCat("Bearer ", api_key));
@@ -129,19 +136,22 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(const ServerUrl& url, const 
   beast::flat_buffer buffer;
   // Asynchronous operations with a deadline, run to completion on this thread.
   if (!ec) {
-    stream.expires_after(timeout);
-    stream.async_connect(endpoints, [&](beast::error_code e, const auto&) {
+    stream.Connect(endpoints, Clock::now() + timeout, [&](beast::error_code e) {
       if ((ec = e)) return;
-      http::async_write(stream, req, [&](beast::error_code e2, size_t) {
-        if ((ec = e2)) return;
-        http::async_read(stream, buffer, parser, [&](beast::error_code e3, size_t) { ec = e3; });
+      stream.With([&](auto& s) {
+        http::async_write(s, req, [&](beast::error_code e2, size_t) {
+          if ((ec = e2)) return;
+          stream.With([&](auto& s2) {
+            http::async_read(s2, buffer, parser, [&](beast::error_code e3, size_t) { ec = e3; });
+          });
+        });
       });
     });
     ioc.run();
   }
   if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach http://", HostHeader(url), path, ": ", ec.message()));
+    return absl::UnavailableError(absl::StrCat("cannot reach ", Scheme(url), HostHeader(url), path,
+                                               ": ", stream.Describe(ec)));
   }
   return std::make_pair(static_cast<int>(parser.get().result_int()), parser.get().body());
 }
@@ -327,6 +337,10 @@ absl::StatusOr<std::vector<RequestResult>> Replayer::Run(const std::vector<Trace
     return absl::UnavailableError(
         absl::StrCat("cannot resolve ", options_.url.host, ": ", ec.message()));
   }
+  if (options_.url.tls) {
+    STRATA_ASSIGN_OR_RETURN(s.target.tls, internal::MakeClientTlsContext(options_.url.ca_file));
+  }
+  s.target.host = options_.url.host;
   s.target.host_header = HostHeader(options_.url);
   s.target.path = options_.url.base_path + "/completions";
   s.target.api_key = options_.api_key;

@@ -99,12 +99,67 @@ void SseRecorder::Fail(ErrorKind kind, std::string type, std::string message) {
   r_->error_message = std::move(message);
 }
 
+// ---- ClientStream -------------------------------------------------------------------------
+
+absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeClientTlsContext(
+    const std::string& ca_file) {
+  namespace ssl = boost::asio::ssl;
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  SSL_CTX_set_alpn_protos(context->native_handle(), kAlpn, sizeof(kAlpn));
+  beast::error_code ec;
+  context->set_verify_mode(ssl::verify_peer, ec);
+  if (ca_file.empty()) {
+    context->set_default_verify_paths(ec);
+  } else {
+    context->load_verify_file(ca_file, ec);
+  }
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ca ", ca_file.empty() ? "(the system's CAs)" : ca_file, ": ", ec.message()));
+  }
+  return context;
+}
+
+void ClientStream::NewTlsStream() {
+  if (tls_stream_ != nullptr) Close();
+  tls_stream_ = std::make_unique<TlsStream>(executor_, *tls_);
+  SSL* ssl = tls_stream_->native_handle();
+  beast::error_code ec;
+  boost::asio::ip::make_address(host_, ec);
+  if (ec) {
+    // A DNS name: sent as SNI and checked against the certificate's DNS names.
+    SSL_set_tlsext_host_name(ssl, host_.c_str());
+    SSL_set1_host(ssl, host_.c_str());
+  } else {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host_.c_str());
+  }
+}
+
+void ClientStream::Close() {
+  beast::error_code ignored;
+  tcp().socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+  tcp().socket().close(ignored);
+}
+
+std::string ClientStream::Describe(const beast::error_code& ec) const {
+  std::string text = ec.message();
+  if (tls_stream_ != nullptr) {
+    const long verify = SSL_get_verify_result(const_cast<TlsStream&>(*tls_stream_).native_handle());
+    if (verify != X509_V_OK) {
+      absl::StrAppend(&text, " (server certificate: ", X509_verify_cert_error_string(verify), ")");
+    }
+  }
+  return text;
+}
+
 // ---- StreamSession ------------------------------------------------------------------------
 
 StreamSession::StreamSession(boost::asio::any_io_executor strand, const Target* target,
                              std::string body, RequestResult* result, Clock::time_point origin,
                              std::function<void()> on_done)
-    : stream_(strand),
+    : stream_(strand, target->tls.get(), target->host),
       target_(target),
       backoff_(strand),
       r_(result),
@@ -139,27 +194,28 @@ void StreamSession::Connect() {
   parser_.emplace();
   parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
   buffer_.consume(buffer_.size());
-  stream_.expires_at(deadline_);
-  stream_.async_connect(target_->endpoints,
-                        [self = shared_from_this()](beast::error_code ec, const auto&) {
-                          self->OnConnect(ec);
-                        });
+  stream_.Connect(target_->endpoints, deadline_,
+                  [self = shared_from_this()](beast::error_code ec) { self->OnConnect(ec); });
 }
 
 void StreamSession::OnConnect(beast::error_code ec) {
   if (ec) return FinishNetworkError(ec, "connect");
-  stream_.expires_at(deadline_);
-  http::async_write(stream_, request_, [self = shared_from_this()](beast::error_code e, size_t) {
-    self->OnWrite(e);
+  stream_.tcp().expires_at(deadline_);
+  stream_.With([this](auto& stream) {
+    http::async_write(stream, request_, [self = shared_from_this()](beast::error_code e, size_t) {
+      self->OnWrite(e);
+    });
   });
 }
 
 void StreamSession::OnWrite(beast::error_code ec) {
   if (ec) return FinishNetworkError(ec, "write");
-  stream_.expires_at(deadline_);
-  http::async_read_header(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code e, size_t) { self->OnHeader(e); });
+  stream_.tcp().expires_at(deadline_);
+  stream_.With([this](auto& stream) {
+    http::async_read_header(
+        stream, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code e, size_t) { self->OnHeader(e); });
+  });
 }
 
 void StreamSession::OnHeader(beast::error_code ec) {
@@ -175,10 +231,12 @@ void StreamSession::ReadBody() {
   }
   parser_->get().body().data = chunk_;
   parser_->get().body().size = sizeof(chunk_);
-  stream_.expires_at(deadline_);
-  http::async_read_some(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code e, size_t) { self->OnBody(e); });
+  stream_.tcp().expires_at(deadline_);
+  stream_.With([this](auto& stream) {
+    http::async_read_some(
+        stream, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code e, size_t) { self->OnBody(e); });
+  });
 }
 
 void StreamSession::OnBody(beast::error_code ec) {
@@ -212,16 +270,16 @@ void StreamSession::ReadErrorBody() {
   if (parser_->is_done()) return on_read({}, 0);
   parser_->get().body().data = chunk_;
   parser_->get().body().size = sizeof(chunk_);
-  stream_.expires_at(deadline_);
-  http::async_read_some(stream_, buffer_, *parser_, std::move(on_read));
+  stream_.tcp().expires_at(deadline_);
+  stream_.With(
+      [&](auto& stream) { http::async_read_some(stream, buffer_, *parser_, std::move(on_read)); });
 }
 
 bool StreamSession::Retry(beast::error_code ec) {
   if (ec == beast::error::timeout || attempt_ >= target_->attempts) return false;
   ++attempt_;
   ++r_->retries;
-  beast::error_code ignored;
-  stream_.socket().close(ignored);
+  stream_.Close();
   recorder_.DropPartialEvent();
   r_->http_status = 0;
   if (!recorder_.last_event_id().empty()) {
@@ -243,7 +301,7 @@ void StreamSession::FinishNetworkError(beast::error_code ec, const char* during)
   const bool before_response = r_->http_status == 0 && std::string_view(during) != "stream";
   Finish(before_response && std::string_view(during) != "response header" ? ErrorKind::kConnect
                                                                           : ErrorKind::kStream,
-         std::string(during) + "_error", absl::StrCat(during, ": ", ec.message()));
+         std::string(during) + "_error", absl::StrCat(during, ": ", stream_.Describe(ec)));
 }
 
 void StreamSession::Finish(ErrorKind kind, std::string type, std::string message) {
@@ -255,9 +313,7 @@ void StreamSession::Finish(ErrorKind kind, std::string type, std::string message
     r_->error_type = std::move(type);
     r_->error_message = std::move(message);
   }
-  beast::error_code ignored;
-  stream_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
-  stream_.socket().close(ignored);
+  stream_.Close();
   on_done_();
 }
 

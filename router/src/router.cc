@@ -164,6 +164,7 @@ class RouterImpl final : public Router {
     ho.host = options_.host;
     ho.port = options_.http_port;
     ho.threads = options_.http_threads;
+    ho.tls = options_.http_tls;
     STRATA_ASSIGN_OR_RETURN(http_, http::Server::Create(ho));
     http_->Route("GET", "/metrics", [this](const http::Request&, auto w) {
       w->Respond(200, std::string(metrics::kContentType), registry_.Serialize());

@@ -106,7 +106,7 @@ def start_up(strata, tmp, config, timeout=120):
     with open(path, "w") as f:
         f.write(config + f"log_dir: {tmp}/logs\n")
     up = Proc([strata, "up", "--config", path], os.path.join(tmp, "up.err"),
-              r"strata is serving at http://127\.0\.0\.1:(\d+)/v1", timeout)
+              r"strata is serving at https?://127\.0\.0\.1:(\d+)/v1", timeout)
     up.http = int(up.match.group(1))
     return up
 

@@ -191,6 +191,7 @@ TEST(ClusterConfigTest, ShippedExampleParsesToDefaults) {
   EXPECT_EQ(c->restart.policy, d->restart.policy);
   EXPECT_EQ(c->restart.max_consecutive, d->restart.max_consecutive);
   EXPECT_EQ(c->tls.mode, d->tls.mode);
+  EXPECT_EQ(c->router.http_tls.mode, d->router.http_tls.mode);
 }
 
 TEST(ClusterConfigTest, ModelsListGivesEachModelItsPoolsAndPlugin) {
@@ -258,6 +259,25 @@ TEST(ClusterConfigTest, TlsParses) {
   auto o = ParseClusterConfig("tls: off\n");
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->tls.mode, "off");
+}
+
+TEST(ClusterConfigTest, RouterHttpTlsParses) {
+  auto d = ParseClusterConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->router.http_tls.mode, "off");
+  auto a = ParseClusterConfig("router:\n  http_tls: auto\n");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->router.http_tls.mode, "auto");
+  auto f = ParseClusterConfig(
+      "router:\n  http_tls: {cert: /s/api.crt, key: /s/api.key, client_ca: /s/clients.crt}\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->router.http_tls.mode, "files");
+  EXPECT_EQ(f->router.http_tls.cert, "/s/api.crt");
+  EXPECT_EQ(f->router.http_tls.key, "/s/api.key");
+  EXPECT_EQ(f->router.http_tls.client_ca, "/s/clients.crt");
+  auto o = ParseClusterConfig("router:\n  http_tls: off\n");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->router.http_tls.mode, "off");
 }
 
 TEST(ClusterConfigTest, RestartParses) {
@@ -461,7 +481,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"router:\n  http_port: 80\n  port: 1\n",
                 "cluster.yaml:3: router.port: unknown key (known keys in router: http_port, "
                 "grpc_port, replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, "
-                "resume_settle_s)"},
+                "resume_settle_s, http_tls)"},
+        BadCase{"router:\n  http_tls: on\n",
+                "cluster.yaml:2: router.http_tls: must be off, auto or a mapping {cert, key, "
+                "client_ca}, got 'on'"},
+        BadCase{"router:\n  http_tls: {cert: /a}\n",
+                "cluster.yaml:2: router.http_tls: needs cert and key (PEM file paths)"},
+        BadCase{"router:\n  http_tls: {cert: /a, key: /b, ca: /c}\n",
+                "cluster.yaml:2: router.http_tls: unknown key 'ca' (known keys: cert, key, "
+                "client_ca)"},
         BadCase{"router:\n  resume_settle_s: 601\n",
                 "cluster.yaml:2: router.resume_settle_s: must be a number of seconds in [0, 600], "
                 "got 601"},
@@ -537,7 +565,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "without gpu_memory_share or kv_cache_mb"},
         BadCase{"router: 8000\n",
                 "cluster.yaml:1: router: expected a mapping with keys http_port, grpc_port, "
-                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, resume_settle_s"},
+                "replicas, worker_stream_idle_timeout_s, max_inflight_per_worker, resume_settle_s, "
+                "http_tls"},
         BadCase{"api_keys: key\n", "cluster.yaml:1: api_keys: expected a list of strings"},
         BadCase{"unknown_params: loud\n",
                 "cluster.yaml:1: unknown_params: must be reject, warn or ignore, got 'loud'"},

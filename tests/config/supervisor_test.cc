@@ -17,6 +17,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "strata/http/server.h"
+#include "strata/proto/certificates.h"
 
 namespace strata::cli {
 namespace {
@@ -578,6 +580,66 @@ TEST(ClusterPlanTest, TlsFlagsReachEveryProcessWhenOn) {
       EXPECT_THAT(p.argv, testing::Not(testing::Contains("--tls-ca"))) << p.name;
     }
   }
+}
+
+TEST(ClusterPlanTest, HttpTlsReachesTheRoutersOnly) {
+  ClusterConfig c;
+  c.router.replicas = 2;
+  c.router.http_tls.mode = "files";
+  c.router.http_tls.cert = "/s/api.crt";
+  c.router.http_tls.key = "/s/api.key";
+  c.router.http_tls.client_ca = "/s/clients.crt";
+  const std::vector<std::pair<int, int>> workers = {{8101, 9101}, {8102, 9102}};
+  const std::vector<std::pair<int, int>> routers = {{8201, 9201}, {8202, 9202}};
+  auto planned = PlanCluster(c, "/bin/strata", "/models/m", "/logs", workers, routers);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(planned->url, "https://127.0.0.1:8000/v1");
+  ASSERT_EQ(planned->router.size(), 2u);
+  for (const ProcessSpec& p : planned->router) {
+    EXPECT_GE(FlagAt(p.argv, "--http-tls-cert", "/s/api.crt"), 0) << p.name;
+    EXPECT_GE(FlagAt(p.argv, "--http-tls-key", "/s/api.key"), 0) << p.name;
+    EXPECT_GE(FlagAt(p.argv, "--http-tls-client-ca", "/s/clients.crt"), 0) << p.name;
+    EXPECT_THAT(p.ready_url, testing::StartsWith("https://127.0.0.1:82")) << p.name;
+  }
+  for (const ProcessSpec& p : planned->workers) {
+    EXPECT_THAT(p.argv, testing::Not(testing::Contains("--http-tls-cert"))) << p.name;
+    EXPECT_THAT(p.ready_url, testing::StartsWith("http://")) << p.name;
+  }
+  c.router.http_tls = {};
+  auto plain = PlanCluster(c, "/bin/strata", "/models/m", "/logs", workers, routers);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->url, "http://127.0.0.1:8000/v1");
+  EXPECT_THAT(plain->router[0].argv, testing::Not(testing::Contains("--http-tls-cert")));
+}
+
+TEST(SupervisorHelpersTest, HttpGetStatusOverTls) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("supervisor_tls_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto ca = proto::MakeCertificateAuthority("supervisor test CA", absl::Hours(1));
+  ASSERT_TRUE(ca.ok());
+  auto leaf = proto::IssueLeafCertificate(*ca, proto::LeafSpec{});
+  ASSERT_TRUE(leaf.ok());
+  ASSERT_TRUE(proto::WritePrivateFile((dir / "tls.crt").string(), leaf->cert_pem, 0644).ok());
+  ASSERT_TRUE(proto::WritePrivateFile((dir / "tls.key").string(), leaf->key_pem, 0600).ok());
+  http::ServerOptions options;
+  options.tls.cert_file = (dir / "tls.crt").string();
+  options.tls.key_file = (dir / "tls.key").string();
+  auto server = http::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->Route("GET", "/ready",
+                   [](const http::Request&, auto w) { w->Respond(200, "text/plain", "ready"); });
+  ASSERT_TRUE((*server)->Start().ok());
+  const int port = (*server)->port();
+  auto tls = HttpGetStatus("127.0.0.1", port, "/ready", absl::Seconds(5), /*tls=*/true);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_EQ(*tls, 200);
+  // Plain HTTP to the TLS port: the server's 400, so a probe with the wrong scheme never passes.
+  auto plain = HttpGetStatus("127.0.0.1", port, "/ready", absl::Seconds(5));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, 400);
+  (*server)->Shutdown(absl::Seconds(1));
+  fs::remove_all(dir);
 }
 
 TEST(ClusterPlanTest, PluginConfigReachesEveryWorker) {

@@ -5,8 +5,8 @@ deployable the way docs/deploy.md says.
 usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
 
 1. `kubectl kustomize` renders overlays/cpu-demo, overlays/gpu, overlays/cpu-demo-mtls (cpu-demo
-   with components/mtls), the gpu overlay with components/mtls added (in a scratch copy of
-   deploy/k8s) and monitoring.
+   with components/mtls), the gpu overlay with components/mtls and cpu-demo with
+   components/https added (in a scratch copy of deploy/k8s) and monitoring.
 2. Every built-in object validates offline against the Kubernetes OpenAPI schemas (package
    kubernetes-validate, strict: unknown fields are errors) of the oldest and the newest version
    the package ships. The Prometheus Operator's objects (ServiceMonitor, PrometheusRule) have no
@@ -19,7 +19,8 @@ usage: k8s_manifests_test.py --source REPO_ROOT [--kubectl PATH]
    flags are ones `strata worker` accepts; the gpu overlay asks for one GPU per worker, device 0
    and a memory share of it; with components/mtls every router, worker and kvstore pod passes
    --tls-ca/--tls-cert/--tls-key from a whole-Secret mount of strata-cluster-tls (cert-manager's
-   keys), so rotated certificates reach the files.
+   keys), so rotated certificates reach the files; with components/https the router passes
+   --http-tls-cert/--http-tls-key from a whole-Secret mount of strata-api-tls and probes over HTTPS.
    The lint's own checks are tested on broken copies, so a lint that accepts everything fails.
 
 Exits 77 (ctest: skipped) when no kubectl is installed (Debian: kubernetes-client).
@@ -49,7 +50,8 @@ RENDERED = {}  # kustomization dir (relative to deploy/k8s) -> list of objects
 KUSTOMIZATIONS = ["overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls", "monitoring"]
 # Kustomizations with a Component, which kustomize before v3.7 (kubectl 1.20) cannot render:
 # there their checks are skipped, with the reason.
-NEEDS_COMPONENTS = {"overlays/cpu-demo-mtls", "overlays/gpu+components/mtls"}
+NEEDS_COMPONENTS = {"overlays/cpu-demo-mtls", "overlays/gpu+components/mtls",
+                    "overlays/cpu-demo+components/https"}
 NOT_RENDERED = {}  # kustomization -> why
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
@@ -60,9 +62,10 @@ EXTERNAL = {("overlays/gpu", "Secret", "strata-api-keys"),
             ("overlays/cpu-demo-mtls", "Secret", "strata-cluster-tls"),
             ("overlays/gpu+components/mtls", "Secret", "strata-api-keys"),
             ("overlays/gpu+components/mtls", "Secret", "strata-kv-hash-key"),
-            ("overlays/gpu+components/mtls", "Secret", "strata-cluster-tls")}
+            ("overlays/gpu+components/mtls", "Secret", "strata-cluster-tls"),
+            ("overlays/cpu-demo+components/https", "Secret", "strata-api-tls")}
 # Overlays rendered with a component added, as an operator would add it to their overlay.
-WITH_COMPONENT = [("overlays/gpu", "components/mtls")]
+WITH_COMPONENT = [("overlays/gpu", "components/mtls"), ("overlays/cpu-demo", "components/https")]
 # The workloads that serve or dial cluster gRPC, and so take the mTLS flags.
 CLUSTER_GRPC_WORKLOADS = {"strata-router", "strata-prefill", "strata-decode", "strata-kvstore"}
 TLS_FLAGS = {"tls-ca": "ca.crt", "tls-cert": "tls.crt", "tls-key": "tls.key"}
@@ -349,6 +352,31 @@ def lint_mtls(objects):
   return problems
 
 
+def lint_https(objects):
+  """The router passes --http-tls-cert and --http-tls-key, each a file of a whole-Secret mount of
+  strata-api-tls, and probes over HTTPS (a plaintext probe of an HTTPS port gets 400)."""
+  problems = []
+  for o in (o for o in objects if o["kind"] in WORKLOAD_KINDS):
+    if o["metadata"]["name"] != "strata-router":
+      continue
+    c = pod_spec(o)["containers"][0]
+    volumes = {v["name"]: v for v in pod_spec(o).get("volumes", [])}
+    for name, key in (("http-tls-cert", "tls.crt"), ("http-tls-key", "tls.key")):
+      path = flag(c, name)
+      mount = next((m for m in c.get("volumeMounts", [])
+                    if path == m["mountPath"].rstrip("/") + "/" + key), None) if path else None
+      secret = volumes.get(mount["name"], {}).get("secret", {}) if mount else {}
+      if mount is None or secret.get("secretName") != "strata-api-tls":
+        problems.append(f"{name_of(o)}: --{name}={path} is not key {key} of a mount of Secret "
+                        "strata-api-tls")
+      elif "subPath" in mount or secret.get("items"):
+        problems.append(f"{name_of(o)}: the strata-api-tls mount must be the whole Secret")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+      if c.get(probe, {}).get("httpGet", {}).get("scheme") != "HTTPS":
+        problems.append(f"{name_of(o)}: {probe} is not over HTTPS")
+  return problems
+
+
 def lint_references(kustomization, objects):
   """ConfigMaps, Secrets and PVCs the pods use exist in the rendering (or are documented as
   created by the operator)."""
@@ -441,7 +469,7 @@ class Lint(unittest.TestCase):
 
   def test_overlays_pass_the_lint(self):
     for kustomization in ("overlays/cpu-demo", "overlays/gpu", "overlays/cpu-demo-mtls",
-                          "overlays/gpu+components/mtls"):
+                          "overlays/gpu+components/mtls", "overlays/cpu-demo+components/https"):
       if kustomization in NOT_RENDERED:
         continue
       objects = RENDERED[kustomization]
@@ -463,6 +491,23 @@ class Lint(unittest.TestCase):
     mount = next(m for m in c["volumeMounts"] if m["name"] == "cluster-tls")
     mount["subPath"] = "tls.crt"
     self.assertTrue(any("whole Secret" in p for p in lint_mtls(objects)))
+
+  def test_https_component_serves_the_api_over_tls(self):
+    if NOT_RENDERED:
+      self.skipTest("; ".join(sorted(set(NOT_RENDERED.values()))))
+    self.assertEqual(lint_https(RENDERED["overlays/cpu-demo+components/https"]), [])
+    # Without the component: two flags and three probes missing; a subPath mount is refused.
+    self.assertEqual(len(lint_https(RENDERED["overlays/cpu-demo"])), 5)
+    objects = copy.deepcopy(RENDERED["overlays/cpu-demo+components/https"])
+    router = next(o for o in objects if o["metadata"]["name"] == "strata-router"
+                  and o["kind"] == "Deployment")
+    c = pod_spec(router)["containers"][0]
+    next(m for m in c["volumeMounts"] if m["name"] == "api-tls")["subPath"] = "tls.crt"
+    self.assertTrue(any("whole Secret" in p for p in lint_https(objects)))
+    # Only the router changes.
+    for o in RENDERED["overlays/cpu-demo+components/https"]:
+      if o["kind"] in WORKLOAD_KINDS and o["metadata"]["name"] != "strata-router":
+        self.assertIsNone(flag(pod_spec(o)["containers"][0], "http-tls-cert"), name_of(o))
 
   def test_gpu_overlay_uses_gpus(self):
     objects = RENDERED["overlays/gpu"]

@@ -1,15 +1,18 @@
 #pragma once
 // A tiny blocking HTTP/1.1 client over POSIX sockets for the server tests: it writes raw
 // request bytes and parses responses itself (Content-Length, chunked, or until close), so the
-// tests check the server's bytes on the wire, not another library's leniency.
+// tests check the server's bytes on the wire, not another library's leniency. ConnectTls speaks
+// the same over TLS (OpenSSL, the caller's client context).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -66,16 +69,47 @@ class TestClient {
     return std::unique_ptr<TestClient>(new TestClient(fd));
   }
 
+  // Connects and completes a TLS handshake with `context` (which says what to verify); null on
+  // failure, with the reason in *error. `host`: the name checked against the certificate and
+  // sent as SNI ("" = neither).
+  static std::unique_ptr<TestClient> ConnectTls(int port, SSL_CTX* context,
+                                                const std::string& host = "localhost",
+                                                std::string* error = nullptr, int timeout_s = 20) {
+    // OpenSSL writes with write(2): a server that closed must give EPIPE, not end the test.
+    std::signal(SIGPIPE, SIG_IGN);
+    auto client = Connect(port, timeout_s);
+    if (client == nullptr) return nullptr;
+    client->ssl_ = SSL_new(context);
+    SSL_set_fd(client->ssl_, client->fd_);
+    if (!host.empty()) {
+      SSL_set_tlsext_host_name(client->ssl_, host.c_str());
+      SSL_set1_host(client->ssl_, host.c_str());
+    }
+    if (SSL_connect(client->ssl_) != 1) {
+      if (error != nullptr) {
+        *error = absl::StrCat("handshake failed: verify result ",
+                              X509_verify_cert_error_string(SSL_get_verify_result(client->ssl_)));
+      }
+      return nullptr;
+    }
+    return client;
+  }
+
   ~TestClient() { Close(); }
 
   void Close() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ssl_ = nullptr;
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
 
+  SSL* ssl() const { return ssl_; }
+
   bool Send(std::string_view data) {
     while (!data.empty()) {
-      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      const ssize_t n = ssl_ != nullptr ? SSL_write(ssl_, data.data(), int(data.size()))
+                                        : ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
       if (n <= 0) return false;
       data.remove_prefix(static_cast<size_t>(n));
     }
@@ -145,6 +179,12 @@ class TestClient {
   bool ReadEof() {
     if (!buffer_.empty()) return false;
     char c;
+    if (ssl_ != nullptr) {
+      const int n = SSL_read(ssl_, &c, 1);
+      const int error = SSL_get_error(ssl_, n);
+      return n <= 0 && (error == SSL_ERROR_ZERO_RETURN ||
+                        (error == SSL_ERROR_SYSCALL && (errno == 0 || errno == ECONNRESET)));
+    }
     const ssize_t n = ::recv(fd_, &c, 1, 0);
     return n == 0 || (n < 0 && errno == ECONNRESET);
   }
@@ -163,7 +203,8 @@ class TestClient {
 
   bool Fill() {
     char data[16384];
-    const ssize_t n = ::recv(fd_, data, sizeof(data), 0);
+    const ssize_t n =
+        ssl_ != nullptr ? SSL_read(ssl_, data, sizeof(data)) : ::recv(fd_, data, sizeof(data), 0);
     if (n <= 0) return false;
     buffer_.append(data, static_cast<size_t>(n));
     return true;
@@ -189,6 +230,7 @@ class TestClient {
   }
 
   int fd_;
+  SSL* ssl_ = nullptr;
   std::string buffer_;
 };
 

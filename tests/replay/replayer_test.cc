@@ -176,7 +176,13 @@ TEST(ParseServerUrlTest, DefaultsAndErrors) {
   EXPECT_EQ(u->port, "8000");
   EXPECT_EQ(u->base_path, "/v1");
   EXPECT_EQ(ParseServerUrl("http://h:1/api/v1/")->base_path, "/api/v1");
-  EXPECT_FALSE(ParseServerUrl("https://h:1").ok());
+  EXPECT_FALSE(u->tls);
+  absl::StatusOr<ServerUrl> s = ParseServerUrl("https://api.example.com/v1");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->tls);
+  EXPECT_EQ(s->port, "443");
+  EXPECT_EQ(s->base_path, "/v1");
+  EXPECT_FALSE(ParseServerUrl("ftp://h:1").ok());
   EXPECT_FALSE(ParseServerUrl("http://:80").ok());
   EXPECT_FALSE(ParseServerUrl("http://h:99999").ok());
 }

@@ -175,6 +175,7 @@ class WorkerImpl final : public Worker {
     ho.host = options_.host;
     ho.port = options_.http_port;
     ho.threads = options_.http_threads;
+    ho.tls = options_.http_tls;
     STRATA_ASSIGN_OR_RETURN(http_, http::Server::Create(ho));
     http_->Route("GET", "/metrics", [this](const http::Request&, auto w) {
       w->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Serialize());

@@ -32,6 +32,16 @@ struct ClusterConfig {
     // A request with an Idempotency-Key arriving this soon after the router's start asks the
     // workers for its held generation only then (the router's --resume-settle-s).
     double resume_settle_s = 2.5;
+    // HTTPS on the OpenAI endpoint (the router's --http-tls-cert/--http-tls-key/
+    // --http-tls-client-ca). In YAML `http_tls: off`, `http_tls: auto` (`strata up` reuses the
+    // certificate of `tls: auto`, or makes a throwaway CA and certificate in the log dir; clients
+    // trust `ca`) or `http_tls: {cert: FILE, key: FILE, client_ca: FILE}` (client_ca optional:
+    // clients must then present a certificate it signed).
+    struct HttpTls {
+      std::string mode = "off";  // off | auto | files
+      std::string cert, key, client_ca;
+      std::string ca;  // mode auto: the CA that signed `cert`, filled in by `strata up`
+    } http_tls;
   } router;
 
   // A pool of workers of one role. Worker i runs on device gpus[i % gpus.size()] (the plugin's

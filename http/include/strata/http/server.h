@@ -1,6 +1,6 @@
 #pragma once
-// An asynchronous HTTP/1.1 server (Boost.Beast over Boost.Asio) for the OpenAI front end, the
-// health/readiness probes and /metrics of every strata process.
+// An asynchronous HTTP/1.1 server (Boost.Beast over Boost.Asio), optionally over TLS (OpenSSL),
+// for the OpenAI front end, the health/readiness probes and /metrics of every strata process.
 //
 // A small pool of I/O threads serves thousands of keep-alive connections, each of which may
 // hold a long streaming response (Server-Sent Events over chunked transfer encoding). Handlers
@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -61,6 +62,27 @@ class ResponseWriter {
 
 using Handler = std::function<void(const Request&, std::shared_ptr<ResponseWriter>)>;
 
+// HTTPS. With cert_file and key_file set, every connection of the server speaks TLS (1.2 or
+// later; ALPN http/1.1). The files are checked for change at most every `reload_interval`, when
+// a connection arrives: new connections get the new certificate, open ones keep theirs. A
+// replacement that does not load (say the certificate is written before its key) is ignored
+// until it does. A connection that has not finished its handshake within `handshake_timeout`
+// is closed; one that sends plaintext HTTP instead gets a 400 and is closed.
+struct TlsOptions {
+  std::string cert_file;  // PEM: the server's certificate, intermediates may follow
+  std::string key_file;   // PEM: its private key
+  // PEM CA certificate(s): when set, clients must present a certificate that chains to one of
+  // them. A client that presents none still completes the handshake but gets 403 on every
+  // path except `probe_paths` (a Kubernetes or supervisor probe has no certificate); one that
+  // presents a certificate the CA did not sign fails the handshake.
+  std::string client_ca_file;
+  std::vector<std::string> probe_paths = {"/health", "/ready"};
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration reload_interval = absl::Seconds(5);
+
+  bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;                                     // 0: an ephemeral port (see Server::port())
@@ -76,10 +98,13 @@ struct ServerOptions {
   // max_queued_write_bytes, or one write to the socket makes no progress for write_timeout.
   size_t max_queued_write_bytes = 8 << 20;
   absl::Duration write_timeout = absl::Seconds(30);
+  TlsOptions tls;  // off unless tls.enabled()
 };
 
 class Server {
  public:
+  // InvalidArgument for bad options, including TLS files that do not load (one line naming the
+  // file and the reason).
   static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
   virtual ~Server() = default;
 
@@ -96,6 +121,10 @@ class Server {
   virtual void Shutdown(absl::Duration drain) = 0;
 
   virtual int64_t open_connections() const = 0;
+
+  // "" for plaintext; else what the server presents now, for logs:
+  // "HTTPS, certificate CN=api.example.com, expires 2027-01-01T00:00:00Z".
+  virtual std::string tls_description() const = 0;
 };
 
 // {"error": {"message", "type", "param", "code"}} with the given status; type follows OpenAI

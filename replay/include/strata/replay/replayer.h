@@ -70,13 +70,17 @@ struct RequestResult {
   bool ok() const { return error == ErrorKind::kNone; }
 };
 
-// Parsed "http://host:port[/prefix]". The API base is host:port + prefix, defaulting to "/v1".
+// Parsed "http[s]://host:port[/prefix]". The API base is host:port + prefix, defaulting to
+// "/v1". Over https the server's certificate must chain to `ca_file` (PEM; "" = the system's CA
+// store) and name `host` (a DNS name or an IP address).
 struct ServerUrl {
+  bool tls = false;
   std::string host;
-  std::string port;
+  std::string port;       // default 80, or 443 with https
   std::string base_path;  // e.g. "/v1", no trailing slash.
+  std::string ca_file;    // https: the CA bundle that verifies the server (strata replay --ca)
 };
-// InvalidArgument for anything but http:// URLs with a host (https is not supported).
+// InvalidArgument for anything but http:// or https:// URLs with a host.
 absl::StatusOr<ServerUrl> ParseServerUrl(std::string_view url);
 
 // What GET <base>/models says about the first served model.

@@ -84,6 +84,8 @@ struct RouterOptions {
   // second time.
   absl::Duration resume_settle = absl::Seconds(2.5);
   int http_threads = 2;
+  // HTTPS on http_port (the --http-tls-* flags); plaintext unless http_tls.enabled().
+  http::TlsOptions http_tls;
   double slo_ttft_s = 2.0;  // reported with the metrics (the goodput work uses them)
   double slo_tpot_s = 0.2;
 };

@@ -70,6 +70,8 @@ struct WorkerOptions {
   int64_t max_memory_bytes = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int http_threads = 2;
+  // HTTPS on http_port (the --http-tls-* flags); plaintext unless http_tls.enabled().
+  http::TlsOptions http_tls;
   KvTierOptions kv_tiers;
   // A device KV pool's handoffs: kAuto maps peers' pools on this host (ipc) and stages through
   // pinned host memory otherwise; kStaged always stages.
