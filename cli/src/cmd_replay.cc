@@ -41,7 +41,7 @@ struct ReplayFlags {
   long long max_requests = 0, seed = 0;
   int max_output_tokens = 0, vocab_size = 0, max_model_len = 0, threads = 2;
   int system_prompt_tokens = 0, max_evaluations = 10, attempts = 4;
-  bool find_goodput = false, quiet = false;
+  bool find_goodput = false, reseed_probes = false, quiet = false;
 };
 
 void AddFlags(ArgParser& p, ReplayFlags& f) {
@@ -76,6 +76,9 @@ void AddFlags(ArgParser& p, ReplayFlags& f) {
             "binary-search the speedup for the highest rate with >= --target attainment");
   p.AddDouble("--target", &f.target, "attainment target of --find-goodput");
   p.AddInt("--max-evaluations", &f.max_evaluations, "replays --find-goodput may run");
+  p.AddBool("--reseed-probes", &f.reseed_probes,
+            "--find-goodput: probe k draws its prompts with seed --seed + k, so that no probe "
+            "finds an earlier probe's prompts in the server's prefix cache");
   p.AddBool("--quiet", &f.quiet, "no progress line");
 }
 
@@ -113,8 +116,17 @@ struct Plan {
   TraceOptions options;
   std::unique_ptr<Replayer> replayer;
   std::optional<PromptSynthesizer> prompts;
+  int vocab = 0;  // The ids prompts are drawn from: [0, vocab).
   SloSpec slo;
 };
+
+// Replaces the plan's prompt synthesizer with one drawing from `seed`.
+absl::Status Reseed(Plan& plan, const ReplayFlags& f, uint64_t seed) {
+  auto prompts = PromptSynthesizer::Create(plan.vocab, {}, seed, f.system_prompt_tokens);
+  if (!prompts.ok()) return prompts.status();
+  plan.prompts.emplace(*std::move(prompts));
+  return absl::OkStatus();
+}
 
 // --max-output-tokens, and at least one output token (a request without one has no TTFT).
 void ClipOutputs(std::vector<TraceRequest>& trace, int max_output_tokens) {
@@ -142,10 +154,8 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
                  "drawing token ids from [0, %d) (set --vocab-size)\n",
                  vocab);
   }
-  auto prompts =
-      PromptSynthesizer::Create(vocab, {}, static_cast<uint64_t>(f.seed), f.system_prompt_tokens);
-  if (!prompts.ok()) return prompts.status();
-  plan.prompts.emplace(*std::move(prompts));
+  plan.vocab = vocab;
+  if (absl::Status st = Reseed(plan, f, static_cast<uint64_t>(f.seed)); !st.ok()) return st;
   plan.options.start_s = f.start;
   if (f.duration > 0) plan.options.duration_s = f.duration;
   plan.options.max_requests = f.max_requests;
@@ -249,7 +259,13 @@ int ReplayMain(const ReplayFlags& f, Plan& plan) {
 }
 
 int GoodputMain(const ReplayFlags& f, Plan& plan) {
+  uint64_t probe = 0;
   auto evaluate = [&](double speedup) -> absl::StatusOr<GoodputPoint> {
+    if (f.reseed_probes) {
+      absl::Status st = Reseed(plan, f, static_cast<uint64_t>(f.seed) + probe);
+      if (!st.ok()) return st;
+    }
+    ++probe;
     std::fprintf(stderr, "[find-goodput] replaying at speedup %.4g\n", speedup);
     absl::StatusOr<RunOutcome> run = ReplayOnce(plan, speedup, f.quiet);
     if (!run.ok()) return run.status();
