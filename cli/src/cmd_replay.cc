@@ -77,8 +77,9 @@ void AddFlags(ArgParser& p, ReplayFlags& f) {
   p.AddDouble("--target", &f.target, "attainment target of --find-goodput");
   p.AddInt("--max-evaluations", &f.max_evaluations, "replays --find-goodput may run");
   p.AddBool("--reseed-probes", &f.reseed_probes,
-            "--find-goodput: probe k draws its prompts with seed --seed + k, so that no probe "
-            "finds an earlier probe's prompts in the server's prefix cache");
+            "--find-goodput: probe k draws its prompts with seed --seed + k (recorded text "
+            "gets a first line naming it), so that no probe finds an earlier probe's prompts "
+            "in the server's prefix cache");
   p.AddBool("--quiet", &f.quiet, "no progress line");
 }
 
@@ -126,6 +127,17 @@ absl::Status Reseed(Plan& plan, const ReplayFlags& f, uint64_t seed) {
   if (!prompts.ok()) return prompts.status();
   plan.prompts.emplace(*std::move(prompts));
   return absl::OkStatus();
+}
+
+// Recorded prompt text, which no seed changes, starts with a line naming the probe's seed, so
+// that a probe shares no prefix with another's (its own requests still share theirs).
+void SaltRecordedPrompts(const std::vector<TraceRequest>& recorded, uint64_t seed,
+                         std::vector<TraceRequest>& trace) {
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!recorded[i].prompt.empty()) {
+      trace[i].prompt = absl::StrCat("probe ", seed, "\n", recorded[i].prompt);
+    }
+  }
 }
 
 // --max-output-tokens, and at least one output token (a request without one has no TTFT).
@@ -259,11 +271,13 @@ int ReplayMain(const ReplayFlags& f, Plan& plan) {
 }
 
 int GoodputMain(const ReplayFlags& f, Plan& plan) {
+  const std::vector<TraceRequest> recorded = plan.trace;
   uint64_t probe = 0;
   auto evaluate = [&](double speedup) -> absl::StatusOr<GoodputPoint> {
     if (f.reseed_probes) {
-      absl::Status st = Reseed(plan, f, static_cast<uint64_t>(f.seed) + probe);
-      if (!st.ok()) return st;
+      const uint64_t seed = static_cast<uint64_t>(f.seed) + probe;
+      if (absl::Status st = Reseed(plan, f, seed); !st.ok()) return st;
+      SaltRecordedPrompts(recorded, seed, plan.trace);
     }
     ++probe;
     std::fprintf(stderr, "[find-goodput] replaying at speedup %.4g\n", speedup);
