@@ -256,8 +256,12 @@ def loadavg():
 def start_cell_cluster(args, model_dir, log_dir, nworkers, router, policy):
     """The strata router (the registry; the router under test when `router` is strata) and
     `nworkers` mixed workers, all registered; returns (router Proc, [worker Proc], [HTTP port])."""
+    # --resume-settle-s 0: strata replay sends an Idempotency-Key with every request, which a
+    # router holds until the settle time after its start (to find generations held over a
+    # restart); the window starts right after the router, and no router restarts here.
     flags = ["--served-model-name", MODEL, "--max-model-len", str(args.max_model_len),
-             "--slo-ttft", str(args.slo_ttft), "--slo-tpot", str(args.slo_tpot)]
+             "--slo-ttft", str(args.slo_ttft), "--slo-tpot", str(args.slo_tpot),
+             "--resume-settle-s", "0"]
     if router == "strata":
         flags += ["--policy", policy]
         if policy == "goodput":
@@ -533,11 +537,11 @@ def main():
     rp.add_argument("--start", default="600,600",
                     help="window start in trace seconds, mooncake,azure")
     rp.add_argument("--requests", type=int, default=40, help="requests per window")
-    rp.add_argument("--speedup", default="0.5,1",
+    rp.add_argument("--speedup", default="2,2",
                     help="first probe's speedup (the common rate), mooncake,azure")
-    rp.add_argument("--max-evaluations", type=int, default=4, help="probes per goodput search")
+    rp.add_argument("--max-evaluations", type=int, default=6, help="probes per goodput search")
     rp.add_argument("--max-output-tokens", type=int, default=16)
-    rp.add_argument("--max-model-len", type=int, default=2048,
+    rp.add_argument("--max-model-len", type=int, default=1024,
                     help="workers' context; longer trace prompts are truncated to it")
     rp.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens per worker")
     rp.add_argument("--system-prompt-tokens", type=int, default=256,
