@@ -41,7 +41,7 @@ struct ReplayFlags {
   long long max_requests = 0, seed = 0;
   int max_output_tokens = 0, vocab_size = 0, max_model_len = 0, threads = 2;
   int system_prompt_tokens = 0, max_evaluations = 10, attempts = 4;
-  bool find_goodput = false, quiet = false;
+  bool find_goodput = false, reseed_probes = false, quiet = false;
 };
 
 void AddFlags(ArgParser& p, ReplayFlags& f) {
@@ -78,6 +78,10 @@ void AddFlags(ArgParser& p, ReplayFlags& f) {
             "binary-search the speedup for the highest rate with >= --target attainment");
   p.AddDouble("--target", &f.target, "attainment target of --find-goodput");
   p.AddInt("--max-evaluations", &f.max_evaluations, "replays --find-goodput may run");
+  p.AddBool("--reseed-probes", &f.reseed_probes,
+            "--find-goodput: probe k draws its prompts with seed --seed + k (recorded text "
+            "gets a first line naming it), so that no probe finds an earlier probe's prompts "
+            "in the server's prefix cache");
   p.AddBool("--quiet", &f.quiet, "no progress line");
 }
 
@@ -115,8 +119,28 @@ struct Plan {
   TraceOptions options;
   std::unique_ptr<Replayer> replayer;
   std::optional<PromptSynthesizer> prompts;
+  int vocab = 0;  // The ids prompts are drawn from: [0, vocab).
   SloSpec slo;
 };
+
+// Replaces the plan's prompt synthesizer with one drawing from `seed`.
+absl::Status Reseed(Plan& plan, const ReplayFlags& f, uint64_t seed) {
+  auto prompts = PromptSynthesizer::Create(plan.vocab, {}, seed, f.system_prompt_tokens);
+  if (!prompts.ok()) return prompts.status();
+  plan.prompts.emplace(*std::move(prompts));
+  return absl::OkStatus();
+}
+
+// Recorded prompt text, which no seed changes, starts with a line naming the probe's seed, so
+// that a probe shares no prefix with another's (its own requests still share theirs).
+void SaltRecordedPrompts(const std::vector<TraceRequest>& recorded, uint64_t seed,
+                         std::vector<TraceRequest>& trace) {
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!recorded[i].prompt.empty()) {
+      trace[i].prompt = absl::StrCat("probe ", seed, "\n", recorded[i].prompt);
+    }
+  }
+}
 
 // --max-output-tokens, and at least one output token (a request without one has no TTFT).
 void ClipOutputs(std::vector<TraceRequest>& trace, int max_output_tokens) {
@@ -146,10 +170,8 @@ absl::StatusOr<Plan> Prepare(const ReplayFlags& f) {
                  "drawing token ids from [0, %d) (set --vocab-size)\n",
                  vocab);
   }
-  auto prompts =
-      PromptSynthesizer::Create(vocab, {}, static_cast<uint64_t>(f.seed), f.system_prompt_tokens);
-  if (!prompts.ok()) return prompts.status();
-  plan.prompts.emplace(*std::move(prompts));
+  plan.vocab = vocab;
+  if (absl::Status st = Reseed(plan, f, static_cast<uint64_t>(f.seed)); !st.ok()) return st;
   plan.options.start_s = f.start;
   if (f.duration > 0) plan.options.duration_s = f.duration;
   plan.options.max_requests = f.max_requests;
@@ -253,7 +275,15 @@ int ReplayMain(const ReplayFlags& f, Plan& plan) {
 }
 
 int GoodputMain(const ReplayFlags& f, Plan& plan) {
+  const std::vector<TraceRequest> recorded = plan.trace;
+  uint64_t probe = 0;
   auto evaluate = [&](double speedup) -> absl::StatusOr<GoodputPoint> {
+    if (f.reseed_probes) {
+      const uint64_t seed = static_cast<uint64_t>(f.seed) + probe;
+      if (absl::Status st = Reseed(plan, f, seed); !st.ok()) return st;
+      SaltRecordedPrompts(recorded, seed, plan.trace);
+    }
+    ++probe;
     std::fprintf(stderr, "[find-goodput] replaying at speedup %.4g\n", speedup);
     absl::StatusOr<RunOutcome> run = ReplayOnce(plan, speedup, f.quiet);
     if (!run.ok()) return run.status();

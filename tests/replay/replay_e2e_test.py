@@ -1,6 +1,7 @@
 """End-to-end: `strata up` a small local cluster, replay the first 40 requests of the Mooncake
 conversation trace against it open-loop, and check summary.json: requests completed and the
-trace's shared prefixes became real prefix-cache hits.
+trace's shared prefixes became real prefix-cache hits; then a two-probe --find-goodput with
+--reseed-probes, whose probes must not hit each other's prompts.
 
 Usage: replay_e2e_test.py STRATA REPLAY_BINARY TRACE   (exit 77 = skipped: no trace file)
 REPLAY_BINARY is `strata_replay_cli` (or `strata` once it has the `replay` subcommand; the
@@ -30,6 +31,30 @@ def wait_for_line(proc, pattern, timeout):
             if m:
                 return m
     raise RuntimeError(f"timed out waiting for {pattern}: {buf[-2000:]!r}")
+
+
+def check_reseeded_probes(replay, url, trace, tmp):
+    """--find-goodput --reseed-probes: two probes of 10 requests (~10k prompt tokens, which the
+    workers' 1,024 blocks of 16 tokens hold), each with its own seed, so the second probe hits
+    only the prefixes its own window shares (~45% of its tokens), never the first probe's
+    prompts (which, with one seed for both, would be nearly all of them)."""
+    out = os.path.join(tmp, "probes")
+    argv = [replay] + (["replay"] if os.path.basename(replay) == "strata" else []) + [
+        "--trace", trace, "--format", "mooncake", "--url", url, "--max-requests", "10",
+        "--speedup", "10", "--max-output-tokens", "4", "--max-model-len", "1024",
+        "--slo-ttft", "30", "--slo-tpot", "5", "--timeout", "60", "--seed", "7",
+        "--find-goodput", "--reseed-probes", "--max-evaluations", "2", "--quiet", "--out", out]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    print(run.stdout)
+    assert run.returncode == 0, f"find-goodput exited {run.returncode}: {run.stderr[-2000:]}"
+    probes = sorted(d for d in os.listdir(out) if d.startswith("speedup_"))
+    assert len(probes) == 2, probes
+    for probe in probes:
+        with open(os.path.join(out, probe, "summary.json")) as f:
+            summary = json.load(f)
+        print(probe, "prefix-cache hit rate", summary["prefix_cache_hit_rate"])
+        assert summary["completed"] > 0, summary
+        assert 0 < summary["prefix_cache_hit_rate"] < 0.75, (probe, summary)
 
 
 def main():
@@ -72,6 +97,7 @@ def main():
         for name in ("requests.csv", "requests.jsonl", "ttft_cdf.svg", "tpot_cdf.svg",
                      "attainment.svg"):
             assert os.path.getsize(os.path.join(out, name)) > 0, name
+        check_reseeded_probes(replay, m.group(1), trace, tmp)
         print("OK")
         return 0
     finally:
