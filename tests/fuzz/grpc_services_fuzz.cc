@@ -15,6 +15,9 @@
 // The worker has no KV handoff (a mixed worker that could not register its pool with the
 // transport): remote prefills and Prefill calls end at their validation, so no input reaches
 // the network. A call that does not end within 20 s aborts (a hang, like a crash).
+#include <unistd.h>
+
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

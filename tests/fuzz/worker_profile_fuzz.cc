@@ -15,7 +15,7 @@ volatile double sink = 0;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  auto profile = strata::WorkerProfile::FromJson(text);
+  auto profile = strata::router::WorkerProfile::FromJson(text);
   if (!profile.ok()) return 0;
   double total = 0;
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{4096}, int64_t{1} << 20}) {
