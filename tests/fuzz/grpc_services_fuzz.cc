@@ -26,8 +26,10 @@
 #include <memory>
 #include <string>
 
+#include "google/protobuf/stubs/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "held_requests.h"
+#include "strata/common/logging.h"
 #include "strata/engine/engine.h"
 #include "strata/engine/engine_loop.h"
 #include "strata/engine/presets.h"
@@ -61,6 +63,10 @@ struct Services {
 }
 
 Services* Start() {
+  // Refused input is the normal case here: the services' and protobuf's logs of it would flood
+  // the fuzzer's output.
+  strata::SetMinLogLevel(strata::LogLevel::kError);
+  google::protobuf::SetLogHandler(nullptr);
   auto* s = new Services();
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("strata_grpc_services_fuzz_" + std::to_string(::getpid())))
