@@ -14,7 +14,7 @@
 //
 // The worker has no KV handoff (a mixed worker that could not register its pool with the
 // transport): remote prefills and Prefill calls end at their validation, so no input reaches
-// the network. A call that does not end within 20 s aborts (a hang, like a crash).
+// the network. A call that does not end within 8 s aborts with the engine's load (a hang, like a crash).
 #include <unistd.h>
 
 #include <chrono>
@@ -101,14 +101,24 @@ Services* Start() {
   return s;
 }
 
+// Below libFuzzer's -timeout (10 s in scripts/fuzz.sh), so that a hung call reports the
+// engine's state.
+constexpr int kDeadlineSeconds = 8;
+
+Services* services = nullptr;
+
 void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(kDeadlineSeconds));
 }
 
 void CheckEnded(const grpc::Status& status, const char* method) {
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    Die(std::string(method) + " did not end within 20 s");
-  }
+  if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) return;
+  const strata::EngineLoad load = services->loop->load();
+  Die(std::string(method) + " did not end within " + std::to_string(kDeadlineSeconds) +
+      " s; the engine: " + std::to_string(load.running) + " running, " +
+      std::to_string(load.waiting) + " waiting, " + std::to_string(load.free_kv_blocks) + " of " +
+      std::to_string(load.total_kv_blocks) + " KV blocks free, " + std::to_string(load.steps) +
+      " steps; held requests: " + std::to_string(services->held->size()));
 }
 
 template <typename Request, typename Response, typename Call>
@@ -162,7 +172,7 @@ void Attach(Services& s, const uint8_t* data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Services* const services = Start();
+  if (services == nullptr) services = Start();
   Services& s = *services;
   if (size < 1 || size - 1 > size_t(strata::proto::kMaxMessageBytes)) return 0;
   const uint8_t method = data[0] % 7;
