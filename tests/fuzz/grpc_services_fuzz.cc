@@ -14,7 +14,8 @@
 //
 // The worker has no KV handoff (a mixed worker that could not register its pool with the
 // transport): remote prefills and Prefill calls end at their validation, so no input reaches
-// the network. A call that does not end within 8 s aborts with the engine's load (a hang, like a crash).
+// the network. A call that does not end within 8 s aborts with the engine's load (a hang, like
+// a crash).
 #include <unistd.h>
 
 #include <chrono>
