@@ -249,13 +249,13 @@ CallbackHandle ScalarFamily<T>::AddCallback(const LabelValues& values,
   {
     absl::MutexLock lock(&mu_);
     id = next_callback_id_++;
-    callbacks_[values] = {id, std::move(fn)};
+    callbacks_[values] = Callback{id, std::move(fn)};
   }
   // Removes only its own registration: a newer callback for the same labels stays.
   return CallbackHandle([this, values, id] {
     absl::MutexLock lock(&mu_);
     auto it = callbacks_.find(values);
-    if (it != callbacks_.end() && it->second.first == id) callbacks_.erase(it);
+    if (it != callbacks_.end() && it->second.id == id) callbacks_.erase(it);
   });
 }
 
@@ -269,7 +269,7 @@ void ScalarFamily<T>::AppendSamples(std::string& out) const {
     const bool take_cb =
         child == children_.end() || (cb != callbacks_.end() && cb->first <= child->first);
     if (take_cb) {
-      AppendSample(out, name(), label_names(), cb->first, "", cb->second.second());
+      AppendSample(out, name(), label_names(), cb->first, "", cb->second.fn());
       if (child != children_.end() && child->first == cb->first) ++child;
       ++cb;
     } else {

@@ -1,5 +1,6 @@
 #include "worker_service.h"
 
+#include <atomic>
 #include <deque>
 #include <type_traits>
 
@@ -169,7 +170,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
   const bool remote_prefill = decode::WantsRemotePrefill(*request);
   decode::DecodeDriver* decode = decode_;
   EngineLoop* loop = loop_;
+  // Cancels only a request this call started: a refused one (bad version, no decode driver for
+  // a remote prefill, a key in use) has nothing to cancel, and its id may be another request's.
+  auto started = std::make_shared<std::atomic<bool>>(false);
   std::function<void()> cancel = [=] {
+    if (!started->load()) return;
     if (remote_prefill)
       decode->Cancel(id);
     else
@@ -219,6 +224,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Generate(
       r->Push(ToResponse(out), out.finished);
     };
   }
+  started->store(true);
   if (remote_prefill) {
     decode::StartRemotePrefill(*decode_, *request, std::move(on_output));
     return reactor.get();

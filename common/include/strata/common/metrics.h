@@ -157,8 +157,13 @@ class ScalarFamily final : public FamilyBase {
 
   mutable absl::Mutex mu_;
   std::map<LabelValues, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
-  std::map<LabelValues, std::pair<uint64_t, std::function<double()>>> callbacks_
-      ABSL_GUARDED_BY(mu_);
+  // A named struct rather than a std::pair: clang 14 (the fuzz build) does not emit the
+  // destructor of std::pair<uint64_t, std::function<double()>> that this map needs.
+  struct Callback {
+    uint64_t id = 0;
+    std::function<double()> fn;
+  };
+  std::map<LabelValues, Callback> callbacks_ ABSL_GUARDED_BY(mu_);
   uint64_t next_callback_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
