@@ -545,16 +545,15 @@ uint64_t RequestFingerprint(const openai::GenerateRequest& r) {
   return HashBlock(BlockHashSeed(r.model, bytes), 0, std::span<const int32_t>(r.prompt));
 }
 
-// Who holds which prefix of the prompt, in its model's index.
-std::vector<WorkerMatch> MatchPrompt(const WorkerPool& pool, std::string_view model,
-                                     const std::vector<int32_t>& prompt,
-                                     std::string_view cache_salt) {
+// The hashes of the prompt's full blocks, in its model's pool.
+std::vector<BlockHash> PromptChain(const WorkerPool& pool, std::string_view model,
+                                   const std::vector<int32_t>& prompt,
+                                   std::string_view cache_salt) {
   const int bs = pool.block_size(model);
   if (bs <= 0) return {};
   const size_t full = prompt.size() / size_t(bs);
-  return pool.MatchPrefix(
-      pool.Hasher(cache_salt, model).Chain(std::span<const int32_t>(prompt.data(), full * bs), bs),
-      model);
+  return pool.Hasher(cache_salt, model)
+      .Chain(std::span<const int32_t>(prompt.data(), full * bs), bs);
 }
 
 // The Worker stub of the placement's decode worker, from the snapshot it was placed on.
@@ -590,8 +589,9 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   pr.slo_class = state->request.slo_class;
   pr.max_tokens = state->request.params.max_tokens;
   pr.waited_s = ClusterBackend::Now() - state->arrival_s;
-  const std::vector<WorkerMatch> matches =
-      MatchPrompt(*pool, model, *prompt, state->request.params.cache_salt);
+  const std::vector<BlockHash> chain =
+      PromptChain(*pool, model, *prompt, state->request.params.cache_salt);
+  const std::vector<WorkerMatch> matches = pool->MatchPrefix(chain, model);
   // Only the request's model's workers: another model's could neither read its KV nor run it.
   std::vector<std::shared_ptr<v1::Worker::Stub>> stubs;
   std::vector<WorkerView> workers = pool->SnapshotModel(model, &stubs);
@@ -606,6 +606,10 @@ absl::Status TryStart(const std::shared_ptr<CallState>& state) {
   if (!placed.ok()) return placed.status();
   pool->AddInflight(placed->decode_id, 1);
   if (!placed->prefill_id.empty()) pool->AddInflight(placed->prefill_id, 1);
+  // The prompt's KV will be there (computed, or received from the prefill worker) before the
+  // workers' next heartbeats say so.
+  pool->NoteRouted(placed->decode_id, chain, model);
+  if (!placed->prefill_id.empty()) pool->NoteRouted(placed->prefill_id, chain, model);
   if (b->metrics().inflight) b->metrics().inflight->Increment();
   if (b->metrics().placements) {
     b->metrics().placements->WithLabels({placed->prefill_id.empty() ? "local" : "remote"})

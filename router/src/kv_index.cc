@@ -113,9 +113,59 @@ absl::Status KvIndex::ApplyBatch(WorkerId worker, Tier tier, std::span<const KvE
   return absl::OkStatus();
 }
 
+absl::Status KvIndex::NoteRouted(WorkerId worker, std::span<const BlockHash> chain, double now_s,
+                                double ttl_s) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now_s);
+  Slot slot;
+  STRATA_RETURN_IF_ERROR(FindSlot(worker, &slot));
+  WorkerState& state = workers_[slot];
+  BlockHash parent = kRootBlockHash;
+  for (BlockHash hash : chain) {
+    if (!state.blocks.contains(hash)) {
+      StoreLocked(slot, static_cast<int>(Tier::kGpu), KvEvent{KvEvent::Kind::kStored, hash, parent});
+      --stats_.events_applied;  // not an event
+      state.provisional.insert(hash);
+      expiries_.push_back(Expiry{now_s + ttl_s, worker, hash});
+      ++stats_.provisional_stores;
+    }
+    parent = hash;
+  }
+  return absl::OkStatus();
+}
+
+void KvIndex::ExpireProvisional(double now_s) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now_s);
+}
+
+void KvIndex::ExpireLocked(double now_s) {
+  while (!expiries_.empty() && expiries_.front().deadline_s <= now_s) {
+    const Expiry e = expiries_.front();
+    expiries_.pop_front();
+    Slot slot;
+    if (!FindSlot(e.worker, &slot).ok()) continue;
+    if (!workers_[slot].provisional.contains(e.hash)) continue;
+    DropProvisionalLocked(slot, e.hash);
+    ++stats_.provisional_expired;
+  }
+}
+
+void KvIndex::DropProvisionalLocked(Slot slot, BlockHash hash) {
+  if (workers_[slot].provisional.erase(hash) == 0) return;
+  const int64_t unknown = stats_.unknown_removes;
+  RemoveLocked(slot, static_cast<int>(Tier::kGpu), hash);
+  --stats_.events_applied;  // not an event
+  stats_.unknown_removes = unknown;
+}
+
 absl::Status KvIndex::ApplyLocked(Slot slot, Tier tier, const KvEvent& event) {
   if (!ValidTier(tier)) {
     return absl::InvalidArgumentError(absl::StrCat("bad tier ", static_cast<int>(tier)));
+  }
+  // The worker's own word on a block replaces a provisional entry for it.
+  if (event.kind != KvEvent::Kind::kCleared && !workers_[slot].provisional.empty()) {
+    DropProvisionalLocked(slot, event.hash);
   }
   switch (event.kind) {
     case KvEvent::Kind::kStored:
@@ -181,6 +231,7 @@ void KvIndex::RemoveLocked(Slot slot, int tier, BlockHash hash) {
 
 void KvIndex::ClearTierLocked(Slot slot, int tier) {
   WorkerState& worker = workers_[slot];
+  if (tier == static_cast<int>(Tier::kGpu)) worker.provisional.clear();
   if (worker.tier_blocks[tier] == 0) return;
   // Collected first: RemoveLocked erases from worker.blocks as a block's last tier goes.
   std::vector<BlockHash> held;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,14 @@
 #include "strata/common/status_macros.h"
 
 namespace strata::router {
+
+namespace {
+// Seconds on a steady clock: the deadlines of provisional index entries.
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 WorkerRole RoleFromProto(v1::Role role) {
   switch (role) {
@@ -271,7 +280,9 @@ absl::Status WorkerPool::Heartbeat(const v1::HeartbeatRequest& req, const std::s
     by_tier[tier].push_back({kind, e.hash(), e.parent_hash()});
   }
   // A worker removed meanwhile is fine to ignore: its events no longer matter.
+  const double now_s = MonotonicSeconds();
   for (KvIndex* index : indices) {
+    index->ExpireProvisional(now_s);
     for (int t = 0; t < kNumTiers; ++t) {
       if (!by_tier[t].empty()) (void)index->ApplyBatch(index_id, static_cast<Tier>(t), by_tier[t]);
     }
@@ -371,6 +382,23 @@ void WorkerPool::AddInflight(const std::string& worker_id, int64_t delta) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it != workers_.end()) it->second.view.inflight += delta;
+}
+
+void WorkerPool::NoteRouted(const std::string& worker_id, std::span<const BlockHash> chain,
+                            std::string_view model) {
+  if (chain.empty()) return;
+  KvIndex* index = nullptr;
+  WorkerId index_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(worker_id);
+    Pool* pool = FindPool(model);
+    if (it == workers_.end() || pool == nullptr) return;
+    index = pool->index.get();
+    index_id = it->second.view.index_id;
+  }
+  // A worker removed meanwhile is not in the index any more: nothing to note.
+  (void)index->NoteRouted(index_id, chain, MonotonicSeconds(), kProvisionalTtlS);
 }
 
 int WorkerPool::num_workers() const {

@@ -708,6 +708,7 @@ class RouteRecorder : public http::Server {
   int port() const override { return 0; }
   void Shutdown(absl::Duration) override {}
   int64_t open_connections() const override { return 0; }
+  std::string tls_description() const override { return ""; }
   std::map<std::string, http::Handler> routes;
 };
 

@@ -475,6 +475,7 @@ STRATA_FAKE_OP(MoeRoute)
 STRATA_FAKE_OP(MoeExperts)
 STRATA_FAKE_OP(MoeRouteExperts)
 STRATA_FAKE_OP(Sample)
+STRATA_FAKE_OP(MaskLogits)
 #undef STRATA_FAKE_OP
 
 template <typename... Args>
@@ -527,6 +528,7 @@ TEST(CommonApiTest, FillsVersionLifecycleAndEveryOpEntry) {
   for (const void* entry :
        {reinterpret_cast<const void*>(api.create), reinterpret_cast<const void*>(api.embedding),
         reinterpret_cast<const void*>(api.sample),
+        reinterpret_cast<const void*>(api.mask_logits),
         reinterpret_cast<const void*>(api.moe_route_experts)}) {
     EXPECT_NE(entry, nullptr);
   }

@@ -68,6 +68,62 @@ TEST(KvIndexTest, StoredThenRemoved) {
   EXPECT_EQ(index.num_worker_blocks(1), 2);
 }
 
+// A placement's blocks match at once, before the worker reports them; unconfirmed ones go at
+// their deadline, confirmed ones stay.
+TEST(KvIndexTest, RoutedBlocksMatchAtOnceUntilTheWorkerSaysOrTheirDeadline) {
+  KvIndex index;
+  ASSERT_TRUE(index.RegisterWorker(1).ok());
+  ASSERT_TRUE(index.RegisterWorker(2).ok());
+  const std::vector<BlockHash> chain = Chain(100, 4);
+  ASSERT_TRUE(index.NoteRouted(1, chain, /*now_s=*/10.0, /*ttl_s=*/5.0).ok());
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 4, {4, 0, 0, 0})));
+  EXPECT_EQ(index.stats().provisional_stores, 4);
+  EXPECT_EQ(index.stats().events_applied, 0);
+  // The worker reports the first two blocks (computed), not the other two.
+  StorePrefix(index, 1, kGpu, chain, 2);
+  index.ExpireProvisional(14.9);
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 4, {4, 0, 0, 0})));
+  index.ExpireProvisional(15.0);
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 2, {2, 0, 0, 0})));
+  EXPECT_EQ(index.stats().provisional_expired, 2);
+  EXPECT_EQ(index.num_worker_blocks(1), 2);
+  // An unknown worker is refused; routing to another adds only what it lacks.
+  EXPECT_EQ(index.NoteRouted(7, chain, 20.0, 5.0).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(index.NoteRouted(2, chain, 20.0, 5.0).ok());
+  EXPECT_THAT(index.MatchPrefix(chain),
+              ElementsAre(Match(1, 2, {2, 0, 0, 0}), Match(2, 4, {4, 0, 0, 0})));
+}
+
+// The worker's events replace provisional entries: a block it stored in another tier is not
+// left in kGpu, a removed one goes; blocks it already holds are not made provisional; a cleared
+// device tier or a removed worker drops them.
+TEST(KvIndexTest, WorkerEventsReplaceProvisionalEntries) {
+  KvIndex index;
+  ASSERT_TRUE(index.RegisterWorker(1).ok());
+  const std::vector<BlockHash> chain = Chain(0, 4);
+  StorePrefix(index, 1, kHost, chain, 1);  // block 0 already in G2
+  ASSERT_TRUE(index.NoteRouted(1, chain, 0.0, 5.0).ok());
+  EXPECT_EQ(index.stats().provisional_stores, 3);
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 4, {0, 1, 0, 0})));
+  ASSERT_TRUE(index.Apply(1, kHost, Stored(chain[1], chain[0])).ok());
+  ASSERT_TRUE(index.Apply(1, kGpu, Removed(chain[2])).ok());
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 2, {0, 2, 0, 0})));
+  index.ExpireProvisional(100.0);  // block 3 was never confirmed
+  EXPECT_THAT(index.MatchPrefix(chain), ElementsAre(Match(1, 2, {0, 2, 0, 0})));
+  EXPECT_EQ(index.stats().provisional_expired, 1);
+  EXPECT_EQ(index.num_worker_blocks(1, kGpu), 0);
+
+  ASSERT_TRUE(index.NoteRouted(1, Chain(50, 3), 200.0, 5.0).ok());
+  ASSERT_TRUE(index.Apply(1, kGpu, KvEvent{KvEvent::Kind::kCleared, 0, 0}).ok());
+  EXPECT_THAT(index.MatchPrefix(Chain(50, 3)), IsEmpty());
+  ASSERT_TRUE(index.NoteRouted(1, Chain(70, 3), 300.0, 5.0).ok());
+  ASSERT_TRUE(index.RemoveWorker(1).ok());
+  ASSERT_TRUE(index.RegisterWorker(1).ok());
+  EXPECT_THAT(index.MatchPrefix(Chain(70, 3)), IsEmpty());
+  index.ExpireProvisional(1000.0);  // stale deadlines of the removed worker: nothing to drop
+  EXPECT_EQ(index.num_blocks(), 0);
+}
+
 TEST(KvIndexTest, PartialPrefixIsContiguousFromZero) {
   KvIndex index;
   ASSERT_TRUE(index.RegisterWorker(7).ok());

@@ -26,6 +26,7 @@
 // use is one event-ingest thread plus many routing threads; ApplyBatch amortizes the lock.
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -70,6 +71,8 @@ struct KvIndexStats {
   int64_t duplicate_stores = 0;  // kStored for a (worker, tier) that already held the block
   int64_t unknown_removes = 0;   // kRemoved for a (worker, tier) that did not hold the block
   int64_t orphan_stores = 0;     // kStored whose non-root parent was not indexed at all
+  int64_t provisional_stores = 0;   // blocks NoteRouted added ahead of the worker's events
+  int64_t provisional_expired = 0;  // of those, dropped unconfirmed at their deadline
 };
 
 class KvIndex {
@@ -91,6 +94,17 @@ class KvIndex {
   // Stops at and returns the first error; earlier events stay applied.
   [[nodiscard]] absl::Status ApplyBatch(WorkerId worker, Tier tier, std::span<const KvEvent> events)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The router placed a request whose prompt hashes to `chain` on `worker`: the blocks it does
+  // not hold yet are indexed as held in kGpu at once, provisionally, so requests routed before
+  // the worker's own events arrive (a burst sharing a prefix) find them there. The worker's
+  // event for such a block (stored in any tier, or removed) replaces the provisional entry;
+  // one still unconfirmed at now_s + ttl_s is dropped (a request that failed, or blocks evicted
+  // before they were reported). kNotFound for an unregistered worker.
+  [[nodiscard]] absl::Status NoteRouted(WorkerId worker, std::span<const BlockHash> chain,
+                                        double now_s, double ttl_s) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the provisional entries whose deadline is before now_s.
+  void ExpireProvisional(double now_s) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Per worker holding chain[0], the longest prefix of `chain` it holds (overall and per tier),
   // sorted by worker id. Workers matching nothing are omitted.
@@ -116,6 +130,12 @@ class KvIndex {
     WorkerId id = 0;
     absl::flat_hash_set<BlockHash> blocks;  // held in at least one tier
     std::array<int64_t, kNumTiers> tier_blocks{};
+    absl::flat_hash_set<BlockHash> provisional;  // held in kGpu by NoteRouted, unconfirmed
+  };
+  struct Expiry {
+    double deadline_s;
+    WorkerId worker;
+    BlockHash hash;
   };
   using Holders = absl::InlinedVector<Holder, 2>;
 
@@ -124,6 +144,9 @@ class KvIndex {
   void StoreLocked(Slot slot, int tier, const KvEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(Slot slot, int tier, BlockHash hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearTierLocked(Slot slot, int tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the provisional kGpu entry of (slot, hash), if there is one.
+  void DropProvisionalLocked(Slot slot, BlockHash hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLocked(double now_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Slot of a registered worker, or kNotFound.
   absl::Status FindSlot(WorkerId worker, Slot* slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -133,6 +156,7 @@ class KvIndex {
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);  // by slot
   std::vector<Slot> free_slots_ ABSL_GUARDED_BY(mu_);
   KvIndexStats stats_ ABSL_GUARDED_BY(mu_);
+  std::deque<Expiry> expiries_ ABSL_GUARDED_BY(mu_);  // deadlines in the order they were set
 };
 
 }  // namespace strata::router

@@ -87,6 +87,12 @@ class WorkerPool {
                                        std::string_view model = "") const;
   // Router-side accounting of requests placed on a worker (for least-loaded between beats).
   void AddInflight(const std::string& worker_id, int64_t delta);
+  // A request whose prompt hashes to `chain` was placed on `worker_id`: its blocks go into the
+  // model's index as held there (KvIndex::NoteRouted) until the worker's events say, at most
+  // kProvisionalTtlS, so a burst sharing a prefix is placed by it before the next heartbeat.
+  void NoteRouted(const std::string& worker_id, std::span<const BlockHash> chain,
+                  std::string_view model = "");
+  static constexpr double kProvisionalTtlS = 5.0;
 
   uint64_t epoch() const { return epoch_; }
   int num_workers() const;
