@@ -165,19 +165,21 @@ class HeldWorkerTest : public ::testing::Test {
  public:
   static constexpr absl::Duration kGrace = absl::Milliseconds(400);
   static constexpr int32_t kMarker = 5;  // no other test's prompt has it
-  static constexpr int kStallAfter = 1000;
+  // Far more tokens than the grace lets a request make on a fast idle machine (thousands of
+  // tokens a second at short contexts): an orphan is cancelled before it can stall.
+  static constexpr int kStallAfter = 12000;
   static constexpr absl::Duration kStall = absl::Seconds(6);
 
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(::testing::TempDir() + "/strata_held_request_test_" +
                            std::to_string(::getpid()));
-    ASSERT_TRUE(WritePreset("tiny-llama", *dir_).ok());
+    ASSERT_TRUE(WritePreset("tiny-llama-32k", *dir_).ok());
     WorkerOptions o;
     o.id = "held-t";
     o.role = v1::ROLE_MIXED;
     o.model_dir = *dir_;
-    o.engine.runner.num_kv_blocks = 256;
+    o.engine.runner.num_kv_blocks = 2048;
     o.engine.runner.block_size = 16;
     o.detached_request_grace = kGrace;
     o.engine_stall_for_testing = {kMarker, kStallAfter, kStall};
