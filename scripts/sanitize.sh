@@ -29,8 +29,8 @@ if [[ $kind == asan ]]; then
   BUILD_DIR="${BUILD_DIR:-build-asan}"
   flags=(-DSTRATA_SANITIZE=ON)
   ci_targets=(fuzz_openai_request fuzz_http_request fuzz_trace fuzz_chat_template fuzz_tokenizer
-              fuzz_safetensors fuzz_cluster_config fuzz_tool_calls fuzz_grammar
-              http_server_test http_tls_test openai_test proto_test multi_router_test
+              fuzz_safetensors fuzz_cluster_config fuzz_tool_calls fuzz_grammar fuzz_model_config
+              fuzz_worker_profile http_server_test http_tls_test openai_test proto_test multi_router_test
               router_admission_test)
 else
   BUILD_DIR="${BUILD_DIR:-build-tsan}"
@@ -44,16 +44,20 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 if ((ci)); then
   cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${ci_targets[@]}"
-  # The subset's ctest names: every test suite of its gtest binaries, and its fuzz replays.
-  suites=()
+  # The subset's ctest names: every test suite of its gtest binaries, and its fuzz targets'
+  # replays (fuzz_grpc_services, which builds both services, replays in the main suite only).
+  suites=() replays=()
   for t in "${ci_targets[@]}"; do
-    [[ $t == fuzz_* ]] && continue
+    if [[ $t == fuzz_* ]]; then
+      replays+=("${t}_replay")
+      continue
+    fi
     while read -r line; do
       [[ $line =~ ^([A-Za-z0-9_/]+)\.$ ]] && suites+=("${BASH_REMATCH[1]}")
     done < <("$BUILD_DIR/bin/$t" --gtest_list_tests)
   done
   ci_tests="^($(IFS='|'; echo "${suites[*]}"))\\."
-  [[ $kind == asan ]] && ci_tests="$ci_tests|^fuzz_.*_replay\$"
+  if ((${#replays[@]})); then ci_tests="$ci_tests|^($(IFS='|'; echo "${replays[*]}"))\$"; fi
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" -R "$ci_tests"
 else
   cmake --build "$BUILD_DIR" -j"$(nproc)"
