@@ -63,6 +63,7 @@
 
 #include "bench_util.h"
 #include "strata/common/half.h"
+#include "strata/engine/engine.h"
 #include "strata/engine/model_runner.h"
 #include "strata/engine/presets.h"
 #include "strata/engine/sampling.h"
@@ -546,14 +547,7 @@ std::shared_ptr<grammar::TokenMasker> SchemaMasker(const char* preset, const Mod
     const std::string dir = "/tmp/decode_step_bench_" + std::string(preset);
     if (auto st = WritePreset(preset, dir); !st.ok()) Die("writing the preset's tokenizer", st);
     auto tok = OrDie(Tokenizer::FromFile(dir + "/tokenizer.json"), "tokenizer");
-    std::vector<std::string> bytes(static_cast<size_t>(c.vocab_size));
-    std::vector<bool> usable(static_cast<size_t>(c.vocab_size), false);
-    for (int32_t id = 0; id < c.vocab_size && id < tok->vocab_size(); ++id) {
-      if (tok->IsSpecial(id)) continue;
-      bytes[id] = tok->TokenBytes(id);
-      usable[id] = true;
-    }
-    vocab = grammar::TokenVocabulary::Create(std::move(bytes), usable);
+    vocab = Engine::MaskVocabulary(*tok, c.vocab_size);
     built_for = preset;
   }
   grammar::MaskerCache cache(vocab);

@@ -160,13 +160,9 @@ bool Engine::BelowMinTokens(const Request& r) { return r.num_output() < r.params
 
 void Engine::MaskStopTokens(const Request& r, std::span<float> logits) const {
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  auto mask = [&](int32_t t) {
+  ForEachStopToken(r, [&](int32_t t) {
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[t] = kNegInf;
-  };
-  if (!r.params.ignore_eos) {
-    for (int32_t t : config().eos_token_ids) mask(t);
-  }
-  for (int32_t t : r.params.stop_token_ids) mask(t);
+  });
 }
 
 absl::Status Engine::Resume(Request& r, const ResumedOutput& resumed) {

@@ -10,21 +10,23 @@
 
 namespace strata {
 
+std::shared_ptr<const grammar::TokenVocabulary> Engine::MaskVocabulary(const Tokenizer& tokenizer,
+                                                                      int32_t vocab_size) {
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  std::vector<bool> usable(static_cast<size_t>(vocab_size), false);
+  for (int32_t id = 0; id < vocab_size && id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsSpecial(id)) continue;
+    bytes[id] = tokenizer.TokenBytes(id);
+    usable[id] = true;
+  }
+  return grammar::TokenVocabulary::Create(std::move(bytes), usable);
+}
+
 absl::StatusOr<std::shared_ptr<grammar::TokenMasker>> Engine::PrepareGrammar(
     const GuidedDecoding& spec) const {
   absl::call_once(maskers_once_, [this] {
-    // The vocabulary as the model sees it: ids past the tokenizer's (padding rows of the
-    // embedding) and special tokens are never allowed.
-    const int32_t vocab = config().vocab_size;
-    std::vector<std::string> bytes(static_cast<size_t>(vocab));
-    std::vector<bool> usable(static_cast<size_t>(vocab), false);
-    for (int32_t id = 0; id < vocab && id < tokenizer_->vocab_size(); ++id) {
-      if (tokenizer_->IsSpecial(id)) continue;
-      bytes[id] = tokenizer_->TokenBytes(id);
-      usable[id] = true;
-    }
     maskers_ = std::make_unique<grammar::MaskerCache>(
-        grammar::TokenVocabulary::Create(std::move(bytes), usable));
+        MaskVocabulary(*tokenizer_, config().vocab_size));
   });
   return maskers_->Get(spec);
 }
@@ -63,18 +65,14 @@ bool Engine::MaskGrammar(const Request& r, std::span<float> logits) const {
 bool Engine::DeviceMask(const Request& r, uint32_t* words) const {
   const size_t n = grammar::MaskWords(config().vocab_size);
   auto set_stops = [&](bool allowed) {
-    auto set = [&](int32_t t) {
+    ForEachStopToken(r, [&](int32_t t) {
       if (t < 0 || t >= config().vocab_size) return;
       if (allowed) {
         words[t >> 5] |= 1u << (t & 31);
       } else {
         words[t >> 5] &= ~(1u << (t & 31));
       }
-    };
-    if (!r.params.ignore_eos) {
-      for (int32_t t : config().eos_token_ids) set(t);
-    }
-    for (int32_t t : r.params.stop_token_ids) set(t);
+    });
   };
   if (r.grammar != nullptr) {
     const auto mask = r.grammar->Mask(r.grammar_state);

@@ -242,6 +242,10 @@ class Engine {
   // vocabulary's token trie on first use. Thread-safe and independent of the engine thread:
   // callers that receive requests compile their constraints before handing them over, so the
   // engine thread only finds them in the cache. InvalidArgument for a bad constraint.
+  // The vocabulary constraints mask, as the model sees it: ids past the tokenizer's (padding
+  // rows of the embedding) and special tokens are never allowed.
+  static std::shared_ptr<const grammar::TokenVocabulary> MaskVocabulary(const Tokenizer& tokenizer,
+                                                                        int32_t vocab_size);
   absl::StatusOr<std::shared_ptr<grammar::TokenMasker>> PrepareGrammar(
       const GuidedDecoding& spec) const;
   // Logits of every position of `tokens` (a fresh sequence, no caching): for tests/tools.
@@ -261,6 +265,15 @@ class Engine {
   // Fewer than the request's min_tokens generated: no stop token may be drawn, no stop string
   // ends it.
   static bool BelowMinTokens(const Request& r);
+  // Calls fn(token) for each token IsStopToken would stop on (EOS unless ignore_eos, then the
+  // request's stop_token_ids; repeats possible).
+  template <typename Fn>
+  void ForEachStopToken(const Request& r, Fn&& fn) const {
+    if (!r.params.ignore_eos) {
+      for (int32_t t : config().eos_token_ids) fn(t);
+    }
+    for (int32_t t : r.params.stop_token_ids) fn(t);
+  }
   // Sets the logits of the tokens IsStopToken would stop on to -inf.
   void MaskStopTokens(const Request& r, std::span<float> logits) const;
   // Structured output (engine_grammar.cc). Compiles (or finds) the request's constraint.
