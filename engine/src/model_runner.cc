@@ -118,11 +118,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
   return runner;
 }
 
-absl::Status ModelRunner::GrowScratch(DeviceBuffer& buf, size_t bytes, bool in_graphs) {
+absl::Status ModelRunner::GrowScratch(DeviceBuffer& buf, size_t bytes) {
   if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
   buf.Reset();
   STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), std::max<size_t>(bytes, 1)));
-  if (in_graphs) ++scratch_->generation;
+  ++scratch_->generation;
   return absl::OkStatus();
 }
 

@@ -422,9 +422,14 @@ absl::Status ModelRunner::EnqueueMasks(const StepMasks& masks) {
   sc.mask_staging.assign(static_cast<size_t>(n * words), 0u);
   masks.fill(sc.mask_staging.data());
   // Not in any recorded graph: growing these leaves the graphs valid.
-  STRATA_RETURN_IF_ERROR(GrowScratch(sc.mask_rows, n * sizeof(int32_t), /*in_graphs=*/false));
-  STRATA_RETURN_IF_ERROR(
-      GrowScratch(sc.mask_words, n * words * sizeof(uint32_t), /*in_graphs=*/false));
+  auto grow = [&](DeviceBuffer& buf, size_t bytes) -> absl::Status {
+    if (buf.size() >= bytes && buf.data() != nullptr) return absl::OkStatus();
+    buf.Reset();
+    STRATA_ASSIGN_OR_RETURN(buf, DeviceBuffer::Allocate(backend_.get(), std::max(bytes, 2 * buf.size())));
+    return absl::OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(grow(sc.mask_rows, n * sizeof(int32_t)));
+  STRATA_RETURN_IF_ERROR(grow(sc.mask_words, n * words * sizeof(uint32_t)));
   STRATA_RETURN_IF_ERROR(
       backend_->CopyToDevice(sc.mask_rows.data(), masks.rows.data(), n * sizeof(int32_t)));
   STRATA_RETURN_IF_ERROR(backend_->CopyToDevice(sc.mask_words.data(), sc.mask_staging.data(),

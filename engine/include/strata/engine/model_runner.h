@@ -135,9 +135,7 @@ class ModelRunner {
   absl::Status RunBody(std::span<const ForwardSeq> seqs, StepInputs& in);
   absl::Status PrepareStep(const StepInputs& in);
   absl::Status EnqueueBody(const StepInputs& in);
-  // Reallocates `buf` when it holds fewer than `bytes`; a buffer recorded graphs point into
-  // (`in_graphs`) bumps the scratch generation so they are recorded again.
-  absl::Status GrowScratch(DeviceBuffer& buf, size_t bytes, bool in_graphs = true);
+  absl::Status GrowScratch(DeviceBuffer& buf, size_t bytes);
   absl::Status ComputeLogits(const StepInputs& in);
   absl::StatusOr<std::vector<float>> RunHead(const StepInputs& in);
   absl::StatusOr<std::vector<SampleResult>> SampleLogits(
